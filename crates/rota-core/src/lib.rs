@@ -1,0 +1,27 @@
+//! The pure core of rota: no I/O, no async, no clock reads (time is passed in as values).
+//!
+//! The vocabulary and rules come from the project's design guide (`design.md`):
+//! - [`priority`]: two-digit procedure priorities, lower is more important (§2, §5);
+//! - [`names`]: node names, processes (`reboot`, `maintenance`, `mop/<name>`) and history
+//!   events (§2);
+//! - [`ordering`]: the per-node procedure priority rule (§5, invariant 5 of §4);
+//! - [`backoff`]: BMDB's exponential backoff formula (§6);
+//! - [`lifecycle`]: the node lifecycle state machine and its effects (§3);
+//! - [`fleet`]: a model of `concurrency` slots shared by many nodes, for checking the safety
+//!   invariants of §4.
+
+pub mod backoff;
+pub mod error;
+pub mod fleet;
+pub mod lifecycle;
+pub mod names;
+pub mod ordering;
+pub mod priority;
+
+pub use backoff::BackoffPolicy;
+pub use error::Error;
+pub use fleet::{Fleet, FleetError};
+pub use lifecycle::{Effect, Event, Lifecycle, NodeState, NodeStateError, TransitionError};
+pub use names::{HistoryEvent, NameError, NodeName, Process};
+pub use ordering::{Overlap, ProcedureEntry, may_start, startable, startable_with};
+pub use priority::{Priority, PriorityError};

@@ -1,0 +1,64 @@
+use rota_core::{NodeName, NodeState};
+
+/// Everything that can go wrong in a store. Each variant names the value at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "session {session} of node {node} is no longer current (superseded or expired): write refused"
+    )]
+    Fenced { node: NodeName, session: i64 },
+    #[error("node {node} is {actual}, not {expected}: transition refused")]
+    Conflict {
+        node: NodeName,
+        expected: NodeState,
+        actual: String,
+    },
+    #[error("node {node} is not known to the store")]
+    NoSuchNode { node: NodeName },
+    #[error("node {node} is {state}: {action} needs a node that {needs}")]
+    NotAllowed {
+        node: NodeName,
+        state: NodeState,
+        action: &'static str,
+        needs: &'static str,
+    },
+    #[error("invalid store URL {url:?}: {reason}")]
+    Url { url: String, reason: String },
+    #[error("{location} is not a rota database: {reason}")]
+    NotRota { location: String, reason: String },
+    #[error(
+        "{location} has schema version {found}, newer than this rota binary supports ({supported}): upgrade rota; nothing was changed"
+    )]
+    SchemaTooNew {
+        location: String,
+        found: i64,
+        supported: i64,
+    },
+    #[error("invalid concurrency {value}: expected an integer 1..=1000")]
+    Concurrency { value: u32 },
+    #[error("stored value {value:?} in {column} is not valid: {reason}")]
+    Corrupt {
+        column: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error("{context}: {source}")]
+    Database {
+        context: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Adds the boundary's context to a database error.
+pub(crate) trait Context<T> {
+    fn context(self, context: &'static str) -> Result<T>;
+}
+
+impl<T> Context<T> for std::result::Result<T, sqlx::Error> {
+    fn context(self, context: &'static str) -> Result<T> {
+        self.map_err(|source| Error::Database { context, source })
+    }
+}

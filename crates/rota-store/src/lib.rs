@@ -1,0 +1,19 @@
+//! rota's state: the [`Store`] trait, the embedded SQLite store, and the conformance suite that
+//! every store must pass (design.md §7).
+
+mod error;
+mod model;
+mod sqlite;
+mod store;
+mod url;
+
+pub mod conformance;
+
+pub use error::{Error, Result};
+pub use model::{
+    BackoffRecord, HistoryEntry, HistoryFilter, Millis, NodeFields, NodeRecord, RequestRecord,
+    RequestState, Session, SlotHolder, Transition, WindowChange, now_millis,
+};
+pub use sqlite::SqliteStore;
+pub use store::Store;
+pub use url::StoreUrl;

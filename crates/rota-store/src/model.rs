@@ -1,0 +1,221 @@
+use std::time::Duration;
+
+use rota_core::{BackoffPolicy, HistoryEvent, Lifecycle, NodeName, NodeState, Process};
+use serde::Serialize;
+
+/// Unix time in milliseconds: the one time unit the stores speak.
+pub type Millis = i64;
+
+/// The current wall-clock time as [`Millis`].
+pub fn now_millis() -> Millis {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A live agent incarnation. Writes through a superseded or expired session are refused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Session {
+    pub id: i64,
+    pub node: NodeName,
+}
+
+/// What the store knows about one node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct NodeRecord {
+    pub node: NodeName,
+    pub state: NodeState,
+    pub since: Millis,
+    pub process: Option<Process>,
+    pub slot: Option<u32>,
+    pub pre_cordoned: bool,
+    pub cordoned_by_rota: bool,
+    pub boot_id: Option<String>,
+    pub reboot_started_at: Option<Millis>,
+    pub reboot_deadline: Option<Millis>,
+    pub last_reboot_at: Option<Millis>,
+    pub queued_at: Option<Millis>,
+    pub last_result: Option<String>,
+}
+
+impl NodeRecord {
+    pub fn lifecycle(&self) -> Lifecycle {
+        Lifecycle {
+            state: self.state,
+            pre_cordoned: self.pre_cordoned,
+            cordoned_by_rota: self.cordoned_by_rota,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RequestState {
+    /// Waiting for the node's next maintenance window.
+    Pending,
+    /// Being served by the node's open window.
+    Active,
+    Done,
+    Canceled,
+}
+
+impl RequestState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestState::Pending => "pending",
+            RequestState::Active => "active",
+            RequestState::Done => "done",
+            RequestState::Canceled => "canceled",
+        }
+    }
+}
+
+/// A reason for maintenance.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RequestRecord {
+    pub id: i64,
+    pub node: NodeName,
+    pub process: Process,
+    /// Where the request came from: a sentinel path, `operator`, a procedure.
+    pub source: String,
+    pub created_at: Millis,
+    pub state: RequestState,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct HistoryEntry {
+    pub id: i64,
+    pub node: NodeName,
+    pub process: Process,
+    pub event: HistoryEvent,
+    pub at: Millis,
+    pub cause: Option<String>,
+    /// The slot the node held at this event.
+    pub slot: Option<u32>,
+    /// Whether this event gave the slot back.
+    pub released: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HistoryFilter {
+    pub node: Option<NodeName>,
+    pub process: Option<Process>,
+    pub event: Option<HistoryEvent>,
+    pub since: Option<Millis>,
+    pub until: Option<Millis>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BackoffRecord {
+    pub node: NodeName,
+    pub process: Process,
+    pub until: Millis,
+    #[serde(serialize_with = "as_seconds")]
+    pub last_interval: Duration,
+    pub cause: String,
+}
+
+fn as_seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(d.as_secs())
+}
+
+/// What a transition does to the node's maintenance window and its requests.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WindowChange {
+    /// The window is unchanged.
+    None,
+    /// The node entered the queue (or left it): `queued_at` is set (or cleared) as given.
+    Queue { queued_at: Option<Millis> },
+    /// The slot was taken: pending requests become active and each gets a `started` entry.
+    Open,
+    /// Requests that arrived while the window is open join it (`started` each).
+    Join,
+    /// The window closed successfully: active requests are done, each gets `finished`, their
+    /// backoffs are cleared, and the slot is released.
+    Finish,
+    /// The window's work failed: each active request gets `failed` with the cause and a backoff
+    /// by `policy`. With `keep_slot` the node keeps its slot and its requests stay active (fail
+    /// closed); without, the requests go back to pending and the slot is released.
+    Fail {
+        cause: String,
+        policy: BackoffPolicy,
+        keep_slot: bool,
+    },
+    /// An operator canceled the window: active requests are canceled (`canceled` each, with the
+    /// reason) and the slot is released.
+    Cancel { reason: String },
+}
+
+impl WindowChange {
+    pub fn releases_slot(&self) -> bool {
+        matches!(
+            self,
+            WindowChange::Finish
+                | WindowChange::Cancel { .. }
+                | WindowChange::Fail {
+                    keep_slot: false,
+                    ..
+                }
+        )
+    }
+}
+
+/// Node fields a transition may set; `None` leaves a field as it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeFields {
+    pub pre_cordoned: Option<bool>,
+    pub cordoned_by_rota: Option<bool>,
+    pub boot_id: Option<Option<String>>,
+    pub reboot_started_at: Option<Option<Millis>>,
+    pub reboot_deadline: Option<Option<Millis>>,
+    pub last_reboot_at: Option<Millis>,
+    pub last_result: Option<String>,
+}
+
+/// One step of the node lifecycle, written atomically, fenced by the writer's session, and
+/// compare-and-swapped on the node's current state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Transition {
+    pub from: NodeState,
+    pub to: NodeState,
+    /// The process the node is busy with after this step (kept only outside `idle`/`queued`).
+    pub process: Option<Process>,
+    pub window: WindowChange,
+    pub fields: NodeFields,
+}
+
+impl Transition {
+    pub fn new(from: NodeState, to: NodeState) -> Transition {
+        Transition {
+            from,
+            to,
+            process: None,
+            window: WindowChange::None,
+            fields: NodeFields::default(),
+        }
+    }
+
+    pub fn process(mut self, process: Option<Process>) -> Transition {
+        self.process = process;
+        self
+    }
+
+    pub fn window(mut self, window: WindowChange) -> Transition {
+        self.window = window;
+        self
+    }
+
+    pub fn fields(mut self, fields: NodeFields) -> Transition {
+        self.fields = fields;
+        self
+    }
+}
+
+/// One slot and its holder.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SlotHolder {
+    pub slot: u32,
+    pub node: NodeName,
+    pub acquired_at: Millis,
+}

@@ -1,0 +1,72 @@
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rota_core::{NodeName, Process};
+use tokio::sync::watch;
+
+use crate::error::Result;
+use crate::model::{
+    BackoffRecord, HistoryEntry, HistoryFilter, NodeRecord, RequestRecord, Session, SlotHolder,
+    Transition,
+};
+
+/// rota's state, on any substrate. Every method that changes a node's state takes the writer's
+/// [`Session`] and refuses the write when that session is no longer current (fencing); the
+/// operator's methods (`unlock`, `retry`) act without a session.
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// A short name of the substrate, for logs and JSON output.
+    fn kind(&self) -> &'static str;
+
+    /// Starts a new session for `node`, superseding every earlier one, and creates the node's
+    /// record (idle) if it has none. The session expires `ttl` after its last heartbeat.
+    async fn open_session(&self, node: &NodeName, ttl: Duration) -> Result<Session>;
+    /// Extends the session's deadline; fails with `Fenced` if it is no longer current.
+    async fn heartbeat(&self, session: &Session, ttl: Duration) -> Result<()>;
+    /// Ends the session now (graceful shutdown). The node keeps whatever slot it holds.
+    async fn close_session(&self, session: &Session) -> Result<()>;
+
+    /// The number of slots (`concurrency`), if it was ever set.
+    async fn concurrency(&self) -> Result<Option<u32>>;
+    async fn set_concurrency(&self, concurrency: u32) -> Result<()>;
+    /// Takes a free slot for the session's node, or re-adopts the one it already holds. Nodes
+    /// are served in queue order: a node gets a slot only when fewer live queued nodes are
+    /// ahead of it than there are free slots.
+    async fn try_acquire_slot(&self, session: &Session) -> Result<Option<u32>>;
+    /// Compare-and-swap check right before a disruptive step: the session is current and its
+    /// node holds a slot (returned). Also extends the session like a heartbeat.
+    async fn fence(&self, session: &Session, ttl: Duration) -> Result<u32>;
+    async fn slot_holders(&self) -> Result<Vec<SlotHolder>>;
+
+    /// Records a request for `process` on the session's node unless an open (pending or active)
+    /// one exists; returns the open request and whether it was created now.
+    async fn add_request(
+        &self,
+        session: &Session,
+        process: &Process,
+        source: &str,
+    ) -> Result<(RequestRecord, bool)>;
+    /// Cancels the node's pending request for `process`, if any; returns whether there was one.
+    async fn cancel_request(&self, session: &Session, process: &Process) -> Result<bool>;
+    /// The node's open (pending or active) requests, oldest first.
+    async fn open_requests(&self, node: &NodeName) -> Result<Vec<RequestRecord>>;
+
+    /// Applies one lifecycle step atomically (see [`Transition`]) and returns the new record.
+    async fn transition(&self, session: &Session, transition: Transition) -> Result<NodeRecord>;
+
+    async fn node(&self, node: &NodeName) -> Result<Option<NodeRecord>>;
+    async fn nodes(&self) -> Result<Vec<NodeRecord>>;
+    async fn backoffs(&self, node: &NodeName) -> Result<Vec<BackoffRecord>>;
+    /// History entries matching `filter`, oldest first.
+    async fn history(&self, filter: &HistoryFilter) -> Result<Vec<HistoryEntry>>;
+
+    /// Operator: gives a node's slot back and returns it to idle, canceling its window, with the
+    /// reason in history. The node stays marked as cordoned by rota so that its agent uncordons it.
+    async fn unlock(&self, node: &NodeName, reason: &str) -> Result<NodeRecord>;
+    /// Operator: lets a failed node try its window's work again (it keeps slot and cordon).
+    async fn retry(&self, node: &NodeName) -> Result<NodeRecord>;
+
+    /// A counter that changes after every committed write that others may wait for (slots,
+    /// node states, requests). Waiters re-read the store when it changes.
+    fn changes(&self) -> watch::Receiver<u64>;
+}
