@@ -170,7 +170,6 @@ pub struct NodeFields {
     pub reboot_started_at: Option<Option<Millis>>,
     pub reboot_deadline: Option<Option<Millis>>,
     pub last_reboot_at: Option<Millis>,
-    pub last_result: Option<String>,
 }
 
 /// One step of the node lifecycle, written atomically, fenced by the writer's session, and

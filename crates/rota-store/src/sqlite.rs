@@ -91,12 +91,19 @@ impl SqliteStore {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .context(context)?;
-        Ok(Writer { tx, _guard: guard })
+        Ok(Writer {
+            tx,
+            wakes: false,
+            _guard: guard,
+        })
     }
 
     async fn commit(&self, writer: Writer, context: &'static str) -> Result<()> {
+        let wakes = writer.wakes;
         writer.tx.commit().await.context(context)?;
-        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+        if wakes {
+            self.changes.send_modify(|n| *n = n.wrapping_add(1));
+        }
         Ok(())
     }
 }
@@ -104,6 +111,8 @@ impl SqliteStore {
 /// An open write transaction, holding the in-process writer lock until it ends.
 struct Writer {
     tx: Transaction<'static, Sqlite>,
+    /// Whether committing this write may let a waiting agent go on (see `Store::changes`).
+    wakes: bool,
     _guard: OwnedMutexGuard<()>,
 }
 
@@ -114,8 +123,12 @@ fn typed<T>(result: Result<T>) -> Result<T> {
 /// Runs `$body` (which may `return` early) in one `BEGIN IMMEDIATE` transaction bound to `$tx`,
 /// and commits it when the body succeeded; an error rolls everything back.
 macro_rules! write_tx {
-    ($store:expr, $context:expr, |$tx:ident| $body:block) => {{
+    ($store:expr, $context:expr, |$tx:ident| $body:block) => {
+        write_tx!($store, $context, wakes: false, |$tx| $body)
+    };
+    ($store:expr, $context:expr, wakes: $wakes:expr, |$tx:ident| $body:block) => {{
         let mut writer = $store.begin($context).await?;
+        writer.wakes = $wakes;
         let value = {
             let $tx = &mut writer.tx;
             typed(async move $body.await)?
@@ -422,6 +435,20 @@ async fn apply_window(
         .process
         .as_ref()
         .map_or_else(|| Process::Reboot.to_string(), ToString::to_string);
+    let result = match window {
+        WindowChange::Finish => Some("finished".to_string()),
+        WindowChange::Fail { cause, .. } => Some(format!("failed: {cause}")),
+        WindowChange::Cancel { reason } => Some(format!("canceled: {reason}")),
+        _ => None,
+    };
+    if let Some(result) = result {
+        sqlx::query("UPDATE nodes SET last_result = ? WHERE node = ?")
+            .bind(result)
+            .bind(node.as_str())
+            .execute(&mut **tx)
+            .await
+            .context("recording the result")?;
+    }
     match window {
         WindowChange::None => {}
         WindowChange::Queue { queued_at } => {
@@ -559,8 +586,7 @@ async fn update_node(
          boot_id = CASE WHEN ? THEN ? ELSE boot_id END, \
          reboot_started_at = CASE WHEN ? THEN ? ELSE reboot_started_at END, \
          reboot_deadline = CASE WHEN ? THEN ? ELSE reboot_deadline END, \
-         last_reboot_at = COALESCE(?, last_reboot_at), \
-         last_result = COALESCE(?, last_result) \
+         last_reboot_at = COALESCE(?, last_reboot_at) \
          WHERE node = ?",
     )
     .bind(transition.to.to_string())
@@ -578,7 +604,6 @@ async fn update_node(
     .bind(f.reboot_deadline.is_some())
     .bind(f.reboot_deadline.flatten())
     .bind(f.last_reboot_at)
-    .bind(f.last_result.as_deref())
     .bind(node.as_str())
     .execute(&mut **tx)
     .await
@@ -671,7 +696,7 @@ impl Store for SqliteStore {
         if !(1..=1000).contains(&concurrency) {
             return Err(Error::Concurrency { value: concurrency });
         }
-        write_tx!(self, "setting the concurrency", |tx| {
+        write_tx!(self, "setting the concurrency", wakes: true, |tx| {
             sqlx::query(
                 "INSERT INTO rota_meta (key, value) VALUES ('concurrency', ?) \
                  ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -829,8 +854,20 @@ impl Store for SqliteStore {
         rows.iter().map(request_record).collect()
     }
 
+    async fn all_requests(&self) -> Result<Vec<RequestRecord>> {
+        let rows = sqlx::query("SELECT * FROM requests ORDER BY id")
+            .fetch_all(&self.pool)
+            .await
+            .context("reading requests")?;
+        rows.iter().map(request_record).collect()
+    }
+
     async fn transition(&self, session: &Session, transition: Transition) -> Result<NodeRecord> {
-        write_tx!(self, "recording a transition", |tx| {
+        // Taking a slot never lets another waiter go on (one free slot fewer, one waiter
+        // ahead fewer); a release, or a waiter leaving the queue without one, may.
+        let wakes = transition.window.releases_slot()
+            || (transition.from == NodeState::Queued && transition.to == NodeState::Idle);
+        write_tx!(self, "recording a transition", wakes: wakes, |tx| {
             check_session(tx, session).await?;
             let node = &session.node;
             let record = expect_node(fetch_node(tx, node).await?, node)?;
@@ -928,7 +965,7 @@ impl Store for SqliteStore {
     }
 
     async fn unlock(&self, node: &NodeName, reason: &str) -> Result<NodeRecord> {
-        write_tx!(self, "unlocking a node", |tx| {
+        write_tx!(self, "unlocking a node", wakes: true, |tx| {
             let record = expect_node(fetch_node(tx, node).await?, node)?;
             if record.slot.is_none() && !record.state.holds_slot() {
                 return Err(Error::NotAllowed {
@@ -939,7 +976,7 @@ impl Store for SqliteStore {
                 });
             }
             let now = now_millis();
-            let cause = format!("unlocked by operator: {reason}");
+            let cause = format!("unlocked by an operator: {reason}");
             apply_window(
                 tx,
                 &record,
@@ -950,11 +987,10 @@ impl Store for SqliteStore {
             )
             .await?;
             sqlx::query(
-                "UPDATE nodes SET state = 'idle', since = ?, process = NULL, queued_at = NULL, \
-                 last_result = ? WHERE node = ?",
+                "UPDATE nodes SET state = 'idle', since = ?, process = NULL, queued_at = NULL \
+                 WHERE node = ?",
             )
             .bind(now)
-            .bind(&cause)
             .bind(node.as_str())
             .execute(&mut **tx)
             .await
@@ -964,7 +1000,7 @@ impl Store for SqliteStore {
     }
 
     async fn retry(&self, node: &NodeName) -> Result<NodeRecord> {
-        write_tx!(self, "retrying a node", |tx| {
+        write_tx!(self, "retrying a node", wakes: true, |tx| {
             let record = expect_node(fetch_node(tx, node).await?, node)?;
             if record.state != NodeState::Failed {
                 return Err(Error::NotAllowed {

@@ -50,6 +50,8 @@ pub trait Store: Send + Sync {
     async fn cancel_request(&self, session: &Session, process: &Process) -> Result<bool>;
     /// The node's open (pending or active) requests, oldest first.
     async fn open_requests(&self, node: &NodeName) -> Result<Vec<RequestRecord>>;
+    /// Every request ever made, open or closed, oldest first.
+    async fn all_requests(&self) -> Result<Vec<RequestRecord>>;
 
     /// Applies one lifecycle step atomically (see [`Transition`]) and returns the new record.
     async fn transition(&self, session: &Session, transition: Transition) -> Result<NodeRecord>;
@@ -66,7 +68,9 @@ pub trait Store: Send + Sync {
     /// Operator: lets a failed node try its window's work again (it keeps slot and cordon).
     async fn retry(&self, node: &NodeName) -> Result<NodeRecord>;
 
-    /// A counter that changes after every committed write that others may wait for (slots,
-    /// node states, requests). Waiters re-read the store when it changes.
+    /// A counter that changes after every committed write that may let a waiting agent go on:
+    /// a slot released, a node leaving the queue without a slot, an operator's action, a new
+    /// concurrency.
+    /// Waiters re-read the store when it changes.
     fn changes(&self) -> watch::Receiver<u64>;
 }

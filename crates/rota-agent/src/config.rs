@@ -1,0 +1,76 @@
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use rota_core::{BackoffPolicy, NodeName};
+
+/// The reboot sentinels watched by default (kured's and the reboot coordinator's).
+pub const DEFAULT_REBOOT_SENTINELS: [&str; 2] = ["/run/reboot-needed", "/var/run/reboot-required"];
+/// kustodian's protocol: a host script asks for maintenance with this file...
+pub const MAINTENANCE_REQUIRED: &str = "/var/maintenance-required";
+/// ...and rota answers with this one once the node is drained.
+pub const MAINTENANCE_IN_PROGRESS: &str = "/var/maintenance-in-progress";
+pub const DEFAULT_BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
+
+/// Everything one agent needs to know about its node and its policies.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    pub node: NodeName,
+    /// Where the host's filesystem is mounted (`/` on the host itself, `/host` in a pod).
+    pub host_root: PathBuf,
+    /// Host paths (absolute, as seen on the host) whose presence asks for a reboot.
+    pub reboot_sentinels: Vec<PathBuf>,
+    pub maintenance_required: PathBuf,
+    pub maintenance_in_progress: PathBuf,
+    /// Read as is, not under `host_root`: the kernel shows the same boot id in every namespace.
+    pub boot_id_file: PathBuf,
+    /// Sets the fleet-wide number of slots when given.
+    pub concurrency: Option<u32>,
+    pub drain_timeout: Duration,
+    pub reboot_timeout: Duration,
+    /// How long the health check may keep failing after maintenance before the node fails.
+    pub verify_timeout: Duration,
+    /// Pause between failed health checks.
+    pub health_interval: Duration,
+    pub session_ttl: Duration,
+    pub backoff: BackoffPolicy,
+    pub safety_recheck: Duration,
+    /// How often to re-read the store in case another process changed it without telling
+    /// this one (SQLite shared by several processes).
+    pub store_poll: Duration,
+}
+
+impl AgentConfig {
+    /// The defaults for a node, as documented in README.md's configuration reference.
+    pub fn new(node: NodeName) -> AgentConfig {
+        AgentConfig {
+            node,
+            host_root: PathBuf::from("/"),
+            reboot_sentinels: DEFAULT_REBOOT_SENTINELS.iter().map(PathBuf::from).collect(),
+            maintenance_required: PathBuf::from(MAINTENANCE_REQUIRED),
+            maintenance_in_progress: PathBuf::from(MAINTENANCE_IN_PROGRESS),
+            boot_id_file: PathBuf::from(DEFAULT_BOOT_ID_FILE),
+            concurrency: None,
+            drain_timeout: Duration::from_secs(600),
+            reboot_timeout: Duration::from_secs(900),
+            verify_timeout: Duration::from_secs(600),
+            health_interval: Duration::from_secs(5),
+            session_ttl: Duration::from_secs(30),
+            backoff: BackoffPolicy {
+                initial: Duration::from_secs(60),
+                maximum: Duration::from_secs(3600),
+                exponent: 2.0,
+            },
+            safety_recheck: Duration::from_secs(60),
+            store_poll: Duration::from_secs(1),
+        }
+    }
+
+    /// Where a host path is reachable from this process.
+    pub fn host_path(&self, path: &Path) -> PathBuf {
+        let relative: PathBuf = path
+            .components()
+            .filter(|c| matches!(c, Component::Normal(_)))
+            .collect();
+        self.host_root.join(relative)
+    }
+}

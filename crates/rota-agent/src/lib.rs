@@ -1,0 +1,16 @@
+//! rota's per-node agent (design.md §3): it watches the node's sentinels, queues requests,
+//! waits for a slot, drains, runs the maintenance (kustodian's file protocol, a reboot),
+//! verifies, and hands the slot on, persisting every step so that a restart continues it.
+
+mod actions;
+mod agent;
+mod config;
+mod error;
+
+pub use actions::{CommandActions, NodeActions, RebootHandle};
+pub use agent::{Agent, read_boot_id};
+pub use config::{
+    AgentConfig, DEFAULT_BOOT_ID_FILE, DEFAULT_REBOOT_SENTINELS, MAINTENANCE_IN_PROGRESS,
+    MAINTENANCE_REQUIRED,
+};
+pub use error::{ActionError, Error, Result};

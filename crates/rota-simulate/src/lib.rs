@@ -1,0 +1,342 @@
+//! `rota simulate`: N real agents in one process against a real store, each with its own host
+//! root so that the real sentinel watcher sees its sentinel appear. Only node actions are
+//! simulated: a reboot stops the node's agent, waits the maintenance time, and starts it again
+//! with a new boot id and an empty `/run` (a tmpfs does not survive a reboot).
+
+mod actions;
+pub mod metrics;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rota_agent::{Agent, AgentConfig};
+use rota_core::{HistoryEvent, NodeName, NodeState};
+use rota_store::{HistoryFilter, Millis, SqliteStore, Store, StoreUrl, now_millis};
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::actions::SimulatedActions;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid simulation: {0}")]
+    Invalid(String),
+    #[error("preparing node {node}'s host root {path}: {source}")]
+    HostRoot {
+        node: usize,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("creating the temporary directory: {0}")]
+    TempDir(#[source] std::io::Error),
+    #[error("store: {0}")]
+    Store(#[from] rota_store::Error),
+    #[error("agent of node {node} stopped: {source}")]
+    Agent {
+        node: String,
+        #[source]
+        source: rota_agent::Error,
+    },
+    #[error("the rollout did not finish within {limit_s}s ({completed} of {nodes} nodes finished)")]
+    TimedOut {
+        limit_s: u64,
+        completed: usize,
+        nodes: usize,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub nodes: usize,
+    pub concurrency: u32,
+    /// How long a simulated reboot keeps a node down.
+    pub maintenance_time: Duration,
+    /// The store to run against; SQLite in a temporary directory when `None`.
+    pub store: Option<StoreUrl>,
+}
+
+/// The JSON summary of `rota simulate --json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub store: &'static str,
+    pub nodes: usize,
+    pub concurrency: u32,
+    pub completed: usize,
+    pub failed: usize,
+    /// Most nodes in a maintenance window at once, from the store's history.
+    pub max_concurrent: usize,
+    pub makespan_s: f64,
+    /// ceil(nodes / concurrency) × maintenance time: the best any coordinator could do.
+    pub ideal_s: f64,
+    pub efficiency: f64,
+    /// Sentinel written → request recorded (the node queued).
+    pub detection_p50_ms: Millis,
+    pub detection_p99_ms: Millis,
+    /// Slot released → the next node's window opened.
+    pub handoff_p50_ms: Millis,
+    pub handoff_p99_ms: Millis,
+}
+
+struct Node {
+    name: NodeName,
+    root: PathBuf,
+    boots: u32,
+    agent: Option<(CancellationToken, JoinHandle<rota_agent::Result<()>>)>,
+}
+
+fn node_config(node: &Node, concurrency: u32, maintenance_time: Duration) -> AgentConfig {
+    let mut config = AgentConfig::new(node.name.clone());
+    config.host_root = node.root.clone();
+    config.boot_id_file = node.root.join("boot_id");
+    config.concurrency = Some(concurrency);
+    config.reboot_timeout = maintenance_time * 10 + Duration::from_secs(60);
+    // Every agent shares this process's store handle, whose change notifications reach
+    // all of them: the slow re-read is only a safety net here.
+    config.store_poll = Duration::from_secs(10);
+    config
+}
+
+fn prepare_root(index: usize, root: &Path) -> Result<()> {
+    let io = |source| Error::HostRoot {
+        node: index,
+        path: root.to_path_buf(),
+        source,
+    };
+    for dir in ["run", "var/run"] {
+        std::fs::create_dir_all(root.join(dir)).map_err(io)?;
+    }
+    write_boot_id(root, 0).map_err(io)
+}
+
+fn write_boot_id(root: &Path, boot: u32) -> std::io::Result<()> {
+    std::fs::write(root.join("boot_id"), format!("sim-boot-{boot}\n"))
+}
+
+/// Empties `/run` like a reboot empties a tmpfs.
+fn clear_run(root: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(root.join("run"))? {
+        let path = entry?.path();
+        if path.is_dir() {
+            std::fs::remove_dir_all(&path)?;
+        } else {
+            std::fs::remove_file(&path)?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs the simulation; `progress(completed, total)` is called as nodes finish.
+pub async fn run(options: Options, progress: impl Fn(usize, usize)) -> Result<Summary> {
+    if options.nodes == 0 {
+        return Err(Error::Invalid("--nodes must be at least 1".into()));
+    }
+    if options.concurrency == 0 {
+        return Err(Error::Invalid("--concurrency must be at least 1".into()));
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("rota-simulate-")
+        .tempdir()
+        .map_err(Error::TempDir)?;
+    let store: Arc<dyn Store> = match &options.store {
+        Some(url) => url.open().await?,
+        None => Arc::new(SqliteStore::open(&dir.path().join("rota.db")).await?),
+    };
+    store.set_concurrency(options.concurrency).await?;
+
+    let width = options.nodes.to_string().len();
+    let mut nodes = Vec::with_capacity(options.nodes);
+    for i in 0..options.nodes {
+        let name = NodeName::new(format!("sim-{i:0width$}"))
+            .map_err(|e| Error::Invalid(format!("node name: {e}")))?;
+        let root = dir.path().join(name.as_str());
+        prepare_root(i, &root)?;
+        nodes.push(Node {
+            name,
+            root,
+            boots: 0,
+            agent: None,
+        });
+    }
+
+    let (back_up_tx, mut back_up) = mpsc::unbounded_channel();
+    let mut power_cycles: Vec<JoinHandle<Result<()>>> = Vec::new();
+    let (reboots_tx, mut reboots) = mpsc::unbounded_channel();
+    let start_agent = |node: &mut Node, index: usize| {
+        let cancel = CancellationToken::new();
+        let agent = Agent::new(
+            node_config(node, options.concurrency, options.maintenance_time),
+            store.clone(),
+            Arc::new(SimulatedActions {
+                node: index,
+                reboots: reboots_tx.clone(),
+            }),
+            cancel.clone(),
+        );
+        node.agent = Some((cancel, tokio::spawn(agent.run())));
+    };
+    for (i, node) in nodes.iter_mut().enumerate() {
+        start_agent(node, i);
+    }
+    // Every agent has its watcher armed once its session is open.
+    while store.nodes().await?.len() < options.nodes {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    info!(
+        nodes = options.nodes,
+        "all agents started; writing sentinels"
+    );
+
+    let started = now_millis();
+    let mut written = BTreeMap::new();
+    for node in &nodes {
+        written.insert(node.name.clone(), now_millis());
+        let sentinel = node.root.join("run/reboot-needed");
+        std::fs::write(&sentinel, b"").map_err(|source| Error::HostRoot {
+            node: 0,
+            path: sentinel,
+            source,
+        })?;
+    }
+
+    let rounds = options.nodes.div_ceil(options.concurrency as usize);
+    let ideal = options.maintenance_time * u32::try_from(rounds).unwrap_or(u32::MAX);
+    let limit = ideal * 3 + Duration::from_secs(60);
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let (completed, failed) = loop {
+        tokio::select! {
+            Some(index) = reboots.recv() => {
+                    let node = &mut nodes[index];
+                    let Some((cancel, agent)) = node.agent.take() else { continue };
+                    node.boots += 1;
+                    let root = node.root.clone();
+                    let boot = node.boots;
+                    let name = node.name.to_string();
+                    let back_up = back_up_tx.clone();
+                    let down_for = options.maintenance_time;
+                    let crashed = async move {
+                        cancel.cancel();
+                        if let Ok(Err(source)) = agent.await {
+                            return Err(Error::Agent { node: name, source });
+                        }
+                        tokio::time::sleep(down_for).await;
+                        let io = |source| Error::HostRoot { node: index, path: root.clone(), source };
+                        clear_run(&root).map_err(io)?;
+                        write_boot_id(&root, boot).map_err(io)?;
+                        back_up.send(index).ok();
+                        Ok(())
+                    };
+                    power_cycles.push(tokio::spawn(crashed));
+            }
+            Some(index) = back_up.recv() => start_agent(&mut nodes[index], index),
+            _ = tick.tick() => {
+                let (completed, failed) = outcome(&*store).await?;
+                progress(completed, options.nodes);
+                if completed + failed >= options.nodes {
+                    break (completed, failed);
+                }
+                if tokio::time::Instant::now() > deadline {
+                    return Err(Error::TimedOut { limit_s: limit.as_secs(), completed, nodes: options.nodes });
+                }
+                for cycle in std::mem::take(&mut power_cycles) {
+                    if !cycle.is_finished() {
+                        power_cycles.push(cycle);
+                    } else if let Ok(Err(e)) = cycle.await {
+                        return Err(e);
+                    }
+                }
+                for node in &mut nodes {
+                    if let Some((_, agent)) = &node.agent
+                        && agent.is_finished()
+                        && let Some((_, agent)) = node.agent.take()
+                        && let Ok(Err(source)) = agent.await
+                    {
+                        return Err(Error::Agent { node: node.name.to_string(), source });
+                    }
+                }
+            }
+        }
+    };
+    for node in &mut nodes {
+        if let Some((cancel, agent)) = node.agent.take() {
+            cancel.cancel();
+            let _ = agent.await;
+        }
+    }
+    summarize(
+        &*store, &options, started, &written, completed, failed, ideal,
+    )
+    .await
+}
+
+/// Nodes whose reboot finished, and nodes that failed.
+async fn outcome(store: &dyn Store) -> Result<(usize, usize)> {
+    let nodes = store.nodes().await?;
+    let finished = store
+        .history(&HistoryFilter {
+            event: Some(HistoryEvent::Finished),
+            ..HistoryFilter::default()
+        })
+        .await?;
+    let completed = nodes
+        .iter()
+        .filter(|n| finished.iter().any(|e| e.node == n.node))
+        .count();
+    let failed = nodes
+        .iter()
+        .filter(|n| n.state == NodeState::Failed)
+        .count();
+    Ok((completed, failed))
+}
+
+async fn summarize(
+    store: &dyn Store,
+    options: &Options,
+    started: Millis,
+    written: &BTreeMap<NodeName, Millis>,
+    completed: usize,
+    failed: usize,
+    ideal: Duration,
+) -> Result<Summary> {
+    let history = store.history(&HistoryFilter::default()).await?;
+    let last = history.iter().map(|e| e.at).max().unwrap_or(started);
+    let makespan_s = (last - started) as f64 / 1000.0;
+    let mut detection = Vec::new();
+    for request in store.all_requests().await? {
+        if let Some(at) = written.get(&request.node)
+            && !detection.iter().any(|(n, _)| n == &request.node)
+        {
+            detection.push((request.node.clone(), request.created_at - at));
+        }
+    }
+    let detection: Vec<Millis> = detection.into_iter().map(|(_, d)| d).collect();
+    let handoffs = metrics::handoffs(&history, options.concurrency as usize);
+    let ideal_s = ideal.as_secs_f64();
+    Ok(Summary {
+        store: store.kind(),
+        nodes: options.nodes,
+        concurrency: options.concurrency,
+        completed,
+        failed,
+        max_concurrent: metrics::max_concurrent(&history),
+        makespan_s,
+        ideal_s,
+        efficiency: if makespan_s > 0.0 {
+            ideal_s / makespan_s
+        } else {
+            0.0
+        },
+        detection_p50_ms: metrics::percentile(&detection, 50),
+        detection_p99_ms: metrics::percentile(&detection, 99),
+        handoff_p50_ms: metrics::percentile(&handoffs, 50),
+        handoff_p99_ms: metrics::percentile(&handoffs, 99),
+    })
+}

@@ -1,0 +1,116 @@
+//! The numbers of a rollout, computed from the store's records alone (not from the agents'
+//! own counters), so that they check the agents rather than repeat them.
+
+use std::collections::BTreeSet;
+
+use rota_core::HistoryEvent;
+use rota_store::{HistoryEntry, Millis};
+
+/// The most nodes that were inside a maintenance window at once: a window opens at a node's
+/// first `started` entry and closes at the entry that released its slot.
+pub fn max_concurrent(history: &[HistoryEntry]) -> usize {
+    let mut open = BTreeSet::new();
+    let mut max = 0;
+    for entry in history {
+        if entry.event == HistoryEvent::Started {
+            open.insert(entry.node.clone());
+        }
+        max = max.max(open.len());
+        if entry.released {
+            open.remove(&entry.node);
+        }
+    }
+    max
+}
+
+/// Window openings, in time order (a node's first `started` while it has no window open).
+pub fn window_opens(history: &[HistoryEntry]) -> Vec<Millis> {
+    let mut open = BTreeSet::new();
+    let mut opens = Vec::new();
+    for entry in history {
+        if entry.event == HistoryEvent::Started && open.insert(entry.node.clone()) {
+            opens.push(entry.at);
+        }
+        if entry.released {
+            open.remove(&entry.node);
+        }
+    }
+    opens
+}
+
+/// Slot handoffs: the i-th release lets the (k+i)-th window open, since only k can be open.
+pub fn handoffs(history: &[HistoryEntry], concurrency: usize) -> Vec<Millis> {
+    let opens = window_opens(history);
+    let releases: Vec<Millis> = history
+        .iter()
+        .filter(|e| e.released)
+        .map(|e| e.at)
+        .collect();
+    releases
+        .iter()
+        .zip(opens.iter().skip(concurrency))
+        .map(|(released, opened)| opened - released)
+        .collect()
+}
+
+/// The nearest-rank percentile `p` (0..=100) of `values`; 0 for no values.
+pub fn percentile(values: &[Millis], p: u32) -> Millis {
+    if values.is_empty() {
+        return 0;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable();
+    let rank = (usize::try_from(p).unwrap_or(100) * sorted.len()).div_ceil(100);
+    sorted[rank.saturating_sub(1).min(sorted.len() - 1)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rota_core::{NodeName, Process};
+
+    fn entry(id: i64, node: &str, event: HistoryEvent, at: Millis, released: bool) -> HistoryEntry {
+        HistoryEntry {
+            id,
+            node: NodeName::new(node).expect("name"),
+            process: Process::Reboot,
+            event,
+            at,
+            cause: None,
+            slot: Some(0),
+            released,
+        }
+    }
+
+    #[test]
+    fn overlapping_windows_are_counted_from_history() {
+        use HistoryEvent::{Failed, Finished, Started};
+        let history = vec![
+            entry(1, "a", Started, 0, false),
+            entry(2, "b", Started, 5, false),
+            entry(3, "a", Finished, 10, true),
+            entry(4, "c", Started, 12, false),
+            // A failed maintenance keeps its slot: c is still out.
+            entry(5, "c", Failed, 20, false),
+            entry(6, "d", Started, 21, false),
+            entry(7, "b", Finished, 30, true),
+        ];
+        assert_eq!(max_concurrent(&history), 3);
+        assert_eq!(window_opens(&history), vec![0, 5, 12, 21]);
+        assert_eq!(
+            handoffs(&history, 3),
+            vec![11],
+            "the first release lets the fourth window open"
+        );
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let values: Vec<Millis> = (1..=100).collect();
+        assert_eq!(percentile(&values, 50), 50);
+        assert_eq!(percentile(&values, 99), 99);
+        assert_eq!(percentile(&values, 100), 100);
+        assert_eq!(percentile(&[7], 99), 7);
+        assert_eq!(percentile(&[], 50), 0);
+    }
+}
