@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rota_core::{Effect, Event, NodeState, Process};
 use rota_sentinel::{SentinelWatcher, Snapshot, WatcherOptions};
 use rota_store::{
-    Millis, NodeFields, NodeRecord, RequestRecord, RequestState, Session, Store, Transition,
-    WindowChange, now_millis,
+    Acquire, Millis, NodeFields, NodeRecord, RequestRecord, RequestState, Session, Store,
+    Transition, WindowChange, now_millis,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -187,23 +187,43 @@ impl Agent {
     }
 
     async fn pause(&self, running: &mut Running) -> Result<()> {
-        self.wait(running, Some(Instant::now() + RETRY_PAUSE)).await
+        self.wait(running, Some(Instant::now() + RETRY_PAUSE), None)
+            .await
     }
 
-    /// Waits for anything that may change what the next step is: a sentinel, a store change,
-    /// the deadline, the slow store re-read, or shutdown.
-    async fn wait(&self, running: &mut Running, until: Option<Instant>) -> Result<()> {
+    /// Waits for anything that may change what the next step is: a sentinel, the deadline,
+    /// the slow store re-read, shutdown, and, when `store_changes` is given, the store's change
+    /// counter reaching that value.
+    async fn wait(
+        &self,
+        running: &mut Running,
+        until: Option<Instant>,
+        store_changes: Option<u64>,
+    ) -> Result<()> {
         let poll = Instant::now() + self.config.store_poll;
         let until = until.map_or(poll, |u| u.min(poll));
+        let changes = &mut running.changes;
+        let store_changed = async move {
+            match store_changes {
+                Some(target) => {
+                    let _ = changes.wait_for(|n| *n >= target).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = self.cancel.cancelled() => Ok(()),
             changed = running.sentinels.changed() => {
                 running.sentinels_dirty = true;
-                changed.map_err(|_| Error::WatcherStopped {
-                    node: self.config.node.clone(),
-                })
+                // The watcher ends with the agent's token; only an early end is an error.
+                if changed.is_err() && !self.cancel.is_cancelled() {
+                    return Err(Error::WatcherStopped {
+                        node: self.config.node.clone(),
+                    });
+                }
+                Ok(())
             }
-            _ = running.changes.changed() => Ok(()),
+            () = store_changed => Ok(()),
             () = tokio::time::sleep_until(until) => Ok(()),
         }
     }
@@ -218,7 +238,7 @@ impl Agent {
             NodeState::Verifying => self.verifying(running, record).await,
             NodeState::Failed => {
                 // Fail closed: keep slot and cordon until an operator retries or unlocks.
-                self.wait(running, None).await
+                self.wait(running, None, None).await
             }
         }
     }
@@ -295,15 +315,18 @@ impl Agent {
         {
             wanted.push((Process::Maintenance, maintenance.display().to_string()));
         }
-        let open = self.store.open_requests(&self.config.node).await?;
+        let mut open = self.store.open_requests(&self.config.node).await?;
         for (process, source) in &wanted {
             if !open.iter().any(|r| &r.process == process) {
-                self.store
+                let (request, _) = self
+                    .store
                     .add_request(&running.session, process, source)
                     .await?;
                 info!(node = %self.config.node, %process, source, "request recorded");
+                open.push(request);
             }
         }
+        let mut withdrawn = Vec::new();
         for request in &open {
             let from_sentinel = self.sentinel_source(&request.source);
             let still_wanted = wanted.iter().any(|(p, _)| p == &request.process);
@@ -312,11 +335,13 @@ impl Agent {
                     .cancel_request(&running.session, &request.process)
                     .await?;
                 info!(node = %self.config.node, process = %request.process, "sentinel withdrawn");
+                withdrawn.push(request.id);
             }
         }
+        open.retain(|r| !withdrawn.contains(&r.id));
         // Only now: a failed write above leaves the flag set, so the next step tries again.
         running.sentinels_dirty = false;
-        Ok(self.store.open_requests(&self.config.node).await?)
+        Ok(open)
     }
 
     fn sentinel_source(&self, source: &str) -> bool {
@@ -356,7 +381,7 @@ impl Agent {
         }
         let open = self.sync_requests(running, record).await?;
         if open.is_empty() {
-            return self.wait(running, None).await;
+            return self.wait(running, None, None).await;
         }
         let queued_at = self.eligible_at(&open).await?;
         self.commit(
@@ -399,15 +424,13 @@ impl Agent {
             return Ok(());
         };
         if queued_at > now_millis() {
-            return self.wait(running, Some(instant_at(queued_at))).await;
+            return self.wait(running, Some(instant_at(queued_at)), None).await;
         }
-        if self
-            .store
-            .try_acquire_slot(&running.session)
-            .await?
-            .is_none()
-        {
-            return self.wait(running, None).await;
+        // Read the counter before asking: a change in between then wakes this waiter at once.
+        let seen = *running.changes.borrow_and_update();
+        if let Acquire::Wait { changes } = self.store.try_acquire_slot(&running.session).await? {
+            let target = seen.saturating_add(changes);
+            return self.wait(running, None, Some(target)).await;
         }
         let pre_cordoned = match self.actions.is_cordoned().await {
             Ok(cordoned) => cordoned,
@@ -496,7 +519,7 @@ impl Agent {
             .map(|r| r.process)
             .collect();
         if active.contains(&Process::Maintenance) && !self.kustodian_done(running).await? {
-            return self.wait(running, None).await;
+            return self.wait(running, None, None).await;
         }
         if !active.contains(&Process::Reboot) {
             self.commit(
@@ -624,7 +647,7 @@ impl Agent {
         }
         // Never start the reboot again: a restarted agent only waits for the outcome.
         let Some(handle) = running.reboot.as_mut() else {
-            return self.wait(running, Some(instant_at(deadline))).await;
+            return self.wait(running, Some(instant_at(deadline)), None).await;
         };
         let exited = tokio::select! {
             () = self.cancel.cancelled() => return Ok(()),
@@ -656,7 +679,7 @@ impl Agent {
             Err(e) => {
                 info!(node = %self.config.node, error = %e, "not healthy yet");
                 let next = Instant::now() + self.config.health_interval;
-                self.wait(running, Some(next)).await
+                self.wait(running, Some(next), None).await
             }
         }
     }

@@ -22,6 +22,9 @@ use tracing::info;
 
 use crate::actions::SimulatedActions;
 
+/// Where simulated host roots go when it exists: like a real host's /run, a tmpfs.
+const TMPFS: &str = "/dev/shm";
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("invalid simulation: {0}")]
@@ -145,6 +148,15 @@ pub async fn run(options: Options, progress: impl Fn(usize, usize)) -> Result<Su
         .prefix("rota-simulate-")
         .tempdir()
         .map_err(Error::TempDir)?;
+    // On a real host /run is a tmpfs; so are the simulated hosts' roots where one exists.
+    let hosts = tempfile::Builder::new()
+        .prefix("rota-simulate-hosts-")
+        .tempdir_in(if Path::new(TMPFS).is_dir() {
+            Path::new(TMPFS)
+        } else {
+            dir.path()
+        })
+        .map_err(Error::TempDir)?;
     let store: Arc<dyn Store> = match &options.store {
         Some(url) => url.open().await?,
         None => Arc::new(SqliteStore::open(&dir.path().join("rota.db")).await?),
@@ -156,7 +168,7 @@ pub async fn run(options: Options, progress: impl Fn(usize, usize)) -> Result<Su
     for i in 0..options.nodes {
         let name = NodeName::new(format!("sim-{i:0width$}"))
             .map_err(|e| Error::Invalid(format!("node name: {e}")))?;
-        let root = dir.path().join(name.as_str());
+        let root = hosts.path().join(name.as_str());
         prepare_root(i, &root)?;
         nodes.push(Node {
             name,
@@ -195,16 +207,26 @@ pub async fn run(options: Options, progress: impl Fn(usize, usize)) -> Result<Su
     );
 
     let started = now_millis();
-    let mut written = BTreeMap::new();
-    for node in &nodes {
-        written.insert(node.name.clone(), now_millis());
-        let sentinel = node.root.join("run/reboot-needed");
-        std::fs::write(&sentinel, b"").map_err(|source| Error::HostRoot {
-            node: 0,
-            path: sentinel,
-            source,
-        })?;
-    }
+    // Written from a blocking thread: file writes must not stall the runtime's workers, which
+    // are busy running the agents that react to these very files.
+    let sentinels: Vec<(NodeName, PathBuf)> = nodes
+        .iter()
+        .map(|n| (n.name.clone(), n.root.join("run/reboot-needed")))
+        .collect();
+    let written = tokio::task::spawn_blocking(move || {
+        let mut written = BTreeMap::new();
+        for (index, (name, sentinel)) in sentinels.into_iter().enumerate() {
+            written.insert(name, now_millis());
+            std::fs::write(&sentinel, b"").map_err(|source| Error::HostRoot {
+                node: index,
+                path: sentinel,
+                source,
+            })?;
+        }
+        Ok::<_, Error>(written)
+    })
+    .await
+    .map_err(|e| Error::Invalid(format!("writing the sentinels: {e}")))??;
 
     let rounds = options.nodes.div_ceil(options.concurrency as usize);
     let ideal = options.maintenance_time * u32::try_from(rounds).unwrap_or(u32::MAX);

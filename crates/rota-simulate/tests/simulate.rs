@@ -20,8 +20,14 @@ async fn every_node_reboots_once_and_never_more_than_k_at_once() {
     assert_eq!(summary.completed, 7, "{summary:?}");
     assert_eq!(summary.failed, 0, "{summary:?}");
     assert!(summary.max_concurrent <= 2, "{summary:?}");
-    assert_eq!(summary.max_concurrent, 2, "slots are used in parallel: {summary:?}");
-    assert!(summary.ideal_s > 0.0 && summary.makespan_s >= summary.ideal_s, "{summary:?}");
+    assert_eq!(
+        summary.max_concurrent, 2,
+        "slots are used in parallel: {summary:?}"
+    );
+    assert!(
+        summary.ideal_s > 0.0 && summary.makespan_s >= summary.ideal_s,
+        "{summary:?}"
+    );
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@ use rota_core::{BackoffPolicy, HistoryEvent, NodeName, NodeState, Process};
 
 use crate::error::Error;
 use crate::model::{
-    HistoryFilter, NodeFields, NodeRecord, Session, Transition, WindowChange, now_millis,
+    Acquire, HistoryFilter, NodeFields, NodeRecord, Session, Transition, WindowChange, now_millis,
 };
 use crate::store::Store;
 
@@ -33,6 +33,7 @@ macro_rules! conformance_tests {
             backoff_follows_the_policy_and_success_clears_it,
             history_is_ordered_and_filterable,
             slots_are_granted_in_queue_order,
+            a_release_moves_changes_by_one_and_a_grant_not_at_all,
             unlock_frees_a_failed_node,
             retry_resumes_a_failed_node,
             drain_failure_releases_slot_and_requeues_requests,
@@ -151,7 +152,7 @@ pub async fn slot_limit_is_never_exceeded(store: Arc<dyn Store>) {
     for i in 0..5 {
         let s = session(&*store, &format!("node-{i}")).await;
         enqueue(&*store, &s, now - 1000).await;
-        if let Some(slot) = store.try_acquire_slot(&s).await.expect("acquire") {
+        if let Some(slot) = store.try_acquire_slot(&s).await.expect("acquire").slot() {
             granted.push(slot);
         }
     }
@@ -164,13 +165,21 @@ pub async fn holder_readopts_its_slot_after_restart(store: Arc<dyn Store>) {
     store.set_concurrency(1).await.expect("set concurrency");
     let first = session(&*store, "a").await;
     enqueue(&*store, &first, now_millis() - 1000).await;
-    let slot = store.try_acquire_slot(&first).await.expect("acquire");
+    let slot = store
+        .try_acquire_slot(&first)
+        .await
+        .expect("acquire")
+        .slot();
     assert_eq!(slot, Some(0));
     open_window(&*store, &first).await;
 
     let restarted = session(&*store, "a").await;
     assert_eq!(
-        store.try_acquire_slot(&restarted).await.expect("re-adopt"),
+        store
+            .try_acquire_slot(&restarted)
+            .await
+            .expect("re-adopt")
+            .slot(),
         Some(0),
         "the restarted agent gets its own slot back"
     );
@@ -180,7 +189,14 @@ pub async fn holder_readopts_its_slot_after_restart(store: Arc<dyn Store>) {
 
     let other = session(&*store, "b").await;
     enqueue(&*store, &other, now_millis() - 500).await;
-    assert_eq!(store.try_acquire_slot(&other).await.expect("acquire"), None);
+    assert_eq!(
+        store
+            .try_acquire_slot(&other)
+            .await
+            .expect("acquire")
+            .slot(),
+        None
+    );
 }
 
 pub async fn superseded_session_is_fenced(store: Arc<dyn Store>) {
@@ -224,7 +240,7 @@ pub async fn fence_requires_a_held_slot(store: Arc<dyn Store>) {
     let refused = store.fence(&s, TTL).await;
     assert!(matches!(refused, Err(Error::Fenced { .. })), "{refused:?}");
     enqueue(&*store, &s, now_millis() - 1000).await;
-    store.try_acquire_slot(&s).await.expect("acquire");
+    store.try_acquire_slot(&s).await.expect("acquire").slot();
     assert_eq!(store.fence(&s, TTL).await.expect("fence"), 0);
     store.unlock(&node("a"), "test").await.expect("unlock");
     let refused = store.fence(&s, TTL).await;
@@ -291,7 +307,7 @@ pub async fn backoff_follows_the_policy_and_success_clears_it(store: Arc<dyn Sto
     let mut seen = Vec::new();
     for _ in 0..5 {
         enqueue(&*store, &s, now_millis() - 1000).await;
-        store.try_acquire_slot(&s).await.expect("acquire");
+        store.try_acquire_slot(&s).await.expect("acquire").slot();
         open_window(&*store, &s).await;
         let before = now_millis();
         store
@@ -325,7 +341,7 @@ pub async fn backoff_follows_the_policy_and_success_clears_it(store: Arc<dyn Sto
     assert_eq!(seen, vec![1, 2, 4, 5, 5]);
 
     enqueue(&*store, &s, now_millis() - 1000).await;
-    store.try_acquire_slot(&s).await.expect("acquire");
+    store.try_acquire_slot(&s).await.expect("acquire").slot();
     open_window(&*store, &s).await;
     finish_window(&*store, &s).await;
     assert!(
@@ -344,8 +360,22 @@ pub async fn history_is_ordered_and_filterable(store: Arc<dyn Store>) {
     let b = session(&*store, "b").await;
     enqueue(&*store, &a, now_millis() - 2000).await;
     enqueue(&*store, &b, now_millis() - 1000).await;
-    assert!(store.try_acquire_slot(&a).await.expect("a").is_some());
-    assert!(store.try_acquire_slot(&b).await.expect("b").is_some());
+    assert!(
+        store
+            .try_acquire_slot(&a)
+            .await
+            .expect("a")
+            .slot()
+            .is_some()
+    );
+    assert!(
+        store
+            .try_acquire_slot(&b)
+            .await
+            .expect("b")
+            .slot()
+            .is_some()
+    );
     open_window(&*store, &a).await;
     open_window(&*store, &b).await;
     finish_window(&*store, &b).await;
@@ -409,28 +439,55 @@ pub async fn slots_are_granted_in_queue_order(store: Arc<dyn Store>) {
     enqueue(&*store, &c, now - 1000).await;
     enqueue(&*store, &a, now - 3000).await;
     enqueue(&*store, &b, now - 2000).await;
-    assert_eq!(store.try_acquire_slot(&c).await.expect("c"), None);
-    assert_eq!(store.try_acquire_slot(&b).await.expect("b"), None);
-    assert_eq!(store.try_acquire_slot(&a).await.expect("a"), Some(0));
+    // c is two places back: two handoffs (a's, then b's release) must pass before its turn.
+    assert_eq!(
+        store.try_acquire_slot(&c).await.expect("c"),
+        Acquire::Wait { changes: 2 }
+    );
+    assert_eq!(
+        store.try_acquire_slot(&b).await.expect("b"),
+        Acquire::Wait { changes: 1 }
+    );
+    assert_eq!(
+        store.try_acquire_slot(&a).await.expect("a"),
+        Acquire::Granted(0)
+    );
     open_window(&*store, &a).await;
     finish_window(&*store, &a).await;
     assert_eq!(
-        store.try_acquire_slot(&c).await.expect("c"),
+        store.try_acquire_slot(&c).await.expect("c").slot(),
         None,
         "b first"
     );
-    assert_eq!(store.try_acquire_slot(&b).await.expect("b"), Some(0));
+    assert_eq!(store.try_acquire_slot(&b).await.expect("b").slot(), Some(0));
 
     let future = session(&*store, "d").await;
     enqueue(&*store, &future, now + 3_600_000).await;
     open_window(&*store, &b).await;
     finish_window(&*store, &b).await;
     assert_eq!(
-        store.try_acquire_slot(&future).await.expect("d"),
+        store.try_acquire_slot(&future).await.expect("d").slot(),
         None,
         "a node still in backoff does not take a slot"
     );
-    assert_eq!(store.try_acquire_slot(&c).await.expect("c"), Some(0));
+    assert_eq!(store.try_acquire_slot(&c).await.expect("c").slot(), Some(0));
+}
+
+pub async fn a_release_moves_changes_by_one_and_a_grant_not_at_all(store: Arc<dyn Store>) {
+    store.set_concurrency(1).await.expect("set concurrency");
+    let s = session(&*store, "a").await;
+    let changes = store.changes();
+    let before = *changes.borrow();
+    enqueue(&*store, &s, now_millis() - 1000).await;
+    store.try_acquire_slot(&s).await.expect("acquire");
+    open_window(&*store, &s).await;
+    assert_eq!(
+        *changes.borrow(),
+        before,
+        "taking a slot lets no other waiter on"
+    );
+    finish_window(&*store, &s).await;
+    assert_eq!(*changes.borrow(), before + 1, "a release is one change");
 }
 
 pub async fn unlock_frees_a_failed_node(store: Arc<dyn Store>) {
@@ -448,7 +505,7 @@ pub async fn unlock_frees_a_failed_node(store: Arc<dyn Store>) {
     );
 
     enqueue(&*store, &s, now_millis() - 1000).await;
-    store.try_acquire_slot(&s).await.expect("acquire");
+    store.try_acquire_slot(&s).await.expect("acquire").slot();
     open_window(&*store, &s).await;
     fail_closed(&*store, &s).await;
     assert_eq!(store.slot_holders().await.expect("holders").len(), 1);
@@ -495,7 +552,7 @@ pub async fn retry_resumes_a_failed_node(store: Arc<dyn Store>) {
         "{refused:?}"
     );
     enqueue(&*store, &s, now_millis() - 1000).await;
-    store.try_acquire_slot(&s).await.expect("acquire");
+    store.try_acquire_slot(&s).await.expect("acquire").slot();
     open_window(&*store, &s).await;
     fail_closed(&*store, &s).await;
     let record = store.retry(&node("a")).await.expect("retry");
@@ -512,7 +569,7 @@ pub async fn drain_failure_releases_slot_and_requeues_requests(store: Arc<dyn St
     store.set_concurrency(1).await.expect("set concurrency");
     let s = session(&*store, "a").await;
     enqueue(&*store, &s, now_millis() - 1000).await;
-    store.try_acquire_slot(&s).await.expect("acquire");
+    store.try_acquire_slot(&s).await.expect("acquire").slot();
     open_window(&*store, &s).await;
     let record = store
         .transition(
@@ -565,7 +622,13 @@ pub async fn concurrent_stress_across(stores: Vec<Arc<dyn Store>>) {
                 enqueue(&*store, &s, now_millis()).await;
                 let mut changes = store.changes();
                 loop {
-                    if store.try_acquire_slot(&s).await.expect("acquire").is_some() {
+                    if store
+                        .try_acquire_slot(&s)
+                        .await
+                        .expect("acquire")
+                        .slot()
+                        .is_some()
+                    {
                         break;
                     }
                     let _ =

@@ -11,8 +11,8 @@ pub mod conformance;
 
 pub use error::{Error, Result};
 pub use model::{
-    BackoffRecord, HistoryEntry, HistoryFilter, Millis, NodeFields, NodeRecord, RequestRecord,
-    RequestState, Session, SlotHolder, Transition, WindowChange, now_millis,
+    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, Millis, NodeFields, NodeRecord,
+    RequestRecord, RequestState, Session, SlotHolder, Transition, WindowChange, now_millis,
 };
 pub use sqlite::SqliteStore;
 pub use store::Store;

@@ -218,3 +218,24 @@ pub struct SlotHolder {
     pub node: NodeName,
     pub acquired_at: Millis,
 }
+
+/// The outcome of asking for a slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Acquire {
+    /// The node holds this slot (just taken, or re-adopted).
+    Granted(u32),
+    /// Not yet. At least this many wake-ups of [`Store::changes`](crate::Store::changes) must
+    /// happen before the node can be granted a slot, since each one (a release, a waiter
+    /// leaving) moves a waiter at most one place forward. A waiter far back in the queue can
+    /// sleep through the others' handoffs instead of re-checking at every one.
+    Wait { changes: u64 },
+}
+
+impl Acquire {
+    pub fn slot(self) -> Option<u32> {
+        match self {
+            Acquire::Granted(slot) => Some(slot),
+            Acquire::Wait { .. } => None,
+        }
+    }
+}

@@ -16,25 +16,50 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{Row, Sqlite, Transaction};
+use sqlx::{ConnectOptions, Row, SqliteConnection};
 use tokio::sync::{Mutex, OwnedMutexGuard, watch};
 
 use crate::error::{Context, Error, Result};
 use crate::model::{
-    BackoffRecord, HistoryEntry, HistoryFilter, Millis, NodeRecord, RequestRecord, RequestState,
-    Session, SlotHolder, Transition, WindowChange, now_millis,
+    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, Millis, NodeRecord, RequestRecord,
+    RequestState, Session, SlotHolder, Transition, WindowChange, now_millis,
 };
 use crate::store::Store;
 
+/// A new concurrency may free any number of slots: wake every waiter.
+const CONCURRENCY_CHANGED: u64 = 1 << 32;
+
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
-/// A [`Store`] in one SQLite file. Clones share the pool and the change counter.
+/// A [`Store`] in one SQLite file. Reads share a pool; writes go through one connection of
+/// their own, so that a writer never waits for a reader to hand a connection back. Clones
+/// share both and the change counter.
 #[derive(Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
     path: PathBuf,
-    write_lock: Arc<Mutex<()>>,
+    writer: Arc<Mutex<WriteConnection>>,
     changes: Arc<watch::Sender<u64>>,
+}
+
+/// The write connection, and whether a transaction is open on it: a writer canceled halfway
+/// leaves one open, which the next writer rolls back before it starts.
+struct WriteConnection {
+    conn: SqliteConnection,
+    in_transaction: bool,
+}
+
+impl WriteConnection {
+    async fn ready(&mut self) -> Result<&mut SqliteConnection> {
+        if self.in_transaction {
+            sqlx::query("ROLLBACK")
+                .execute(&mut self.conn)
+                .await
+                .context("rolling back an abandoned write")?;
+            self.in_transaction = false;
+        }
+        Ok(&mut self.conn)
+    }
 }
 
 impl SqliteStore {
@@ -60,22 +85,25 @@ impl SqliteStore {
             .foreign_keys(true);
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
             .map_err(|e| Error::NotRota {
                 location: location.clone(),
                 reason: e.to_string(),
             })?;
-        check_is_rota(&pool, &location).await?;
-        MIGRATOR.run(&pool).await.map_err(|e| Error::NotRota {
-            location: location.clone(),
-            reason: format!("migration failed: {e}"),
-        })?;
+        migrate(&pool, &location).await?;
+        let conn = options
+            .connect()
+            .await
+            .context("opening the write connection")?;
         let (changes, _) = watch::channel(0);
         Ok(SqliteStore {
             pool,
             path: path.to_path_buf(),
-            write_lock: Arc::new(Mutex::new(())),
+            writer: Arc::new(Mutex::new(WriteConnection {
+                conn,
+                in_transaction: false,
+            })),
             changes: Arc::new(changes),
         })
     }
@@ -84,36 +112,37 @@ impl SqliteStore {
         &self.path
     }
 
-    async fn begin(&self, context: &'static str) -> Result<Writer> {
-        let guard = self.write_lock.clone().lock_owned().await;
-        let tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
+    async fn begin(&self, context: &'static str) -> Result<OwnedMutexGuard<WriteConnection>> {
+        let mut writer = self.writer.clone().lock_owned().await;
+        sqlx::query("BEGIN IMMEDIATE")
+            .execute(writer.ready().await?)
             .await
             .context(context)?;
-        Ok(Writer {
-            tx,
-            wakes: false,
-            _guard: guard,
-        })
+        writer.in_transaction = true;
+        Ok(writer)
     }
 
-    async fn commit(&self, writer: Writer, context: &'static str) -> Result<()> {
-        let wakes = writer.wakes;
-        writer.tx.commit().await.context(context)?;
-        if wakes {
-            self.changes.send_modify(|n| *n = n.wrapping_add(1));
-        }
+    async fn commit(
+        &self,
+        mut writer: OwnedMutexGuard<WriteConnection>,
+        wakes: u64,
+        context: &'static str,
+    ) -> Result<()> {
+        sqlx::query("COMMIT")
+            .execute(&mut writer.conn)
+            .await
+            .context(context)?;
+        writer.in_transaction = false;
+        self.woke(wakes);
         Ok(())
     }
-}
 
-/// An open write transaction, holding the in-process writer lock until it ends.
-struct Writer {
-    tx: Transaction<'static, Sqlite>,
-    /// Whether committing this write may let a waiting agent go on (see `Store::changes`).
-    wakes: bool,
-    _guard: OwnedMutexGuard<()>,
+    /// Moves the change counter on by `wakes` (see `Store::changes`).
+    fn woke(&self, wakes: u64) {
+        if wakes > 0 {
+            self.changes.send_modify(|n| *n = n.wrapping_add(wakes));
+        }
+    }
 }
 
 fn typed<T>(result: Result<T>) -> Result<T> {
@@ -124,18 +153,51 @@ fn typed<T>(result: Result<T>) -> Result<T> {
 /// and commits it when the body succeeded; an error rolls everything back.
 macro_rules! write_tx {
     ($store:expr, $context:expr, |$tx:ident| $body:block) => {
-        write_tx!($store, $context, wakes: false, |$tx| $body)
+        write_tx!($store, $context, wakes: 0, |$tx| $body)
     };
     ($store:expr, $context:expr, wakes: $wakes:expr, |$tx:ident| $body:block) => {{
         let mut writer = $store.begin($context).await?;
-        writer.wakes = $wakes;
         let value = {
-            let $tx = &mut writer.tx;
-            typed(async move $body.await)?
+            let $tx: &mut SqliteConnection = &mut writer.conn;
+            typed(async move $body.await)
         };
-        $store.commit(writer, $context).await?;
-        Ok(value)
+        match value {
+            Ok(value) => {
+                $store.commit(writer, $wakes, $context).await?;
+                Ok(value)
+            }
+            Err(e) => {
+                // Rolled back by the next writer if this fails too.
+                if sqlx::query("ROLLBACK").execute(&mut writer.conn).await.is_ok() {
+                    writer.in_transaction = false;
+                }
+                Err(e)
+            }
+        }
     }};
+}
+
+/// Applies the migrations. Two processes opening a new file at once both try to; the loser's
+/// attempt fails on the winner's tables and simply runs again, finding them applied.
+async fn migrate(pool: &SqlitePool, location: &str) -> Result<()> {
+    const ATTEMPTS: u32 = 5;
+    let mut attempt = 1;
+    loop {
+        check_is_rota(pool, location).await?;
+        match MIGRATOR.run(pool).await {
+            Ok(()) => return Ok(()),
+            Err(_) if attempt < ATTEMPTS => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => {
+                return Err(Error::NotRota {
+                    location: location.to_string(),
+                    reason: format!("migration failed: {e}"),
+                });
+            }
+        }
+    }
 }
 
 async fn check_is_rota(pool: &SqlitePool, location: &str) -> Result<()> {
@@ -148,7 +210,8 @@ async fn check_is_rota(pool: &SqlitePool, location: &str) -> Result<()> {
         location: location.to_string(),
         reason: e.to_string(),
     })?;
-    if tables.is_empty() {
+    // Only the migrations table: another process is creating the schema right now.
+    if tables.iter().all(|t| t == "_sqlx_migrations") {
         return Ok(());
     }
     if !tables.iter().any(|t| t == "rota_meta") {
@@ -262,7 +325,7 @@ async fn fetch_node(
 }
 
 /// Refuses the write unless `session` is its node's current, unexpired session.
-async fn check_session(tx: &mut Transaction<'static, Sqlite>, session: &Session) -> Result<()> {
+async fn check_session(tx: &mut SqliteConnection, session: &Session) -> Result<()> {
     let current: Option<i64> = sqlx::query_scalar(
         "SELECT 1 FROM nodes n JOIN sessions s ON s.id = n.session_id \
          WHERE n.node = ? AND s.id = ? AND s.superseded = 0 AND s.deadline > ?",
@@ -270,7 +333,7 @@ async fn check_session(tx: &mut Transaction<'static, Sqlite>, session: &Session)
     .bind(session.node.as_str())
     .bind(session.id)
     .bind(now_millis())
-    .fetch_optional(&mut **tx)
+    .fetch_optional(&mut *tx)
     .await
     .context("checking the session")?;
     match current {
@@ -282,10 +345,10 @@ async fn check_session(tx: &mut Transaction<'static, Sqlite>, session: &Session)
     }
 }
 
-async fn held_slot(tx: &mut Transaction<'static, Sqlite>, node: &NodeName) -> Result<Option<u32>> {
+async fn held_slot(tx: &mut SqliteConnection, node: &NodeName) -> Result<Option<u32>> {
     let slot: Option<i64> = sqlx::query_scalar("SELECT slot FROM slots WHERE holder = ?")
         .bind(node.as_str())
-        .fetch_optional(&mut **tx)
+        .fetch_optional(&mut *tx)
         .await
         .context("reading the node's slot")?;
     Ok(slot_index(slot))
@@ -301,7 +364,7 @@ struct HistoryRow<'a> {
     released: bool,
 }
 
-async fn append_history(tx: &mut Transaction<'static, Sqlite>, row: HistoryRow<'_>) -> Result<()> {
+async fn append_history(tx: &mut SqliteConnection, row: HistoryRow<'_>) -> Result<()> {
     sqlx::query(
         "INSERT INTO history (node, process, event, at, cause, slot, released) \
          VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -313,7 +376,7 @@ async fn append_history(tx: &mut Transaction<'static, Sqlite>, row: HistoryRow<'
     .bind(row.cause)
     .bind(row.slot.map(i64::from))
     .bind(row.released)
-    .execute(&mut **tx)
+    .execute(&mut *tx)
     .await
     .context("appending history")?;
     Ok(())
@@ -321,7 +384,7 @@ async fn append_history(tx: &mut Transaction<'static, Sqlite>, row: HistoryRow<'
 
 /// Moves the node's requests in `from` state to `to` and returns their processes.
 async fn move_requests(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut SqliteConnection,
     node: &NodeName,
     from: RequestState,
     to: RequestState,
@@ -336,7 +399,7 @@ async fn move_requests(
     .bind(finished)
     .bind(node.as_str())
     .bind(from.as_str())
-    .fetch_all(&mut **tx)
+    .fetch_all(&mut *tx)
     .await
     .context("updating requests")
 }
@@ -344,7 +407,7 @@ async fn move_requests(
 /// Writes one history entry per process; the last one carries `released` when the slot goes.
 #[allow(clippy::too_many_arguments)]
 async fn record_each(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut SqliteConnection,
     node: &NodeName,
     processes: &[String],
     fallback: &str,
@@ -380,7 +443,7 @@ async fn record_each(
 }
 
 async fn record_backoff(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut SqliteConnection,
     node: &NodeName,
     process: &str,
     policy: &rota_core::BackoffPolicy,
@@ -391,7 +454,7 @@ async fn record_backoff(
         sqlx::query_scalar("SELECT last_interval_s FROM backoff WHERE node = ? AND process = ?")
             .bind(node.as_str())
             .bind(process)
-            .fetch_optional(&mut **tx)
+            .fetch_optional(&mut *tx)
             .await
             .context("reading backoff")?;
     let previous = previous.map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(0)));
@@ -407,16 +470,16 @@ async fn record_backoff(
     .bind(now.saturating_add(next_s.saturating_mul(1000)))
     .bind(next_s)
     .bind(cause)
-    .execute(&mut **tx)
+    .execute(&mut *tx)
     .await
     .context("recording backoff")?;
     Ok(())
 }
 
-async fn release_slot(tx: &mut Transaction<'static, Sqlite>, node: &NodeName) -> Result<()> {
+async fn release_slot(tx: &mut SqliteConnection, node: &NodeName) -> Result<()> {
     sqlx::query("DELETE FROM slots WHERE holder = ?")
         .bind(node.as_str())
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await
         .context("releasing the slot")?;
     Ok(())
@@ -424,7 +487,7 @@ async fn release_slot(tx: &mut Transaction<'static, Sqlite>, node: &NodeName) ->
 
 /// Applies a window change inside the transition's transaction.
 async fn apply_window(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut SqliteConnection,
     record: &NodeRecord,
     window: &WindowChange,
     now: Millis,
@@ -445,20 +508,13 @@ async fn apply_window(
         sqlx::query("UPDATE nodes SET last_result = ? WHERE node = ?")
             .bind(result)
             .bind(node.as_str())
-            .execute(&mut **tx)
+            .execute(&mut *tx)
             .await
             .context("recording the result")?;
     }
     match window {
-        WindowChange::None => {}
-        WindowChange::Queue { queued_at } => {
-            sqlx::query("UPDATE nodes SET queued_at = ? WHERE node = ?")
-                .bind(queued_at)
-                .bind(node.as_str())
-                .execute(&mut **tx)
-                .await
-                .context("queueing the node")?;
-        }
+        // The node's own row (and its place in the queue) is written by `update_node`.
+        WindowChange::None | WindowChange::Queue { .. } => {}
         WindowChange::Open | WindowChange::Join => {
             let started =
                 move_requests(tx, node, RequestState::Pending, RequestState::Active, now).await?;
@@ -474,13 +530,6 @@ async fn apply_window(
                 now,
             )
             .await?;
-            if matches!(window, WindowChange::Open) {
-                sqlx::query("UPDATE nodes SET queued_at = NULL WHERE node = ?")
-                    .bind(node.as_str())
-                    .execute(&mut **tx)
-                    .await
-                    .context("opening the window")?;
-            }
         }
         WindowChange::Finish => {
             let done =
@@ -489,7 +538,7 @@ async fn apply_window(
                 sqlx::query("DELETE FROM backoff WHERE node = ? AND process = ?")
                     .bind(node.as_str())
                     .bind(process)
-                    .execute(&mut **tx)
+                    .execute(&mut *tx)
                     .await
                     .context("clearing backoff")?;
             }
@@ -517,7 +566,7 @@ async fn apply_window(
                     "SELECT process FROM requests WHERE node = ? AND state = 'active' ORDER BY id",
                 )
                 .bind(node.as_str())
-                .fetch_all(&mut **tx)
+                .fetch_all(&mut *tx)
                 .await
                 .context("reading active requests")?
             } else {
@@ -568,26 +617,39 @@ async fn apply_window(
     Ok(())
 }
 
+/// The fenced compare-and-swap at the heart of every transition: one statement that updates
+/// the node only if it is in `transition.from` and `session` is current, returning the new
+/// record, or `None` when either check failed.
 async fn update_node(
-    tx: &mut Transaction<'static, Sqlite>,
-    node: &NodeName,
+    conn: &mut sqlx::SqliteConnection,
+    session: &Session,
     transition: &Transition,
     now: Millis,
-) -> Result<()> {
+) -> Result<Option<NodeRecord>> {
     let clears_process = matches!(transition.to, NodeState::Idle | NodeState::Queued);
     let process = transition.process.as_ref().map(ToString::to_string);
     let f = &transition.fields;
     let resets_cordon = clears_process && transition.fields.cordoned_by_rota.is_none();
-    sqlx::query(
-        "UPDATE nodes SET state = ?, since = ?, \
-         process = CASE WHEN ? THEN NULL ELSE COALESCE(?, process) END, \
-         pre_cordoned = CASE WHEN ? THEN 0 ELSE COALESCE(?, pre_cordoned) END, \
-         cordoned_by_rota = CASE WHEN ? THEN 0 ELSE COALESCE(?, cordoned_by_rota) END, \
-         boot_id = CASE WHEN ? THEN ? ELSE boot_id END, \
-         reboot_started_at = CASE WHEN ? THEN ? ELSE reboot_started_at END, \
-         reboot_deadline = CASE WHEN ? THEN ? ELSE reboot_deadline END, \
-         last_reboot_at = COALESCE(?, last_reboot_at) \
-         WHERE node = ?",
+    let queued_at = match &transition.window {
+        WindowChange::Queue { queued_at } => Some(*queued_at),
+        WindowChange::Open => Some(None),
+        _ => None,
+    };
+    let row = sqlx::query(
+        "UPDATE nodes SET state = ?1, since = ?2, \
+         process = CASE WHEN ?3 THEN NULL ELSE COALESCE(?4, process) END, \
+         pre_cordoned = CASE WHEN ?5 THEN 0 ELSE COALESCE(?6, pre_cordoned) END, \
+         cordoned_by_rota = CASE WHEN ?5 THEN 0 ELSE COALESCE(?7, cordoned_by_rota) END, \
+         boot_id = CASE WHEN ?8 THEN ?9 ELSE boot_id END, \
+         reboot_started_at = CASE WHEN ?10 THEN ?11 ELSE reboot_started_at END, \
+         reboot_deadline = CASE WHEN ?12 THEN ?13 ELSE reboot_deadline END, \
+         last_reboot_at = COALESCE(?14, last_reboot_at), \
+         queued_at = CASE WHEN ?15 THEN ?16 ELSE queued_at END \
+         WHERE node = ?17 AND state = ?18 AND session_id = ?19 AND EXISTS ( \
+           SELECT 1 FROM sessions s WHERE s.id = ?19 AND s.superseded = 0 AND s.deadline > ?2) \
+         RETURNING node, state, since, process, pre_cordoned, cordoned_by_rota, boot_id, \
+           reboot_started_at, reboot_deadline, last_reboot_at, queued_at, last_result, \
+           (SELECT slot FROM slots WHERE holder = ?17) AS slot",
     )
     .bind(transition.to.to_string())
     .bind(now)
@@ -595,7 +657,6 @@ async fn update_node(
     .bind(process)
     .bind(resets_cordon)
     .bind(f.pre_cordoned)
-    .bind(resets_cordon)
     .bind(f.cordoned_by_rota)
     .bind(f.boot_id.is_some())
     .bind(f.boot_id.clone().flatten())
@@ -604,11 +665,53 @@ async fn update_node(
     .bind(f.reboot_deadline.is_some())
     .bind(f.reboot_deadline.flatten())
     .bind(f.last_reboot_at)
-    .bind(node.as_str())
-    .execute(&mut **tx)
+    .bind(queued_at.is_some())
+    .bind(queued_at.flatten())
+    .bind(session.node.as_str())
+    .bind(transition.from.to_string())
+    .bind(session.id)
+    .fetch_optional(&mut *conn)
     .await
     .context("updating the node")?;
-    Ok(())
+    row.as_ref().map(node_record).transpose()
+}
+
+/// Why a fenced write matched nothing: the session is gone, or the node is elsewhere.
+async fn refusal(
+    conn: &mut sqlx::SqliteConnection,
+    session: &Session,
+    expected: NodeState,
+) -> Error {
+    let current: std::result::Result<Option<i64>, sqlx::Error> = sqlx::query_scalar(
+        "SELECT 1 FROM nodes n JOIN sessions s ON s.id = n.session_id \
+         WHERE n.node = ? AND s.id = ? AND s.superseded = 0 AND s.deadline > ?",
+    )
+    .bind(session.node.as_str())
+    .bind(session.id)
+    .bind(now_millis())
+    .fetch_optional(&mut *conn)
+    .await;
+    match current {
+        Ok(None) => Error::Fenced {
+            node: session.node.clone(),
+            session: session.id,
+        },
+        Ok(Some(_)) => match fetch_node(conn, &session.node).await {
+            Ok(Some(record)) => Error::Conflict {
+                node: session.node.clone(),
+                expected,
+                actual: record.state.to_string(),
+            },
+            Ok(None) => Error::NoSuchNode {
+                node: session.node.clone(),
+            },
+            Err(e) => e,
+        },
+        Err(source) => Error::Database {
+            context: "checking the session",
+            source,
+        },
+    }
 }
 
 fn expect_node(record: Option<NodeRecord>, node: &NodeName) -> Result<NodeRecord> {
@@ -627,7 +730,7 @@ impl Store for SqliteStore {
             let now = now_millis();
             sqlx::query("UPDATE sessions SET superseded = 1 WHERE node = ? AND superseded = 0")
                 .bind(node.as_str())
-                .execute(&mut **tx)
+                .execute(&mut *tx)
                 .await
                 .context("superseding old sessions")?;
             let id: i64 = sqlx::query_scalar(
@@ -636,7 +739,7 @@ impl Store for SqliteStore {
             .bind(node.as_str())
             .bind(now)
             .bind(now.saturating_add(ttl_ms))
-            .fetch_one(&mut **tx)
+            .fetch_one(&mut *tx)
             .await
             .context("creating a session")?;
             sqlx::query(
@@ -646,7 +749,7 @@ impl Store for SqliteStore {
             .bind(node.as_str())
             .bind(id)
             .bind(now)
-            .execute(&mut **tx)
+            .execute(&mut *tx)
             .await
             .context("registering the node")?;
             Ok(Session {
@@ -663,7 +766,7 @@ impl Store for SqliteStore {
             sqlx::query("UPDATE sessions SET deadline = ? WHERE id = ?")
                 .bind(now_millis().saturating_add(ttl_ms))
                 .bind(session.id)
-                .execute(&mut **tx)
+                .execute(&mut *tx)
                 .await
                 .context("extending the session")?;
             Ok(())
@@ -676,7 +779,7 @@ impl Store for SqliteStore {
                 .bind(now_millis())
                 .bind(session.id)
                 .bind(now_millis())
-                .execute(&mut **tx)
+                .execute(&mut *tx)
                 .await
                 .context("closing the session")?;
             Ok(())
@@ -696,20 +799,20 @@ impl Store for SqliteStore {
         if !(1..=1000).contains(&concurrency) {
             return Err(Error::Concurrency { value: concurrency });
         }
-        write_tx!(self, "setting the concurrency", wakes: true, |tx| {
+        write_tx!(self, "setting the concurrency", wakes: CONCURRENCY_CHANGED, |tx| {
             sqlx::query(
                 "INSERT INTO rota_meta (key, value) VALUES ('concurrency', ?) \
                  ON CONFLICT (key) DO UPDATE SET value = excluded.value",
             )
             .bind(concurrency.to_string())
-            .execute(&mut **tx)
+            .execute(&mut *tx)
             .await
             .context("setting the concurrency")?;
             Ok(())
         })
     }
 
-    async fn try_acquire_slot(&self, session: &Session) -> Result<Option<u32>> {
+    async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire> {
         // A read-only look first: waiters that are not at the front of the queue never take the
         // write lock, so a release does not set off a stampede of write transactions.
         let mut conn = self.pool.acquire().await.context("acquiring a slot")?;
@@ -720,34 +823,38 @@ impl Store for SqliteStore {
                 .await
                 .context("acquiring a slot")?,
         );
-        if already.is_none() && !may_take_slot(&mut conn, &session.node).await? {
-            return Ok(None);
+        if already.is_none() {
+            let changes = changes_before_turn(&mut conn, &session.node).await?;
+            if changes > 0 {
+                return Ok(Acquire::Wait { changes });
+            }
         }
         drop(conn);
         write_tx!(self, "acquiring a slot", |tx| {
             check_session(tx, session).await?;
             if let Some(slot) = held_slot(tx, &session.node).await? {
-                return Ok(Some(slot));
+                return Ok(Acquire::Granted(slot));
             }
-            if !may_take_slot(tx, &session.node).await? {
-                return Ok(None);
+            let changes = changes_before_turn(tx, &session.node).await?;
+            if changes > 0 {
+                return Ok(Acquire::Wait { changes });
             }
             let concurrency = read_concurrency(tx).await?;
             let held: Vec<i64> = sqlx::query_scalar("SELECT slot FROM slots ORDER BY slot")
-                .fetch_all(&mut **tx)
+                .fetch_all(&mut *tx)
                 .await
                 .context("reading slots")?;
             let Some(slot) = (0..concurrency).find(|i| !held.contains(&i64::from(*i))) else {
-                return Ok(None);
+                return Ok(Acquire::Wait { changes: 1 });
             };
             sqlx::query("INSERT INTO slots (slot, holder, acquired_at) VALUES (?, ?, ?)")
                 .bind(i64::from(slot))
                 .bind(session.node.as_str())
                 .bind(now_millis())
-                .execute(&mut **tx)
+                .execute(&mut *tx)
                 .await
                 .context("taking a slot")?;
-            Ok(Some(slot))
+            Ok(Acquire::Granted(slot))
         })
     }
 
@@ -764,7 +871,7 @@ impl Store for SqliteStore {
             sqlx::query("UPDATE sessions SET deadline = ? WHERE id = ?")
                 .bind(now_millis().saturating_add(ttl_ms))
                 .bind(session.id)
-                .execute(&mut **tx)
+                .execute(&mut *tx)
                 .await
                 .context("extending the session")?;
             Ok(slot)
@@ -797,33 +904,50 @@ impl Store for SqliteStore {
         process: &Process,
         source: &str,
     ) -> Result<(RequestRecord, bool)> {
-        write_tx!(self, "recording a request", |tx| {
-            check_session(tx, session).await?;
-            let existing = sqlx::query(
-                "SELECT * FROM requests WHERE node = ? AND process = ? \
-                     AND state IN ('pending', 'active')",
-            )
-            .bind(session.node.as_str())
-            .bind(process.to_string())
-            .fetch_optional(&mut **tx)
-            .await
-            .context("reading requests")?;
-            if let Some(row) = existing {
-                return Ok((request_record(&row)?, false));
+        // One statement: fenced by the session, and a no-op when the node already has an open
+        // request for the process (the partial unique index).
+        let mut writer = self.writer.lock().await;
+        let conn = writer.ready().await?;
+        let now = now_millis();
+        let inserted = sqlx::query(
+            "INSERT INTO requests (node, process, source, created_at, state) \
+             SELECT ?1, ?2, ?3, ?4, 'pending' WHERE EXISTS ( \
+               SELECT 1 FROM nodes n JOIN sessions s ON s.id = n.session_id \
+               WHERE n.node = ?1 AND s.id = ?5 AND s.superseded = 0 AND s.deadline > ?4) \
+             ON CONFLICT (node, process) WHERE state IN ('pending', 'active') DO NOTHING \
+             RETURNING *",
+        )
+        .bind(session.node.as_str())
+        .bind(process.to_string())
+        .bind(source)
+        .bind(now)
+        .bind(session.id)
+        .fetch_optional(&mut *conn)
+        .await
+        .context("recording a request")?;
+        if let Some(row) = inserted {
+            return Ok((request_record(&row)?, true));
+        }
+        let existing = sqlx::query(
+            "SELECT * FROM requests WHERE node = ? AND process = ? \
+             AND state IN ('pending', 'active')",
+        )
+        .bind(session.node.as_str())
+        .bind(process.to_string())
+        .fetch_optional(&mut *conn)
+        .await
+        .context("reading requests")?;
+        match existing {
+            Some(row) => {
+                // Joining an open request still needs a current session.
+                let current = refusal(conn, session, NodeState::Idle).await;
+                if matches!(current, Error::Fenced { .. }) {
+                    return Err(current);
+                }
+                Ok((request_record(&row)?, false))
             }
-            let row = sqlx::query(
-                "INSERT INTO requests (node, process, source, created_at, state) \
-                     VALUES (?, ?, ?, ?, 'pending') RETURNING *",
-            )
-            .bind(session.node.as_str())
-            .bind(process.to_string())
-            .bind(source)
-            .bind(now_millis())
-            .fetch_one(&mut **tx)
-            .await
-            .context("recording a request")?;
-            Ok((request_record(&row)?, true))
-        })
+            None => Err(refusal(conn, session, NodeState::Idle).await),
+        }
     }
 
     async fn cancel_request(&self, session: &Session, process: &Process) -> Result<bool> {
@@ -836,7 +960,7 @@ impl Store for SqliteStore {
             .bind(now_millis())
             .bind(session.node.as_str())
             .bind(process.to_string())
-            .execute(&mut **tx)
+            .execute(&mut *tx)
             .await
             .context("canceling a request")?;
             Ok(done.rows_affected() > 0)
@@ -865,23 +989,38 @@ impl Store for SqliteStore {
     async fn transition(&self, session: &Session, transition: Transition) -> Result<NodeRecord> {
         // Taking a slot never lets another waiter go on (one free slot fewer, one waiter
         // ahead fewer); a release, or a waiter leaving the queue without one, may.
-        let wakes = transition.window.releases_slot()
-            || (transition.from == NodeState::Queued && transition.to == NodeState::Idle);
+        let wakes = u64::from(
+            transition.window.releases_slot()
+                || (transition.from == NodeState::Queued && transition.to == NodeState::Idle),
+        );
+        if matches!(
+            transition.window,
+            WindowChange::None | WindowChange::Queue { .. }
+        ) {
+            // A step that touches only the node's row is one statement: no explicit
+            // transaction, one round trip.
+            let mut writer = self.writer.lock().await;
+            let conn = writer.ready().await?;
+            let updated = update_node(conn, session, &transition, now_millis()).await?;
+            let Some(record) = updated else {
+                return Err(refusal(conn, session, transition.from).await);
+            };
+            self.woke(wakes);
+            return Ok(record);
+        }
         write_tx!(self, "recording a transition", wakes: wakes, |tx| {
-            check_session(tx, session).await?;
             let node = &session.node;
-            let record = expect_node(fetch_node(tx, node).await?, node)?;
-            if record.state != transition.from {
-                return Err(Error::Conflict {
-                    node: node.clone(),
-                    expected: transition.from,
-                    actual: record.state.to_string(),
-                });
-            }
+            let Some(record) = fetch_node(tx, node).await? else {
+                return Err(refusal(tx, session, transition.from).await);
+            };
             let now = now_millis();
-            apply_window(tx, &record, &transition.window, now).await?;
-            update_node(tx, node, &transition, now).await?;
-            expect_node(fetch_node(tx, node).await?, node)
+            if record.state == transition.from {
+                apply_window(tx, &record, &transition.window, now).await?;
+            }
+            match update_node(tx, session, &transition, now).await? {
+                Some(updated) => Ok(updated),
+                None => Err(refusal(tx, session, transition.from).await),
+            }
         })
     }
 
@@ -965,7 +1104,7 @@ impl Store for SqliteStore {
     }
 
     async fn unlock(&self, node: &NodeName, reason: &str) -> Result<NodeRecord> {
-        write_tx!(self, "unlocking a node", wakes: true, |tx| {
+        write_tx!(self, "unlocking a node", wakes: 1, |tx| {
             let record = expect_node(fetch_node(tx, node).await?, node)?;
             if record.slot.is_none() && !record.state.holds_slot() {
                 return Err(Error::NotAllowed {
@@ -992,7 +1131,7 @@ impl Store for SqliteStore {
             )
             .bind(now)
             .bind(node.as_str())
-            .execute(&mut **tx)
+            .execute(&mut *tx)
             .await
             .context("unlocking the node")?;
             expect_node(fetch_node(tx, node).await?, node)
@@ -1000,7 +1139,7 @@ impl Store for SqliteStore {
     }
 
     async fn retry(&self, node: &NodeName) -> Result<NodeRecord> {
-        write_tx!(self, "retrying a node", wakes: true, |tx| {
+        write_tx!(self, "retrying a node", wakes: 1, |tx| {
             let record = expect_node(fetch_node(tx, node).await?, node)?;
             if record.state != NodeState::Failed {
                 return Err(Error::NotAllowed {
@@ -1013,7 +1152,7 @@ impl Store for SqliteStore {
             sqlx::query("UPDATE nodes SET state = 'maintaining', since = ? WHERE node = ?")
                 .bind(now_millis())
                 .bind(node.as_str())
-                .execute(&mut **tx)
+                .execute(&mut *tx)
                 .await
                 .context("retrying the node")?;
             expect_node(fetch_node(tx, node).await?, node)
@@ -1037,9 +1176,11 @@ async fn read_concurrency(conn: &mut sqlx::SqliteConnection) -> Result<u32> {
         .unwrap_or(1))
 }
 
-/// Whether `node` is queued, eligible, and close enough to the front of the queue to take one
-/// of the free slots. Queued nodes whose session has expired do not hold the queue up.
-async fn may_take_slot(conn: &mut sqlx::SqliteConnection, node: &NodeName) -> Result<bool> {
+/// How many wake-ups of `Store::changes` must happen at least before `node` can take a slot:
+/// 0 when it may take one now (queued, eligible, and fewer live waiters ahead of it than free
+/// slots). Queued nodes whose session has expired do not hold the queue up. A node that is not
+/// queued or still in backoff waits for its own timer, counted as one.
+async fn changes_before_turn(conn: &mut sqlx::SqliteConnection, node: &NodeName) -> Result<u64> {
     let concurrency = i64::from(read_concurrency(conn).await?);
     let now = now_millis();
     let row = sqlx::query(
@@ -1058,7 +1199,7 @@ async fn may_take_slot(conn: &mut sqlx::SqliteConnection, node: &NodeName) -> Re
     .await
     .context("reading the queue")?;
     let Some(row) = row else {
-        return Ok(false);
+        return Ok(1);
     };
     let get = |e| Error::Database {
         context: "reading the queue",
@@ -1067,5 +1208,9 @@ async fn may_take_slot(conn: &mut sqlx::SqliteConnection, node: &NodeName) -> Re
     let queued_at: Option<i64> = row.try_get("queued_at").map_err(get)?;
     let held: i64 = row.try_get("held").map_err(get)?;
     let ahead: i64 = row.try_get("ahead").map_err(get)?;
-    Ok(queued_at.is_some_and(|q| q <= now) && ahead < concurrency - held)
+    if queued_at.is_none_or(|q| q > now) {
+        return Ok(1);
+    }
+    let free = concurrency - held;
+    Ok(u64::try_from(ahead - free + 1).unwrap_or(0))
 }

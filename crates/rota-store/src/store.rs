@@ -6,8 +6,8 @@ use tokio::sync::watch;
 
 use crate::error::Result;
 use crate::model::{
-    BackoffRecord, HistoryEntry, HistoryFilter, NodeRecord, RequestRecord, Session, SlotHolder,
-    Transition,
+    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, NodeRecord, RequestRecord, Session,
+    SlotHolder, Transition,
 };
 
 /// rota's state, on any substrate. Every method that changes a node's state takes the writer's
@@ -32,7 +32,7 @@ pub trait Store: Send + Sync {
     /// Takes a free slot for the session's node, or re-adopts the one it already holds. Nodes
     /// are served in queue order: a node gets a slot only when fewer live queued nodes are
     /// ahead of it than there are free slots.
-    async fn try_acquire_slot(&self, session: &Session) -> Result<Option<u32>>;
+    async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire>;
     /// Compare-and-swap check right before a disruptive step: the session is current and its
     /// node holds a slot (returned). Also extends the session like a heartbeat.
     async fn fence(&self, session: &Session, ttl: Duration) -> Result<u32>;
@@ -68,9 +68,9 @@ pub trait Store: Send + Sync {
     /// Operator: lets a failed node try its window's work again (it keeps slot and cordon).
     async fn retry(&self, node: &NodeName) -> Result<NodeRecord>;
 
-    /// A counter that changes after every committed write that may let a waiting agent go on:
-    /// a slot released, a node leaving the queue without a slot, an operator's action, a new
-    /// concurrency.
+    /// A counter that grows by one after every committed write that may let a waiting agent go
+    /// on: a slot released, a node leaving the queue without a slot, an operator's action (a
+    /// new concurrency jumps it far ahead, as it may free many slots at once).
     /// Waiters re-read the store when it changes.
     fn changes(&self) -> watch::Receiver<u64>;
 }

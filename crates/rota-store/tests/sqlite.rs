@@ -88,3 +88,20 @@ async fn many_handles_on_one_file_never_exceed_the_slots() {
     }
     rota_store::conformance::concurrent_stress_across(stores).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn agents_opening_a_new_file_at_once_all_succeed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("rota.db");
+    let opens: Vec<_> = (0..6)
+        .map(|_| {
+            let path = path.clone();
+            tokio::spawn(async move { SqliteStore::open(&path).await.map(drop) })
+        })
+        .collect();
+    for open in opens {
+        open.await
+            .expect("task")
+            .expect("every concurrent open succeeds");
+    }
+}

@@ -39,7 +39,7 @@ CREATE TABLE slots (
 );
 
 CREATE TABLE requests (
-    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    id          INTEGER PRIMARY KEY,
     node        TEXT    NOT NULL,
     process     TEXT    NOT NULL,
     source      TEXT    NOT NULL,
@@ -60,7 +60,7 @@ CREATE TABLE backoff (
 );
 
 CREATE TABLE history (
-    id      INTEGER PRIMARY KEY AUTOINCREMENT,
+    id      INTEGER PRIMARY KEY,
     node    TEXT    NOT NULL,
     process TEXT    NOT NULL,
     event   TEXT    NOT NULL,

@@ -1,0 +1,7 @@
+//! End-to-end test support for rota.
+//!
+//! Tests run against a real Kubernetes control plane (etcd, kube-apiserver,
+//! kube-controller-manager, kube-scheduler and kwok) that `testenv/up` builds from Go modules
+//! and starts on loopback; see [`testenv`] and `testenv/README.md`.
+
+pub mod testenv;

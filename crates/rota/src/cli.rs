@@ -1,0 +1,374 @@
+//! The command line: clap types only. Each subcommand's behaviour lives in its own module.
+//!
+//! [`Command`] is one enum of subcommands, each with its own `Args` struct, so that further
+//! subcommands (`agent`, `simulate`) are added as one variant and one module each. Commands that
+//! talk to the store flatten [`StoreArgs`].
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use rota_core::{HistoryEvent, NodeName, Process};
+use rota_store::{Millis, StoreUrl};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+/// The store used when neither `--store` nor `ROTA_STORE` is given.
+pub const DEFAULT_STORE: &str = "sqlite:///var/lib/rota/rota.db";
+
+/// rota lets the nodes of a fleet take turns for disruptive maintenance.
+#[derive(Debug, Parser)]
+#[command(
+    name = "rota",
+    version,
+    about,
+    after_help = "Exit status: 0 on success, 1 when the command failed, 2 for invalid usage.\n\
+                  Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=debug) for more."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the agent of one node: watch its sentinels, take turns for a slot, drain, maintain,
+    /// reboot, verify, and hand the slot on.
+    Agent(Box<AgentArgs>),
+    /// Run N real agents in this process against a real store, with simulated reboots, and
+    /// report how the rollout went.
+    Simulate(SimulateArgs),
+    /// Show every node: state, slot, process, queue, backoff, last result.
+    Status(StatusArgs),
+    /// Show the history of work events (started, finished, failed, canceled), oldest first.
+    History(HistoryArgs),
+    /// Release a node's slot and return it to idle, canceling its window.
+    ///
+    /// For a failed node that was repaired (or given up on) by hand. Its open requests are
+    /// canceled with the reason in history; the node stays cordoned until its agent uncordons
+    /// it.
+    Unlock(UnlockArgs),
+    /// Let a failed node try its window's work again.
+    ///
+    /// The node keeps its slot and stays cordoned; its agent resumes the window's work.
+    Retry(RetryArgs),
+}
+
+impl Command {
+    /// The log level used when `RUST_LOG` is not set: operator commands log only warnings, so
+    /// their stderr stays quiet.
+    pub fn default_log_level(&self) -> &'static str {
+        match self {
+            Command::Agent(_) => "info",
+            Command::Simulate(_)
+            | Command::Status(_)
+            | Command::History(_)
+            | Command::Unlock(_)
+            | Command::Retry(_) => "warn",
+        }
+    }
+}
+
+/// Where state lives.
+#[derive(Debug, Clone, Args)]
+pub struct StoreArgs {
+    /// The store: sqlite://PATH (relative) or sqlite:///PATH (absolute).
+    #[arg(long, value_name = "URL", env = "ROTA_STORE", default_value = DEFAULT_STORE)]
+    pub store: StoreUrl,
+}
+
+/// How a command prints its result.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// A table for people.
+    #[default]
+    Table,
+    /// One JSON document for programs.
+    Json,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = Format::Table)]
+    pub output: Format,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct HistoryArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Only this node's entries.
+    #[arg(value_name = "NODE")]
+    pub node: Option<NodeName>,
+    /// Only entries of this process: reboot, maintenance or mop/<name>.
+    #[arg(long, value_name = "PROCESS")]
+    pub process: Option<Process>,
+    /// Only entries of this event: started, finished, failed or canceled.
+    #[arg(long, value_name = "EVENT")]
+    pub event: Option<HistoryEvent>,
+    /// Only entries at or after TIME: an RFC 3339 timestamp or a duration ago (30m, 2h, 1d).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<TimeArg>,
+    /// Only entries at or before TIME: an RFC 3339 timestamp or a duration ago (30m, 2h, 1d).
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<TimeArg>,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = Format::Table)]
+    pub output: Format,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct UnlockArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The node to unlock.
+    #[arg(value_name = "NODE")]
+    pub node: NodeName,
+    /// Why: recorded in the node's history with the cancellation.
+    #[arg(long, value_name = "TEXT", value_parser = non_empty_reason)]
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RetryArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The failed node to retry.
+    #[arg(value_name = "NODE")]
+    pub node: NodeName,
+}
+
+fn non_empty_reason(value: &str) -> Result<String, String> {
+    let reason = value.trim();
+    if reason.is_empty() {
+        Err("the reason must not be empty: say why the node's window is canceled".to_owned())
+    } else {
+        Ok(reason.to_owned())
+    }
+}
+
+/// A point in time on the command line: an RFC 3339 timestamp, or a duration meaning "that long
+/// before now".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeArg {
+    At(Millis),
+    Ago(Duration),
+}
+
+impl TimeArg {
+    /// The point in time as unix milliseconds, relative durations counted back from `now`.
+    pub fn resolve(self, now: Millis) -> Millis {
+        match self {
+            TimeArg::At(at) => at,
+            TimeArg::Ago(ago) => {
+                let ago = i64::try_from(ago.as_millis()).unwrap_or(i64::MAX);
+                now.saturating_sub(ago)
+            }
+        }
+    }
+}
+
+impl FromStr for TimeArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<TimeArg, String> {
+        let s = s.trim();
+        if let Ok(at) = OffsetDateTime::parse(s, &Rfc3339) {
+            let millis = at.unix_timestamp_nanos() / 1_000_000;
+            return i64::try_from(millis)
+                .map(TimeArg::At)
+                .map_err(|_| format!("time {s:?} is out of range"));
+        }
+        humantime::parse_duration(s).map(TimeArg::Ago).map_err(|_| {
+            format!(
+                "invalid time {s:?}: expected an RFC 3339 timestamp (2024-05-01T10:00:00Z) \
+                 or a duration ago (30m, 2h, 1d)"
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn times_parse_as_timestamps_or_durations_ago() {
+        assert_eq!(
+            "2024-05-01T10:00:00Z".parse::<TimeArg>(),
+            Ok(TimeArg::At(1_714_557_600_000))
+        );
+        assert_eq!(
+            "2024-05-01T12:00:00.5+02:00".parse::<TimeArg>(),
+            Ok(TimeArg::At(1_714_557_600_500))
+        );
+        assert_eq!(
+            "2h".parse::<TimeArg>(),
+            Ok(TimeArg::Ago(Duration::from_secs(7200)))
+        );
+        assert_eq!(
+            "1h 30m".parse::<TimeArg>(),
+            Ok(TimeArg::Ago(Duration::from_secs(5400)))
+        );
+        assert_eq!(
+            TimeArg::Ago(Duration::from_secs(60)).resolve(100_000),
+            40_000
+        );
+        assert_eq!(TimeArg::At(5).resolve(100_000), 5);
+        for bad in ["yesterdayish", "", "2024-13-01T00:00:00Z", "-5m"] {
+            let err = bad.parse::<TimeArg>().expect_err(bad);
+            assert!(err.contains(&format!("{bad:?}")), "{err}");
+            assert!(err.contains("RFC 3339"), "{err}");
+        }
+    }
+
+    #[test]
+    fn reasons_must_say_something() {
+        assert_eq!(
+            non_empty_reason(" disk swapped "),
+            Ok("disk swapped".into())
+        );
+        assert!(non_empty_reason("").is_err());
+        assert!(non_empty_reason("  \t").is_err());
+    }
+}
+
+/// A duration such as `90s`, `10m`, `1h 30m` or `500ms`.
+fn duration(value: &str) -> Result<Duration, String> {
+    humantime::parse_duration(value)
+        .map_err(|e| format!("{e}: expected a duration such as 30s, 10m, 1h30m or 500ms"))
+}
+
+fn positive_duration(value: &str) -> Result<Duration, String> {
+    match duration(value)? {
+        d if d.is_zero() => Err("expected a duration above zero, such as 30s".into()),
+        d => Ok(d),
+    }
+}
+
+fn concurrency(value: &str) -> Result<u32, String> {
+    match value.parse::<u32>() {
+        Ok(k) if (1..=1000).contains(&k) => Ok(k),
+        _ => Err("expected an integer 1..=1000".into()),
+    }
+}
+
+fn exponent(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 1.0 => Ok(x),
+        _ => Err("expected a number ≥ 1, such as 2 or 1.5".into()),
+    }
+}
+
+/// An absolute host path such as `/run/reboot-needed`.
+fn host_path(value: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(value);
+    if path.is_absolute() {
+        Ok(path)
+    } else {
+        Err("expected an absolute path as seen on the host, such as /run/reboot-needed".into())
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct AgentArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// This node's name (its Kubernetes node name, or its hostname).
+    #[arg(long, value_name = "NAME", env = "ROTA_NODE")]
+    pub node: NodeName,
+    /// Where the host's filesystem is mounted; sentinel paths are relative to it.
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub host_root: PathBuf,
+    /// The fleet-wide number of slots: at most this many nodes are out at once. Sets the
+    /// store's value when given; the store keeps the last value set (default 1).
+    #[arg(long, value_name = "K", value_parser = concurrency)]
+    pub concurrency: Option<u32>,
+    /// A file whose presence asks for a reboot (repeatable; replaces the defaults).
+    #[arg(long = "reboot-sentinel", value_name = "PATH", value_parser = host_path,
+          default_values = rota_agent::DEFAULT_REBOOT_SENTINELS)]
+    pub reboot_sentinels: Vec<PathBuf>,
+    /// kustodian's sentinel: a host script creates it to ask for maintenance and deletes it
+    /// when done.
+    #[arg(long, value_name = "PATH", value_parser = host_path,
+          default_value = rota_agent::MAINTENANCE_REQUIRED)]
+    pub maintenance_sentinel: PathBuf,
+    /// Created once the node is drained, for kustodian's host scripts to start.
+    #[arg(long, value_name = "PATH", value_parser = host_path,
+          default_value = rota_agent::MAINTENANCE_IN_PROGRESS)]
+    pub maintenance_in_progress: PathBuf,
+    /// The kernel's boot id; a new one after a reboot proves it happened.
+    #[arg(long, value_name = "PATH", default_value = rota_agent::DEFAULT_BOOT_ID_FILE)]
+    pub boot_id_file: PathBuf,
+    /// Cordons and drains the node (`sh -c`; ROTA_NODE is set). Empty: nothing to drain.
+    #[arg(long, value_name = "CMD")]
+    pub drain_command: Option<String>,
+    /// Returns the node to service.
+    #[arg(long, value_name = "CMD")]
+    pub uncordon_command: Option<String>,
+    /// Reboots the host; run as a child process, never exec'd.
+    #[arg(long, value_name = "CMD", default_value = "systemctl reboot")]
+    pub reboot_command: String,
+    /// Must succeed before the slot is released.
+    #[arg(long, value_name = "CMD")]
+    pub health_command: Option<String>,
+    /// A drain that takes longer fails: uncordon, release the slot, back off.
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "10m")]
+    pub drain_timeout: Duration,
+    /// The same boot id this long after the reboot started means the reboot failed.
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "15m")]
+    pub reboot_timeout: Duration,
+    /// How long the health command may keep failing before the node fails.
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10m")]
+    pub verify_timeout: Duration,
+    /// Pause between health checks.
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "5s")]
+    pub health_interval: Duration,
+    /// A session not renewed for this long is expired and its writes are refused.
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "30s")]
+    pub session_ttl: Duration,
+    /// Backoff after the first failure of a process on this node.
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "1m")]
+    pub backoff_initial: Duration,
+    /// The longest backoff.
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "1h")]
+    pub backoff_max: Duration,
+    /// Each further failure multiplies the backoff by this.
+    #[arg(long, value_name = "X", value_parser = exponent, default_value = "2")]
+    pub backoff_exponent: f64,
+    /// Slow re-check of the sentinels in case an inotify event was missed.
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "60s")]
+    pub safety_recheck: Duration,
+    /// How often to re-read the store for changes made by other processes.
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "1s")]
+    pub store_poll: Duration,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SimulateArgs {
+    /// How many nodes (each with its own real agent).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub nodes: u32,
+    /// How many may be out at once.
+    #[arg(long, value_name = "K", value_parser = concurrency)]
+    pub concurrency: u32,
+    /// How long a simulated reboot keeps a node down.
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "1s")]
+    pub maintenance_time: Duration,
+    /// The store to run against (default: SQLite in a temporary directory).
+    #[arg(long, value_name = "URL")]
+    pub store: Option<StoreUrl>,
+    /// Print one JSON object with the rollout's numbers instead of a summary.
+    #[arg(long)]
+    pub json: bool,
+}

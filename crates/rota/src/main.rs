@@ -1,0 +1,137 @@
+//! `rota`: the command-line tool. Thin: parse, set up logging and the runtime, dispatch to one
+//! module per concern, and turn every error into one `error: ...` line on stderr.
+
+mod agent;
+mod cli;
+mod history;
+mod operator;
+mod output;
+mod simulate;
+mod status;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use clap::error::ErrorKind;
+use rota_store::{Store, StoreUrl};
+use tracing_subscriber::EnvFilter;
+
+use crate::cli::{Cli, Command, StoreArgs};
+
+/// Exit status for a command that failed.
+const EXIT_FAILURE: u8 = 1;
+/// Exit status for invalid usage (clap's convention).
+const EXIT_USAGE: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return usage_error(&err),
+    };
+    init_tracing(cli.command.default_log_level());
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+        .and_then(|runtime| runtime.block_on(run(cli.command)));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {}", output::one_line(&chain(&err)));
+            ExitCode::from(EXIT_FAILURE)
+        }
+    }
+}
+
+async fn run(command: Command) -> Result<()> {
+    match command {
+        Command::Agent(args) => agent::run(*args).await,
+        Command::Simulate(args) => simulate::run(args).await,
+        Command::Status(args) => status::run(args).await,
+        Command::History(args) => history::run(args).await,
+        Command::Unlock(args) => operator::unlock(args).await,
+        Command::Retry(args) => operator::retry(args).await,
+    }
+}
+
+/// Opens the store an operator command reads or changes. Such a command never creates a new,
+/// empty database: a wrong path would otherwise show an empty fleet instead of an error.
+pub async fn open_store(args: &StoreArgs) -> Result<Arc<dyn Store>> {
+    match &args.store {
+        StoreUrl::Sqlite(path) if !path.exists() => bail!(
+            "store {} does not exist: give the fleet's store with --store or ROTA_STORE",
+            args.store
+        ),
+        _ => Ok(args.store.open().await?),
+    }
+}
+
+/// The error and its causes, leaving out a cause whose text the message already contains
+/// (library errors often quote their source in their own message).
+fn chain(err: &anyhow::Error) -> String {
+    let mut message = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            if !message.is_empty() {
+                message.push_str(": ");
+            }
+            message.push_str(&text);
+        }
+    }
+    message
+}
+
+/// Help and version go to stdout with status 0; usage errors become one `error: ...` line.
+fn usage_error(err: &clap::Error) -> ExitCode {
+    match err.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            // Printing help can only fail on a closed stdout; there is nothing left to report.
+            let _ = err.print();
+            if err.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                ExitCode::from(EXIT_USAGE)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        _ => {
+            // clap renders "error: ...", then a blank line and hints; keep the first paragraph.
+            let rendered = err.render().to_string();
+            let first = rendered.split("\n\n").next().unwrap_or_default();
+            let message = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("error: {}", output::one_line(message));
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+/// Logs to stderr; `RUST_LOG` overrides the command's default level.
+fn init_tracing(default_level: &str) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    // Fails only when a subscriber is already set, which then keeps logging.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_become_one_line() {
+        assert_eq!(
+            output::one_line(
+                "the following required arguments were not provided:\n  --reason <TEXT>\n"
+            ),
+            "the following required arguments were not provided: --reason <TEXT>"
+        );
+    }
+}

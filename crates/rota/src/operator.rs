@@ -1,0 +1,101 @@
+//! The operator's interventions: `rota unlock` and `rota retry`.
+
+use anyhow::Result;
+use rota_store::NodeRecord;
+
+use crate::cli::{RetryArgs, UnlockArgs};
+use crate::output;
+
+/// What `unlock` did, from the node before and after.
+pub fn describe_unlock(before: Option<&NodeRecord>, after: &NodeRecord) -> String {
+    let node = &after.node;
+    let was = before.map_or_else(String::new, |b| format!(" (was {})", b.state));
+    let slot = match before.and_then(|b| b.slot) {
+        Some(slot) => format!("slot {slot} released"),
+        None => "slot released".to_owned(),
+    };
+    let mut text = format!(
+        "unlocked {node}{was}: {slot}, now {}; reason recorded in history\n",
+        after.state
+    );
+    if after.cordoned_by_rota {
+        text.push_str(&format!(
+            "{node} stays cordoned until its agent uncordons it\n"
+        ));
+    }
+    text
+}
+
+/// What `retry` did.
+pub fn describe_retry(after: &NodeRecord) -> String {
+    let slot = match after.slot {
+        Some(slot) => format!("keeps slot {slot}"),
+        None => "holds no slot".to_owned(),
+    };
+    format!(
+        "retrying {}: now {}, {slot}; its agent resumes the window's work\n",
+        after.node, after.state
+    )
+}
+
+pub async fn unlock(args: UnlockArgs) -> Result<()> {
+    let store = crate::open_store(&args.store).await?;
+    let before = store.node(&args.node).await?;
+    let after = store.unlock(&args.node, &args.reason).await?;
+    output::emit(&describe_unlock(before.as_ref(), &after))
+}
+
+pub async fn retry(args: RetryArgs) -> Result<()> {
+    let store = crate::open_store(&args.store).await?;
+    let after = store.retry(&args.node).await?;
+    output::emit(&describe_retry(&after))
+}
+
+#[cfg(test)]
+mod tests {
+    use rota_core::{NodeName, NodeState, Process};
+
+    use super::*;
+
+    fn failed() -> NodeRecord {
+        NodeRecord {
+            node: NodeName::new("node-3").expect("valid"),
+            state: NodeState::Failed,
+            since: 0,
+            process: Some(Process::Reboot),
+            slot: Some(0),
+            pre_cordoned: false,
+            cordoned_by_rota: true,
+            boot_id: None,
+            reboot_started_at: None,
+            reboot_deadline: None,
+            last_reboot_at: None,
+            queued_at: None,
+            last_result: None,
+        }
+    }
+
+    #[test]
+    fn unlock_says_what_happened() {
+        let before = failed();
+        let after = NodeRecord {
+            state: NodeState::Idle,
+            slot: None,
+            process: None,
+            ..failed()
+        };
+        insta::assert_snapshot!(describe_unlock(Some(&before), &after), @r"
+        unlocked node-3 (was failed): slot 0 released, now idle; reason recorded in history
+        node-3 stays cordoned until its agent uncordons it
+        ");
+    }
+
+    #[test]
+    fn retry_says_what_happened() {
+        let after = NodeRecord {
+            state: NodeState::Maintaining,
+            ..failed()
+        };
+        insta::assert_snapshot!(describe_retry(&after), @"retrying node-3: now maintaining, keeps slot 0; its agent resumes the window's work");
+    }
+}

@@ -1,0 +1,313 @@
+//! `rota status`: one row per node.
+
+use anyhow::Result;
+use rota_core::{NodeName, NodeState, Process};
+use rota_store::{BackoffRecord, Millis, NodeRecord, SlotHolder, Store, now_millis};
+use serde::Serialize;
+
+use crate::cli::{Format, StatusArgs};
+use crate::output;
+
+/// One node as `rota status` shows it; also the JSON output's element type (field names are a
+/// stable interface).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StatusRow {
+    pub node: NodeName,
+    pub state: NodeState,
+    pub holds_slot: bool,
+    pub slot: Option<u32>,
+    pub process: Option<Process>,
+    /// When the node entered its state, RFC 3339 UTC.
+    pub since: String,
+    /// The number of open (pending or active) requests.
+    pub queue: usize,
+    /// The latest backoff deadline, RFC 3339 UTC, if it lies in the future.
+    pub backoff: Option<String>,
+    pub last_result: Option<String>,
+    #[serde(skip)]
+    since_millis: Millis,
+    #[serde(skip)]
+    backoff_millis: Option<Millis>,
+}
+
+/// Everything the store says about one node that `status` shows.
+#[derive(Clone, Debug)]
+pub struct NodeFacts {
+    pub record: NodeRecord,
+    pub open_requests: usize,
+    pub backoffs: Vec<BackoffRecord>,
+}
+
+/// The fleet-wide line above the table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Summary {
+    pub concurrency: Option<u32>,
+    pub holders: Vec<SlotHolder>,
+}
+
+/// Builds a node's row. The slot comes from the slot holders when the node record does not
+/// name one, so the two views cannot disagree silently.
+pub fn row(facts: &NodeFacts, holders: &[SlotHolder], now: Millis) -> StatusRow {
+    let record = &facts.record;
+    let slot = record.slot.or_else(|| {
+        holders
+            .iter()
+            .find(|h| h.node == record.node)
+            .map(|h| h.slot)
+    });
+    let backoff_millis = facts
+        .backoffs
+        .iter()
+        .map(|b| b.until)
+        .max()
+        .filter(|until| *until > now);
+    StatusRow {
+        node: record.node.clone(),
+        state: record.state,
+        holds_slot: slot.is_some(),
+        slot,
+        process: record.process.clone(),
+        since: output::rfc3339(record.since),
+        queue: facts.open_requests,
+        backoff: backoff_millis.map(output::rfc3339),
+        last_result: record.last_result.clone(),
+        since_millis: record.since,
+        backoff_millis,
+    }
+}
+
+/// Rows for every node, sorted by node name.
+pub fn rows(facts: &[NodeFacts], holders: &[SlotHolder], now: Millis) -> Vec<StatusRow> {
+    let mut rows: Vec<StatusRow> = facts.iter().map(|f| row(f, holders, now)).collect();
+    rows.sort_by(|a, b| a.node.cmp(&b.node));
+    rows
+}
+
+/// The summary line: concurrency and the slots held, by whom.
+pub fn summary_line(summary: &Summary) -> String {
+    let held = summary.holders.len();
+    let mut holders: Vec<&SlotHolder> = summary.holders.iter().collect();
+    holders.sort_by_key(|h| h.slot);
+    let who = holders
+        .iter()
+        .map(|h| format!("{} slot {}", h.node, h.slot))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let slots = match summary.concurrency {
+        Some(c) => format!("concurrency {c}, {held} of {c} slots held"),
+        None => format!("concurrency not set, {held} slots held"),
+    };
+    if who.is_empty() {
+        slots
+    } else {
+        format!("{slots} ({who})")
+    }
+}
+
+/// The human output: summary line, blank line, table.
+pub fn render_table(summary: &Summary, rows: &[StatusRow], now: Millis) -> String {
+    let mut text = summary_line(summary);
+    text.push_str("\n\n");
+    if rows.is_empty() {
+        text.push_str("no nodes known to the store\n");
+        return text;
+    }
+    let header = [
+        "NODE",
+        "STATE",
+        "SLOT",
+        "PROCESS",
+        "SINCE",
+        "QUEUE",
+        "BACKOFF",
+        "LAST RESULT",
+    ];
+    text.push_str(&output::table(
+        &header,
+        rows.iter().map(|r| {
+            vec![
+                r.node.to_string(),
+                r.state.to_string(),
+                output::cell(r.slot),
+                output::cell(r.process.as_ref()),
+                output::relative(r.since_millis, now),
+                r.queue.to_string(),
+                output::cell(r.backoff_millis.map(|b| output::relative(b, now))),
+                output::cell(r.last_result.as_deref()),
+            ]
+        }),
+    ));
+    text
+}
+
+pub async fn run(args: StatusArgs) -> Result<()> {
+    let store = crate::open_store(&args.store).await?;
+    let (facts, summary) = gather(&*store).await?;
+    let now = now_millis();
+    let rows = rows(&facts, &summary.holders, now);
+    let text = match args.output {
+        Format::Table => render_table(&summary, &rows, now),
+        Format::Json => output::json(&rows)?,
+    };
+    output::emit(&text)
+}
+
+async fn gather(store: &dyn Store) -> Result<(Vec<NodeFacts>, Summary)> {
+    let concurrency = store.concurrency().await?;
+    let holders = store.slot_holders().await?;
+    let mut facts = Vec::new();
+    for record in store.nodes().await? {
+        let open_requests = store.open_requests(&record.node).await?.len();
+        let backoffs = store.backoffs(&record.node).await?;
+        facts.push(NodeFacts {
+            record,
+            open_requests,
+            backoffs,
+        });
+    }
+    Ok((
+        facts,
+        Summary {
+            concurrency,
+            holders,
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    const NOW: Millis = 1_714_557_600_000; // 2024-05-01T10:00:00Z
+
+    fn name(s: &str) -> NodeName {
+        NodeName::new(s).expect("valid node name")
+    }
+
+    fn record(node: &str, state: NodeState, since_ago_s: i64) -> NodeRecord {
+        NodeRecord {
+            node: name(node),
+            state,
+            since: NOW - since_ago_s * 1000,
+            process: None,
+            slot: None,
+            pre_cordoned: false,
+            cordoned_by_rota: false,
+            boot_id: None,
+            reboot_started_at: None,
+            reboot_deadline: None,
+            last_reboot_at: None,
+            queued_at: None,
+            last_result: None,
+        }
+    }
+
+    fn backoff(node: &str, until: Millis) -> BackoffRecord {
+        BackoffRecord {
+            node: name(node),
+            process: Process::Reboot,
+            until,
+            last_interval: Duration::from_secs(60),
+            cause: "drain timed out".into(),
+        }
+    }
+
+    fn fleet() -> (Vec<NodeFacts>, Summary) {
+        let failed = NodeRecord {
+            process: Some(Process::Mop("kernel-update".into())),
+            slot: Some(0),
+            cordoned_by_rota: true,
+            last_result: Some("failed: script exited 3".into()),
+            ..record("node-3", NodeState::Failed, 192)
+        };
+        let draining = NodeRecord {
+            process: Some(Process::Reboot),
+            slot: None, // only the holders table knows it
+            cordoned_by_rota: true,
+            ..record("node-1", NodeState::Draining, 5)
+        };
+        let queued = NodeRecord {
+            queued_at: Some(NOW - 600_000),
+            last_result: Some("failed: drain timed out".into()),
+            ..record("node-2", NodeState::Queued, 600)
+        };
+        let idle = NodeRecord {
+            last_result: Some("finished".into()),
+            ..record("node-4", NodeState::Idle, 90_061)
+        };
+        let facts = vec![
+            NodeFacts {
+                record: failed,
+                open_requests: 1,
+                backoffs: vec![backoff("node-3", NOW + 30_000)],
+            },
+            NodeFacts {
+                record: queued,
+                open_requests: 2,
+                // the latest deadline counts
+                backoffs: vec![
+                    backoff("node-2", NOW + 20_000),
+                    backoff("node-2", NOW + 90_000),
+                ],
+            },
+            NodeFacts {
+                record: draining,
+                open_requests: 1,
+                backoffs: vec![],
+            },
+            NodeFacts {
+                record: idle,
+                open_requests: 0,
+                // an expired backoff is not shown
+                backoffs: vec![backoff("node-4", NOW - 1)],
+            },
+        ];
+        let holders = vec![
+            SlotHolder {
+                slot: 1,
+                node: name("node-1"),
+                acquired_at: NOW - 5000,
+            },
+            SlotHolder {
+                slot: 0,
+                node: name("node-3"),
+                acquired_at: NOW - 400_000,
+            },
+        ];
+        (
+            facts,
+            Summary {
+                concurrency: Some(2),
+                holders,
+            },
+        )
+    }
+
+    #[test]
+    fn rows_as_json() {
+        let (facts, summary) = fleet();
+        insta::assert_json_snapshot!(rows(&facts, &summary.holders, NOW));
+    }
+
+    #[test]
+    fn rows_as_table() {
+        let (facts, summary) = fleet();
+        let rows = rows(&facts, &summary.holders, NOW);
+        insta::assert_snapshot!(render_table(&summary, &rows, NOW));
+    }
+
+    #[test]
+    fn an_empty_store() {
+        let summary = Summary {
+            concurrency: None,
+            holders: vec![],
+        };
+        insta::assert_snapshot!(render_table(&summary, &[], NOW), @r"
+        concurrency not set, 0 slots held
+
+        no nodes known to the store
+        ");
+    }
+}

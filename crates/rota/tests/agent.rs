@@ -1,0 +1,516 @@
+//! `rota agent` as a real process on a real SQLite store and real files: the whole lifecycle,
+//! kills at every state, the reboot never repeated, kustodian's file protocol, drain failure.
+//! Node actions are shell commands that append to a log, so each test can count them.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rota_core::{HistoryEvent, NodeName, NodeState, Process};
+use rota_store::{HistoryFilter, NodeRecord, SqliteStore, Store};
+
+const ROTA: &str = env!("CARGO_BIN_EXE_rota");
+const PATIENCE: Duration = Duration::from_secs(30);
+
+struct Host {
+    dir: tempfile::TempDir,
+    node: NodeName,
+}
+
+impl Host {
+    fn new() -> Host {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for sub in ["root/run", "root/var/run"] {
+            std::fs::create_dir_all(dir.path().join(sub)).expect("mkdir");
+        }
+        let host = Host {
+            dir,
+            node: NodeName::new("node-a").expect("name"),
+        };
+        host.set_boot_id("boot-1");
+        host
+    }
+
+    fn path(&self, relative: &str) -> PathBuf {
+        self.dir.path().join(relative)
+    }
+
+    fn root(&self, relative: &str) -> PathBuf {
+        self.path("root").join(relative)
+    }
+
+    fn set_boot_id(&self, id: &str) {
+        std::fs::write(self.path("boot_id"), format!("{id}\n")).expect("boot id");
+    }
+
+    fn store_url(&self) -> String {
+        format!("sqlite://{}", self.path("rota.db").display())
+    }
+
+    fn log(&self) -> Vec<String> {
+        std::fs::read_to_string(self.path("actions.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn count(&self, action: &str) -> usize {
+        self.log().iter().filter(|l| *l == action).count()
+    }
+
+    /// Starts `rota agent` with logging commands; `extra` replaces or adds flags.
+    fn agent(&self, extra: &[&str]) -> Agent {
+        let log = self.path("actions.log");
+        let action = |name: &str| format!("echo {name} >> {}", log.display());
+        let mut args: Vec<String> = vec![
+            "agent".into(),
+            "--store".into(),
+            self.store_url(),
+            "--node".into(),
+            self.node.to_string(),
+            "--host-root".into(),
+            self.path("root").display().to_string(),
+            "--boot-id-file".into(),
+            self.path("boot_id").display().to_string(),
+            "--concurrency".into(),
+            "1".into(),
+            "--health-interval".into(),
+            "100ms".into(),
+        ];
+        let defaults = [
+            ("--drain-command", action("drain")),
+            ("--uncordon-command", action("uncordon")),
+            ("--reboot-command", action("reboot")),
+            ("--health-command", action("health")),
+        ];
+        for (flag, value) in defaults {
+            if !extra.contains(&flag) {
+                args.push(flag.into());
+                args.push(value);
+            }
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let child = Command::new(ROTA)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start rota agent");
+        Agent { child }
+    }
+
+    async fn store(&self) -> SqliteStore {
+        SqliteStore::open(&self.path("rota.db"))
+            .await
+            .expect("open store")
+    }
+
+    async fn record(&self) -> Option<NodeRecord> {
+        self.store()
+            .await
+            .node(&self.node)
+            .await
+            .expect("read node")
+    }
+
+    /// Waits until the node's record satisfies `ok` (the agent is a separate process).
+    async fn wait_for(&self, what: &str, ok: impl Fn(&NodeRecord) -> bool) -> NodeRecord {
+        let start = Instant::now();
+        loop {
+            if let Some(record) = self.record().await
+                && ok(&record)
+            {
+                return record;
+            }
+            assert!(
+                start.elapsed() < PATIENCE,
+                "node never became {what}: {:?}, actions {:?}",
+                self.record().await,
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn wait_until(&self, what: &str, ok: impl Fn() -> bool) {
+        let start = Instant::now();
+        while !ok() {
+            assert!(
+                start.elapsed() < PATIENCE,
+                "{what} never happened: {:?}, actions {:?}",
+                self.record().await,
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn history(&self) -> Vec<(Process, HistoryEvent)> {
+        self.store()
+            .await
+            .history(&HistoryFilter::default())
+            .await
+            .expect("history")
+            .into_iter()
+            .map(|e| (e.process, e.event))
+            .collect()
+    }
+
+    /// What a reboot does to the host: a new boot id and an empty `/run`.
+    fn reboot_host(&self, boot_id: &str) {
+        self.set_boot_id(boot_id);
+        let _ = std::fs::remove_file(self.root("run/reboot-needed"));
+    }
+}
+
+struct Agent {
+    child: Child,
+}
+
+impl Agent {
+    fn kill(mut self) {
+        self.child.kill().expect("kill -9");
+        self.child.wait().expect("reap");
+    }
+
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill -TERM");
+        self.child.wait().expect("wait")
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn touch(path: &Path) {
+    std::fs::write(path, b"").expect("touch");
+}
+
+#[tokio::test]
+async fn a_reboot_request_runs_the_lifecycle_once_across_kills() {
+    let host = Host::new();
+    let agent = host.agent(&[]);
+    host.wait_for("registered", |_| true).await;
+    touch(&host.root("run/reboot-needed"));
+    let record = host
+        .wait_for("rebooting", |r| r.state == NodeState::Rebooting)
+        .await;
+    assert_eq!(
+        record.boot_id.as_deref(),
+        Some("boot-1"),
+        "boot id persisted"
+    );
+    host.wait_until("the reboot command", || host.count("reboot") == 1)
+        .await;
+
+    // The machine did not go down yet: the agent is killed and started again, same boot.
+    agent.kill();
+    let agent = host.agent(&[]);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        host.count("reboot"),
+        1,
+        "a restarted agent never reboots again"
+    );
+    assert_eq!(
+        host.record().await.map(|r| r.state),
+        Some(NodeState::Rebooting)
+    );
+    agent.kill();
+
+    host.reboot_host("boot-2");
+    let agent = host.agent(&[]);
+    let record = host
+        .wait_for("idle after the reboot", |r| {
+            r.state == NodeState::Idle && r.last_result.as_deref() == Some("finished")
+        })
+        .await;
+    assert_eq!(record.slot, None, "the slot was released");
+    assert_eq!(host.log(), ["drain", "reboot", "health", "uncordon"]);
+    assert_eq!(
+        host.history().await,
+        [
+            (Process::Reboot, HistoryEvent::Started),
+            (Process::Reboot, HistoryEvent::Finished)
+        ]
+    );
+    assert!(agent.terminate().success(), "SIGTERM is a clean shutdown");
+}
+
+#[tokio::test]
+async fn an_agent_killed_during_the_drain_drains_again_and_reboots_once() {
+    let host = Host::new();
+    let log = host.path("actions.log");
+    let slow_drain = format!("echo drain >> {}; sleep 60", log.display());
+    let agent = host.agent(&["--drain-command", &slow_drain]);
+    host.wait_for("registered", |_| true).await;
+    touch(&host.root("run/reboot-needed"));
+    host.wait_until("the drain", || host.count("drain") == 1)
+        .await;
+    assert_eq!(
+        host.record().await.map(|r| r.state),
+        Some(NodeState::Draining)
+    );
+    agent.kill();
+
+    let agent = host.agent(&[]);
+    host.wait_until("the reboot", || host.count("reboot") == 1)
+        .await;
+    assert_eq!(
+        host.count("drain"),
+        2,
+        "the drain is repeated after a restart"
+    );
+    agent.kill();
+    host.reboot_host("boot-2");
+    let _agent = host.agent(&[]);
+    host.wait_for("finished", |r| {
+        r.state == NodeState::Idle && r.slot.is_none()
+    })
+    .await;
+    assert_eq!(host.count("reboot"), 1);
+    assert_eq!(host.count("uncordon"), 1);
+}
+
+#[tokio::test]
+async fn an_agent_killed_during_verification_finishes_after_restart() {
+    let host = Host::new();
+    let log = host.path("actions.log");
+    let slow_health = format!("echo health >> {}; sleep 60", log.display());
+    let agent = host.agent(&[]);
+    host.wait_for("registered", |_| true).await;
+    touch(&host.root("run/reboot-needed"));
+    host.wait_until("the reboot", || host.count("reboot") == 1)
+        .await;
+    agent.kill();
+    host.reboot_host("boot-2");
+    let agent = host.agent(&["--health-command", &slow_health]);
+    host.wait_for("verifying", |r| r.state == NodeState::Verifying)
+        .await;
+    host.wait_until("the health check", || host.count("health") == 1)
+        .await;
+    agent.kill();
+    let _agent = host.agent(&[]);
+    host.wait_for("finished", |r| {
+        r.state == NodeState::Idle && r.slot.is_none()
+    })
+    .await;
+    assert_eq!(
+        host.count("reboot"),
+        1,
+        "exactly one reboot for one request"
+    );
+    assert_eq!(host.count("uncordon"), 1);
+}
+
+#[tokio::test]
+async fn the_same_boot_id_after_the_reboot_timeout_fails_closed() {
+    let host = Host::new();
+    let _agent = host.agent(&["--reboot-timeout", "1s"]);
+    host.wait_for("registered", |_| true).await;
+    touch(&host.root("run/reboot-needed"));
+    let record = host
+        .wait_for("failed", |r| r.state == NodeState::Failed)
+        .await;
+    assert_eq!(record.slot, Some(0), "a failed node keeps its slot");
+    assert!(record.cordoned_by_rota, "and stays cordoned");
+    assert_eq!(host.count("uncordon"), 0);
+    assert!(
+        record
+            .last_result
+            .as_deref()
+            .is_some_and(|r| r.contains("boot id boot-1 unchanged")),
+        "{record:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_reboot_command_fails_closed_at_once() {
+    let host = Host::new();
+    let _agent = host.agent(&["--reboot-command", "echo no >&2; exit 7"]);
+    host.wait_for("registered", |_| true).await;
+    touch(&host.root("run/reboot-needed"));
+    let record = host
+        .wait_for("failed", |r| r.state == NodeState::Failed)
+        .await;
+    assert_eq!(record.slot, Some(0));
+    assert!(
+        record
+            .last_result
+            .as_deref()
+            .is_some_and(|r| r.contains("exit status: 7")),
+        "{record:?}"
+    );
+}
+
+#[tokio::test]
+async fn kustodians_file_protocol_works_with_an_unchanged_host_script() {
+    let host = Host::new();
+    let _agent = host.agent(&[]);
+    host.wait_for("registered", |_| true).await;
+    std::fs::create_dir_all(host.root("var")).expect("mkdir");
+    touch(&host.root("var/maintenance-required"));
+    host.wait_until("maintenance in progress", || {
+        host.root("var/maintenance-in-progress").exists()
+    })
+    .await;
+    assert_eq!(host.log(), ["drain"], "drained before the script may start");
+    let record = host.record().await.expect("record");
+    assert_eq!(record.state, NodeState::Maintaining);
+
+    // The host script's last step.
+    std::fs::remove_file(host.root("var/maintenance-required")).expect("rm");
+    host.wait_for("idle", |r| r.state == NodeState::Idle && r.slot.is_none())
+        .await;
+    assert!(!host.root("var/maintenance-in-progress").exists());
+    assert_eq!(host.log(), ["drain", "health", "uncordon"], "no reboot");
+    assert_eq!(
+        host.history().await,
+        [
+            (Process::Maintenance, HistoryEvent::Started),
+            (Process::Maintenance, HistoryEvent::Finished)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_failed_drain_uncordons_releases_and_backs_off() {
+    let host = Host::new();
+    let log = host.path("actions.log");
+    let failing = format!(
+        "echo drain >> {}; echo 'pdb says no' >&2; exit 3",
+        log.display()
+    );
+    let _agent = host.agent(&["--drain-command", &failing]);
+    host.wait_for("registered", |_| true).await;
+    touch(&host.root("run/reboot-needed"));
+    let record = host
+        .wait_for("queued again", |r| {
+            r.state == NodeState::Queued && r.last_result.is_some()
+        })
+        .await;
+    assert_eq!(record.slot, None, "the slot went back");
+    assert!(!record.cordoned_by_rota);
+    assert_eq!(host.log(), ["drain", "uncordon"]);
+    let store = host.store().await;
+    let backoffs = store.backoffs(&host.node).await.expect("backoffs");
+    assert_eq!(backoffs.len(), 1);
+    assert_eq!(backoffs[0].last_interval, Duration::from_secs(60));
+    assert!(backoffs[0].cause.contains("pdb says no"), "{backoffs:?}");
+    assert_eq!(
+        host.history().await,
+        [
+            (Process::Reboot, HistoryEvent::Started),
+            (Process::Reboot, HistoryEvent::Failed)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_second_agent_for_the_same_node_supersedes_the_first() {
+    let host = Host::new();
+    let first = host.agent(&[]);
+    host.wait_for("registered", |_| true).await;
+    let _second = host.agent(&["--session-ttl", "3s"]);
+    let mut first = first;
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = first.child.try_wait().expect("try_wait") {
+            break status;
+        }
+        assert!(start.elapsed() < PATIENCE, "the first agent never stopped");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(!status.success(), "a superseded agent exits with an error");
+    let mut stderr = String::new();
+    use std::io::Read;
+    if let Some(mut pipe) = first.child.stderr.take() {
+        pipe.read_to_string(&mut stderr).expect("stderr");
+    }
+    assert!(
+        stderr.contains("another agent took over node node-a"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn bad_input_is_refused_with_one_clear_line() {
+    let host = Host::new();
+    let store = host.store_url();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["--node".into(), "bad name!".into()], "bad name!"),
+        (
+            vec![
+                "--node".into(),
+                "n".into(),
+                "--drain-timeout".into(),
+                "forever".into(),
+            ],
+            "forever",
+        ),
+        (
+            vec![
+                "--node".into(),
+                "n".into(),
+                "--concurrency".into(),
+                "0".into(),
+            ],
+            "0",
+        ),
+        (
+            vec![
+                "--node".into(),
+                "n".into(),
+                "--backoff-exponent".into(),
+                "fast".into(),
+            ],
+            "fast",
+        ),
+        (
+            vec![
+                "--node".into(),
+                "n".into(),
+                "--host-root".into(),
+                host.path("missing").display().to_string(),
+            ],
+            "missing",
+        ),
+    ];
+    for (args, named) in cases {
+        let output = Command::new(ROTA)
+            .arg("agent")
+            .args(["--store", &store])
+            .args(&args)
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?} was accepted");
+        assert!(stderr.contains(named), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
+    }
+
+    // A regular file where the sentinel directory should be.
+    std::fs::remove_dir_all(host.root("run")).expect("rm");
+    touch(&host.root("run"));
+    let output = Command::new(ROTA)
+        .args(["agent", "--store", &store, "--node", "n"])
+        .arg("--host-root")
+        .arg(host.path("root"))
+        .arg("--boot-id-file")
+        .arg(host.path("boot_id"))
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("not a directory"), "{stderr}");
+}

@@ -1,0 +1,385 @@
+//! The real `rota` binary against a real SQLite store, populated through the `Store` API the
+//! way an agent would.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use rota_core::{BackoffPolicy, NodeName, NodeState, Process};
+use rota_store::{NodeFields, Session, SqliteStore, Store, Transition, WindowChange, now_millis};
+use serde_json::Value;
+
+const TTL: Duration = Duration::from_secs(300);
+
+fn node(name: &str) -> NodeName {
+    NodeName::new(name).expect("valid node name")
+}
+
+/// Requests a reboot, enters the queue at `queued_at`, and returns the session.
+async fn enqueue(store: &dyn Store, name: &str, queued_at: i64) -> Session {
+    let s = store.open_session(&node(name), TTL).await.expect("session");
+    store
+        .add_request(&s, &Process::Reboot, "test")
+        .await
+        .expect("add request");
+    store
+        .transition(
+            &s,
+            Transition::new(NodeState::Idle, NodeState::Queued).window(WindowChange::Queue {
+                queued_at: Some(queued_at),
+            }),
+        )
+        .await
+        .expect("enqueue");
+    s
+}
+
+/// Takes a slot and opens the window: the node is draining.
+async fn start(store: &dyn Store, s: &Session) -> u32 {
+    let slot = store
+        .try_acquire_slot(s)
+        .await
+        .expect("acquire")
+        .slot()
+        .expect("a free slot");
+    store
+        .transition(
+            s,
+            Transition::new(NodeState::Queued, NodeState::Draining)
+                .process(Some(Process::Reboot))
+                .window(WindowChange::Open)
+                .fields(NodeFields {
+                    cordoned_by_rota: Some(true),
+                    ..NodeFields::default()
+                }),
+        )
+        .await
+        .expect("open window");
+    slot
+}
+
+/// Drains and fails the maintenance, keeping the slot (fail closed).
+async fn fail_closed(store: &dyn Store, s: &Session) {
+    store
+        .transition(
+            s,
+            Transition::new(NodeState::Draining, NodeState::Maintaining),
+        )
+        .await
+        .expect("drained");
+    store
+        .transition(
+            s,
+            Transition::new(NodeState::Maintaining, NodeState::Failed).window(WindowChange::Fail {
+                cause: "script exited 3".into(),
+                policy: BackoffPolicy {
+                    initial: Duration::from_secs(600),
+                    maximum: Duration::from_secs(3600),
+                    exponent: 2.0,
+                },
+                keep_slot: true,
+            }),
+        )
+        .await
+        .expect("fail");
+}
+
+/// A fleet with concurrency 3: node-3 failed on slot 0, node-1 draining on slot 1, node-4
+/// failed on slot 2, node-2 queued without a slot.
+async fn fleet(dir: &Path) -> PathBuf {
+    let path = dir.join("rota.db");
+    let store = SqliteStore::open(&path).await.expect("open store");
+    store.set_concurrency(3).await.expect("concurrency");
+    let now = now_millis();
+    let n3 = enqueue(&store, "node-3", now - 4000).await;
+    let n1 = enqueue(&store, "node-1", now - 3000).await;
+    let n4 = enqueue(&store, "node-4", now - 2000).await;
+    assert_eq!(start(&store, &n3).await, 0);
+    assert_eq!(start(&store, &n1).await, 1);
+    assert_eq!(start(&store, &n4).await, 2);
+    fail_closed(&store, &n3).await;
+    fail_closed(&store, &n4).await;
+    enqueue(&store, "node-2", now - 1000).await;
+    path
+}
+
+fn store_url(path: &Path) -> String {
+    format!("sqlite://{}", path.display())
+}
+
+fn rota(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rota"))
+        .args(args)
+        .env_remove("ROTA_STORE")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run rota")
+}
+
+/// Runs `rota ARGS --store URL`, expecting success; returns stdout.
+fn ok(path: &Path, args: &[&str]) -> String {
+    let url = store_url(path);
+    let mut all = args.to_vec();
+    all.extend(["--store", &url]);
+    let out = rota(&all);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "rota {all:?} failed: {stderr}");
+    assert!(stderr.is_empty(), "rota {all:?} wrote to stderr: {stderr}");
+    String::from_utf8(out.stdout).expect("utf-8 stdout")
+}
+
+/// Runs rota expecting failure with `code`; returns the single line it wrote to stderr.
+fn fails(args: &[&str], code: i32) -> String {
+    let out = rota(args);
+    assert_eq!(out.status.code(), Some(code), "rota {args:?}: {out:?}");
+    assert!(out.stdout.is_empty(), "rota {args:?} wrote to stdout");
+    let stderr = String::from_utf8(out.stderr).expect("utf-8 stderr");
+    assert_eq!(
+        stderr.lines().count(),
+        1,
+        "rota {args:?}: not one line: {stderr}"
+    );
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    stderr
+}
+
+fn json(text: &str) -> Vec<Value> {
+    serde_json::from_str::<Value>(text)
+        .expect("valid JSON")
+        .as_array()
+        .expect("a JSON array")
+        .clone()
+}
+
+fn status(path: &Path) -> Vec<Value> {
+    json(&ok(path, &["status", "-o", "json"]))
+}
+
+fn find<'a>(rows: &'a [Value], name: &str) -> &'a Value {
+    rows.iter()
+        .find(|r| r["node"] == name)
+        .unwrap_or_else(|| panic!("{name} in {rows:?}"))
+}
+
+#[tokio::test]
+async fn status_shows_every_node() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = fleet(dir.path()).await;
+
+    let rows = status(&db);
+    let names: Vec<&str> = rows.iter().filter_map(|r| r["node"].as_str()).collect();
+    assert_eq!(names, ["node-1", "node-2", "node-3", "node-4"]);
+
+    let failed = find(&rows, "node-3");
+    assert_eq!(failed["state"], "failed");
+    assert_eq!(failed["holds_slot"], true);
+    assert_eq!(failed["slot"], 0);
+    assert_eq!(failed["process"], "reboot");
+    assert_eq!(failed["queue"], 1);
+    let backoff = failed["backoff"].as_str().expect("in backoff");
+    assert!(backoff.ends_with('Z'), "{backoff}");
+    assert!(failed["since"].as_str().is_some_and(|s| s.ends_with('Z')));
+
+    let draining = find(&rows, "node-1");
+    assert_eq!(draining["state"], "draining");
+    assert_eq!(draining["holds_slot"], true);
+    assert_eq!(draining["slot"], 1);
+    assert_eq!(draining["backoff"], Value::Null);
+
+    let queued = find(&rows, "node-2");
+    assert_eq!(queued["state"], "queued");
+    assert_eq!(queued["holds_slot"], false);
+    assert_eq!(queued["slot"], Value::Null);
+    assert_eq!(queued["queue"], 1);
+
+    let table = ok(&db, &["status"]);
+    assert!(
+        table.starts_with(
+            "concurrency 3, 3 of 3 slots held (node-3 slot 0, node-1 slot 1, node-4 slot 2)\n"
+        ),
+        "{table}"
+    );
+    assert!(table.contains("NODE"), "{table}");
+    assert!(table.contains("failed"), "{table}");
+    assert!(table.contains(" ago"), "{table}");
+}
+
+#[tokio::test]
+async fn history_lists_and_filters_entries() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = fleet(dir.path()).await;
+
+    let all = json(&ok(&db, &["history", "-o", "json"]));
+    let events: Vec<(&str, &str)> = all
+        .iter()
+        .filter_map(|e| Some((e["node"].as_str()?, e["event"].as_str()?)))
+        .collect();
+    assert_eq!(
+        events,
+        [
+            ("node-3", "started"),
+            ("node-1", "started"),
+            ("node-4", "started"),
+            ("node-3", "failed"),
+            ("node-4", "failed"),
+        ]
+    );
+    let first = &all[0];
+    assert_eq!(first["process"], "reboot");
+    assert_eq!(first["slot"], 0);
+    assert_eq!(first["released"], false);
+    assert!(first["at"].as_str().is_some_and(|at| at.ends_with('Z')));
+
+    let failed = json(&ok(
+        &db,
+        &["history", "node-3", "--event", "failed", "-o", "json"],
+    ));
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0]["cause"], "script exited 3");
+
+    assert_eq!(
+        json(&ok(&db, &["history", "--since", "1h", "-o", "json"])).len(),
+        5
+    );
+    assert!(json(&ok(&db, &["history", "--until", "1h", "-o", "json"])).is_empty());
+    assert!(
+        json(&ok(
+            &db,
+            &["history", "--since", "2999-01-01T00:00:00Z", "-o", "json"]
+        ))
+        .is_empty()
+    );
+    assert!(json(&ok(&db, &["history", "--process", "mop/fw", "-o", "json"])).is_empty());
+
+    let table = ok(&db, &["history", "node-3"]);
+    assert!(table.contains("script exited 3"), "{table}");
+    assert_eq!(table.lines().count(), 3, "header and two entries: {table}");
+}
+
+#[tokio::test]
+async fn unlock_releases_a_failed_nodes_slot() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = fleet(dir.path()).await;
+
+    let said = ok(&db, &["unlock", "node-3", "--reason", "replaced the disk"]);
+    assert!(
+        said.starts_with("unlocked node-3 (was failed): slot 0 released"),
+        "{said}"
+    );
+
+    let rows = status(&db);
+    let unlocked = find(&rows, "node-3");
+    assert_eq!(unlocked["state"], "idle");
+    assert_eq!(unlocked["holds_slot"], false);
+    assert_eq!(unlocked["slot"], Value::Null);
+    assert_eq!(unlocked["queue"], 0);
+
+    let canceled = json(&ok(
+        &db,
+        &["history", "node-3", "--event", "canceled", "-o", "json"],
+    ));
+    assert_eq!(canceled.len(), 1, "{canceled:?}");
+    assert_eq!(canceled[0]["released"], true);
+    assert_eq!(canceled[0]["slot"], 0);
+    assert!(
+        canceled[0]["cause"]
+            .as_str()
+            .is_some_and(|c| c.contains("replaced the disk")),
+        "{canceled:?}"
+    );
+
+    // Nothing left to unlock: the store's refusal comes through.
+    let url = store_url(&db);
+    let err = fails(
+        &["unlock", "node-3", "--reason", "again", "--store", &url],
+        1,
+    );
+    assert!(err.contains("node-3 is idle"), "{err}");
+    let err = fails(&["unlock", "nobody", "--reason", "x", "--store", &url], 1);
+    assert!(err.contains("node nobody is not known"), "{err}");
+}
+
+#[tokio::test]
+async fn retry_resumes_a_failed_node() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = fleet(dir.path()).await;
+
+    let said = ok(&db, &["retry", "node-4"]);
+    assert!(
+        said.contains("node-4: now maintaining, keeps slot 2"),
+        "{said}"
+    );
+    let rows = status(&db);
+    let retried = find(&rows, "node-4");
+    assert_eq!(retried["state"], "maintaining");
+    assert_eq!(retried["slot"], 2);
+
+    let url = store_url(&db);
+    let err = fails(&["retry", "node-1", "--store", &url], 1);
+    assert!(err.contains("node-1 is draining"), "{err}");
+}
+
+#[tokio::test]
+async fn the_store_comes_from_the_environment() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = fleet(dir.path()).await;
+    let out = Command::new(env!("CARGO_BIN_EXE_rota"))
+        .args(["status", "-o", "json"])
+        .env("ROTA_STORE", store_url(&db))
+        .output()
+        .expect("run rota");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(json(&String::from_utf8_lossy(&out.stdout)).len(), 4);
+}
+
+#[test]
+fn bad_input_is_one_line_naming_the_value() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["status", "--store", "mysql://x"], "mysql://x"),
+        (&["history", "--event", "exploded"], "exploded"),
+        (&["history", "--since", "yesterdayish"], "yesterdayish"),
+        (
+            &["history", "--until", "2024-13-45T00:00:00Z"],
+            "2024-13-45",
+        ),
+        (&["history", "--process", "mop/Bad"], "mop/Bad"),
+        (&["history", "-o", "yaml"], "yaml"),
+        (&["unlock", "bad_name!", "--reason", "x"], "bad_name!"),
+        (&["unlock", "n", "--reason", ""], "--reason"),
+        (&["unlock", "n"], "--reason"),
+        (&["retry", "node_"], "node_"),
+        (&["explode"], "explode"),
+    ];
+    for (args, named) in cases {
+        let err = fails(args, 2);
+        assert!(err.contains(named), "rota {args:?}: {err}");
+    }
+    let err = fails(&["history", "--since", "yesterdayish"], 2);
+    assert!(err.contains("--since") && err.contains("RFC 3339"), "{err}");
+}
+
+#[test]
+fn a_missing_store_is_not_created() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("nothing-here.db");
+    let url = store_url(&path);
+    let err = fails(&["status", "--store", &url], 1);
+    assert!(
+        err.contains("nothing-here.db") && err.contains("does not exist"),
+        "{err}"
+    );
+    assert!(!path.exists());
+}
+
+#[test]
+fn help_works() {
+    let out = rota(&["--help"]);
+    assert!(out.status.success(), "{out:?}");
+    let help = String::from_utf8_lossy(&out.stdout);
+    for command in ["status", "history", "unlock", "retry"] {
+        assert!(help.contains(command), "{help}");
+    }
+    let out = rota(&["history", "--help"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--since <TIME>"));
+}
