@@ -42,6 +42,14 @@ pub enum Error {
         value: String,
         reason: String,
     },
+    /// A failure of a store implemented outside this crate (the Kubernetes store), which
+    /// carries its own context (the verb and resource that failed).
+    #[error(transparent)]
+    Backend(Box<dyn std::error::Error + Send + Sync>),
+    #[error("the write was rolled back with the rest of its batch: {reason}")]
+    RolledBack { reason: String },
+    #[error("the store's writer has stopped")]
+    WriterStopped,
     #[error("{context}: {source}")]
     Database {
         context: &'static str,

@@ -1,0 +1,428 @@
+//! The embedded default store: one SQLite file, shared by every agent on the host.
+//!
+//! Reads share a pool of connections. Writes go to one [writer](writer) task per store, which
+//! owns a connection of its own and commits whatever is queued in one `BEGIN IMMEDIATE`
+//! transaction: SQLite's single-writer lock serialises them across processes, and the primary
+//! and unique keys on `slots` make a double grant impossible even if a check were wrong.
+
+mod rows;
+mod writer;
+mod writes;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rota_core::{NodeName, Process};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{ConnectOptions, Row};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use self::rows::{
+    NODE_COLUMNS, changes_before_turn, fetch_node, node_record, parse, request_record, slot_index,
+};
+use self::writer::{Op, Reply};
+use crate::error::{Context, Error, Result};
+use crate::model::{
+    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, NodeRecord, RequestRecord, Session,
+    SlotHolder, Transition,
+};
+use crate::store::Store;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A [`Store`] in one SQLite file. Clones share the pool, the writer and the change counter.
+#[derive(Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    path: PathBuf,
+    writer: mpsc::UnboundedSender<Op>,
+    changes: Arc<watch::Sender<u64>>,
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database at `path` and applies migrations. A file that
+    /// is not SQLite, a SQLite file that is not rota's, or a schema newer than this binary are
+    /// refused without changing anything. Needs a tokio runtime (the writer is a task).
+    pub async fn open(path: &Path) -> Result<SqliteStore> {
+        let location = path.display().to_string();
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
+            && !parent.is_dir()
+        {
+            return Err(Error::Url {
+                url: location,
+                reason: format!("directory {} does not exist", parent.display()),
+            });
+        }
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(30))
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_with(options.clone())
+            .await
+            .map_err(|e| Error::NotRota {
+                location: location.clone(),
+                reason: e.to_string(),
+            })?;
+        migrate(&pool, &location).await?;
+        let conn = options
+            .connect()
+            .await
+            .context("opening the write connection")?;
+        let (changes, _) = watch::channel(0);
+        let changes = Arc::new(changes);
+        let (writer, ops) = mpsc::unbounded_channel();
+        tokio::spawn(writer::run(conn, ops, changes.clone()));
+        Ok(SqliteStore {
+            pool,
+            path: path.to_path_buf(),
+            writer,
+            changes,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Hands a write to the writer and waits until its batch has committed.
+    async fn write<T>(&self, op: impl FnOnce(Reply<T>) -> Op) -> Result<T> {
+        let (reply, result) = oneshot::channel();
+        self.writer
+            .send(op(reply))
+            .map_err(|_| Error::WriterStopped)?;
+        result.await.map_err(|_| Error::WriterStopped)?
+    }
+}
+
+/// Applies the migrations. Two processes opening a new file at once both try to; the loser's
+/// attempt fails on the winner's tables and simply runs again, finding them applied.
+async fn migrate(pool: &SqlitePool, location: &str) -> Result<()> {
+    const ATTEMPTS: u32 = 5;
+    let mut attempt = 1;
+    loop {
+        check_is_rota(pool, location).await?;
+        match MIGRATOR.run(pool).await {
+            Ok(()) => return Ok(()),
+            Err(_) if attempt < ATTEMPTS => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => {
+                return Err(Error::NotRota {
+                    location: location.to_string(),
+                    reason: format!("migration failed: {e}"),
+                });
+            }
+        }
+    }
+}
+
+async fn check_is_rota(pool: &SqlitePool, location: &str) -> Result<()> {
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
+    )
+    .fetch_all(pool)
+    .await
+    .map_err(|e| Error::NotRota {
+        location: location.to_string(),
+        reason: e.to_string(),
+    })?;
+    // Only the migrations table: another process is creating the schema right now.
+    if tables.iter().all(|t| t == "_sqlx_migrations") {
+        return Ok(());
+    }
+    if !tables.iter().any(|t| t == "rota_meta") {
+        return Err(Error::NotRota {
+            location: location.to_string(),
+            reason: format!("it holds other tables ({})", tables.join(", ")),
+        });
+    }
+    let found: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations")
+        .fetch_one(pool)
+        .await
+        .context("reading the schema version")?;
+    let supported = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+    match found {
+        Some(found) if found > supported => Err(Error::SchemaTooNew {
+            location: location.to_string(),
+            found,
+            supported,
+        }),
+        _ => Ok(()),
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn kind(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn open_session(&self, node: &NodeName, ttl: Duration) -> Result<Session> {
+        let node = node.clone();
+        let ttl_ms = millis(ttl);
+        self.write(|reply| Op::OpenSession {
+            node,
+            ttl_ms,
+            reply,
+        })
+        .await
+    }
+
+    async fn heartbeat(&self, session: &Session, ttl: Duration) -> Result<()> {
+        let session = session.clone();
+        let ttl_ms = millis(ttl);
+        self.write(|reply| Op::Heartbeat {
+            session,
+            ttl_ms,
+            reply,
+        })
+        .await
+    }
+
+    async fn close_session(&self, session: &Session) -> Result<()> {
+        let session = session.clone();
+        self.write(|reply| Op::CloseSession { session, reply })
+            .await
+    }
+
+    async fn concurrency(&self) -> Result<Option<u32>> {
+        let value: Option<String> =
+            sqlx::query_scalar("SELECT value FROM rota_meta WHERE key = 'concurrency'")
+                .fetch_optional(&self.pool)
+                .await
+                .context("reading the concurrency")?;
+        value.map(|v| parse("rota_meta.concurrency", v)).transpose()
+    }
+
+    async fn set_concurrency(&self, concurrency: u32) -> Result<()> {
+        if !(1..=1000).contains(&concurrency) {
+            return Err(Error::Concurrency { value: concurrency });
+        }
+        self.write(|reply| Op::SetConcurrency { concurrency, reply })
+            .await
+    }
+
+    async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire> {
+        // A read-only look first: waiters that are not at the front of the queue never take the
+        // write lock, so a release does not set off a stampede of write transactions.
+        let mut conn = self.pool.acquire().await.context("acquiring a slot")?;
+        let already = slot_index(
+            sqlx::query_scalar("SELECT slot FROM slots WHERE holder = ?")
+                .bind(session.node.as_str())
+                .fetch_optional(&mut *conn)
+                .await
+                .context("acquiring a slot")?,
+        );
+        if already.is_none() {
+            let changes = changes_before_turn(&mut conn, &session.node).await?;
+            if changes > 0 {
+                return Ok(Acquire::Wait { changes });
+            }
+        }
+        drop(conn);
+        let session = session.clone();
+        self.write(|reply| Op::AcquireSlot { session, reply }).await
+    }
+
+    async fn fence(&self, session: &Session, ttl: Duration) -> Result<u32> {
+        let session = session.clone();
+        let ttl_ms = millis(ttl);
+        self.write(|reply| Op::Fence {
+            session,
+            ttl_ms,
+            reply,
+        })
+        .await
+    }
+
+    async fn slot_holders(&self) -> Result<Vec<SlotHolder>> {
+        let rows = sqlx::query("SELECT slot, holder, acquired_at FROM slots ORDER BY slot")
+            .fetch_all(&self.pool)
+            .await
+            .context("reading slots")?;
+        rows.iter()
+            .map(|row| {
+                let get = |e| Error::Database {
+                    context: "reading slots",
+                    source: e,
+                };
+                Ok(SlotHolder {
+                    slot: slot_index(row.try_get("slot").map_err(get)?).unwrap_or(0),
+                    node: parse("slots.holder", row.try_get("holder").map_err(get)?)?,
+                    acquired_at: row.try_get("acquired_at").map_err(get)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn add_request(
+        &self,
+        session: &Session,
+        process: &Process,
+        source: &str,
+    ) -> Result<(RequestRecord, bool)> {
+        let session = session.clone();
+        let process = process.clone();
+        let source = source.to_string();
+        self.write(|reply| Op::AddRequest {
+            session,
+            process,
+            source,
+            reply,
+        })
+        .await
+    }
+
+    async fn cancel_request(&self, session: &Session, process: &Process) -> Result<bool> {
+        let session = session.clone();
+        let process = process.clone();
+        self.write(|reply| Op::CancelRequest {
+            session,
+            process,
+            reply,
+        })
+        .await
+    }
+
+    async fn open_requests(&self, node: &NodeName) -> Result<Vec<RequestRecord>> {
+        let rows = sqlx::query(
+            "SELECT * FROM requests WHERE node = ? AND state IN ('pending', 'active') ORDER BY id",
+        )
+        .bind(node.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .context("reading requests")?;
+        rows.iter().map(request_record).collect()
+    }
+
+    async fn all_requests(&self) -> Result<Vec<RequestRecord>> {
+        let rows = sqlx::query("SELECT * FROM requests ORDER BY id")
+            .fetch_all(&self.pool)
+            .await
+            .context("reading requests")?;
+        rows.iter().map(request_record).collect()
+    }
+
+    async fn transition(&self, session: &Session, transition: Transition) -> Result<NodeRecord> {
+        let session = session.clone();
+        self.write(|reply| Op::Transition {
+            session,
+            transition,
+            reply,
+        })
+        .await
+    }
+
+    async fn node(&self, node: &NodeName) -> Result<Option<NodeRecord>> {
+        let mut conn = self.pool.acquire().await.context("reading a node")?;
+        fetch_node(&mut conn, node).await
+    }
+
+    async fn nodes(&self) -> Result<Vec<NodeRecord>> {
+        let sql = format!(
+            "SELECT {NODE_COLUMNS} FROM nodes n LEFT JOIN slots s ON s.holder = n.node \
+             ORDER BY n.node"
+        );
+        let rows = sqlx::query(&sql)
+            .fetch_all(&self.pool)
+            .await
+            .context("reading nodes")?;
+        rows.iter().map(node_record).collect()
+    }
+
+    async fn backoffs(&self, node: &NodeName) -> Result<Vec<BackoffRecord>> {
+        let rows = sqlx::query(
+            "SELECT node, process, until, last_interval_s, cause FROM backoff WHERE node = ? \
+             ORDER BY process",
+        )
+        .bind(node.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .context("reading backoff")?;
+        rows.iter()
+            .map(|row| {
+                let get = |e| Error::Database {
+                    context: "reading backoff",
+                    source: e,
+                };
+                let secs: i64 = row.try_get("last_interval_s").map_err(get)?;
+                Ok(BackoffRecord {
+                    node: parse("backoff.node", row.try_get("node").map_err(get)?)?,
+                    process: parse("backoff.process", row.try_get("process").map_err(get)?)?,
+                    until: row.try_get("until").map_err(get)?,
+                    last_interval: Duration::from_secs(u64::try_from(secs).unwrap_or(0)),
+                    cause: row.try_get("cause").map_err(get)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn history(&self, filter: &HistoryFilter) -> Result<Vec<HistoryEntry>> {
+        let rows = sqlx::query(
+            "SELECT id, node, process, event, at, cause, slot, released FROM history \
+             WHERE (?1 IS NULL OR node = ?1) AND (?2 IS NULL OR process = ?2) \
+             AND (?3 IS NULL OR event = ?3) AND (?4 IS NULL OR at >= ?4) \
+             AND (?5 IS NULL OR at <= ?5) ORDER BY id",
+        )
+        .bind(filter.node.as_ref().map(NodeName::as_str))
+        .bind(filter.process.as_ref().map(ToString::to_string))
+        .bind(filter.event.map(|e| e.to_string()))
+        .bind(filter.since)
+        .bind(filter.until)
+        .fetch_all(&self.pool)
+        .await
+        .context("reading history")?;
+        rows.iter()
+            .map(|row| {
+                let get = |e| Error::Database {
+                    context: "reading history",
+                    source: e,
+                };
+                Ok(HistoryEntry {
+                    id: row.try_get("id").map_err(get)?,
+                    node: parse("history.node", row.try_get("node").map_err(get)?)?,
+                    process: parse("history.process", row.try_get("process").map_err(get)?)?,
+                    event: parse("history.event", row.try_get("event").map_err(get)?)?,
+                    at: row.try_get("at").map_err(get)?,
+                    cause: row.try_get("cause").map_err(get)?,
+                    slot: slot_index(row.try_get("slot").map_err(get)?),
+                    released: row.try_get("released").map_err(get)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn unlock(&self, node: &NodeName, reason: &str) -> Result<NodeRecord> {
+        let node = node.clone();
+        let reason = reason.to_string();
+        self.write(|reply| Op::Unlock {
+            node,
+            reason,
+            reply,
+        })
+        .await
+    }
+
+    async fn retry(&self, node: &NodeName) -> Result<NodeRecord> {
+        let node = node.clone();
+        self.write(|reply| Op::Retry { node, reply }).await
+    }
+
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+}

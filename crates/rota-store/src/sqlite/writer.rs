@@ -1,0 +1,267 @@
+//! The one writer of a SQLite store: a task that owns the write connection and commits the
+//! operations of every agent in this process in batches. Whatever is queued when a batch starts
+//! goes into one `BEGIN IMMEDIATE … COMMIT`, so a burst of agents (a fleet's sentinels written
+//! at once) pays for one commit instead of one each. A caller's reply is sent only after its
+//! batch committed: a write is never reported before it is durable.
+
+use std::sync::Arc;
+
+use rota_core::{NodeName, Process};
+use sqlx::SqliteConnection;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::writes;
+use crate::error::{Error, Result};
+use crate::model::{Acquire, NodeRecord, RequestRecord, Session, Transition};
+
+/// Most operations in one transaction: bounds how long another process waits for the lock.
+const MAX_BATCH: usize = 256;
+
+/// A new concurrency may free any number of slots: wake every waiter.
+const CONCURRENCY_CHANGED: u64 = 1 << 32;
+
+pub(super) type Reply<T> = oneshot::Sender<Result<T>>;
+
+pub(super) enum Op {
+    OpenSession {
+        node: NodeName,
+        ttl_ms: i64,
+        reply: Reply<Session>,
+    },
+    Heartbeat {
+        session: Session,
+        ttl_ms: i64,
+        reply: Reply<()>,
+    },
+    CloseSession {
+        session: Session,
+        reply: Reply<()>,
+    },
+    SetConcurrency {
+        concurrency: u32,
+        reply: Reply<()>,
+    },
+    AcquireSlot {
+        session: Session,
+        reply: Reply<Acquire>,
+    },
+    Fence {
+        session: Session,
+        ttl_ms: i64,
+        reply: Reply<u32>,
+    },
+    AddRequest {
+        session: Session,
+        process: Process,
+        source: String,
+        reply: Reply<(RequestRecord, bool)>,
+    },
+    CancelRequest {
+        session: Session,
+        process: Process,
+        reply: Reply<bool>,
+    },
+    Transition {
+        session: Session,
+        transition: Transition,
+        reply: Reply<NodeRecord>,
+    },
+    Unlock {
+        node: NodeName,
+        reason: String,
+        reply: Reply<NodeRecord>,
+    },
+    Retry {
+        node: NodeName,
+        reply: Reply<NodeRecord>,
+    },
+}
+
+/// An executed operation waiting for its batch: called with the commit's error, if any.
+type Done = Box<dyn FnOnce(Option<&str>) + Send>;
+
+fn done<T: Send + 'static>(reply: Reply<T>, result: Result<T>) -> Done {
+    Box::new(move |commit_error: Option<&str>| {
+        let result = match commit_error {
+            Some(reason) => Err(Error::RolledBack {
+                reason: reason.to_string(),
+            }),
+            None => result,
+        };
+        // A caller that stopped waiting has nothing left to learn.
+        let _ = reply.send(result);
+    })
+}
+
+/// How far a successful operation moves `Store::changes` (see its documentation).
+fn wakes(op: &Op) -> u64 {
+    match op {
+        Op::SetConcurrency { .. } => CONCURRENCY_CHANGED,
+        Op::Unlock { .. } | Op::Retry { .. } => 1,
+        // Taking a slot never lets another waiter go on (one free slot fewer, one waiter
+        // ahead fewer); a release, or a waiter leaving the queue without one, may.
+        Op::Transition { transition, .. } => u64::from(
+            transition.window.releases_slot()
+                || (transition.from == rota_core::NodeState::Queued
+                    && transition.to == rota_core::NodeState::Idle),
+        ),
+        _ => 0,
+    }
+}
+
+async fn execute(conn: &mut SqliteConnection, op: Op) -> (Done, u64) {
+    let wake = wakes(&op);
+    let counted = |ok: bool| if ok { wake } else { 0 };
+    match op {
+        Op::OpenSession {
+            node,
+            ttl_ms,
+            reply,
+        } => (
+            done(reply, writes::open_session(conn, &node, ttl_ms).await),
+            0,
+        ),
+        Op::Heartbeat {
+            session,
+            ttl_ms,
+            reply,
+        } => (
+            done(reply, writes::heartbeat(conn, &session, ttl_ms).await),
+            0,
+        ),
+        Op::CloseSession { session, reply } => {
+            (done(reply, writes::close_session(conn, &session).await), 0)
+        }
+        Op::SetConcurrency { concurrency, reply } => {
+            let result = writes::set_concurrency(conn, concurrency).await;
+            let wake = counted(result.is_ok());
+            (done(reply, result), wake)
+        }
+        Op::AcquireSlot { session, reply } => {
+            (done(reply, writes::acquire_slot(conn, &session).await), 0)
+        }
+        Op::Fence {
+            session,
+            ttl_ms,
+            reply,
+        } => (done(reply, writes::fence(conn, &session, ttl_ms).await), 0),
+        Op::AddRequest {
+            session,
+            process,
+            source,
+            reply,
+        } => {
+            let result = writes::add_request(conn, &session, &process, &source).await;
+            (done(reply, result), 0)
+        }
+        Op::CancelRequest {
+            session,
+            process,
+            reply,
+        } => {
+            let result = writes::cancel_request(conn, &session, &process).await;
+            (done(reply, result), 0)
+        }
+        Op::Transition {
+            session,
+            transition,
+            reply,
+        } => {
+            let result = writes::transition(conn, &session, &transition).await;
+            let wake = counted(result.is_ok());
+            (done(reply, result), wake)
+        }
+        Op::Unlock {
+            node,
+            reason,
+            reply,
+        } => {
+            let result = writes::unlock(conn, &node, &reason).await;
+            let wake = counted(result.is_ok());
+            (done(reply, result), wake)
+        }
+        Op::Retry { node, reply } => {
+            let result = writes::retry(conn, &node).await;
+            let wake = counted(result.is_ok());
+            (done(reply, result), wake)
+        }
+    }
+}
+
+/// Runs until every sender (every clone of the store) is gone.
+pub(super) async fn run(
+    mut conn: SqliteConnection,
+    mut ops: mpsc::UnboundedReceiver<Op>,
+    changes: Arc<watch::Sender<u64>>,
+) {
+    while let Some(first) = ops.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match ops.try_recv() {
+                Ok(op) => batch.push(op),
+                Err(_) => break,
+            }
+        }
+        let mut finished = Vec::with_capacity(batch.len());
+        let mut woken = 0u64;
+        let begun = sqlx::query("BEGIN IMMEDIATE").execute(&mut conn).await;
+        let outcome = match begun {
+            Ok(_) => {
+                for op in batch {
+                    let (done, wake) = execute(&mut conn, op).await;
+                    finished.push(done);
+                    woken = woken.saturating_add(wake);
+                }
+                sqlx::query("COMMIT").execute(&mut conn).await.map(drop)
+            }
+            Err(e) => {
+                for op in batch {
+                    finished.push(refuse(op));
+                }
+                Err(e)
+            }
+        };
+        let commit_error = match outcome {
+            Ok(()) => {
+                if woken > 0 {
+                    changes.send_modify(|n| *n = n.wrapping_add(woken));
+                }
+                None
+            }
+            Err(e) => {
+                // Leaves the connection ready for the next batch; nothing of this one stays.
+                let _ = sqlx::query("ROLLBACK").execute(&mut conn).await;
+                Some(e.to_string())
+            }
+        };
+        for done in finished {
+            done(commit_error.as_deref());
+        }
+    }
+}
+
+/// An operation that never ran because its batch could not start; the reason comes with the
+/// commit error.
+fn refuse(op: Op) -> Done {
+    fn skipped<T: Send + 'static>(reply: Reply<T>) -> Done {
+        done(
+            reply,
+            Err(Error::RolledBack {
+                reason: "the batch did not start".into(),
+            }),
+        )
+    }
+    match op {
+        Op::OpenSession { reply, .. } => skipped(reply),
+        Op::Heartbeat { reply, .. }
+        | Op::CloseSession { reply, .. }
+        | Op::SetConcurrency { reply, .. } => skipped(reply),
+        Op::AcquireSlot { reply, .. } => skipped(reply),
+        Op::Fence { reply, .. } => skipped(reply),
+        Op::AddRequest { reply, .. } => skipped(reply),
+        Op::CancelRequest { reply, .. } => skipped(reply),
+        Op::Transition { reply, .. } | Op::Unlock { reply, .. } | Op::Retry { reply, .. } => {
+            skipped(reply)
+        }
+    }
+}
