@@ -1,0 +1,41 @@
+{{/* The namespace of the agents, their Leases and ConfigMaps. */}}
+{{- define "rota.namespace" -}}
+{{- .Values.namespace.name -}}
+{{- end }}
+
+{{- define "rota.fullname" -}}
+{{- printf "%s-agent" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end }}
+
+{{- define "rota.selectorLabels" -}}
+app.kubernetes.io/name: rota
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: agent
+{{- end }}
+
+{{- define "rota.labels" -}}
+{{ include "rota.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end }}
+
+{{/*
+Fails unless every host file the agent watches or writes lies under one of hostMounts: the
+agent would otherwise wait for a sentinel it can never see.
+*/}}
+{{- define "rota.checkHostPaths" -}}
+{{- $agent := .Values.agent -}}
+{{- $paths := concat $agent.rebootSentinels (list $agent.maintenanceSentinel $agent.maintenanceInProgress) -}}
+{{- range $path := $paths -}}
+{{- $covered := false -}}
+{{- range $mount := $.Values.hostMounts -}}
+{{- if hasPrefix (printf "%s/" (trimSuffix "/" $mount)) $path -}}
+{{- $covered = true -}}
+{{- end -}}
+{{- end -}}
+{{- if not $covered -}}
+{{- fail (printf "agent: host path %s is not under any of hostMounts %v; add its directory to hostMounts" $path $.Values.hostMounts) -}}
+{{- end -}}
+{{- end -}}
+{{- end }}

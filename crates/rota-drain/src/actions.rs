@@ -1,0 +1,105 @@
+//! [`KubeActions`]: the agent's node actions in a Kubernetes cluster.
+
+use async_trait::async_trait;
+use kube::Client;
+use rota_agent::{ActionError, CommandActions, NodeActions, RebootHandle};
+use rota_core::NodeName;
+use tokio::sync::watch;
+
+use crate::drain::{DrainOptions, Progress, drain_with_progress};
+use crate::error::Error;
+use crate::node;
+
+/// Reboots the host from a pod with `hostPID: true`: enter PID 1's namespaces and ask systemd.
+pub const DEFAULT_REBOOT_COMMAND: &str = "nsenter -t 1 -m -u -i -n -p -- systemctl reboot";
+
+/// Cordon, drain and uncordon through the Kubernetes API; reboot and the optional health
+/// command as child processes, exactly as on a standalone host ([`CommandActions`]).
+pub struct KubeActions {
+    client: Client,
+    node: NodeName,
+    drain: DrainOptions,
+    progress: watch::Sender<Progress>,
+    commands: CommandActions,
+}
+
+impl KubeActions {
+    /// Node actions for `node`. `client` must not retry 429s by itself (see
+    /// [`crate::client`]): the drain retries refused evictions with its own backoff, and a
+    /// client that retries them too hides every refusal for minutes. `reboot` is run with
+    /// `sh -c`; `health`, when given, must also succeed for the node to count as healthy.
+    pub fn new(
+        client: Client,
+        node: NodeName,
+        drain: DrainOptions,
+        reboot: String,
+        health: Option<String>,
+    ) -> KubeActions {
+        let commands = CommandActions {
+            node: Some(node.clone()),
+            drain: None,
+            uncordon: None,
+            reboot: Some(reboot),
+            health,
+        };
+        KubeActions {
+            client,
+            node,
+            drain,
+            progress: watch::Sender::default(),
+            commands,
+        }
+    }
+
+    /// What the current or last drain waits for: when the caller's timeout ends a drain, this
+    /// says which pods a PodDisruptionBudget held back.
+    pub fn drain_progress(&self) -> watch::Receiver<Progress> {
+        self.progress.subscribe()
+    }
+}
+
+fn failed(action: &'static str, error: Error) -> ActionError {
+    ActionError {
+        action,
+        detail: error.to_string(),
+    }
+}
+
+#[async_trait]
+impl NodeActions for KubeActions {
+    async fn is_cordoned(&self) -> Result<bool, ActionError> {
+        node::is_cordoned(&self.client, self.node.as_str())
+            .await
+            .map_err(|e| failed("reading the cordon", e))
+    }
+
+    async fn drain(&self) -> Result<(), ActionError> {
+        drain_with_progress(
+            &self.client,
+            self.node.as_str(),
+            &self.drain,
+            &self.progress,
+        )
+        .await
+        .map_err(|e| failed("drain", e))
+    }
+
+    async fn uncordon(&self) -> Result<(), ActionError> {
+        node::uncordon(&self.client, self.node.as_str())
+            .await
+            .map_err(|e| failed("uncordon", e))
+    }
+
+    async fn reboot(&self) -> Result<RebootHandle, ActionError> {
+        self.commands.reboot().await
+    }
+
+    /// The node's Ready condition first: a health command on a node that Kubernetes does not
+    /// consider Ready would return it to service too early.
+    async fn health(&self) -> Result<(), ActionError> {
+        node::check_ready(&self.client, self.node.as_str())
+            .await
+            .map_err(|e| failed("health check", e))?;
+        self.commands.health().await
+    }
+}

@@ -1,0 +1,434 @@
+//! Drain: cordon, evict through the Eviction API, wait until the evicted pods are gone.
+//!
+//! All state lives in the API server (the cordon, the evictions, the pods' deletion), none in
+//! this process, so [`drain`] is idempotent and cancel-safe: dropping its future at any await
+//! (the caller's timeout) leaves nothing to clean up but the cordon, and calling it again
+//! carries on where the cluster is. It spawns no task that could outlive the future.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::Eviction;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
+use kube::api::{Api, ListParams, PostParams};
+use kube::core::Status;
+use kube::{Client, ResourceExt};
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use crate::error::{Error, Refusal, RefusalReason, Result};
+use crate::node;
+
+/// Marks a static pod's mirror in the API server; the kubelet owns it, eviction cannot move it.
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// How a drain treats the node's pods. The defaults are the safe ones: pods that would lose
+/// data or not come back are refused, not evicted.
+#[derive(Clone, Debug)]
+pub struct DrainOptions {
+    /// How many evictions may be in progress (including their retries) at once; 0 counts as 1.
+    pub concurrency: usize,
+    /// Evict pods that have emptyDir volumes (their data is lost), like kubectl's
+    /// `--delete-emptydir-data`.
+    pub delete_emptydir_data: bool,
+    /// Evict pods that no controller manages (nothing recreates them), like kubectl's `--force`.
+    pub force: bool,
+    /// Overrides the pods' termination grace period.
+    pub grace_period: Option<Duration>,
+    /// The first pause before retrying an eviction that a PodDisruptionBudget refused (429);
+    /// it doubles with each refusal up to `retry_max`.
+    pub retry_initial: Duration,
+    pub retry_max: Duration,
+    /// How often to check whether the evicted pods are gone.
+    pub poll_interval: Duration,
+}
+
+impl Default for DrainOptions {
+    fn default() -> DrainOptions {
+        DrainOptions {
+            concurrency: 5,
+            delete_emptydir_data: false,
+            force: false,
+            grace_period: None,
+            retry_initial: Duration::from_secs(1),
+            retry_max: Duration::from_secs(30),
+            poll_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What a drain in progress is waiting for: what an operator needs to know when it does not
+/// finish. See [`drain_with_progress`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Pods (`namespace/name`) whose eviction is refused for now, with the API server's reason
+    /// (a PodDisruptionBudget's message).
+    pub refused: BTreeMap<String, String>,
+    /// Pods (`namespace/name`) evicted or already terminating that still exist.
+    pub terminating: Vec<String>,
+}
+
+/// One pod instance: a pod recreated under the same name (a StatefulSet's) has another UID.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct PodRef {
+    namespace: String,
+    name: String,
+    uid: String,
+}
+
+impl fmt::Display for PodRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// What the drain does with one pod.
+#[derive(Debug, PartialEq, Eq)]
+enum Plan {
+    /// Left on the node: DaemonSet and mirror pods, finished pods.
+    Leave,
+    /// Already being deleted: only wait until it is gone.
+    Wait,
+    Evict,
+}
+
+/// The plan for one pod, or every reason it may not be evicted under `options`.
+fn plan(pod: &Pod, options: &DrainOptions) -> std::result::Result<Plan, Vec<RefusalReason>> {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if matches!(phase, Some("Succeeded" | "Failed")) {
+        return Ok(Plan::Leave);
+    }
+    if pod.annotations().contains_key(MIRROR_ANNOTATION) {
+        return Ok(Plan::Leave);
+    }
+    let controller = pod
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true));
+    if controller.is_some_and(|c| c.kind == "DaemonSet") {
+        return Ok(Plan::Leave);
+    }
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Ok(Plan::Wait);
+    }
+    let mut refusals = Vec::new();
+    if controller.is_none() && !options.force {
+        refusals.push(RefusalReason::Unmanaged);
+    }
+    let empty_dir = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .is_some_and(|vs| vs.iter().any(|v| v.empty_dir.is_some()));
+    if empty_dir && !options.delete_emptydir_data {
+        refusals.push(RefusalReason::EmptyDir);
+    }
+    if refusals.is_empty() {
+        Ok(Plan::Evict)
+    } else {
+        Err(refusals)
+    }
+}
+
+fn pod_ref(pod: &Pod) -> PodRef {
+    PodRef {
+        namespace: pod.namespace().unwrap_or_default(),
+        name: pod.name_any(),
+        uid: pod.uid().unwrap_or_default(),
+    }
+}
+
+async fn pods_on(client: &Client, node: &str) -> Result<Vec<Pod>> {
+    let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+    let list = Api::<Pod>::all(client.clone())
+        .list(&params)
+        .await
+        .map_err(|e| Error::api("list", "pods", format!("on node {node}"), e))?;
+    Ok(list.items)
+}
+
+/// Cordons `node` and evicts its pods (see [`DrainOptions`]), then waits until every evicted
+/// pod is gone. Returns at once with [`Error::Refused`], naming every offending pod, if a pod
+/// may not be evicted under `options`; the node then stays cordoned.
+///
+/// A PodDisruptionBudget that never allows the eviction makes the drain wait forever: bound it
+/// with `tokio::time::timeout`.
+pub async fn drain(client: &Client, node: &str, options: &DrainOptions) -> Result<()> {
+    drain_with_progress(client, node, options, &watch::Sender::default()).await
+}
+
+/// [`drain`], publishing what it waits for in `progress` as it goes.
+pub async fn drain_with_progress(
+    client: &Client,
+    node: &str,
+    options: &DrainOptions,
+    progress: &watch::Sender<Progress>,
+) -> Result<()> {
+    progress.send_replace(Progress::default());
+    node::cordon(client, node).await?;
+    let mut evict = Vec::new();
+    let mut wait = Vec::new();
+    let mut refusals = Vec::new();
+    for pod in pods_on(client, node).await? {
+        let pod_ref = pod_ref(&pod);
+        match plan(&pod, options) {
+            Ok(Plan::Leave) => debug!(node, pod = %pod_ref, "leaving the pod on the node"),
+            Ok(Plan::Wait) => wait.push(pod_ref),
+            Ok(Plan::Evict) => evict.push(pod_ref),
+            Err(reasons) => refusals.extend(reasons.into_iter().map(|reason| Refusal {
+                pod: pod_ref.to_string(),
+                reason,
+            })),
+        }
+    }
+    if !refusals.is_empty() {
+        return Err(Error::Refused {
+            node: node.to_owned(),
+            refusals,
+        });
+    }
+    info!(
+        node,
+        evicting = evict.len(),
+        terminating = wait.len(),
+        "draining"
+    );
+    // Owned pods in the stream: futures borrowing from a closure argument trip the compiler's
+    // higher-ranked `Send` check when this future is boxed by `async_trait`.
+    stream::iter(evict.clone())
+        .map(|pod| async move { evict_pod(client, &pod, options, progress).await })
+        .buffer_unordered(options.concurrency.max(1))
+        .try_collect::<()>()
+        .await?;
+    wait.extend(evict);
+    wait_gone(client, node, wait, options.poll_interval, progress).await?;
+    info!(node, "drained");
+    Ok(())
+}
+
+fn eviction(pod: &PodRef, options: &DrainOptions) -> Eviction {
+    Eviction {
+        metadata: ObjectMeta {
+            name: Some(pod.name.clone()),
+            namespace: Some(pod.namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        delete_options: Some(DeleteOptions {
+            // Evict exactly the pod that was listed, never a namesake created since.
+            preconditions: Some(Preconditions {
+                uid: Some(pod.uid.clone()),
+                ..Preconditions::default()
+            }),
+            grace_period_seconds: options
+                .grace_period
+                .map(|g| i64::try_from(g.as_secs()).unwrap_or(i64::MAX)),
+            ..DeleteOptions::default()
+        }),
+    }
+}
+
+/// Asks for the pod's eviction until the API server accepts it or the pod is gone.
+async fn evict_pod(
+    client: &Client,
+    pod: &PodRef,
+    options: &DrainOptions,
+    progress: &watch::Sender<Progress>,
+) -> Result<()> {
+    let api = Api::<Pod>::namespaced(client.clone(), &pod.namespace);
+    let body = eviction(pod, options);
+    let mut pause = options.retry_initial;
+    let mut refusals = 0u32;
+    loop {
+        let answer = api
+            .create_subresource::<Eviction, Status>(
+                "eviction",
+                &pod.name,
+                &PostParams::default(),
+                &body,
+            )
+            .await;
+        if !matches!(&answer, Err(kube::Error::Api(status)) if status.code == 429) {
+            progress.send_if_modified(|p| p.refused.remove(&pod.to_string()).is_some());
+        }
+        match answer {
+            Ok(_) => {
+                info!(pod = %pod, "evicted");
+                return Ok(());
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                debug!(pod = %pod, "already gone");
+                return Ok(());
+            }
+            // The UID precondition failed (the pod was replaced: ours is gone), or the API
+            // server lost a race updating the budget; only the pod's current UID tells which.
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                let current = api
+                    .get_opt(&pod.name)
+                    .await
+                    .map_err(|e| Error::api("get", "pods", pod.to_string(), e))?;
+                if current.is_none_or(|p| p.uid().as_deref() != Some(pod.uid.as_str())) {
+                    debug!(pod = %pod, "replaced by a new pod of the same name");
+                    return Ok(());
+                }
+            }
+            // A PodDisruptionBudget does not allow the disruption now; it may later.
+            Err(kube::Error::Api(status)) if status.code == 429 => {
+                refusals = refusals.saturating_add(1);
+                let reason = refusal_reason(&status);
+                progress.send_modify(|p| {
+                    p.refused.insert(pod.to_string(), reason.clone());
+                });
+                if refusals == 1 {
+                    warn!(pod = %pod, reason, "eviction refused; retrying");
+                } else {
+                    debug!(pod = %pod, refusals, reason, "eviction refused");
+                }
+            }
+            Err(e) => return Err(Error::api("create", "pods/eviction", pod.to_string(), e)),
+        }
+        tokio::time::sleep(pause).await;
+        pause = pause.saturating_mul(2).min(options.retry_max);
+    }
+}
+
+/// The API server's message, and its causes: which budget refused, and how many pods it needs.
+fn refusal_reason(status: &Status) -> String {
+    let mut reason = status.message.clone();
+    for cause in status.details.iter().flat_map(|d| &d.causes) {
+        if !cause.message.is_empty() {
+            reason.push_str(": ");
+            reason.push_str(&cause.message);
+        }
+    }
+    reason
+}
+
+/// Waits until none of `pods` is on the node any more. A pod of the same name but another UID
+/// (recreated by its StatefulSet) is a different pod and does not count.
+async fn wait_gone(
+    client: &Client,
+    node: &str,
+    pods: Vec<PodRef>,
+    poll_interval: Duration,
+    progress: &watch::Sender<Progress>,
+) -> Result<()> {
+    let mut remaining: HashSet<PodRef> = pods.into_iter().collect();
+    loop {
+        let present: HashSet<PodRef> = pods_on(client, node).await?.iter().map(pod_ref).collect();
+        remaining.retain(|pod| present.contains(pod));
+        let mut terminating: Vec<String> = remaining.iter().map(PodRef::to_string).collect();
+        terminating.sort();
+        progress.send_if_modified(|p| {
+            let changed = p.terminating != terminating;
+            p.terminating = terminating;
+            changed
+        });
+        if remaining.is_empty() {
+            return Ok(());
+        }
+        debug!(
+            node,
+            remaining = remaining.len(),
+            "waiting for evicted pods to go"
+        );
+        tokio::time::sleep(poll_interval).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, PodSpec, PodStatus, Volume};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+    use std::collections::BTreeMap;
+
+    fn owned_by(kind: &str) -> Pod {
+        let mut pod = Pod::default();
+        pod.metadata.owner_references = Some(vec![OwnerReference {
+            kind: kind.into(),
+            controller: Some(true),
+            ..OwnerReference::default()
+        }]);
+        pod
+    }
+
+    fn with_empty_dir(mut pod: Pod) -> Pod {
+        pod.spec = Some(PodSpec {
+            volumes: Some(vec![Volume {
+                name: "scratch".into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Volume::default()
+            }]),
+            ..PodSpec::default()
+        });
+        pod
+    }
+
+    fn flags(force: bool, delete_emptydir_data: bool) -> DrainOptions {
+        DrainOptions {
+            force,
+            delete_emptydir_data,
+            ..DrainOptions::default()
+        }
+    }
+
+    #[test]
+    fn plans_follow_kubectl_drain() {
+        let safe = DrainOptions::default();
+        assert_eq!(plan(&owned_by("ReplicaSet"), &safe), Ok(Plan::Evict));
+        assert_eq!(plan(&owned_by("DaemonSet"), &safe), Ok(Plan::Leave));
+        assert_eq!(
+            plan(&with_empty_dir(owned_by("DaemonSet")), &safe),
+            Ok(Plan::Leave)
+        );
+
+        let mut mirror = Pod::default();
+        mirror.metadata.annotations =
+            Some(BTreeMap::from([(MIRROR_ANNOTATION.into(), "x".into())]));
+        assert_eq!(plan(&mirror, &safe), Ok(Plan::Leave));
+
+        let finished = Pod {
+            status: Some(PodStatus {
+                phase: Some("Succeeded".into()),
+                ..PodStatus::default()
+            }),
+            ..Pod::default()
+        };
+        assert_eq!(plan(&finished, &safe), Ok(Plan::Leave));
+
+        let mut terminating = Pod::default();
+        terminating.metadata.deletion_timestamp = Some(Time(Default::default()));
+        assert_eq!(plan(&terminating, &safe), Ok(Plan::Wait));
+    }
+
+    #[test]
+    fn unsafe_pods_need_their_flag() {
+        let bare = Pod::default();
+        assert_eq!(
+            plan(&bare, &flags(false, true)),
+            Err(vec![RefusalReason::Unmanaged])
+        );
+        assert_eq!(plan(&bare, &flags(true, false)), Ok(Plan::Evict));
+
+        let scratch = with_empty_dir(owned_by("StatefulSet"));
+        assert_eq!(
+            plan(&scratch, &flags(true, false)),
+            Err(vec![RefusalReason::EmptyDir])
+        );
+        assert_eq!(plan(&scratch, &flags(false, true)), Ok(Plan::Evict));
+
+        let bare_scratch = with_empty_dir(Pod::default());
+        assert_eq!(
+            plan(&bare_scratch, &DrainOptions::default()),
+            Err(vec![RefusalReason::Unmanaged, RefusalReason::EmptyDir])
+        );
+        assert_eq!(
+            plan(&bare_scratch, &flags(false, true)),
+            Err(vec![RefusalReason::Unmanaged])
+        );
+        assert_eq!(plan(&bare_scratch, &flags(true, true)), Ok(Plan::Evict));
+    }
+}

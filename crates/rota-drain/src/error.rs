@@ -1,0 +1,105 @@
+use std::fmt;
+
+/// A pod that the drain will not evict without an explicit flag, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// `namespace/name`.
+    pub pod: String,
+    pub reason: RefusalReason,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalReason {
+    /// No controller would recreate the pod (`--force` allows it).
+    Unmanaged,
+    /// The pod's emptyDir data is lost with it (`--delete-emptydir-data` allows it).
+    EmptyDir,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.reason {
+            RefusalReason::Unmanaged => write!(
+                f,
+                "pod {} has no controller to recreate it (evicted only with the force option, \
+                 like kubectl drain --force)",
+                self.pod
+            ),
+            RefusalReason::EmptyDir => write!(
+                f,
+                "pod {} has emptyDir data that eviction deletes (evicted only with the \
+                 delete-emptydir-data option, like kubectl drain --delete-emptydir-data)",
+                self.pod
+            ),
+        }
+    }
+}
+
+fn list(refusals: &[Refusal]) -> String {
+    refusals
+        .iter()
+        .map(Refusal::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The API server refused a request for lack of permission. Separate from [`Error::Api`] so
+    /// that a missing RBAC rule reads as one: the verb and the resource are what the role needs.
+    #[error(
+        "forbidden to {verb} {resource} ({object}): the agent's service account needs the RBAC \
+         verb `{verb}` on `{resource}`: {message}"
+    )]
+    Forbidden {
+        verb: &'static str,
+        resource: &'static str,
+        object: String,
+        message: String,
+    },
+    #[error("{verb} {resource} ({object}): {source}")]
+    Api {
+        verb: &'static str,
+        resource: &'static str,
+        object: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("node {node} does not exist")]
+    NodeNotFound { node: String },
+    #[error("node {node} is not Ready: {detail}")]
+    NodeNotReady { node: String, detail: String },
+    #[error("node {node} cannot be drained safely: {}", list(.refusals))]
+    Refused {
+        node: String,
+        refusals: Vec<Refusal>,
+    },
+}
+
+impl Error {
+    /// Wraps a failed request to `verb` a `resource` (`object` names which one).
+    pub(crate) fn api(
+        verb: &'static str,
+        resource: &'static str,
+        object: impl Into<String>,
+        source: kube::Error,
+    ) -> Error {
+        let object = object.into();
+        match source {
+            kube::Error::Api(status) if status.code == 403 => Error::Forbidden {
+                verb,
+                resource,
+                object,
+                message: status.message,
+            },
+            source => Error::Api {
+                verb,
+                resource,
+                object,
+                source,
+            },
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,21 @@
+//! rota's node actions in a Kubernetes cluster (design.md §3): cordon, drain through the
+//! Eviction API with kubectl's safety rules, uncordon, and [`KubeActions`], which gives them to
+//! the agent together with the reboot and health commands.
+
+mod actions;
+mod drain;
+mod error;
+mod node;
+
+pub use actions::{DEFAULT_REBOOT_COMMAND, KubeActions};
+pub use drain::{DrainOptions, MIRROR_ANNOTATION, Progress, drain, drain_with_progress};
+pub use error::{Error, Refusal, RefusalReason, Result};
+pub use node::{check_ready, cordon, is_cordoned, uncordon};
+
+/// A client for the drain: `config` with kube's default retry of 429, 503 and 504 turned off.
+/// With it on, every eviction that a PodDisruptionBudget refuses is retried inside the client
+/// (up to 15 times, with pauses up to many minutes) before the drain even sees the refusal.
+pub fn client(mut config: kube::Config) -> Result<kube::Client, kube::Error> {
+    config.default_retry = false;
+    kube::Client::try_from(config)
+}

@@ -1,0 +1,75 @@
+//! The Node object: cordon, uncordon, and what its status says.
+
+use k8s_openapi::api::core::v1::Node;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use crate::error::{Error, Result};
+
+async fn get(client: &Client, node: &str) -> Result<Node> {
+    Api::<Node>::all(client.clone())
+        .get_opt(node)
+        .await
+        .map_err(|e| Error::api("get", "nodes", node, e))?
+        .ok_or_else(|| Error::NodeNotFound {
+            node: node.to_owned(),
+        })
+}
+
+async fn set_unschedulable(client: &Client, node: &str, unschedulable: bool) -> Result<()> {
+    // A merge patch of the one field: it cannot overwrite a concurrent change to anything else
+    // on the Node, and setting the value it already has is a no-op, so repeating it is safe.
+    let patch = json!({ "spec": { "unschedulable": unschedulable } });
+    match Api::<Node>::all(client.clone())
+        .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Err(Error::NodeNotFound {
+            node: node.to_owned(),
+        }),
+        Err(e) => Err(Error::api("patch", "nodes", node, e)),
+    }
+}
+
+/// Marks the node unschedulable, as `kubectl cordon` does.
+pub async fn cordon(client: &Client, node: &str) -> Result<()> {
+    set_unschedulable(client, node, true).await
+}
+
+/// Makes the node schedulable again, as `kubectl uncordon` does.
+pub async fn uncordon(client: &Client, node: &str) -> Result<()> {
+    set_unschedulable(client, node, false).await
+}
+
+/// Whether the node is marked unschedulable.
+pub async fn is_cordoned(client: &Client, node: &str) -> Result<bool> {
+    let node = get(client, node).await?;
+    Ok(node.spec.and_then(|s| s.unschedulable).unwrap_or(false))
+}
+
+/// Succeeds when the node's `Ready` condition is `True`; otherwise says what the condition says.
+pub async fn check_ready(client: &Client, node: &str) -> Result<()> {
+    let object = get(client, node).await?;
+    let ready = object
+        .status
+        .and_then(|s| s.conditions)
+        .and_then(|cs| cs.into_iter().find(|c| c.type_ == "Ready"));
+    let detail = match ready {
+        Some(c) if c.status == "True" => return Ok(()),
+        Some(c) => {
+            let mut detail = format!("condition Ready is {}", c.status);
+            for part in [c.reason, c.message].into_iter().flatten() {
+                detail.push_str(": ");
+                detail.push_str(&part);
+            }
+            detail
+        }
+        None => "it reports no Ready condition".to_owned(),
+    };
+    Err(Error::NodeNotReady {
+        node: node.to_owned(),
+        detail,
+    })
+}

@@ -1,0 +1,250 @@
+//! The `RotaNode` custom resource: one cluster-scoped object per node, named after it, whose
+//! status holds everything the store knows about the node (design.md §7).
+
+use std::borrow::Cow;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResource;
+use kube::CustomResourceExt;
+use rota_core::{HistoryEvent, NodeState, Process};
+use rota_store::Millis;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
+
+/// How many history entries each RotaNode keeps (the oldest go first).
+pub const HISTORY_LIMIT: usize = 50;
+/// How many closed (done or canceled) requests each RotaNode keeps beside its open ones.
+pub const CLOSED_REQUEST_LIMIT: usize = 20;
+
+/// The node a RotaNode describes. The object's name is the node's name (with the store's
+/// name prefix, empty in production); the spec repeats the bare name so that nothing has to
+/// parse it back out of the object name.
+#[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[kube(
+    group = "rota.dev",
+    version = "v1alpha1",
+    kind = "RotaNode",
+    plural = "rotanodes",
+    shortname = "rn",
+    status = "RotaNodeStatus",
+    printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state"}"#,
+    printcolumn = r#"{"name":"Slot","type":"integer","jsonPath":".status.slot"}"#,
+    printcolumn = r#"{"name":"Process","type":"string","jsonPath":".status.process"}"#,
+    printcolumn = r#"{"name":"Since","type":"date","jsonPath":".status.since"}"#,
+    printcolumn = r#"{"name":"Last Result","type":"string","jsonPath":".status.lastResult"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RotaNodeSpec {
+    /// The Kubernetes node (or host) name.
+    #[schemars(length(min = 1, max = 253))]
+    pub node: String,
+}
+
+/// Everything the store knows about one node.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RotaNodeStatus {
+    #[schemars(schema_with = "node_state_schema")]
+    pub state: NodeState,
+    pub since: Timestamp,
+    /// The process the node is busy with (outside `idle` and `queued`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "optional_process_schema")]
+    pub process: Option<Process>,
+    /// The slot the node held at its last write: a mirror of the slot Leases for `kubectl get`;
+    /// the Leases are the truth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionStatus>,
+    #[serde(default)]
+    pub pre_cordoned: bool,
+    #[serde(default)]
+    pub cordoned_by_rota: bool,
+    /// The boot id before the reboot rota asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reboot_started_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reboot_deadline: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_reboot_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_result: Option<String>,
+    /// This node's part of every history and request id (see `ids`); unique per installation.
+    #[serde(default)]
+    #[schemars(range(max = 16383))]
+    pub tag: u32,
+    /// The open requests, and the most recent closed ones.
+    #[serde(default)]
+    pub requests: Vec<RequestStatus>,
+    /// Backoff per process, after failures; a success clears it.
+    #[serde(default)]
+    pub backoff: Vec<BackoffStatus>,
+    /// The last 50 history entries, oldest first.
+    #[serde(default)]
+    pub history: Vec<HistoryStatus>,
+}
+
+impl Default for RotaNodeStatus {
+    fn default() -> RotaNodeStatus {
+        RotaNodeStatus {
+            state: NodeState::Idle,
+            since: Timestamp::default(),
+            process: None,
+            slot: None,
+            session: None,
+            pre_cordoned: false,
+            cordoned_by_rota: false,
+            boot_id: None,
+            reboot_started_at: None,
+            reboot_deadline: None,
+            last_reboot_at: None,
+            queued_at: None,
+            last_result: None,
+            tag: 0,
+            requests: Vec::new(),
+            backoff: Vec::new(),
+            history: Vec::new(),
+        }
+    }
+}
+
+/// The node's current agent incarnation. Writes from any other are refused.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionStatus {
+    pub id: i64,
+    /// The session expires here unless renewed. While the node is idle, the agent renews it in
+    /// memory only and writes the renewed deadline with its next write (see the crate docs).
+    pub deadline: Timestamp,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestStatus {
+    pub id: i64,
+    #[schemars(schema_with = "process_schema")]
+    pub process: Process,
+    pub source: String,
+    pub created_at: Timestamp,
+    pub state: RequestStateName,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Timestamp>,
+}
+
+/// `rota_store::RequestState` in the resource (that type only serialises).
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RequestStateName {
+    Pending,
+    Active,
+    Done,
+    Canceled,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct BackoffStatus {
+    #[schemars(schema_with = "process_schema")]
+    pub process: Process,
+    pub until: Timestamp,
+    pub last_interval_seconds: u64,
+    pub cause: String,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryStatus {
+    pub id: i64,
+    #[schemars(schema_with = "process_schema")]
+    pub process: Process,
+    #[schemars(schema_with = "history_event_schema")]
+    pub event: HistoryEvent,
+    pub at: Timestamp,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u32>,
+    #[serde(default)]
+    pub released: bool,
+}
+
+/// A point in time, exact to the millisecond, stored as an RFC 3339 string so that `kubectl`
+/// shows it (and the `Since` column ages it) like any Kubernetes timestamp.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Timestamp(pub Millis);
+
+impl Serialize for Timestamp {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let nanos = i128::from(self.0) * 1_000_000;
+        let at = time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+            .map_err(serde::ser::Error::custom)?;
+        let text = at
+            .format(&time::format_description::well_known::Rfc3339)
+            .map_err(serde::ser::Error::custom)?;
+        s.serialize_str(&text)
+    }
+}
+
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        let at = time::OffsetDateTime::parse(&text, &time::format_description::well_known::Rfc3339)
+            .map_err(|e| serde::de::Error::custom(format!("timestamp {text:?}: {e}")))?;
+        let millis = at.unix_timestamp_nanos() / 1_000_000;
+        i64::try_from(millis)
+            .map(Timestamp)
+            .map_err(|_| serde::de::Error::custom(format!("timestamp {text:?} out of range")))
+    }
+}
+
+impl JsonSchema for Timestamp {
+    fn schema_name() -> Cow<'static, str> {
+        "Timestamp".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": "string", "format": "date-time" })
+    }
+}
+
+fn node_state_schema(_: &mut SchemaGenerator) -> Schema {
+    let names: Vec<&str> = NodeState::ALL.iter().map(|s| s.as_str()).collect();
+    json_schema!({ "type": "string", "enum": names })
+}
+
+fn history_event_schema(_: &mut SchemaGenerator) -> Schema {
+    let names: Vec<&str> = HistoryEvent::ALL.iter().map(|e| e.as_str()).collect();
+    json_schema!({ "type": "string", "enum": names })
+}
+
+/// `reboot`, `maintenance` or `mop/<DNS-1123 label>`, as `rota_core::Process` parses them.
+const PROCESS_PATTERN: &str = "^(reboot|maintenance|mop/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)$";
+
+fn process_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "string", "pattern": PROCESS_PATTERN })
+}
+
+fn optional_process_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "string", "pattern": PROCESS_PATTERN, "nullable": true })
+}
+
+/// The CustomResourceDefinition as installed: kube's derived one without the status
+/// subresource, so that one compare-and-swap `replace` writes the status together with the
+/// `rota.dev/state` label (a status subresource would take two writes, and the label could
+/// disagree with the state in between).
+pub fn rota_node_crd() -> CustomResourceDefinition {
+    let mut crd = RotaNode::crd();
+    for version in &mut crd.spec.versions {
+        version.subresources = None;
+    }
+    crd
+}

@@ -1,0 +1,63 @@
+//! rota's store on Kubernetes (design.md §7): [`KubeStore`] implements [`rota_store::Store`]
+//! with objects of the cluster itself, and passes the same conformance suite as the SQLite
+//! store (`tests/conformance.rs`, against a real control plane).
+//!
+//! # Objects
+//!
+//! - **Slots**: Leases `rota-slot-0..k-1` in the rota namespace (default `rota-system`),
+//!   taken and given back by create or compare-and-swap on `resourceVersion`; never with a
+//!   lease duration (see [`slots`]). A held Lease has an ownerReference to its holder's Node,
+//!   so the garbage collector frees the slot when the Node is deleted; the store also frees
+//!   such a slot itself when it finds one while waiting.
+//! - **Node state**: a cluster-scoped [`RotaNode`] per node, whose status holds the state,
+//!   session, requests, backoff and the last 50 history entries (see [`crd`]). Every write is
+//!   a compare-and-swap `replace` on its `resourceVersion`.
+//! - **Concurrency**: key `concurrency` of the ConfigMap `rota-config` in the rota namespace
+//!   (1 when unset, as in SQLite), beside `nextNodeTag` (see [`ids`]).
+//! - **Events**: every transition, unlock and retry records a Kubernetes Event on the Node.
+//!
+//! # Sessions, clocks and heartbeats
+//!
+//! A session is `status.session` (`id`, `deadline`) of the node's RotaNode. Every write of an
+//! agent reads the RotaNode, refuses the write (`Fenced`) unless the session there is the
+//! writer's and its deadline has not passed, and writes back with the `resourceVersion` it
+//! read, so a newer session opened in between makes the write fail and start over.
+//!
+//! An idle agent must not write every few seconds (a large idle fleet would keep the API server
+//! and etcd busy for nothing), so heartbeats of an idle node stay in the agent's memory: the
+//! renewed deadline is written with the node's next write (leaving idle writes it). Nobody else
+//! needs an idle node's deadline: the queue only looks at queued nodes' sessions, and those are
+//! renewed in the RotaNode (a write per heartbeat, `ttl / 3`, only while the node is queued or
+//! in its window). An idle agent asks the API server (a read) every five minutes whether its
+//! session is still current. So an idle agent holds one watch and sends no writes.
+//!
+//! Deadlines and history times come from the agents' clocks, not the API server's: **agents'
+//! clocks must be synchronised** (NTP) to well within the session TTL. A skewed clock can make
+//! a queued node look dead to the others (served out of order) or alive too long (the others
+//! wait); it cannot grant a slot twice, which only the Leases' compare-and-swap decides. The
+//! one ordering that matters for the history replay (a slot's next `started` after the last
+//! holder's release) is kept even across skewed clocks, through the Lease (see [`slots`]).
+//!
+//! # Watches
+//!
+//! One: on the slot Leases (see `changes`). A release wakes waiting agents through it.
+//!
+//! # Isolation
+//!
+//! [`KubeStoreConfig::namespace`] holds the installation's Leases and ConfigMap, and every
+//! RotaNode is labelled `rota.dev/namespace=<namespace>`; the store only lists RotaNodes with
+//! its label. [`KubeStoreConfig::name_prefix`] (empty in production) goes before every
+//! RotaNode's name, so that tests sharing a cluster can use the same node names.
+
+pub mod crd;
+pub mod ids;
+pub mod slots;
+
+mod changes;
+mod error;
+mod status;
+mod store;
+
+pub use crd::{RotaNode, RotaNodeSpec, RotaNodeStatus, rota_node_crd};
+pub use error::KubeError;
+pub use store::{CONFIG_MAP, KubeStore, KubeStoreConfig, NAMESPACE_LABEL, STATE_LABEL};

@@ -1,0 +1,1449 @@
+//! [`KubeStore`]: the [`Store`] trait on the Kubernetes API. See the crate docs for the design.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{ListParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Client};
+use rota_core::{NodeName, NodeState, Process};
+use rota_store::{
+    Acquire, BackoffRecord, Error, HistoryEntry, HistoryFilter, Millis, NodeRecord, RequestRecord,
+    Result, Session, SlotHolder, Store, Transition, WindowChange, now_millis,
+};
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+use tracing::warn;
+
+use crate::changes::{Changes, watch_leases};
+use crate::crd::{RotaNode, RotaNodeSpec, RotaNodeStatus, SessionStatus, Timestamp};
+use crate::error::{Context, KubeError, is_conflict};
+use crate::ids::TAG_LIMIT;
+use crate::slots::{self, SLOT_LABEL};
+use crate::status;
+
+const ROTA_NODES: &str = "rotanodes.rota.dev";
+const LEASES: &str = "leases.coordination.k8s.io";
+const CONFIG_MAPS: &str = "configmaps";
+const NODES: &str = "nodes";
+/// The ConfigMap holding the concurrency and the node tag counter.
+pub const CONFIG_MAP: &str = "rota-config";
+const CONCURRENCY_KEY: &str = "concurrency";
+const NEXT_TAG_KEY: &str = "nextNodeTag";
+/// Label on every RotaNode: the namespace of the installation (its slots) it belongs to.
+pub const NAMESPACE_LABEL: &str = "rota.dev/namespace";
+/// Label on every RotaNode: its state, so that the queue is one filtered list.
+pub const STATE_LABEL: &str = "rota.dev/state";
+/// A new concurrency may free any number of slots: wake every waiter (as the SQLite store).
+const CONCURRENCY_CHANGED: u64 = 1 << 32;
+/// How often one write may lose its compare-and-swap before the store gives up.
+const CAS_ATTEMPTS: u32 = 16;
+/// Attempts at `rota-config`, which every new node writes once.
+const CONFIG_ATTEMPTS: u32 = 64;
+/// How long an idle agent's heartbeats go without asking the API server whether its session
+/// is still current (a read; idle heartbeats never write).
+const IDLE_RECHECK: Millis = 5 * 60 * 1000;
+/// How long a waiter's place in the queue is taken as known while the change counter stands
+/// still (see `try_acquire_slot`).
+const WAIT_CACHE: Millis = 5_000;
+
+/// Where the store keeps its objects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubeStoreConfig {
+    /// The namespace of the slot Leases, the `rota-config` ConfigMap, and of the installation
+    /// the RotaNodes are labelled with. Default `rota-system`.
+    pub namespace: String,
+    /// Put before every RotaNode's name. Empty in production; tests sharing one cluster set a
+    /// unique one each (with a namespace of their own), so that they never see each other.
+    pub name_prefix: String,
+    /// `reportingController` of the Events the store emits.
+    pub event_reporter: String,
+}
+
+impl Default for KubeStoreConfig {
+    fn default() -> KubeStoreConfig {
+        KubeStoreConfig {
+            namespace: "rota-system".into(),
+            name_prefix: String::new(),
+            event_reporter: "rota".into(),
+        }
+    }
+}
+
+/// rota's state in a Kubernetes cluster. Clones share the API client, the change counter and
+/// its watch; the watch ends when the last clone is dropped.
+#[derive(Clone)]
+pub struct KubeStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: KubeStoreConfig,
+    rota_nodes: Api<RotaNode>,
+    leases: Api<Lease>,
+    config_maps: Api<ConfigMap>,
+    nodes: Api<Node>,
+    recorder: Recorder,
+    changes: Arc<Changes>,
+    /// What this process knows of the sessions it opened, by node.
+    sessions: Mutex<HashMap<String, LocalSession>>,
+    /// The RotaNode of each node as this process last read or wrote it: the first attempt of
+    /// a write tries it without reading again (see `edit`).
+    objects: Mutex<HashMap<String, RotaNode>>,
+    /// The last `Wait` answered to each node's session, by node.
+    waits: Mutex<HashMap<String, CachedWait>>,
+    watch: AbortHandle,
+}
+
+/// A `Wait` answer and the change counter it was computed at.
+#[derive(Clone, Copy, Debug)]
+struct CachedWait {
+    session: i64,
+    counter: u64,
+    at: Millis,
+    changes: u64,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.watch.abort();
+    }
+}
+
+/// A session as this process last saw it.
+#[derive(Clone, Copy, Debug)]
+struct LocalSession {
+    id: i64,
+    /// The node was idle at the last read or write: heartbeats stay in memory.
+    idle: bool,
+    /// The deadline as renewed by heartbeats, possibly later than the one in the RotaNode.
+    deadline: Millis,
+    /// When the API server last confirmed the session.
+    checked_at: Millis,
+}
+
+/// What a fenced edit does after looking at the node.
+enum Edit<T> {
+    Write(T),
+    Keep(T),
+}
+
+/// What an edit sees besides the node: the time and the slot Lease the node holds.
+struct Seen {
+    now: Millis,
+    held: Option<Lease>,
+}
+
+impl Seen {
+    fn slot(&self) -> Option<u32> {
+        self.held.as_ref().and_then(slots::slot_of)
+    }
+
+    /// The time for history entries: never before the node took its slot (see `slots`).
+    fn history_time(&self) -> Millis {
+        let acquired = self.held.as_ref().and_then(slots::acquired_at);
+        acquired.map_or(self.now, |a| a.max(self.now))
+    }
+}
+
+impl KubeStore {
+    /// A store on `client`'s cluster. Checks that the RotaNode resource is installed and
+    /// readable, and starts the watch on the slot Leases.
+    pub async fn connect(client: Client, config: KubeStoreConfig) -> Result<KubeStore> {
+        let rota_nodes: Api<RotaNode> = Api::all(client.clone());
+        rota_nodes
+            .list_metadata(&ListParams::default().limit(1))
+            .await
+            .map_err(|source| match &source {
+                kube::Error::Api(s) if s.is_not_found() => KubeError::CrdMissing { source },
+                _ => KubeError::Api {
+                    verb: "list",
+                    resource: ROTA_NODES,
+                    name: "(all)".into(),
+                    source,
+                },
+            })?;
+        let leases: Api<Lease> = Api::namespaced(client.clone(), &config.namespace);
+        let changes = Changes::new();
+        let watch = tokio::spawn(watch_leases(leases.clone(), changes.clone())).abort_handle();
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: config.event_reporter.clone(),
+                instance: None,
+            },
+        );
+        Ok(KubeStore {
+            inner: Arc::new(Inner {
+                rota_nodes,
+                leases,
+                config_maps: Api::namespaced(client.clone(), &config.namespace),
+                nodes: Api::all(client),
+                recorder,
+                changes,
+                sessions: Mutex::new(HashMap::new()),
+                objects: Mutex::new(HashMap::new()),
+                waits: Mutex::new(HashMap::new()),
+                watch,
+                config,
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &KubeStoreConfig {
+        &self.inner.config
+    }
+
+    /// The RotaNode object's name for a node.
+    pub fn object_name(&self, node: &NodeName) -> String {
+        format!("{}{}", self.inner.config.name_prefix, node)
+    }
+
+    fn selector(&self) -> String {
+        format!("{NAMESPACE_LABEL}={}", self.inner.config.namespace)
+    }
+
+    fn lease_path(&self, name: &str) -> String {
+        format!("{}/{name}", self.inner.config.namespace)
+    }
+
+    async fn get_rota_node(&self, node: &NodeName) -> Result<Option<RotaNode>> {
+        let name = self.object_name(node);
+        self.inner
+            .rota_nodes
+            .get_opt(&name)
+            .await
+            .context("get", ROTA_NODES, name)
+    }
+
+    async fn list_rota_nodes(&self, selector: &str) -> Result<Vec<RotaNode>> {
+        let list = self
+            .inner
+            .rota_nodes
+            .list(&ListParams::default().labels(selector))
+            .await
+            .context("list", ROTA_NODES, format!("with labels {selector}"))?;
+        Ok(list.items)
+    }
+
+    async fn list_leases(&self) -> Result<Vec<Lease>> {
+        let list = self
+            .inner
+            .leases
+            .list(&ListParams::default().labels(SLOT_LABEL))
+            .await
+            .context(
+                "list",
+                LEASES,
+                format!("in namespace {}", self.inner.config.namespace),
+            )?;
+        Ok(list.items)
+    }
+
+    async fn held_lease(&self, node: &NodeName) -> Result<Option<Lease>> {
+        Ok(held_by(&self.list_leases().await?, node).cloned())
+    }
+
+    /// Writes `object` if it is unchanged since it was read; `None` when it was not.
+    async fn replace(&self, mut object: RotaNode) -> Result<Option<RotaNode>> {
+        let name = object.metadata.name.clone().unwrap_or_default();
+        let state = object.status.as_ref().map_or(NodeState::Idle, |s| s.state);
+        object
+            .metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .extend(self.labels(state));
+        match self
+            .inner
+            .rota_nodes
+            .replace(&name, &PostParams::default(), &object)
+            .await
+        {
+            Ok(written) => Ok(Some(written)),
+            Err(e) if is_conflict(&e) => Ok(None),
+            Err(e) => Err(e).context("update", ROTA_NODES, name),
+        }
+    }
+
+    fn labels(&self, state: NodeState) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (NAMESPACE_LABEL.into(), self.inner.config.namespace.clone()),
+            (STATE_LABEL.into(), state.as_str().into()),
+        ])
+    }
+
+    fn local_session(&self, node: &NodeName) -> Option<LocalSession> {
+        let sessions = self
+            .inner
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        sessions.get(node.as_str()).copied()
+    }
+
+    /// Records what this process learnt of its session from a read or a write.
+    fn remember(&self, session: &Session, status: &RotaNodeStatus, deadline: Millis) {
+        let mut sessions = self
+            .inner
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let entry = sessions
+            .entry(session.node.as_str().to_string())
+            .or_insert(LocalSession {
+                id: session.id,
+                idle: true,
+                deadline,
+                checked_at: 0,
+            });
+        if entry.id > session.id {
+            return;
+        }
+        let kept = if entry.id == session.id {
+            entry.deadline
+        } else {
+            0
+        };
+        *entry = LocalSession {
+            id: session.id,
+            idle: status.state == NodeState::Idle,
+            deadline: deadline.max(kept),
+            checked_at: now_millis(),
+        };
+    }
+
+    /// Whether `session` is the node's current one and has not expired: by the deadline in the
+    /// RotaNode, or by the later one this process renewed in memory while the node was idle.
+    fn session_ok(&self, status: &RotaNodeStatus, session: &Session, now: Millis) -> bool {
+        let Some(current) = &status.session else {
+            return false;
+        };
+        let local = self
+            .local_session(&session.node)
+            .filter(|l| l.id == session.id)
+            .map_or(0, |l| l.deadline);
+        current.id == session.id && current.deadline.0.max(local) > now
+    }
+
+    fn cached(&self, node: &NodeName) -> Option<RotaNode> {
+        let objects = self.inner.objects.lock().unwrap_or_else(|e| e.into_inner());
+        objects.get(node.as_str()).cloned()
+    }
+
+    fn cache(&self, node: &NodeName, object: &RotaNode) {
+        let mut objects = self.inner.objects.lock().unwrap_or_else(|e| e.into_inner());
+        objects.insert(node.as_str().into(), object.clone());
+    }
+
+    /// The fenced compare-and-swap behind every write of a node's agent: reads the RotaNode
+    /// (and, with `with_lease`, the slot Lease the node holds), refuses a session that is not
+    /// current, lets `edit` change the status, and writes it back only if nothing changed in
+    /// between, else starts over.
+    ///
+    /// An agent is almost always the only writer of its RotaNode, so the first attempt starts
+    /// from the object as this process last saw it, without reading it again: if it is stale,
+    /// the write fails its compare-and-swap and the next attempt reads. A refusal (fenced, or
+    /// a conflict of `edit`) is only ever given on a fresh read.
+    async fn edit<T>(
+        &self,
+        session: &Session,
+        with_lease: bool,
+        mut edit: impl FnMut(&mut RotaNodeStatus, &Seen) -> Result<Edit<T>>,
+    ) -> Result<(T, RotaNodeStatus, Seen)> {
+        let mut cached = self.cached(&session.node);
+        for _ in 0..CAS_ATTEMPTS {
+            let (mut object, fresh) = match cached.take() {
+                Some(object) => (object, false),
+                None => match self.get_rota_node(&session.node).await? {
+                    Some(object) => (object, true),
+                    None => return Err(fenced(session)),
+                },
+            };
+            if fresh {
+                self.cache(&session.node, &object);
+            }
+            let held = if with_lease {
+                self.held_lease(&session.node).await?
+            } else {
+                None
+            };
+            let seen = Seen {
+                now: now_millis(),
+                held,
+            };
+            let mut status = object.status.take().unwrap_or_default();
+            if !self.session_ok(&status, session, seen.now) {
+                if fresh {
+                    return Err(fenced(session));
+                }
+                continue;
+            }
+            let value = match edit(&mut status, &seen) {
+                Ok(Edit::Keep(value)) if fresh => {
+                    let deadline = status.session.as_ref().map_or(0, |s| s.deadline.0);
+                    self.remember(session, &status, deadline);
+                    return Ok((value, status, seen));
+                }
+                Ok(Edit::Write(value)) => value,
+                Err(e) if fresh => return Err(e),
+                Ok(Edit::Keep(_)) | Err(_) => continue,
+            };
+            // A deadline renewed in memory while idle is written with the next write.
+            let local = self
+                .local_session(&session.node)
+                .filter(|l| l.id == session.id)
+                .map_or(0, |l| l.deadline);
+            if let Some(current) = status.session.as_mut() {
+                current.deadline = Timestamp(current.deadline.0.max(local));
+            }
+            let deadline = status.session.as_ref().map_or(0, |s| s.deadline.0);
+            object.status = Some(status);
+            if let Some(written) = self.replace(object).await? {
+                self.cache(&session.node, &written);
+                let status = written.status.unwrap_or_default();
+                self.remember(session, &status, deadline);
+                return Ok((value, status, seen));
+            }
+        }
+        Err(KubeError::Contended {
+            resource: ROTA_NODES,
+            name: self.object_name(&session.node),
+            attempts: CAS_ATTEMPTS,
+        }
+        .into())
+    }
+
+    /// Gives `lease` back (compare-and-swap; re-read and retried while the node still holds
+    /// it), and counts the release as a change.
+    async fn release_lease(&self, lease: &Lease, node: &NodeName, at: Millis) -> Result<()> {
+        let name = lease.metadata.name.clone().unwrap_or_default();
+        let mut current = lease.clone();
+        for _ in 0..CAS_ATTEMPTS {
+            if slots::holder(&current) != Some(node.as_str()) {
+                return Ok(());
+            }
+            match self
+                .inner
+                .leases
+                .replace(
+                    &name,
+                    &PostParams::default(),
+                    &slots::released(&current, at),
+                )
+                .await
+            {
+                Ok(written) => {
+                    self.inner.changes.observe(
+                        &name,
+                        written.metadata.resource_version.as_deref(),
+                        false,
+                        true,
+                    );
+                    return Ok(());
+                }
+                Err(e) if is_conflict(&e) => {
+                    match self.inner.leases.get_opt(&name).await.context(
+                        "get",
+                        LEASES,
+                        self.lease_path(&name),
+                    )? {
+                        Some(lease) => current = lease,
+                        None => return Ok(()),
+                    }
+                }
+                Err(e) if crate::error::is_not_found(&e) => return Ok(()),
+                Err(e) => return Err(e).context("update", LEASES, self.lease_path(&name)),
+            }
+        }
+        Err(KubeError::Contended {
+            resource: LEASES,
+            name: self.lease_path(&name),
+            attempts: CAS_ATTEMPTS,
+        }
+        .into())
+    }
+
+    async fn config_map(&self) -> Result<Option<ConfigMap>> {
+        self.inner.config_maps.get_opt(CONFIG_MAP).await.context(
+            "get",
+            CONFIG_MAPS,
+            self.lease_path(CONFIG_MAP),
+        )
+    }
+
+    /// Changes one key of `rota-config` with a compare-and-swap; `change` gets the current
+    /// value and returns the new one and what to return. Every new node takes a tag here, and
+    /// a DaemonSet rollout starts them all at once: a lost race waits a random while (growing
+    /// with the attempts) so that they spread out instead of colliding again.
+    async fn update_config<T>(
+        &self,
+        key: &str,
+        mut change: impl FnMut(Option<&str>) -> Result<(String, T)>,
+    ) -> Result<T> {
+        let path = self.lease_path(CONFIG_MAP);
+        for attempt in 0..CONFIG_ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(jitter(attempt)).await;
+            }
+            let existing = self.config_map().await?;
+            let current = existing
+                .as_ref()
+                .and_then(|c| c.data.as_ref())
+                .and_then(|d| d.get(key))
+                .map(String::as_str);
+            let (value, result) = change(current)?;
+            let written = match existing {
+                Some(mut map) => {
+                    map.data
+                        .get_or_insert_with(BTreeMap::new)
+                        .insert(key.into(), value);
+                    self.inner
+                        .config_maps
+                        .replace(CONFIG_MAP, &PostParams::default(), &map)
+                        .await
+                }
+                None => {
+                    let map = ConfigMap {
+                        metadata: ObjectMeta {
+                            name: Some(CONFIG_MAP.into()),
+                            ..ObjectMeta::default()
+                        },
+                        data: Some(BTreeMap::from([(key.into(), value)])),
+                        ..ConfigMap::default()
+                    };
+                    self.inner
+                        .config_maps
+                        .create(&PostParams::default(), &map)
+                        .await
+                }
+            };
+            match written {
+                Ok(_) => return Ok(result),
+                Err(e) if is_conflict(&e) => {}
+                Err(e) => return Err(e).context("write", CONFIG_MAPS, path),
+            }
+        }
+        Err(KubeError::Contended {
+            resource: CONFIG_MAPS,
+            name: path,
+            attempts: CONFIG_ATTEMPTS,
+        }
+        .into())
+    }
+
+    /// Hands out the next node tag (see `ids`).
+    async fn next_tag(&self) -> Result<u32> {
+        let namespace = self.inner.config.namespace.clone();
+        self.update_config(NEXT_TAG_KEY, |current| {
+            let tag = parse_config(NEXT_TAG_KEY, current)?.unwrap_or(0);
+            if tag >= TAG_LIMIT {
+                // Ids stay ordered; they could only collide if two nodes with one tag wrote
+                // history in the same millisecond.
+                warn!(namespace, limit = TAG_LIMIT, "node tags wrap around");
+            }
+            Ok(((tag + 1).to_string(), tag % TAG_LIMIT))
+        })
+        .await
+    }
+
+    async fn read_concurrency(&self) -> Result<u32> {
+        Ok(self.concurrency().await?.unwrap_or(1))
+    }
+
+    /// Frees every held slot Lease whose holder's Node object is gone (deleted, or replaced by
+    /// a new object of the same name), in case the garbage collector has not yet. Leases taken
+    /// by nodes without a Node object are left alone. Returns how many were freed.
+    async fn free_orphaned(&self, leases: &[Lease]) -> Result<usize> {
+        let mut freed = 0;
+        for lease in leases {
+            let (Some(holder), Some((owner, uid))) =
+                (slots::holder(lease), slots::owner_node(lease))
+            else {
+                continue;
+            };
+            let node = self
+                .inner
+                .nodes
+                .get_opt(owner)
+                .await
+                .context("get", NODES, owner)?;
+            if node.as_ref().and_then(|n| n.metadata.uid.as_deref()) == Some(uid) {
+                continue;
+            }
+            let Ok(holder) = NodeName::new(holder) else {
+                continue;
+            };
+            warn!(node = %holder, lease = ?lease.metadata.name, "freeing the slot of a deleted Node");
+            self.release_lease(lease, &holder, now_millis()).await?;
+            freed += 1;
+        }
+        Ok(freed)
+    }
+
+    /// Takes slot `slot` for `node` with a create or a compare-and-swap; `false` if another
+    /// node was faster.
+    async fn take(&self, slot: u32, previous: Option<&Lease>, node: &NodeName) -> Result<bool> {
+        let released = previous.and_then(slots::released_at);
+        let at = released.map_or(now_millis(), |r| now_millis().max(r + 1));
+        let owner = self
+            .inner
+            .nodes
+            .get_opt(node.as_str())
+            .await
+            .context("get", NODES, node.as_str())?
+            .as_ref()
+            .and_then(slots::node_owner);
+        let lease = slots::taken(slot, previous, node.as_str(), owner, at);
+        let name = slots::slot_name(slot);
+        let written = match previous {
+            Some(_) => {
+                self.inner
+                    .leases
+                    .replace(&name, &PostParams::default(), &lease)
+                    .await
+            }
+            None => {
+                self.inner
+                    .leases
+                    .create(&PostParams::default(), &lease)
+                    .await
+            }
+        };
+        match written {
+            Ok(written) => {
+                self.inner.changes.observe(
+                    &name,
+                    written.metadata.resource_version.as_deref(),
+                    true,
+                    false,
+                );
+                Ok(true)
+            }
+            Err(e) if is_conflict(&e) => Ok(false),
+            Err(e) => Err(e).context(
+                if previous.is_some() {
+                    "update"
+                } else {
+                    "create"
+                },
+                LEASES,
+                self.lease_path(&name),
+            ),
+        }
+    }
+
+    /// An Event on the node's Node object, sent in the background: it stays off the path of
+    /// the step that caused it, and a node's maintenance does not stop because its Event could
+    /// not be written.
+    fn emit(&self, node: &NodeName, type_: EventType, reason: &'static str, note: String) {
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.as_str().into()),
+            ..ObjectReference::default()
+        };
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Maintenance".into(),
+            secondary: None,
+        };
+        let recorder = self.inner.recorder.clone();
+        let node = node.clone();
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(&event, &reference).await {
+                warn!(node = %node, error = %e, reason, "could not record an Event on the Node");
+            }
+        });
+    }
+
+    fn cached_wait(&self, session: &Session, counter: u64, now: Millis) -> Option<u64> {
+        let waits = self.inner.waits.lock().unwrap_or_else(|e| e.into_inner());
+        waits
+            .get(session.node.as_str())
+            .filter(|w| w.session == session.id && now - w.at < WAIT_CACHE)
+            .and_then(|w| (w.counter.wrapping_add(w.changes)).checked_sub(counter))
+            .filter(|left| *left > 0)
+    }
+
+    fn cache_wait(&self, session: &Session, counter: u64, now: Millis, changes: u64) -> Acquire {
+        let mut waits = self.inner.waits.lock().unwrap_or_else(|e| e.into_inner());
+        waits.insert(
+            session.node.as_str().into(),
+            CachedWait {
+                session: session.id,
+                counter,
+                at: now,
+                changes,
+            },
+        );
+        Acquire::Wait { changes }
+    }
+
+    fn forget_wait(&self, node: &NodeName) {
+        let mut waits = self.inner.waits.lock().unwrap_or_else(|e| e.into_inner());
+        waits.remove(node.as_str());
+    }
+
+    fn record_of(&self, object: &RotaNode, leases: &[Lease]) -> Result<NodeRecord> {
+        let node = node_name(object)?;
+        let slot = held_by(leases, &node).and_then(slots::slot_of);
+        let status = object.status.clone().unwrap_or_default();
+        Ok(status::node_record(&node, &status, slot))
+    }
+}
+
+/// A pause of up to 10 ms × 2^attempt (at most 1 s), random enough to break up a herd: the
+/// clock's nanoseconds differ between the racers.
+fn jitter(attempt: u32) -> Duration {
+    let ceiling = 10u64.saturating_mul(1 << attempt.min(7)).min(1000);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::from(d.subsec_nanos()));
+    Duration::from_millis(nanos % ceiling + 1)
+}
+
+fn fenced(session: &Session) -> Error {
+    Error::Fenced {
+        node: session.node.clone(),
+        session: session.id,
+    }
+}
+
+fn node_name(object: &RotaNode) -> Result<NodeName> {
+    NodeName::new(&object.spec.node).map_err(|e| Error::Corrupt {
+        column: "rotanodes.spec.node",
+        value: object.spec.node.clone(),
+        reason: e.to_string(),
+    })
+}
+
+fn held_by<'a>(leases: &'a [Lease], node: &NodeName) -> Option<&'a Lease> {
+    leases
+        .iter()
+        .filter(|l| slots::slot_of(l).is_some())
+        .find(|l| slots::holder(l) == Some(node.as_str()))
+}
+
+fn parse_config(key: &'static str, value: Option<&str>) -> Result<Option<u32>> {
+    value
+        .map(|v| {
+            v.trim()
+                .parse()
+                .map_err(|e: std::num::ParseIntError| Error::Corrupt {
+                    column: key,
+                    value: v.into(),
+                    reason: e.to_string(),
+                })
+        })
+        .transpose()
+}
+
+/// A queued node as the queue sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Waiter {
+    pub node: String,
+    pub queued_at: Millis,
+    pub alive: bool,
+    pub holds_slot: bool,
+}
+
+/// How many wake-ups must happen at least before `me` (queued at `queued_at`) can take a slot,
+/// as the SQLite store counts them: 0 when fewer live waiters are ahead of it than slots are
+/// free; a node not queued or still in backoff waits for its own timer, counted as one.
+pub(crate) fn changes_before_turn(
+    me: &str,
+    queued_at: Option<Millis>,
+    waiters: &[Waiter],
+    concurrency: u32,
+    held: usize,
+    now: Millis,
+) -> u64 {
+    let Some(mine) = queued_at.filter(|q| *q <= now) else {
+        return 1;
+    };
+    let ahead = waiters
+        .iter()
+        .filter(|w| w.node != me && w.alive && !w.holds_slot && w.queued_at <= now)
+        .filter(|w| (w.queued_at, w.node.as_str()) < (mine, me))
+        .count();
+    let ahead = i64::try_from(ahead).unwrap_or(i64::MAX);
+    let free = i64::from(concurrency) - i64::try_from(held).unwrap_or(i64::MAX);
+    u64::try_from(ahead - free + 1).unwrap_or(0)
+}
+
+fn transition_event(transition: &Transition, node: &NodeName) -> (EventType, &'static str, String) {
+    let failed = matches!(transition.window, WindowChange::Fail { .. })
+        || transition.to == NodeState::Failed;
+    let type_ = if failed {
+        EventType::Warning
+    } else {
+        EventType::Normal
+    };
+    let reason = match (&transition.window, transition.to) {
+        (WindowChange::Open, _) => "SlotAcquired",
+        (WindowChange::Finish, _) => "MaintenanceFinished",
+        (WindowChange::Fail { .. }, _) => "MaintenanceFailed",
+        (WindowChange::Cancel { .. }, _) => "MaintenanceCanceled",
+        (_, NodeState::Idle) => "Idle",
+        (_, NodeState::Queued) => "Queued",
+        (_, NodeState::Draining) => "Draining",
+        (_, NodeState::Maintaining) => "Maintaining",
+        (_, NodeState::Rebooting) => "Rebooting",
+        (_, NodeState::Verifying) => "Verifying",
+        (_, NodeState::Failed) => "Failed",
+    };
+    let mut note = format!("rota: node {node} {} → {}", transition.from, transition.to);
+    match &transition.window {
+        WindowChange::Fail { cause, .. } => note.push_str(&format!(": {cause}")),
+        WindowChange::Cancel { reason } => note.push_str(&format!(": {reason}")),
+        _ => {}
+    }
+    (type_, reason, note)
+}
+
+#[async_trait]
+impl Store for KubeStore {
+    fn kind(&self) -> &'static str {
+        "kubernetes"
+    }
+
+    async fn open_session(&self, node: &NodeName, ttl: Duration) -> Result<Session> {
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        let name = self.object_name(node);
+        for _ in 0..CAS_ATTEMPTS {
+            let now = now_millis();
+            let deadline = Timestamp(now.saturating_add(ttl_ms));
+            let (written, id) = match self.get_rota_node(node).await? {
+                Some(mut object) => {
+                    let mut status = object.status.take().unwrap_or_default();
+                    // Ids grow per node even if this clock is behind the last agent's.
+                    let id = status.session.as_ref().map_or(now, |s| now.max(s.id + 1));
+                    status.session = Some(SessionStatus { id, deadline });
+                    object.status = Some(status);
+                    (self.replace(object).await?, id)
+                }
+                None => {
+                    let mut status = status::new_status(now, self.next_tag().await?);
+                    status.session = Some(SessionStatus { id: now, deadline });
+                    let object = RotaNode {
+                        metadata: ObjectMeta {
+                            name: Some(name.clone()),
+                            labels: Some(self.labels(NodeState::Idle)),
+                            ..ObjectMeta::default()
+                        },
+                        spec: RotaNodeSpec {
+                            node: node.as_str().into(),
+                        },
+                        status: Some(status),
+                    };
+                    match self
+                        .inner
+                        .rota_nodes
+                        .create(&PostParams::default(), &object)
+                        .await
+                    {
+                        Ok(written) => (Some(written), now),
+                        Err(e) if is_conflict(&e) => (None, now),
+                        Err(e) => return Err(e).context("create", ROTA_NODES, name),
+                    }
+                }
+            };
+            let Some(written) = written else {
+                continue;
+            };
+            self.cache(node, &written);
+            let session = Session {
+                id,
+                node: node.clone(),
+            };
+            let status = written.status.unwrap_or_default();
+            {
+                let mut sessions = self
+                    .inner
+                    .sessions
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                sessions.insert(
+                    node.as_str().into(),
+                    LocalSession {
+                        id,
+                        idle: status.state == NodeState::Idle,
+                        deadline: deadline.0,
+                        checked_at: now,
+                    },
+                );
+            }
+            // An idle node holds no slot: one it still holds was left by an agent that died
+            // between recording the end of its window and giving the slot back.
+            if status.state == NodeState::Idle
+                && let Some(lease) = self.held_lease(node).await?
+            {
+                warn!(node = %node, "giving back a slot left held by the previous agent");
+                self.release_lease(&lease, node, now).await?;
+            }
+            return Ok(session);
+        }
+        Err(KubeError::Contended {
+            resource: ROTA_NODES,
+            name,
+            attempts: CAS_ATTEMPTS,
+        }
+        .into())
+    }
+
+    async fn heartbeat(&self, session: &Session, ttl: Duration) -> Result<()> {
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        let now = now_millis();
+        if let Some(local) = self.local_session(&session.node) {
+            if local.id > session.id {
+                return Err(fenced(session));
+            }
+            // Idle: renew in memory only; nobody else needs an idle node's deadline, and an
+            // idle fleet then sends no writes at all (see the crate docs).
+            if local.id == session.id && local.idle && now - local.checked_at < IDLE_RECHECK {
+                if local.deadline <= now {
+                    return Err(fenced(session));
+                }
+                let mut sessions = self
+                    .inner
+                    .sessions
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                if let Some(entry) = sessions.get_mut(session.node.as_str()) {
+                    entry.deadline = entry.deadline.max(now.saturating_add(ttl_ms));
+                }
+                return Ok(());
+            }
+        }
+        let deadline = now.saturating_add(ttl_ms);
+        let (written, status, _) = self
+            .edit(session, false, |status, _| {
+                if status.state == NodeState::Idle {
+                    return Ok(Edit::Keep(false));
+                }
+                if let Some(current) = status.session.as_mut() {
+                    current.deadline = Timestamp(current.deadline.0.max(deadline));
+                }
+                Ok(Edit::Write(true))
+            })
+            .await?;
+        if !written {
+            self.remember(session, &status, deadline);
+        }
+        Ok(())
+    }
+
+    async fn close_session(&self, session: &Session) -> Result<()> {
+        {
+            let mut sessions = self
+                .inner
+                .sessions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if let Some(entry) = sessions.get_mut(session.node.as_str())
+                && entry.id == session.id
+            {
+                entry.deadline = 0;
+            }
+        }
+        let closed = self
+            .edit(session, false, |status, seen| {
+                if let Some(current) = status.session.as_mut() {
+                    current.deadline = Timestamp(seen.now);
+                }
+                Ok(Edit::Write(()))
+            })
+            .await;
+        match closed {
+            // Already over: nothing to close.
+            Ok(_) | Err(Error::Fenced { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn concurrency(&self) -> Result<Option<u32>> {
+        let map = self.config_map().await?;
+        let value = map
+            .as_ref()
+            .and_then(|c| c.data.as_ref())
+            .and_then(|d| d.get(CONCURRENCY_KEY))
+            .map(String::as_str);
+        parse_config("rota-config.data.concurrency", value)
+    }
+
+    async fn set_concurrency(&self, concurrency: u32) -> Result<()> {
+        if !(1..=1000).contains(&concurrency) {
+            return Err(Error::Concurrency { value: concurrency });
+        }
+        self.update_config(CONCURRENCY_KEY, |_| Ok((concurrency.to_string(), ())))
+            .await?;
+        self.inner.changes.bump(CONCURRENCY_CHANGED);
+        Ok(())
+    }
+
+    async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire> {
+        // Waiters ask often (at every change, and at every re-read of the agent), and an answer
+        // costs four requests. An answer "wait for n changes" given at counter c stands until
+        // the counter reaches c + n: every change this process can see is counted, and each
+        // moves a waiter at most one place. So only the waiters at the front ask the API server
+        // after a release. The answer is recomputed after `WAIT_CACHE` anyway, for what the
+        // counter does not show (a waiter ahead whose session ran out, or that left the queue
+        // in another process).
+        let counter = self.inner.changes.current();
+        if let Some(changes) = self.cached_wait(session, counter, now_millis()) {
+            return Ok(Acquire::Wait { changes });
+        }
+        for _ in 0..CAS_ATTEMPTS {
+            let now = now_millis();
+            let Some(object) = self.get_rota_node(&session.node).await? else {
+                return Err(fenced(session));
+            };
+            let status = object.status.unwrap_or_default();
+            if !self.session_ok(&status, session, now) {
+                return Err(fenced(session));
+            }
+            let leases = self.list_leases().await?;
+            if let Some(slot) = held_by(&leases, &session.node).and_then(slots::slot_of) {
+                return Ok(Acquire::Granted(slot));
+            }
+            let queued_at = (status.state == NodeState::Queued)
+                .then(|| status.queued_at.map(|t| t.0))
+                .flatten();
+            let concurrency = self.read_concurrency().await?;
+            let holders: Vec<&str> = leases.iter().filter_map(slots::holder).collect();
+            let waiters = if queued_at.is_some_and(|q| q <= now) {
+                let selector = format!("{},{STATE_LABEL}=queued", self.selector());
+                self.list_rota_nodes(&selector)
+                    .await?
+                    .iter()
+                    .filter_map(|o| {
+                        let s = o.status.as_ref()?;
+                        Some(Waiter {
+                            node: o.spec.node.clone(),
+                            queued_at: s.queued_at?.0,
+                            alive: s.session.as_ref().is_some_and(|x| x.deadline.0 > now),
+                            holds_slot: holders.contains(&o.spec.node.as_str()),
+                        })
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let changes = changes_before_turn(
+                session.node.as_str(),
+                queued_at,
+                &waiters,
+                concurrency,
+                holders.len(),
+                now,
+            );
+            if changes > 0 {
+                return Ok(if queued_at.is_some_and(|q| q <= now) {
+                    self.cache_wait(session, counter, now, changes)
+                } else {
+                    Acquire::Wait { changes }
+                });
+            }
+            let free = (0..concurrency).find_map(|slot| {
+                let name = slots::slot_name(slot);
+                match leases
+                    .iter()
+                    .find(|l| l.metadata.name.as_deref() == Some(&name))
+                {
+                    None => Some((slot, None)),
+                    Some(l) if slots::holder(l).is_none() => Some((slot, Some(l))),
+                    Some(_) => None,
+                }
+            });
+            let Some((slot, previous)) = free else {
+                if self.free_orphaned(&leases).await? > 0 {
+                    continue;
+                }
+                return Ok(self.cache_wait(session, counter, now, 1));
+            };
+            if self.take(slot, previous, &session.node).await? {
+                return Ok(Acquire::Granted(slot));
+            }
+        }
+        // Lost every race: others took the free slots; their releases will wake this waiter.
+        Ok(Acquire::Wait { changes: 1 })
+    }
+
+    async fn fence(&self, session: &Session, ttl: Duration) -> Result<u32> {
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        let (lease, _, _) = self
+            .edit(session, true, |status, seen| {
+                let Some(lease) = seen.held.clone() else {
+                    return Err(fenced(session));
+                };
+                if let Some(current) = status.session.as_mut() {
+                    let deadline = seen.now.saturating_add(ttl_ms);
+                    current.deadline = Timestamp(current.deadline.0.max(deadline));
+                }
+                Ok(Edit::Write(lease))
+            })
+            .await?;
+        let name = lease.metadata.name.clone().unwrap_or_default();
+        let slot = slots::slot_of(&lease).ok_or_else(|| fenced(session))?;
+        // The proof: a write to the Lease that succeeds only if nobody changed it since it was
+        // read as held by this node.
+        match self
+            .inner
+            .leases
+            .replace(
+                &name,
+                &PostParams::default(),
+                &slots::renewed(&lease, now_millis()),
+            )
+            .await
+        {
+            Ok(written) if slots::holder(&written) == Some(session.node.as_str()) => Ok(slot),
+            Ok(_) => Err(fenced(session)),
+            Err(e) if is_conflict(&e) || crate::error::is_not_found(&e) => Err(fenced(session)),
+            Err(e) => Err(e).context("update", LEASES, self.lease_path(&name)),
+        }
+    }
+
+    async fn slot_holders(&self) -> Result<Vec<SlotHolder>> {
+        let mut holders = Vec::new();
+        for lease in self.list_leases().await? {
+            let (Some(slot), Some(holder)) = (slots::slot_of(&lease), slots::holder(&lease)) else {
+                continue;
+            };
+            holders.push(SlotHolder {
+                slot,
+                node: NodeName::new(holder).map_err(|e| Error::Corrupt {
+                    column: "leases.spec.holderIdentity",
+                    value: holder.into(),
+                    reason: e.to_string(),
+                })?,
+                acquired_at: slots::acquired_at(&lease).unwrap_or(0),
+            });
+        }
+        holders.sort_by_key(|h| h.slot);
+        Ok(holders)
+    }
+
+    async fn add_request(
+        &self,
+        session: &Session,
+        process: &Process,
+        source: &str,
+    ) -> Result<(RequestRecord, bool)> {
+        let ((request, created), _, _) = self
+            .edit(session, false, |status, seen| {
+                let (request, created) = status::add_request(status, process, source, seen.now);
+                Ok(if created {
+                    Edit::Write((request, created))
+                } else {
+                    Edit::Keep((request, created))
+                })
+            })
+            .await?;
+        Ok((status::request_record(&session.node, &request), created))
+    }
+
+    async fn cancel_request(&self, session: &Session, process: &Process) -> Result<bool> {
+        let (canceled, _, _) = self
+            .edit(session, false, |status, seen| {
+                Ok(if status::cancel_request(status, process, seen.now) {
+                    Edit::Write(true)
+                } else {
+                    Edit::Keep(false)
+                })
+            })
+            .await?;
+        Ok(canceled)
+    }
+
+    async fn open_requests(&self, node: &NodeName) -> Result<Vec<RequestRecord>> {
+        let Some(object) = self.get_rota_node(node).await? else {
+            return Ok(Vec::new());
+        };
+        let status = object.status.unwrap_or_default();
+        let mut open: Vec<_> = status::open_requests(&status)
+            .map(|r| status::request_record(node, r))
+            .collect();
+        open.sort_by_key(|r| r.id);
+        Ok(open)
+    }
+
+    async fn all_requests(&self) -> Result<Vec<RequestRecord>> {
+        let mut all = Vec::new();
+        for object in self.list_rota_nodes(&self.selector()).await? {
+            let node = node_name(&object)?;
+            let status = object.status.unwrap_or_default();
+            all.extend(
+                status
+                    .requests
+                    .iter()
+                    .map(|r| status::request_record(&node, r)),
+            );
+        }
+        all.sort_by_key(|r| r.id);
+        Ok(all)
+    }
+
+    async fn transition(&self, session: &Session, transition: Transition) -> Result<NodeRecord> {
+        self.forget_wait(&session.node);
+        let releases = transition.window.releases_slot();
+        // The Lease is read only where it matters: to give it back, and to name the slot (and
+        // date the history after it was taken) when the window opens. Other steps keep the
+        // slot recorded at the opening.
+        let with_lease = releases || transition.window == WindowChange::Open;
+        let (slot, status, seen) = self
+            .edit(session, with_lease, |status, seen| {
+                if status.state != transition.from {
+                    return Err(Error::Conflict {
+                        node: session.node.clone(),
+                        expected: transition.from,
+                        actual: status.state.to_string(),
+                    });
+                }
+                let slot = if with_lease { seen.slot() } else { status.slot };
+                status::apply_transition(status, &transition, slot, seen.history_time());
+                Ok(Edit::Write(slot))
+            })
+            .await?;
+        let slot = if releases {
+            match &seen.held {
+                Some(lease) => {
+                    let released = status.history.last().map_or(seen.now, |h| h.at.0);
+                    self.release_lease(lease, &session.node, released).await?;
+                }
+                // Nothing to give back, but the release still counts, as in the SQLite store.
+                None => self.inner.changes.bump(1),
+            }
+            None
+        } else {
+            slot
+        };
+        if transition.from == NodeState::Queued && transition.to == NodeState::Idle {
+            self.inner.changes.bump(1);
+        }
+        let (type_, reason, note) = transition_event(&transition, &session.node);
+        self.emit(&session.node, type_, reason, note);
+        Ok(status::node_record(&session.node, &status, slot))
+    }
+
+    async fn node(&self, node: &NodeName) -> Result<Option<NodeRecord>> {
+        let Some(object) = self.get_rota_node(node).await? else {
+            return Ok(None);
+        };
+        let leases = self.list_leases().await?;
+        self.record_of(&object, &leases).map(Some)
+    }
+
+    async fn nodes(&self) -> Result<Vec<NodeRecord>> {
+        let objects = self.list_rota_nodes(&self.selector()).await?;
+        let leases = self.list_leases().await?;
+        let mut records = objects
+            .iter()
+            .map(|o| self.record_of(o, &leases))
+            .collect::<Result<Vec<_>>>()?;
+        records.sort_by(|a, b| a.node.cmp(&b.node));
+        Ok(records)
+    }
+
+    async fn backoffs(&self, node: &NodeName) -> Result<Vec<BackoffRecord>> {
+        let Some(object) = self.get_rota_node(node).await? else {
+            return Ok(Vec::new());
+        };
+        let status = object.status.unwrap_or_default();
+        let mut backoffs: Vec<_> = status
+            .backoff
+            .iter()
+            .map(|b| status::backoff_record(node, b))
+            .collect();
+        backoffs.sort_by_key(|b| b.process.to_string());
+        Ok(backoffs)
+    }
+
+    async fn history(&self, filter: &HistoryFilter) -> Result<Vec<HistoryEntry>> {
+        let objects = match &filter.node {
+            Some(node) => self.get_rota_node(node).await?.into_iter().collect(),
+            None => self.list_rota_nodes(&self.selector()).await?,
+        };
+        let mut entries = Vec::new();
+        for object in objects {
+            let node = node_name(&object)?;
+            let status = object.status.unwrap_or_default();
+            entries.extend(
+                status
+                    .history
+                    .iter()
+                    .map(|h| status::history_entry(&node, h))
+                    .filter(|e| {
+                        filter.process.as_ref().is_none_or(|p| &e.process == p)
+                            && filter.event.is_none_or(|ev| e.event == ev)
+                            && filter.since.is_none_or(|s| e.at >= s)
+                            && filter.until.is_none_or(|u| e.at <= u)
+                    }),
+            );
+        }
+        entries.sort_by_key(|e| e.id);
+        Ok(entries)
+    }
+
+    async fn unlock(&self, node: &NodeName, reason: &str) -> Result<NodeRecord> {
+        for _ in 0..CAS_ATTEMPTS {
+            let Some(mut object) = self.get_rota_node(node).await? else {
+                return Err(Error::NoSuchNode { node: node.clone() });
+            };
+            let held = self.held_lease(node).await?;
+            let seen = Seen {
+                now: now_millis(),
+                held,
+            };
+            let mut status = object.status.take().unwrap_or_default();
+            if seen.held.is_none() && !status.state.holds_slot() {
+                return Err(Error::NotAllowed {
+                    node: node.clone(),
+                    state: status.state,
+                    action: "unlock",
+                    needs: "holds a slot",
+                });
+            }
+            status::apply_unlock(&mut status, reason, seen.slot(), seen.history_time());
+            object.status = Some(status);
+            let Some(written) = self.replace(object).await? else {
+                continue;
+            };
+            let status = written.status.unwrap_or_default();
+            match &seen.held {
+                Some(lease) => {
+                    let released = status.history.last().map_or(seen.now, |h| h.at.0);
+                    self.release_lease(lease, node, released).await?;
+                }
+                None => self.inner.changes.bump(1),
+            }
+            self.emit(
+                node,
+                EventType::Warning,
+                "Unlocked",
+                format!("rota: node {node} unlocked by an operator: {reason}"),
+            );
+            return Ok(status::node_record(node, &status, None));
+        }
+        Err(KubeError::Contended {
+            resource: ROTA_NODES,
+            name: self.object_name(node),
+            attempts: CAS_ATTEMPTS,
+        }
+        .into())
+    }
+
+    async fn retry(&self, node: &NodeName) -> Result<NodeRecord> {
+        for _ in 0..CAS_ATTEMPTS {
+            let Some(mut object) = self.get_rota_node(node).await? else {
+                return Err(Error::NoSuchNode { node: node.clone() });
+            };
+            let mut status = object.status.take().unwrap_or_default();
+            if status.state != NodeState::Failed {
+                return Err(Error::NotAllowed {
+                    node: node.clone(),
+                    state: status.state,
+                    action: "retry",
+                    needs: "is failed",
+                });
+            }
+            status.state = NodeState::Maintaining;
+            status.since = Timestamp(now_millis());
+            object.status = Some(status);
+            let Some(written) = self.replace(object).await? else {
+                continue;
+            };
+            self.inner.changes.bump(1);
+            self.emit(
+                node,
+                EventType::Normal,
+                "Retried",
+                format!("rota: node {node} retried by an operator"),
+            );
+            let leases = self.list_leases().await?;
+            return self.record_of(&written, &leases);
+        }
+        Err(KubeError::Contended {
+            resource: ROTA_NODES,
+            name: self.object_name(node),
+            attempts: CAS_ATTEMPTS,
+        }
+        .into())
+    }
+
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.inner.changes.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: Millis = 1_800_000_000_000;
+
+    fn waiter(node: &str, queued_at: Millis) -> Waiter {
+        Waiter {
+            node: node.into(),
+            queued_at,
+            alive: true,
+            holds_slot: false,
+        }
+    }
+
+    #[test]
+    fn the_front_of_the_queue_takes_a_free_slot() {
+        let waiters = [
+            waiter("a", NOW - 3),
+            waiter("b", NOW - 2),
+            waiter("c", NOW - 1),
+        ];
+        let turn = |me, q| changes_before_turn(me, Some(q), &waiters, 1, 0, NOW);
+        assert_eq!(turn("a", NOW - 3), 0);
+        assert_eq!(turn("b", NOW - 2), 1);
+        assert_eq!(turn("c", NOW - 1), 2);
+    }
+
+    #[test]
+    fn dead_waiters_and_holders_do_not_hold_the_queue_up() {
+        let mut dead = waiter("a", NOW - 3);
+        dead.alive = false;
+        let mut holder = waiter("b", NOW - 2);
+        holder.holds_slot = true;
+        let waiters = [dead, holder, waiter("c", NOW - 1)];
+        assert_eq!(
+            changes_before_turn("c", Some(NOW - 1), &waiters, 2, 1, NOW),
+            0
+        );
+        assert_eq!(
+            changes_before_turn("c", Some(NOW - 1), &waiters, 1, 1, NOW),
+            1,
+            "no free slot: wait for one release"
+        );
+    }
+
+    #[test]
+    fn equal_times_go_by_name_and_backoff_waits_for_its_timer() {
+        let waiters = [waiter("a", NOW - 1), waiter("b", NOW - 1)];
+        assert_eq!(
+            changes_before_turn("b", Some(NOW - 1), &waiters, 1, 0, NOW),
+            1
+        );
+        assert_eq!(
+            changes_before_turn("a", Some(NOW - 1), &waiters, 1, 0, NOW),
+            0
+        );
+        assert_eq!(
+            changes_before_turn("d", Some(NOW + 60_000), &waiters, 1, 0, NOW),
+            1
+        );
+        assert_eq!(changes_before_turn("d", None, &waiters, 1, 0, NOW), 1);
+    }
+}

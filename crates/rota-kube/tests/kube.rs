@@ -1,0 +1,258 @@
+//! The Kubernetes store's own behaviour on the real control plane of `testenv/`: what the
+//! conformance suite cannot see (garbage collection, the watch across processes, the CRD's
+//! validation, RBAC errors, Events, idle writes).
+
+mod common;
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::{Api, Client};
+use rota_core::{NodeName, NodeState, Process};
+use rota_kube::{KubeStore, KubeStoreConfig, RotaNode};
+use rota_store::{Acquire, Store, Transition, WindowChange, now_millis};
+
+const TTL: Duration = Duration::from_secs(60);
+
+fn name(n: &str) -> NodeName {
+    NodeName::new(n).expect("valid node name")
+}
+
+async fn enqueue(store: &KubeStore, s: &rota_store::Session) {
+    store
+        .add_request(s, &Process::Reboot, "test")
+        .await
+        .expect("request");
+    store
+        .transition(
+            s,
+            Transition::new(NodeState::Idle, NodeState::Queued).window(WindowChange::Queue {
+                queued_at: Some(now_millis() - 1000),
+            }),
+        )
+        .await
+        .expect("enqueue");
+}
+
+/// Polls `check` every 200 ms until it is true; fails after `timeout`.
+async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let give_up = tokio::time::Instant::now() + timeout;
+    while !check().await {
+        assert!(tokio::time::Instant::now() < give_up, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_deleted_nodes_slot_is_freed_and_waiters_hear_of_it_through_the_watch() {
+    let Some(env) = common::env() else { return };
+    let (scope, store) = common::scoped_store(env, "gc").await;
+    let doomed = scope.create_node("doomed").await.expect("create node");
+    // The waiter's agent runs in another process: a handle of its own, with its own watch.
+    let other = KubeStore::connect(scope.client(), store.config().clone())
+        .await
+        .expect("second handle");
+    store.set_concurrency(1).await.expect("concurrency");
+
+    let holder = store.open_session(&name(&doomed), TTL).await.expect("open");
+    enqueue(&store, &holder).await;
+    assert_eq!(
+        store.try_acquire_slot(&holder).await.expect("acquire"),
+        Acquire::Granted(0)
+    );
+    store
+        .transition(
+            &holder,
+            Transition::new(NodeState::Queued, NodeState::Draining).window(WindowChange::Open),
+        )
+        .await
+        .expect("open the window");
+    let lease = scope
+        .api::<Lease>()
+        .get("rota-slot-0")
+        .await
+        .expect("the slot Lease");
+    let owner = &lease.metadata.owner_references.expect("an owner")[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("Node", doomed.as_str())
+    );
+    assert_eq!(lease.spec.and_then(|s| s.lease_duration_seconds), None);
+
+    let waiter = other
+        .open_session(&name("waiter"), TTL)
+        .await
+        .expect("open");
+    enqueue(&other, &waiter).await;
+    let mut changes = other.changes();
+    let seen = *changes.borrow_and_update();
+    let Acquire::Wait { changes: wait } = other.try_acquire_slot(&waiter).await.expect("wait")
+    else {
+        panic!("the slot is taken");
+    };
+    assert_eq!(wait, 1);
+
+    scope
+        .nodes()
+        .delete(&doomed, &DeleteParams::default())
+        .await
+        .expect("delete the node");
+    tokio::time::timeout(
+        Duration::from_secs(120),
+        changes.wait_for(|n| *n >= seen + wait),
+    )
+    .await
+    .expect("the watch reports the release within two minutes")
+    .expect("the store is alive");
+    assert_eq!(
+        other.try_acquire_slot(&waiter).await.expect("acquire"),
+        Acquire::Granted(0),
+        "the waiter takes the freed slot"
+    );
+}
+
+#[tokio::test]
+async fn the_store_itself_frees_a_slot_whose_node_is_gone() {
+    let Some(env) = common::env() else { return };
+    let (scope, store) = common::scoped_store(env, "orphan").await;
+    store.set_concurrency(1).await.expect("concurrency");
+    // A Lease held by a Node that no longer exists, as the garbage collector may leave it for
+    // a while (it is not fast when busy).
+    let lease = rota_kube::slots::taken(
+        0,
+        None,
+        "gone",
+        Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                name: "gone".into(),
+                uid: "00000000-0000-0000-0000-000000000000".into(),
+                ..Default::default()
+            },
+        ),
+        now_millis(),
+    );
+    scope
+        .api::<Lease>()
+        .create(&PostParams::default(), &lease)
+        .await
+        .expect("create the orphaned Lease");
+    let s = store.open_session(&name("next"), TTL).await.expect("open");
+    enqueue(&store, &s).await;
+    eventually(
+        "the orphaned slot is taken over",
+        Duration::from_secs(60),
+        || async { store.try_acquire_slot(&s).await.expect("acquire") == Acquire::Granted(0) },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn the_crd_refuses_an_invalid_state_naming_the_field() {
+    let Some(env) = common::env() else { return };
+    let (scope, store) = common::scoped_store(env, "crd").await;
+    store.open_session(&name("a"), TTL).await.expect("open");
+    let api: Api<DynamicObject> = Api::all_with(
+        scope.client(),
+        &kube::api::ApiResource::erase::<RotaNode>(&()),
+    );
+    let object = format!("{}-a", scope.id());
+    let mut value = api.get(&object).await.expect("read the RotaNode");
+    value.data["status"]["state"] = "sleeping".into();
+    let err = api
+        .replace(&object, &PostParams::default(), &value)
+        .await
+        .expect_err("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("status.state") && text.contains("sleeping"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_permission_is_named_by_verb_and_resource() {
+    let Some(env) = common::env() else { return };
+    let scope = env.scope("rbac").await.expect("scope");
+    common::install_crd(scope.client()).await;
+    let mut config = env.config().await.expect("config");
+    config.auth_info.impersonate = Some("rota-test-nobody".into());
+    let nobody = Client::try_from(config).expect("client");
+    let err = KubeStore::connect(
+        nobody,
+        KubeStoreConfig {
+            namespace: scope.namespace().into(),
+            ..KubeStoreConfig::default()
+        },
+    )
+    .await
+    .err()
+    .expect("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("cannot list rotanodes.rota.dev") && text.contains("forbidden"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn an_idle_agent_sends_no_writes() {
+    let Some(env) = common::env() else { return };
+    let (scope, store) = common::scoped_store(env, "idle").await;
+    let s = store.open_session(&name("a"), TTL).await.expect("open");
+    let api: Api<RotaNode> = Api::all(scope.client());
+    let object = format!("{}-a", scope.id());
+    let before = api
+        .get(&object)
+        .await
+        .expect("read")
+        .metadata
+        .resource_version;
+    for _ in 0..20 {
+        store.heartbeat(&s, TTL).await.expect("heartbeat");
+    }
+    let after = api
+        .get(&object)
+        .await
+        .expect("read")
+        .metadata
+        .resource_version;
+    assert_eq!(before, after, "idle heartbeats stay in memory");
+    // The renewed deadline is the one the next write carries.
+    store
+        .add_request(&s, &Process::Reboot, "test")
+        .await
+        .expect("a write of the live session");
+}
+
+#[tokio::test]
+async fn a_transition_is_recorded_as_an_event_on_the_node() {
+    let Some(env) = common::env() else { return };
+    let (scope, store) = common::scoped_store(env, "events").await;
+    let node = scope.node_name("ev");
+    let s = store.open_session(&name(&node), TTL).await.expect("open");
+    enqueue(&store, &s).await;
+    let events: Api<Event> = Api::namespaced(scope.client(), "default");
+    let selector = format!("regarding.name={node}");
+    eventually(
+        "a Queued event on the node",
+        Duration::from_secs(30),
+        || async {
+            events
+                .list(&ListParams::default().fields(&selector))
+                .await
+                .expect("list events")
+                .items
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("Queued"))
+        },
+    )
+    .await;
+}
