@@ -1,8 +1,9 @@
-//! rota's state: the [`Store`] trait, the embedded SQLite store, and the conformance suite that
-//! every store must pass (design.md §7).
+//! rota's state: the [`Store`] trait, the embedded SQLite store, the PostgreSQL store for
+//! bare-metal fleets, and the conformance suite that every store must pass (design.md §7).
 
 mod error;
 mod model;
+mod postgres;
 mod sqlite;
 mod store;
 mod url;
@@ -14,6 +15,7 @@ pub use model::{
     Acquire, BackoffRecord, HistoryEntry, HistoryFilter, Millis, NodeFields, NodeRecord,
     RequestRecord, RequestState, Session, SlotHolder, Transition, WindowChange, now_millis,
 };
+pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 pub use store::Store;
 pub use url::StoreUrl;

@@ -4,6 +4,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::postgres::{PostgresStore, redact};
 use crate::sqlite::SqliteStore;
 use crate::store::Store;
 
@@ -12,9 +13,13 @@ use crate::store::Store;
 pub enum StoreUrl {
     /// `sqlite://PATH`: relative (`sqlite://rota.db`) or absolute (`sqlite:///var/lib/rota.db`).
     Sqlite(PathBuf),
+    /// `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?OPTIONS]` (or `postgresql://…`), as
+    /// libpq takes it; kept whole and handed to the driver.
+    Postgres(String),
 }
 
-const ALLOWED: &str = "expected sqlite://PATH (e.g. sqlite:///var/lib/rota/rota.db)";
+const ALLOWED: &str = "expected sqlite://PATH (e.g. sqlite:///var/lib/rota/rota.db) or \
+    postgres://USER@HOST[:PORT]/DATABASE (e.g. postgres://rota@db.example:5432/rota)";
 
 impl FromStr for StoreUrl {
     type Err = Error;
@@ -35,9 +40,13 @@ impl FromStr for StoreUrl {
                 }
                 Ok(StoreUrl::Sqlite(PathBuf::from(path)))
             }
-            "postgres" | "postgresql" => Err(invalid(format!(
-                "the PostgreSQL store is not built yet; {ALLOWED}"
-            ))),
+            "postgres" | "postgresql" => {
+                let host = rest.split(['/', '?']).next().unwrap_or_default();
+                if host.rsplit('@').next().unwrap_or_default().is_empty() {
+                    return Err(invalid(format!("no host; {ALLOWED}")));
+                }
+                Ok(StoreUrl::Postgres(url.to_string()))
+            }
             other => Err(invalid(format!("unknown scheme {other:?}; {ALLOWED}"))),
         }
     }
@@ -47,6 +56,7 @@ impl fmt::Display for StoreUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreUrl::Sqlite(path) => write!(f, "sqlite://{}", path.display()),
+            StoreUrl::Postgres(url) => f.write_str(&redact(url)),
         }
     }
 }
@@ -56,6 +66,7 @@ impl StoreUrl {
     pub async fn open(&self) -> Result<Arc<dyn Store>> {
         match self {
             StoreUrl::Sqlite(path) => Ok(Arc::new(SqliteStore::open(path).await?)),
+            StoreUrl::Postgres(url) => Ok(Arc::new(PostgresStore::open(url).await?)),
         }
     }
 }
@@ -77,11 +88,35 @@ mod tests {
     }
 
     #[test]
+    fn parses_postgres_urls_and_hides_the_password() {
+        for good in [
+            "postgres://rota@127.0.0.1:5432/rota",
+            "postgresql://rota:secret@db.example/rota?sslmode=disable",
+        ] {
+            assert_eq!(
+                good.parse::<StoreUrl>().ok(),
+                Some(StoreUrl::Postgres(good.to_string()))
+            );
+        }
+        let url: StoreUrl = "postgres://rota:secret@db/rota".parse().expect("valid");
+        assert_eq!(url.to_string(), "postgres://rota:***@db/rota");
+    }
+
+    #[test]
     fn rejects_unknown_schemes_naming_the_value() {
-        for bad in ["mysql://x", "rota.db", "sqlite://", "ftp://host/db"] {
+        for bad in [
+            "mysql://x",
+            "rota.db",
+            "sqlite://",
+            "ftp://host/db",
+            "postgres://",
+            "postgres:///rota",
+            "postgresql://rota@/rota",
+        ] {
             let err = bad.parse::<StoreUrl>().expect_err(bad).to_string();
             assert!(err.contains(bad), "{err}");
             assert!(err.contains("sqlite://PATH"), "{err}");
+            assert!(err.contains("postgres://USER@HOST"), "{err}");
         }
     }
 }

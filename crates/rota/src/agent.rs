@@ -1,15 +1,22 @@
 //! `rota agent`: one node's agent, with shell commands as its node actions.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use rota_agent::{Agent, AgentConfig, CommandActions};
+use rota_agent::{Agent, AgentConfig, CommandActions, NodeActions};
 use rota_core::BackoffPolicy;
+use rota_drain::{DrainOptions, KubeActions};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use crate::cli::AgentArgs;
+use crate::cli::{AgentArgs, NodeActionsKind};
+use crate::store::StoreLocation;
+
+/// In a cluster the Lease watch reports releases; the slow re-read is only a safety net and
+/// costs one API read per agent each time.
+const KUBE_STORE_POLL: Duration = Duration::from_secs(300);
 
 fn config(args: AgentArgs) -> AgentConfig {
     let mut config = AgentConfig::new(args.node);
@@ -30,7 +37,10 @@ fn config(args: AgentArgs) -> AgentConfig {
         exponent: args.backoff_exponent,
     };
     config.safety_recheck = args.safety_recheck;
-    config.store_poll = args.store_poll;
+    config.store_poll = args.store_poll.unwrap_or(match args.store.store {
+        StoreLocation::Kube => KUBE_STORE_POLL,
+        StoreLocation::Url(_) => config.store_poll,
+    });
     config
 }
 
@@ -48,6 +58,42 @@ fn stop_on_signals(cancel: CancellationToken) -> Result<()> {
     Ok(())
 }
 
+/// The node actions `--node-actions` asks for. An empty command means nothing to do.
+async fn actions(args: &AgentArgs) -> Result<Arc<dyn NodeActions>> {
+    let command = |c: &Option<String>| c.clone().filter(|c| !c.trim().is_empty());
+    Ok(match args.node_actions {
+        NodeActionsKind::Command => Arc::new(CommandActions {
+            node: Some(args.node.clone()),
+            drain: command(&args.drain_command),
+            uncordon: command(&args.uncordon_command),
+            reboot: command(&Some(args.reboot_command.clone())),
+            health: command(&args.health_command),
+        }),
+        NodeActionsKind::Kube => {
+            if args.drain_command.is_some() || args.uncordon_command.is_some() {
+                bail!(
+                    "--drain-command and --uncordon-command need --node-actions command; \
+                     with --node-actions kube rota cordons and drains through the API"
+                );
+            }
+            let client = crate::store::client(args.store.kubeconfig.as_ref()).await?;
+            Arc::new(KubeActions::new(
+                client,
+                args.node.clone(),
+                DrainOptions {
+                    concurrency: args.drain_concurrency,
+                    force: args.drain_force,
+                    delete_emptydir_data: args.drain_delete_emptydir_data,
+                    grace_period: args.drain_grace_period,
+                    ..DrainOptions::default()
+                },
+                args.reboot_command.clone(),
+                command(&args.health_command),
+            ))
+        }
+    })
+}
+
 pub async fn run(args: AgentArgs) -> Result<()> {
     if !args.host_root.is_dir() {
         bail!(
@@ -55,25 +101,11 @@ pub async fn run(args: AgentArgs) -> Result<()> {
             args.host_root.display()
         );
     }
-    let actions = CommandActions {
-        node: Some(args.node.clone()),
-        drain: args.drain_command.clone().filter(|c| !c.trim().is_empty()),
-        uncordon: args
-            .uncordon_command
-            .clone()
-            .filter(|c| !c.trim().is_empty()),
-        reboot: Some(args.reboot_command.clone()).filter(|c| !c.trim().is_empty()),
-        health: args.health_command.clone().filter(|c| !c.trim().is_empty()),
-    };
-    let store = args
-        .store
-        .store
-        .open()
-        .await
-        .with_context(|| format!("opening the store {}", args.store.store))?;
+    let actions = actions(&args).await?;
+    let store = crate::store::open(&args.store, true).await?;
     let cancel = CancellationToken::new();
     stop_on_signals(cancel.clone())?;
-    let agent = Agent::new(config(args), store, Arc::new(actions), cancel);
+    let agent = Agent::new(config(args), store, actions, cancel);
     agent.run().await?;
     Ok(())
 }

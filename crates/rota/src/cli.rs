@@ -11,6 +11,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use rota_core::{HistoryEvent, NodeName, Process};
 use rota_store::{Millis, StoreUrl};
+
+use crate::store::StoreLocation;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -53,6 +55,9 @@ pub enum Command {
     ///
     /// The node keeps its slot and stays cordoned; its agent resumes the window's work.
     Retry(RetryArgs),
+    /// Measure a store's throughput with many concurrent sessions, and count afterwards that no
+    /// slot was granted twice and no history row was lost. Needs a store of its own.
+    Bench(BenchArgs),
 }
 
 impl Command {
@@ -65,7 +70,8 @@ impl Command {
             | Command::Status(_)
             | Command::History(_)
             | Command::Unlock(_)
-            | Command::Retry(_) => "warn",
+            | Command::Retry(_)
+            | Command::Bench(_) => "warn",
         }
     }
 }
@@ -73,9 +79,31 @@ impl Command {
 /// Where state lives.
 #[derive(Debug, Clone, Args)]
 pub struct StoreArgs {
-    /// The store: sqlite://PATH (relative) or sqlite:///PATH (absolute).
+    /// The store: sqlite://PATH (relative) or sqlite:///PATH (absolute), postgres://…, or kube
+    /// (in a cluster: slot Leases and RotaNode resources).
     #[arg(long, value_name = "URL", env = "ROTA_STORE", default_value = DEFAULT_STORE)]
-    pub store: StoreUrl,
+    pub store: StoreLocation,
+    /// With --store kube: the kubeconfig (default: in-cluster config, KUBECONFIG, ~/.kube/config).
+    #[arg(long, value_name = "PATH", env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// With --store kube: the namespace of the slot Leases and rota's configuration.
+    #[arg(
+        long,
+        value_name = "NAME",
+        env = "ROTA_NAMESPACE",
+        default_value = "rota-system"
+    )]
+    pub namespace: String,
+}
+
+/// How the agent acts on its node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum NodeActionsKind {
+    /// Shell commands (--drain-command, --uncordon-command): standalone hosts.
+    #[default]
+    Command,
+    /// The Kubernetes API: cordon, evictions that respect PodDisruptionBudgets, uncordon.
+    Kube,
 }
 
 /// How a command prints its result.
@@ -349,9 +377,26 @@ pub struct AgentArgs {
     /// Slow re-check of the sentinels in case an inotify event was missed.
     #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "60s")]
     pub safety_recheck: Duration,
-    /// How often to re-read the store for changes made by other processes.
-    #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "1s")]
-    pub store_poll: Duration,
+    /// How often to re-read the store for changes made by other processes (default 1s; 5m
+    /// with --store kube, whose watch reports releases).
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    pub store_poll: Option<Duration>,
+    /// How the agent cordons, drains and uncordons its node.
+    #[arg(long, value_enum, default_value = "command")]
+    pub node_actions: NodeActionsKind,
+    /// With --node-actions kube: evictions in progress at once.
+    #[arg(long, value_name = "N", default_value = "5",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100))]
+    pub drain_concurrency: usize,
+    /// With --node-actions kube: also evict pods no controller manages (nothing recreates them).
+    #[arg(long)]
+    pub drain_force: bool,
+    /// With --node-actions kube: also evict pods with emptyDir volumes (their data is lost).
+    #[arg(long)]
+    pub drain_delete_emptydir_data: bool,
+    /// With --node-actions kube: override the pods' termination grace period.
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub drain_grace_period: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -371,4 +416,40 @@ pub struct SimulateArgs {
     /// Print one JSON object with the rollout's numbers instead of a summary.
     #[arg(long)]
     pub json: bool,
+}
+
+/// What `rota bench` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Workload {
+    /// Slot acquire+release cycles, then history appends.
+    All,
+    /// Slot cycles: request, queue, wait for a slot, open the window, finish it.
+    Slots,
+    /// History appends: windows that fail closed and are retried.
+    History,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// The store to measure; it must hold no fleet's nodes (e.g. a new database).
+    #[arg(long, value_name = "URL")]
+    pub store: StoreUrl,
+    /// Concurrent sessions (one node each).
+    #[arg(long, value_name = "N", default_value = "32",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000))]
+    pub sessions: usize,
+    /// How long each workload runs.
+    #[arg(long, value_name = "S", default_value = "10",
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub seconds: u64,
+    /// Which workload to run.
+    #[arg(long, value_enum, default_value = "all")]
+    pub workload: Workload,
+    /// Slots the sessions of the slot workload compete for.
+    #[arg(long, value_name = "K", value_parser = concurrency, default_value = "4")]
+    pub concurrency: u32,
+    /// Store handles the sessions are spread over (as agents in separate processes would be).
+    #[arg(long, value_name = "N", default_value = "1",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
+    pub handles: usize,
 }

@@ -2,20 +2,22 @@
 //! module per concern, and turn every error into one `error: ...` line on stderr.
 
 mod agent;
+mod bench;
 mod cli;
 mod history;
 mod operator;
 mod output;
 mod simulate;
 mod status;
+mod store;
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::Parser;
 use clap::error::ErrorKind;
-use rota_store::{Store, StoreUrl};
+use rota_store::Store;
 use tracing_subscriber::EnvFilter;
 
 use crate::cli::{Cli, Command, StoreArgs};
@@ -53,19 +55,13 @@ async fn run(command: Command) -> Result<()> {
         Command::History(args) => history::run(args).await,
         Command::Unlock(args) => operator::unlock(args).await,
         Command::Retry(args) => operator::retry(args).await,
+        Command::Bench(args) => bench::run(args).await,
     }
 }
 
-/// Opens the store an operator command reads or changes. Such a command never creates a new,
-/// empty database: a wrong path would otherwise show an empty fleet instead of an error.
+/// Opens the store an operator command reads or changes (never creating a new one).
 pub async fn open_store(args: &StoreArgs) -> Result<Arc<dyn Store>> {
-    match &args.store {
-        StoreUrl::Sqlite(path) if !path.exists() => bail!(
-            "store {} does not exist: give the fleet's store with --store or ROTA_STORE",
-            args.store
-        ),
-        _ => Ok(args.store.open().await?),
-    }
+    store::open(args, false).await
 }
 
 /// The error and its causes, leaving out a cause whose text the message already contains

@@ -1,0 +1,244 @@
+//! The store conformance suite against a real PostgreSQL, plus PostgreSQL-only cases. Every
+//! test gets a database of its own on the server named by `ROTA_TEST_POSTGRES_URL` (which
+//! `scripts/test` starts with `scripts/postgres-up`). Without that variable the tests fail,
+//! unless `ROTA_POSTGRES_SKIP=1` says that skipping them is intended.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rota_core::{NodeName, NodeState, Process};
+use rota_store::conformance::{Stress, stress};
+use rota_store::{PostgresStore, Store, StoreUrl, Transition, WindowChange, now_millis};
+
+fn server_url() -> Option<String> {
+    match std::env::var("ROTA_TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("ROTA_POSTGRES_SKIP").as_deref() == Ok("1") => {
+            eprintln!("skipped: ROTA_POSTGRES_SKIP=1 and no ROTA_TEST_POSTGRES_URL");
+            None
+        }
+        _ => panic!(
+            "ROTA_TEST_POSTGRES_URL is not set: run the tests with scripts/test, or start a \
+             server with `url=$(scripts/postgres-up | tail -n 1)` and export \
+             ROTA_TEST_POSTGRES_URL=$url (set ROTA_POSTGRES_SKIP=1 to skip these tests on purpose)"
+        ),
+    }
+}
+
+/// The server's URL with another database name.
+fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, format!("?{query}")),
+        None => (url, String::new()),
+    };
+    let (server, _) = base
+        .rsplit_once('/')
+        .filter(|(server, _)| server.contains("://") && !server.ends_with('/'))
+        .unwrap_or((base, ""));
+    format!("{server}/{name}{query}")
+}
+
+/// Creates an empty database for one test and returns its URL.
+async fn fresh_database() -> Option<String> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let url = server_url()?;
+    let name = format!(
+        "rota_t_{}_{}_{}",
+        std::process::id(),
+        now_millis(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let admin = sqlx::PgPool::connect(&url)
+        .await
+        .unwrap_or_else(|e| panic!("connecting to ROTA_TEST_POSTGRES_URL {url}: {e}"));
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&admin)
+        .await
+        .expect("create a test database");
+    admin.close().await;
+    Some(with_database(&url, &name))
+}
+
+async fn make() -> Option<Arc<dyn Store>> {
+    let url = fresh_database().await?;
+    Some(Arc::new(
+        PostgresStore::open(&url).await.expect("open store"),
+    ))
+}
+
+rota_store::conformance_tests!(skippable make);
+
+/// Several handles on one database, as agents on several hosts have.
+async fn handles(url: &str, count: usize) -> Vec<Arc<dyn Store>> {
+    let url = StoreUrl::from_str(url).expect("url");
+    let mut stores = Vec::new();
+    for _ in 0..count {
+        stores.push(url.open().await.expect("open"));
+    }
+    stores
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_sessions_over_four_handles_never_double_grant() {
+    let Some(url) = fresh_database().await else {
+        return;
+    };
+    stress(handles(&url, 4).await, Stress::SIXTY_FOUR).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_reaches_every_handle_through_notify() {
+    let Some(url) = fresh_database().await else {
+        return;
+    };
+    let stores = handles(&url, 3).await;
+    let (writer, watchers) = (&stores[0], &stores[1..]);
+    writer.set_concurrency(1).await.expect("set concurrency");
+    let node = NodeName::new("a").expect("name");
+    let s = writer
+        .open_session(&node, Duration::from_secs(30))
+        .await
+        .expect("session");
+    writer
+        .add_request(&s, &Process::Reboot, "test")
+        .await
+        .expect("request");
+    writer
+        .transition(
+            &s,
+            Transition::new(NodeState::Idle, NodeState::Queued).window(WindowChange::Queue {
+                queued_at: Some(now_millis() - 1000),
+            }),
+        )
+        .await
+        .expect("enqueue");
+    assert_eq!(
+        writer.try_acquire_slot(&s).await.expect("acquire").slot(),
+        Some(0)
+    );
+    let mut receivers: Vec<_> = watchers.iter().map(|w| w.changes()).collect();
+    let before: Vec<u64> = receivers
+        .iter_mut()
+        .map(|r| *r.borrow_and_update())
+        .collect();
+    writer
+        .transition(
+            &s,
+            Transition::new(NodeState::Queued, NodeState::Idle).window(WindowChange::Cancel {
+                reason: "test".into(),
+            }),
+        )
+        .await
+        .expect("release");
+    for (receiver, before) in receivers.iter_mut().zip(before) {
+        // Generous: this checks that the change arrives at all, not how fast.
+        tokio::time::timeout(Duration::from_secs(30), receiver.changed())
+            .await
+            .expect("the release is notified")
+            .expect("store alive");
+        assert_eq!(
+            *receiver.borrow(),
+            before + 1,
+            "a release moves every handle's counter by exactly one"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_refused_without_change() {
+    let Some(url) = fresh_database().await else {
+        return;
+    };
+    drop(PostgresStore::open(&url).await.expect("create"));
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (99990101000000, 'from the future', TRUE, '\\x00', 0)",
+    )
+    .execute(&pool)
+    .await
+    .expect("fake a future migration");
+    let tables = |pool: sqlx::PgPool| async move {
+        sqlx::query_scalar::<_, String>(
+            "SELECT string_agg(table_name, ',' ORDER BY table_name) FROM information_schema.tables \
+             WHERE table_schema = current_schema()",
+        )
+        .fetch_one(&pool)
+        .await
+        .expect("list tables")
+    };
+    let before = tables(pool.clone()).await;
+    let err = PostgresStore::open(&url).await.err().expect("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("newer than this rota binary") && text.contains("nothing was changed"),
+        "{text}"
+    );
+    assert_eq!(tables(pool.clone()).await, before, "nothing was changed");
+    pool.close().await;
+}
+
+#[tokio::test]
+async fn another_programs_database_is_refused() {
+    let Some(url) = fresh_database().await else {
+        return;
+    };
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    sqlx::query("CREATE TABLE invoices (id BIGINT PRIMARY KEY)")
+        .execute(&pool)
+        .await
+        .expect("create table");
+    pool.close().await;
+    let err = PostgresStore::open(&url).await.err().expect("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("not a rota database") && text.contains("invoices"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_named_without_its_password() {
+    let err = PostgresStore::open("postgres://rota:secret@127.0.0.1:1/rota")
+        .await
+        .err()
+        .expect("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("127.0.0.1:1") && !text.contains("secret"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn agents_opening_a_new_database_at_once_all_succeed() {
+    let Some(url) = fresh_database().await else {
+        return;
+    };
+    let opens: Vec<_> = (0..6)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { PostgresStore::open(&url).await.map(drop) })
+        })
+        .collect();
+    for open in opens {
+        open.await
+            .expect("task")
+            .expect("every concurrent open succeeds");
+    }
+}
+
+#[test]
+fn test_databases_replace_only_the_database_name() {
+    assert_eq!(
+        with_database("postgres://rota@127.0.0.1:5432/rota", "x"),
+        "postgres://rota@127.0.0.1:5432/x"
+    );
+    assert_eq!(
+        with_database("postgres://rota@h/rota?sslmode=disable", "x"),
+        "postgres://rota@h/x?sslmode=disable"
+    );
+    assert_eq!(with_database("postgres://h", "x"), "postgres://h/x");
+}

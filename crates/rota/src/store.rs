@@ -1,0 +1,91 @@
+//! Where the fleet's state lives (`--store`), and opening it: the SQL stores through
+//! `rota_store::StoreUrl`, the Kubernetes store through a client built from `--kubeconfig`.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use rota_kube::{KubeStore, KubeStoreConfig};
+use rota_store::{Store, StoreUrl};
+
+use crate::cli::StoreArgs;
+
+/// `--store`: `kube`, or a SQL store's URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreLocation {
+    /// In the cluster: slot Leases and RotaNode resources.
+    Kube,
+    Url(StoreUrl),
+}
+
+impl FromStr for StoreLocation {
+    type Err = String;
+
+    fn from_str(value: &str) -> Result<StoreLocation, String> {
+        if value == "kube" {
+            return Ok(StoreLocation::Kube);
+        }
+        value
+            .parse()
+            .map(StoreLocation::Url)
+            .map_err(|e: rota_store::Error| format!("{e}, or kube (in a cluster)"))
+    }
+}
+
+impl fmt::Display for StoreLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreLocation::Kube => f.write_str("kube"),
+            StoreLocation::Url(url) => url.fmt(f),
+        }
+    }
+}
+
+/// A client for the cluster: `--kubeconfig` if given, else `KUBECONFIG`, `~/.kube/config` or
+/// the pod's service account. kube's own retries are off: the drain must see a budget's 429.
+pub async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = Kubeconfig::read_from(path)
+                .with_context(|| format!("--kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("--kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("finding the cluster (in-cluster config, KUBECONFIG or ~/.kube/config)")?,
+    };
+    rota_drain::client(config).context("creating the Kubernetes client")
+}
+
+/// Opens the store. `create` is false for operator commands, which never create a new, empty
+/// SQLite database: a wrong path would otherwise show an empty fleet instead of an error.
+pub async fn open(args: &StoreArgs, create: bool) -> Result<Arc<dyn Store>> {
+    match &args.store {
+        StoreLocation::Kube => {
+            let client = client(args.kubeconfig.as_ref()).await?;
+            let store = KubeStore::connect(
+                client,
+                KubeStoreConfig {
+                    namespace: args.namespace.clone(),
+                    ..KubeStoreConfig::default()
+                },
+            )
+            .await
+            .context("opening the Kubernetes store")?;
+            Ok(Arc::new(store))
+        }
+        StoreLocation::Url(StoreUrl::Sqlite(path)) if !create && !path.exists() => bail!(
+            "store {} does not exist: give the fleet's store with --store or ROTA_STORE",
+            args.store
+        ),
+        StoreLocation::Url(url) => url
+            .open()
+            .await
+            .with_context(|| format!("opening the store {url}")),
+    }
+}
