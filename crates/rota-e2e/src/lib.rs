@@ -2,6 +2,8 @@
 //!
 //! Tests run against a real Kubernetes control plane (etcd, kube-apiserver,
 //! kube-controller-manager, kube-scheduler and kwok) that `testenv/up` builds from Go modules
-//! and starts on loopback; see [`testenv`] and `testenv/README.md`.
+//! and starts on loopback; see [`testenv`] and `testenv/README.md`. [`fleet`] runs real
+//! `rota agent` processes against it, one per kwok node.
 
+pub mod fleet;
 pub mod testenv;

@@ -93,7 +93,7 @@ async fn many_handles_on_one_file_never_exceed_the_slots() {
 async fn agents_opening_a_new_file_at_once_all_succeed() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("rota.db");
-    let opens: Vec<_> = (0..6)
+    let opens: Vec<_> = (0..16)
         .map(|_| {
             let path = path.clone();
             tokio::spawn(async move { SqliteStore::open(&path).await.map(drop) })

@@ -68,14 +68,7 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(30))
             .foreign_keys(true);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(8)
-            .connect_with(options.clone())
-            .await
-            .map_err(|e| Error::NotRota {
-                location: location.clone(),
-                reason: e.to_string(),
-            })?;
+        let pool = connect(&options, &location).await?;
         migrate(&pool, &location).await?;
         let conn = options
             .connect()
@@ -104,6 +97,42 @@ impl SqliteStore {
             .send(op(reply))
             .map_err(|_| Error::WriterStopped)?;
         result.await.map_err(|_| Error::WriterStopped)?
+    }
+}
+
+/// Whether SQLite said another connection holds a lock it needs (SQLITE_BUSY and its
+/// extended codes, which all end in 5 in the low byte).
+fn is_busy(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .and_then(|code| code.parse::<i32>().ok())
+        .is_some_and(|code| code & 0xff == 5)
+}
+
+/// Opens the pool. Switching a new file to WAL takes a lock that SQLite does not wait for, so
+/// agents creating the same file at once may be told it is busy: they try again shortly.
+async fn connect(options: &SqliteConnectOptions, location: &str) -> Result<SqlitePool> {
+    const ATTEMPTS: u32 = 50;
+    let mut attempt = 1;
+    loop {
+        match SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_with(options.clone())
+            .await
+        {
+            Ok(pool) => return Ok(pool),
+            Err(e) if is_busy(&e) && attempt < ATTEMPTS => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => {
+                return Err(Error::NotRota {
+                    location: location.to_string(),
+                    reason: e.to_string(),
+                });
+            }
+        }
     }
 }
 

@@ -1,0 +1,533 @@
+//! A fleet of real `rota agent` processes in Kubernetes mode, one per kwok node.
+//!
+//! Each [`Fleet`] host is a directory standing in for a machine: a host root (`root/`, with
+//! `run/` and `var/run/`), a boot id file, the agent's log and a log of reboot commands. The
+//! agents run with `--store kube --node-actions kube` against the test's namespace.
+//!
+//! The reboot command an agent runs appends a line to the host's `reboots.log` and creates
+//! `reboot-requested`. A supervisor task sees that file and reboots the "machine": it kills the
+//! agent with SIGKILL (the machine going down), writes a new boot id, empties the host root's
+//! `run/`, and starts the agent again. A test can hold a host's reboots back
+//! ([`Fleet::hold_reboots`]) to act while the node is between asking for a reboot and getting it.
+//!
+//! [`DisruptionWatch`] follows the Nodes through a watch and remembers the largest number of
+//! them that were unschedulable at any observed version of the cluster.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use futures::{StreamExt as _, TryStreamExt as _};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt as _};
+use rota_core::NodeName;
+use rota_kube::{KubeStore, KubeStoreConfig, NAMESPACE_LABEL, RotaNode, rota_node_crd};
+use tokio::task::JoinHandle;
+
+use crate::testenv::{Scope, TestEnv};
+
+/// The sentinel every agent of a fleet watches, as seen on the host.
+pub const REBOOT_SENTINEL: &str = "/run/reboot-needed";
+/// How often the supervisor looks for reboot requests.
+const SUPERVISOR_PERIOD: Duration = Duration::from_millis(100);
+
+/// Installs (or updates) the RotaNode CRD and waits until the API server serves it.
+pub async fn install_crd(client: Client) -> Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client);
+    let crd = rota_node_crd();
+    let name = crd
+        .metadata
+        .name
+        .clone()
+        .context("the RotaNode CRD has no name")?;
+    crds.patch(
+        &name,
+        &PatchParams::apply("rota-e2e").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .context("applying the RotaNode CRD")?;
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        await_condition(crds, &name, conditions::is_crd_established()),
+    )
+    .await
+    .context("the RotaNode CRD was not established within a minute")?
+    .context("watching the RotaNode CRD")?;
+    Ok(())
+}
+
+/// One simulated machine: its files and its agent process.
+struct Host {
+    node: String,
+    dir: PathBuf,
+    /// Flags for this host's agent only, after the fleet's.
+    extra: Vec<String>,
+    agent: Mutex<Option<Child>>,
+    boots: AtomicU32,
+    hold: AtomicBool,
+}
+
+impl Host {
+    fn agent(&self) -> MutexGuard<'_, Option<Child>> {
+        self.agent.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.join("root")
+    }
+
+    fn boot_id_file(&self) -> PathBuf {
+        self.dir.join("boot_id")
+    }
+
+    fn reboot_marker(&self) -> PathBuf {
+        self.dir.join("reboot-requested")
+    }
+
+    fn reboots_log(&self) -> PathBuf {
+        self.dir.join("reboots.log")
+    }
+
+    fn agent_log(&self) -> PathBuf {
+        self.dir.join("agent.log")
+    }
+
+    fn write_boot_id(&self) -> Result<()> {
+        let boot = self.boots.fetch_add(1, Ordering::SeqCst) + 1;
+        let path = self.boot_id_file();
+        std::fs::write(&path, format!("{}-boot-{boot}\n", self.node))
+            .with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// SIGKILLs the agent, if it runs, and reaps it.
+    fn kill(&self) -> Result<()> {
+        if let Some(mut child) = self.agent().take() {
+            child
+                .kill()
+                .with_context(|| format!("killing the agent of {}", self.node))?;
+            child
+                .wait()
+                .with_context(|| format!("reaping the agent of {}", self.node))?;
+        }
+        Ok(())
+    }
+
+    /// What a reboot does to the machine: the agent dies, the boot id changes, `/run` empties.
+    fn reboot(&self) -> Result<()> {
+        self.kill()?;
+        let marker = self.reboot_marker();
+        std::fs::remove_file(&marker).with_context(|| format!("removing {}", marker.display()))?;
+        self.write_boot_id()?;
+        let run = self.root().join("run");
+        for entry in
+            std::fs::read_dir(&run).with_context(|| format!("listing {}", run.display()))?
+        {
+            let path = entry?.path();
+            if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            }
+            .with_context(|| format!("removing {}", path.display()))?;
+        }
+        Ok(())
+    }
+}
+
+/// How to run the agents of a [`Fleet`].
+#[derive(Clone, Debug)]
+pub struct FleetOptions {
+    /// The `rota` binary.
+    pub binary: PathBuf,
+    /// Flags for every agent, after the ones the fleet sets (`--store`, `--node`, …).
+    pub args: Vec<String>,
+}
+
+/// Real `rota agent` processes, one per node, and the supervisor that reboots their machines.
+pub struct Fleet {
+    _dir: tempfile::TempDir,
+    binary: PathBuf,
+    kubeconfig: PathBuf,
+    namespace: String,
+    client: Client,
+    args: Vec<String>,
+    hosts: BTreeMap<String, Arc<Host>>,
+    supervisor: JoinHandle<()>,
+    errors: Arc<Mutex<Vec<String>>>,
+}
+
+impl Fleet {
+    /// Prepares one host per node of `nodes` (Kubernetes node names) in `scope`, installs the
+    /// RotaNode CRD and starts the supervisor. `extra` gives flags for single nodes' agents.
+    /// No agent runs until [`Fleet::start`].
+    pub async fn new(
+        env: &TestEnv,
+        scope: &Scope,
+        nodes: &[String],
+        options: FleetOptions,
+        extra: &BTreeMap<String, Vec<String>>,
+    ) -> Result<Fleet> {
+        install_crd(scope.client()).await?;
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("rota-fleet-{}-", scope.id()))
+            .tempdir()
+            .context("creating the fleet's directory")?;
+        let mut hosts = BTreeMap::new();
+        for node in nodes {
+            let host_dir = dir.path().join(node);
+            for sub in ["root/run", "root/var/run"] {
+                let path = host_dir.join(sub);
+                std::fs::create_dir_all(&path)
+                    .with_context(|| format!("creating {}", path.display()))?;
+            }
+            let host = Host {
+                node: node.clone(),
+                dir: host_dir,
+                extra: extra.get(node).cloned().unwrap_or_default(),
+                agent: Mutex::new(None),
+                boots: AtomicU32::new(0),
+                hold: AtomicBool::new(false),
+            };
+            host.write_boot_id()?;
+            hosts.insert(node.clone(), Arc::new(host));
+        }
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let supervisor = tokio::spawn(supervise(
+            hosts.values().cloned().collect(),
+            options.binary.clone(),
+            env.kubeconfig().to_path_buf(),
+            scope.namespace().to_string(),
+            options.args.clone(),
+            errors.clone(),
+        ));
+        Ok(Fleet {
+            _dir: dir,
+            binary: options.binary,
+            kubeconfig: env.kubeconfig().to_path_buf(),
+            namespace: scope.namespace().to_string(),
+            client: scope.client(),
+            args: options.args,
+            hosts,
+            supervisor,
+            errors,
+        })
+    }
+
+    fn host(&self, node: &str) -> Result<&Arc<Host>> {
+        self.hosts
+            .get(node)
+            .with_context(|| format!("{node} is not a node of this fleet"))
+    }
+
+    /// The nodes, in name order.
+    pub fn nodes(&self) -> Vec<String> {
+        self.hosts.keys().cloned().collect()
+    }
+
+    /// Starts every node's agent.
+    pub fn start_all(&self) -> Result<()> {
+        for node in self.hosts.keys() {
+            self.start(node)?;
+        }
+        Ok(())
+    }
+
+    /// Starts the node's agent (after killing the one that runs, if any).
+    pub fn start(&self, node: &str) -> Result<()> {
+        let host = self.host(node)?;
+        host.kill()?;
+        spawn_agent(
+            host,
+            &self.binary,
+            &self.kubeconfig,
+            &self.namespace,
+            &self.args,
+        )
+    }
+
+    /// SIGKILLs the node's agent, as a crash would, and leaves it stopped.
+    pub fn kill(&self, node: &str) -> Result<()> {
+        self.host(node)?.kill()
+    }
+
+    /// Kills the node's agent with SIGKILL and starts it again on the same boot.
+    pub fn crash_and_restart(&self, node: &str) -> Result<()> {
+        self.start(node)
+    }
+
+    /// Whether the node's agent process is running (it has not exited).
+    pub fn is_running(&self, node: &str) -> Result<bool> {
+        let host = self.host(node)?;
+        let mut agent = host.agent();
+        Ok(match agent.as_mut() {
+            Some(child) => child.try_wait()?.is_none(),
+            None => false,
+        })
+    }
+
+    /// Touches the node's reboot sentinel (`$ROOT/run/reboot-needed`).
+    pub fn request_reboot(&self, node: &str) -> Result<()> {
+        let host = self.host(node)?;
+        let path = host.root().join(REBOOT_SENTINEL.trim_start_matches('/'));
+        std::fs::write(&path, b"").with_context(|| format!("touching {}", path.display()))
+    }
+
+    /// While held, a reboot the node's agent asks for does not happen (the machine hangs on
+    /// its way down); releasing lets the supervisor carry out a pending one.
+    pub fn hold_reboots(&self, node: &str, hold: bool) -> Result<()> {
+        self.host(node)?.hold.store(hold, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// How many times the node's agent has run the reboot command.
+    pub fn reboot_commands(&self, node: &str) -> Result<usize> {
+        let path = self.host(node)?.reboots_log();
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(text.lines().count()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
+
+    /// How many boots the node has had (1 before any reboot).
+    pub fn boots(&self, node: &str) -> Result<u32> {
+        Ok(self.host(node)?.boots.load(Ordering::SeqCst))
+    }
+
+    /// The last `lines` lines of every agent's log, for failure messages.
+    pub fn logs(&self, lines: usize) -> String {
+        let mut out = String::new();
+        for host in self.hosts.values() {
+            let text = std::fs::read_to_string(host.agent_log()).unwrap_or_default();
+            let all: Vec<&str> = text.lines().collect();
+            out.push_str(&format!("==== agent of {} ====\n", host.node));
+            for line in &all[all.len().saturating_sub(lines)..] {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// Errors of the supervisor (a reboot it could not carry out); empty when all went well.
+    pub fn supervisor_errors(&self) -> Vec<String> {
+        self.errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// A store client on the fleet's namespace, as the agents use it.
+    pub async fn store(&self) -> Result<KubeStore> {
+        KubeStore::connect(
+            self.client.clone(),
+            KubeStoreConfig {
+                namespace: self.namespace.clone(),
+                ..KubeStoreConfig::default()
+            },
+        )
+        .await
+        .context("connecting to the Kubernetes store")
+    }
+
+    /// The node's name as the store knows it.
+    pub fn node_name(node: &str) -> Result<NodeName> {
+        NodeName::new(node).with_context(|| format!("{node} is not a valid node name"))
+    }
+
+    /// Stops every agent and the supervisor, and deletes the fleet's RotaNodes.
+    pub async fn shutdown(self) -> Result<()> {
+        self.supervisor.abort();
+        for host in self.hosts.values() {
+            host.kill()?;
+        }
+        let rota_nodes: Api<RotaNode> = Api::all(self.client.clone());
+        let selector = format!("{NAMESPACE_LABEL}={}", self.namespace);
+        for object in rota_nodes
+            .list_metadata(&ListParams::default().labels(&selector))
+            .await
+            .context("listing the fleet's RotaNodes")?
+        {
+            rota_nodes
+                .delete(&object.name_any(), &DeleteParams::default())
+                .await
+                .context("deleting a RotaNode")?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        self.supervisor.abort();
+        for host in self.hosts.values() {
+            if let Some(mut child) = host.agent().take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+/// Starts the host's agent; its stdout and stderr are appended to the host's `agent.log`.
+fn spawn_agent(
+    host: &Host,
+    binary: &Path,
+    kubeconfig: &Path,
+    namespace: &str,
+    args: &[String],
+) -> Result<()> {
+    let reboot = format!(
+        "echo reboot >> '{}' && touch '{}'",
+        host.reboots_log().display(),
+        host.reboot_marker().display()
+    );
+    let log_path = host.agent_log();
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .with_context(|| format!("opening {}", log_path.display()))?;
+    let stderr = log
+        .try_clone()
+        .with_context(|| format!("opening {}", log_path.display()))?;
+    let child = Command::new(binary)
+        .arg("agent")
+        .args(["--store", "kube", "--node-actions", "kube"])
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--namespace", namespace, "--node", &host.node])
+        .arg("--host-root")
+        .arg(host.root())
+        .arg("--boot-id-file")
+        .arg(host.boot_id_file())
+        .args(["--reboot-sentinel", REBOOT_SENTINEL])
+        .args(["--reboot-command", &reboot])
+        .args(args)
+        .args(&host.extra)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(stderr)
+        .spawn()
+        .with_context(|| format!("starting {} agent", binary.display()))?;
+    *host.agent() = Some(child);
+    Ok(())
+}
+
+/// Carries out the reboots the agents ask for, until aborted.
+async fn supervise(
+    hosts: Vec<Arc<Host>>,
+    binary: PathBuf,
+    kubeconfig: PathBuf,
+    namespace: String,
+    args: Vec<String>,
+    errors: Arc<Mutex<Vec<String>>>,
+) {
+    loop {
+        for host in &hosts {
+            if host.hold.load(Ordering::SeqCst) || !host.reboot_marker().exists() {
+                continue;
+            }
+            let rebooted = host
+                .reboot()
+                .and_then(|()| spawn_agent(host, &binary, &kubeconfig, &namespace, &args));
+            if let Err(e) = rebooted {
+                errors
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(format!("rebooting {}: {e:#}", host.node));
+            }
+        }
+        tokio::time::sleep(SUPERVISOR_PERIOD).await;
+    }
+}
+
+/// What a [`DisruptionWatch`] saw.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Disruptions {
+    /// The largest number of watched nodes unschedulable at once.
+    pub max: usize,
+    /// Each set of unschedulable nodes that was larger than the limit.
+    pub over_limit: Vec<BTreeSet<String>>,
+    /// Every node that was unschedulable at some point.
+    pub ever: BTreeSet<String>,
+    /// How many Node versions the watch delivered.
+    pub events: usize,
+}
+
+/// Follows the scope's Nodes through a watch: after every version of a Node the API server
+/// reports, counts the nodes that are unschedulable (except `ignore`, such as pre-cordoned ones).
+pub struct DisruptionWatch {
+    seen: Arc<Mutex<Disruptions>>,
+    task: JoinHandle<Result<()>>,
+}
+
+impl DisruptionWatch {
+    /// Starts watching the nodes labelled with `scope`'s label.
+    pub fn start(scope: &Scope, limit: usize, ignore: BTreeSet<String>) -> DisruptionWatch {
+        let seen = Arc::new(Mutex::new(Disruptions::default()));
+        let nodes: Api<Node> = Api::all(scope.client());
+        let selector = format!("{}={}", crate::testenv::SCOPE_LABEL, scope.id());
+        let config = watcher::Config::default().labels(&selector);
+        let state = seen.clone();
+        let task = tokio::spawn(async move {
+            let mut unschedulable: BTreeMap<String, bool> = BTreeMap::new();
+            let mut stream = watcher(nodes, config).boxed();
+            while let Some(event) = stream.try_next().await.context("watching the Nodes")? {
+                match event {
+                    watcher::Event::Apply(node) | watcher::Event::InitApply(node) => {
+                        let cordoned = node
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.unschedulable)
+                            .unwrap_or(false);
+                        unschedulable.insert(node.name_any(), cordoned);
+                    }
+                    watcher::Event::Delete(node) => {
+                        unschedulable.remove(&node.name_any());
+                    }
+                    watcher::Event::Init | watcher::Event::InitDone => continue,
+                }
+                let now: BTreeSet<String> = unschedulable
+                    .iter()
+                    .filter(|(name, cordoned)| **cordoned && !ignore.contains(*name))
+                    .map(|(name, _)| name.clone())
+                    .collect();
+                let mut seen = state.lock().unwrap_or_else(|e| e.into_inner());
+                seen.events += 1;
+                seen.max = seen.max.max(now.len());
+                seen.ever.extend(now.iter().cloned());
+                if now.len() > limit {
+                    seen.over_limit.push(now);
+                }
+            }
+            bail!("the Node watch ended")
+        });
+        DisruptionWatch { seen, task }
+    }
+
+    /// What the watch has seen so far; an error if the watch failed.
+    pub fn seen(&self) -> Result<Disruptions> {
+        if self.task.is_finished() {
+            bail!("the Node watch stopped early");
+        }
+        Ok(self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone())
+    }
+}
+
+impl Drop for DisruptionWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -1,0 +1,629 @@
+//! Kubernetes mode end to end: one real `rota agent` process per kwok node
+//! (`--store kube --node-actions kube`) on the real control plane of `testenv/`, with simulated
+//! reboots (see `rota_e2e::fleet`). Each test has its own namespace and node names, so the tests
+//! can share one control plane and run in parallel.
+//!
+//! Pods are bound to their nodes without a controller, so the agents drain with `--drain-force`,
+//! except in the fleet test, whose pods belong to a Deployment.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, ensure};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{Node, PodTemplateSpec};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use rota_core::{HistoryEvent, NodeState, Process};
+use rota_e2e::fleet::{DisruptionWatch, Fleet, FleetOptions};
+use rota_e2e::testenv::{self, Scope, TestEnv};
+use rota_kube::KubeStore;
+use rota_store::{HistoryEntry, HistoryFilter, NodeRecord, Store, now_millis};
+
+const ROTA: &str = env!("CARGO_BIN_EXE_rota");
+/// How long any one thing may take to happen. Generous: the machine is small and shared.
+const PATIENCE: Duration = Duration::from_secs(240);
+
+/// The environment, or `None` when `ROTA_E2E_SKIP=1`; panics (the test fails) otherwise when
+/// no control plane can be had.
+fn env() -> Option<&'static TestEnv> {
+    match TestEnv::get() {
+        Ok(env) => env,
+        Err(e) => panic!("{e:#}"),
+    }
+}
+
+fn labels(app: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([("app".to_string(), app.to_string())])
+}
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+/// A fleet of agents on `nodes`, with `args` for every agent.
+async fn fleet(env: &TestEnv, scope: &Scope, nodes: &[String], args: Vec<String>) -> Fleet {
+    Fleet::new(
+        env,
+        scope,
+        nodes,
+        FleetOptions {
+            binary: ROTA.into(),
+            args,
+        },
+        &BTreeMap::new(),
+    )
+    .await
+    .expect("prepare the fleet")
+}
+
+/// Waits for `check`, and on failure panics with the agents' recent logs.
+async fn wait<T, F, Fut>(fleet: &Fleet, what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>>>,
+{
+    match testenv::wait_for(what, PATIENCE, check).await {
+        Ok(v) => v,
+        Err(e) => panic!(
+            "{e:#}\nsupervisor errors: {:?}\n{}",
+            fleet.supervisor_errors(),
+            fleet.logs(40)
+        ),
+    }
+}
+
+async fn record(store: &KubeStore, node: &str) -> Result<Option<NodeRecord>> {
+    Ok(store.node(&Fleet::node_name(node)?).await?)
+}
+
+async fn history(store: &KubeStore, node: &str) -> Result<Vec<HistoryEntry>> {
+    Ok(store
+        .history(&HistoryFilter {
+            node: Some(Fleet::node_name(node)?),
+            ..HistoryFilter::default()
+        })
+        .await?)
+}
+
+fn count(entries: &[HistoryEntry], process: &Process, event: HistoryEvent) -> usize {
+    entries
+        .iter()
+        .filter(|e| &e.process == process && e.event == event)
+        .count()
+}
+
+async fn unschedulable(scope: &Scope, node: &str) -> Result<bool> {
+    let node: Node = scope.nodes().get(node).await?;
+    Ok(node.spec.and_then(|s| s.unschedulable).unwrap_or(false))
+}
+
+/// Waits until every agent has opened its session (its RotaNode exists).
+async fn wait_started(fleet: &Fleet, store: &KubeStore) {
+    for node in fleet.nodes() {
+        wait(fleet, &format!("the agent of {node} to start"), || async {
+            Ok(record(store, &node).await?.map(|_| ()))
+        })
+        .await;
+    }
+}
+
+async fn wait_state(fleet: &Fleet, store: &KubeStore, node: &str, state: NodeState) -> NodeRecord {
+    wait(fleet, &format!("{node} to be {state}"), || async {
+        Ok(record(store, node).await?.filter(|r| r.state == state))
+    })
+    .await
+}
+
+/// Waits until `node` is idle with `finished` reboots in its history.
+async fn wait_finished(fleet: &Fleet, store: &KubeStore, node: &str, finished: usize) {
+    wait(
+        fleet,
+        &format!("{node} to finish {finished} reboot(s)"),
+        || async {
+            let idle = record(store, node)
+                .await?
+                .is_some_and(|r| r.state == NodeState::Idle);
+            let done = count(
+                &history(store, node).await?,
+                &Process::Reboot,
+                HistoryEvent::Finished,
+            );
+            Ok((idle && done >= finished).then_some(()))
+        },
+    )
+    .await;
+}
+
+/// Asserts what every successful reboot leaves: one reboot command, one new boot, one
+/// `finished` reboot in history and nothing failed.
+async fn assert_rebooted_once(fleet: &Fleet, store: &KubeStore, node: &str) -> Result<()> {
+    let entries = history(store, node).await?;
+    let finished = count(&entries, &Process::Reboot, HistoryEvent::Finished);
+    ensure!(
+        finished == 1,
+        "{node}: {finished} finished reboots in {entries:?}"
+    );
+    let failed = count(&entries, &Process::Reboot, HistoryEvent::Failed);
+    ensure!(failed == 0, "{node}: failed entries in {entries:?}");
+    let commands = fleet.reboot_commands(node)?;
+    ensure!(
+        commands == 1,
+        "{node}: the reboot command ran {commands} times"
+    );
+    let boots = fleet.boots(node)?;
+    ensure!(
+        boots == 2,
+        "{node}: {boots} boots, expected the first and one more"
+    );
+    let record = record(store, node).await?.context("no record")?;
+    ensure!(
+        record.state == NodeState::Idle && record.slot.is_none(),
+        "{node} did not end idle without a slot: {record:?}"
+    );
+    Ok(())
+}
+
+/// A PodDisruptionBudget on the pods labelled `app`, and waits until the disruption
+/// controller reports `allowed` disruptions for it.
+async fn create_pdb(
+    scope: &Scope,
+    app: &str,
+    min_available: Option<i32>,
+    max_unavailable: Option<i32>,
+    allowed: i32,
+) -> Result<()> {
+    let pdbs = scope.api::<PodDisruptionBudget>();
+    let pdb = PodDisruptionBudget {
+        metadata: ObjectMeta {
+            name: Some(app.into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodDisruptionBudgetSpec {
+            min_available: min_available.map(IntOrString::Int),
+            max_unavailable: max_unavailable.map(IntOrString::Int),
+            selector: Some(LabelSelector {
+                match_labels: Some(labels(app)),
+                ..LabelSelector::default()
+            }),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        ..PodDisruptionBudget::default()
+    };
+    pdbs.create(&PostParams::default(), &pdb).await?;
+    wait_pdb(scope, app, allowed).await
+}
+
+async fn wait_pdb(scope: &Scope, name: &str, allowed: i32) -> Result<()> {
+    let pdbs = scope.api::<PodDisruptionBudget>();
+    testenv::wait_for(
+        &format!("PDB {name} to allow {allowed} disruption(s)"),
+        PATIENCE,
+        || async {
+            let pdb = pdbs.get(name).await?;
+            let generation = pdb.metadata.generation;
+            Ok(pdb
+                .status
+                .is_some_and(|s| {
+                    s.observed_generation == generation && s.disruptions_allowed == Some(allowed)
+                })
+                .then_some(()))
+        },
+    )
+    .await
+}
+
+/// One bare pod per node, `<app>-<i>`, all labelled `app`; waits until they run.
+async fn pods_on(scope: &Scope, app: &str, nodes: &[String]) -> Result<()> {
+    for (i, node) in nodes.iter().enumerate() {
+        scope
+            .create_pod_on(&format!("{app}-{i}"), node, &labels(app))
+            .await?;
+    }
+    for i in 0..nodes.len() {
+        scope
+            .wait_pod_running(&format!("{app}-{i}"), PATIENCE)
+            .await?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn six_nodes_reboot_two_at_a_time_under_a_budget() -> Result<()> {
+    let Some(env) = env() else {
+        return Ok(());
+    };
+    let scope = env.scope("kube-fleet").await?;
+    let nodes = scope.create_ready_nodes(6).await?;
+    let deployments = scope.api::<Deployment>();
+    let template = PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels("web")),
+            ..ObjectMeta::default()
+        }),
+        spec: Some(k8s_openapi::api::core::v1::PodSpec {
+            node_selector: Some(scope.labels()),
+            ..testenv::pod_spec()
+        }),
+    };
+    let deployment = Deployment {
+        metadata: ObjectMeta {
+            name: Some("web".into()),
+            ..ObjectMeta::default()
+        },
+        spec: DeploymentSpec {
+            replicas: Some(6),
+            selector: LabelSelector {
+                match_labels: Some(labels("web")),
+                ..LabelSelector::default()
+            },
+            template,
+            ..DeploymentSpec::default()
+        },
+        ..Deployment::default()
+    };
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await?;
+    testenv::wait_for("6 available replicas of web", PATIENCE, || async {
+        let d = deployments.get("web").await?;
+        Ok((d.status.and_then(|s| s.available_replicas) == Some(6)).then_some(()))
+    })
+    .await?;
+    create_pdb(&scope, "web", None, Some(1), 1).await?;
+
+    const CONCURRENCY: usize = 2;
+    let concurrency = CONCURRENCY.to_string();
+    let fleet = fleet(env, &scope, &nodes, args(&["--concurrency", &concurrency])).await;
+    let store = fleet.store().await?;
+    let watch = DisruptionWatch::start(&scope, CONCURRENCY, BTreeSet::new());
+    fleet.start_all()?;
+    wait_started(&fleet, &store).await;
+    for node in &nodes {
+        fleet.request_reboot(node)?;
+    }
+    for node in &nodes {
+        wait_finished(&fleet, &store, node, 1).await;
+    }
+
+    let seen = watch.seen()?;
+    assert!(
+        seen.over_limit.is_empty(),
+        "more than {CONCURRENCY} nodes unschedulable at once: {:?}",
+        seen.over_limit
+    );
+    assert!(seen.max <= CONCURRENCY, "{seen:?}");
+    let all: BTreeSet<String> = nodes.iter().cloned().collect();
+    assert_eq!(seen.ever, all, "every node was cordoned for its reboot");
+    for node in &nodes {
+        assert!(
+            !unschedulable(&scope, node).await?,
+            "{node} ended unschedulable"
+        );
+        assert_rebooted_once(&fleet, &store, node).await?;
+    }
+    assert!(store.slot_holders().await?.is_empty());
+    fleet.shutdown().await?;
+    scope.cleanup().await
+}
+
+#[tokio::test]
+async fn a_drain_that_times_out_gives_the_slot_back_and_backs_off() -> Result<()> {
+    let Some(env) = env() else {
+        return Ok(());
+    };
+    let scope = env.scope("kube-drain-timeout").await?;
+    let nodes = scope.create_ready_nodes(3).await?;
+    let (blocked, others) = (&nodes[0], &nodes[1..]);
+    pods_on(&scope, "blocked", &nodes[..1]).await?;
+    pods_on(&scope, "free", others).await?;
+    create_pdb(&scope, "blocked", Some(1), None, 0).await?;
+
+    // Only the blocked node's drain has a short timeout: a slow eviction on a busy machine
+    // must not fail the others' drains.
+    let blocked_args = args(&["--drain-timeout", "3s", "--backoff-initial", "1h"]);
+    let fleet = Fleet::new(
+        env,
+        &scope,
+        &nodes,
+        FleetOptions {
+            binary: ROTA.into(),
+            args: args(&["--concurrency", "1", "--drain-force"]),
+        },
+        &BTreeMap::from([(blocked.clone(), blocked_args)]),
+    )
+    .await?;
+    let store = fleet.store().await?;
+    fleet.start_all()?;
+    wait_started(&fleet, &store).await;
+    fleet.request_reboot(blocked)?;
+    wait_state(&fleet, &store, blocked, NodeState::Draining).await;
+    for node in others {
+        fleet.request_reboot(node)?;
+    }
+    wait(&fleet, &format!("{blocked}'s drain to fail"), || async {
+        let entries = history(&store, blocked).await?;
+        Ok((count(&entries, &Process::Reboot, HistoryEvent::Failed) > 0).then_some(()))
+    })
+    .await;
+    for node in others {
+        wait_finished(&fleet, &store, node, 1).await;
+        assert_rebooted_once(&fleet, &store, node).await?;
+        assert!(!unschedulable(&scope, node).await?, "{node} left cordoned");
+    }
+
+    let entries = history(&store, blocked).await?;
+    let failed: Vec<&HistoryEntry> = entries
+        .iter()
+        .filter(|e| e.event == HistoryEvent::Failed)
+        .collect();
+    assert_eq!(failed.len(), 1, "{entries:?}");
+    assert!(
+        failed[0].released,
+        "the failure gave the slot back: {entries:?}"
+    );
+    let cause = failed[0].cause.clone().unwrap_or_default();
+    assert!(cause.contains("drain"), "cause: {cause}");
+    let record = record(&store, blocked).await?.context("no record")?;
+    assert_eq!(record.state, NodeState::Queued, "{record:?}");
+    assert_eq!(record.slot, None, "{record:?}");
+    assert!(
+        !store
+            .slot_holders()
+            .await?
+            .iter()
+            .any(|h| h.node.as_str() == blocked),
+        "{blocked} still holds a slot"
+    );
+    assert!(
+        !unschedulable(&scope, blocked).await?,
+        "{blocked} left cordoned after the failed drain"
+    );
+    let backoffs = store.backoffs(&Fleet::node_name(blocked)?).await?;
+    assert!(
+        backoffs
+            .iter()
+            .any(|b| b.process == Process::Reboot && b.until > now_millis()),
+        "no backoff recorded: {backoffs:?}"
+    );
+    assert_eq!(fleet.reboot_commands(blocked)?, 0);
+    scope.wait_pod_running("blocked-0", PATIENCE).await?;
+    fleet.shutdown().await?;
+    scope.cleanup().await
+}
+
+#[tokio::test]
+async fn an_agent_killed_during_the_drain_resumes_it() -> Result<()> {
+    let Some(env) = env() else {
+        return Ok(());
+    };
+    let scope = env.scope("kube-kill-drain").await?;
+    let nodes = scope.create_ready_nodes(1).await?;
+    let node = &nodes[0];
+    pods_on(&scope, "held", &nodes).await?;
+    create_pdb(&scope, "held", Some(1), None, 0).await?;
+
+    let fleet = fleet(
+        env,
+        &scope,
+        &nodes,
+        args(&["--concurrency", "1", "--drain-force"]),
+    )
+    .await;
+    let store = fleet.store().await?;
+    fleet.start_all()?;
+    wait_started(&fleet, &store).await;
+    fleet.request_reboot(node)?;
+    wait_state(&fleet, &store, node, NodeState::Draining).await;
+    wait(&fleet, "the node cordoned", || async {
+        Ok(unschedulable(&scope, node).await?.then_some(()))
+    })
+    .await;
+    fleet.crash_and_restart(node)?;
+    // The restarted agent drains again, and the budget still refuses: nothing moves on.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let now = record(&store, node).await?.context("no record")?;
+    assert_eq!(now.state, NodeState::Draining, "{now:?}");
+    assert!(unschedulable(&scope, node).await?);
+    assert_eq!(fleet.reboot_commands(node)?, 0);
+
+    scope
+        .api::<PodDisruptionBudget>()
+        .patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "spec": { "minAvailable": 0 } })),
+        )
+        .await?;
+    wait_finished(&fleet, &store, node, 1).await;
+    assert_rebooted_once(&fleet, &store, node).await?;
+    assert!(!unschedulable(&scope, node).await?, "{node} left cordoned");
+    scope.wait_pod_gone("held-0", PATIENCE).await?;
+    fleet.shutdown().await?;
+    scope.cleanup().await
+}
+
+#[tokio::test]
+async fn an_agent_killed_before_the_reboot_happens_never_reboots_twice() -> Result<()> {
+    let Some(env) = env() else {
+        return Ok(());
+    };
+    let scope = env.scope("kube-kill-reboot").await?;
+    let nodes = scope.create_ready_nodes(1).await?;
+    let node = &nodes[0];
+    let fleet = fleet(
+        env,
+        &scope,
+        &nodes,
+        args(&["--concurrency", "1", "--drain-force"]),
+    )
+    .await;
+    let store = fleet.store().await?;
+    fleet.hold_reboots(node, true)?;
+    fleet.start_all()?;
+    wait_started(&fleet, &store).await;
+    fleet.request_reboot(node)?;
+    wait_state(&fleet, &store, node, NodeState::Rebooting).await;
+    wait(&fleet, "the reboot command", || async {
+        Ok((fleet.reboot_commands(node)? == 1).then_some(()))
+    })
+    .await;
+
+    fleet.crash_and_restart(node)?;
+    // Give the restarted agent time to (wrongly) reboot again; the boot id is still the old one.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(fleet.is_running(node)?, "the restarted agent exited");
+    assert_eq!(fleet.reboot_commands(node)?, 1);
+    let now = record(&store, node).await?.context("no record")?;
+    assert_eq!(now.state, NodeState::Rebooting, "{now:?}");
+    assert!(unschedulable(&scope, node).await?);
+
+    fleet.hold_reboots(node, false)?;
+    wait_finished(&fleet, &store, node, 1).await;
+    assert_rebooted_once(&fleet, &store, node).await?;
+    assert!(!unschedulable(&scope, node).await?, "{node} left cordoned");
+    fleet.shutdown().await?;
+    scope.cleanup().await
+}
+
+#[tokio::test]
+async fn an_agent_killed_during_verification_verifies_again() -> Result<()> {
+    let Some(env) = env() else {
+        return Ok(());
+    };
+    let scope = env.scope("kube-kill-verify").await?;
+    let nodes = scope.create_ready_nodes(1).await?;
+    let node = &nodes[0];
+    let dir = tempfile::tempdir()?;
+    let checks = dir.path().join("health.log");
+    let health = format!("echo check >> '{}'; sleep 3", checks.display());
+    let fleet = fleet(
+        env,
+        &scope,
+        &nodes,
+        args(&[
+            "--concurrency",
+            "1",
+            "--drain-force",
+            "--health-interval",
+            "200ms",
+            "--health-command",
+            &health,
+        ]),
+    )
+    .await;
+    let store = fleet.store().await?;
+    fleet.start_all()?;
+    wait_started(&fleet, &store).await;
+    fleet.request_reboot(node)?;
+    let health_checks = || {
+        std::fs::read_to_string(&checks)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    wait(&fleet, "the first health check", || async {
+        Ok((health_checks() > 0).then_some(()))
+    })
+    .await;
+    let now = record(&store, node).await?.context("no record")?;
+    assert_eq!(now.state, NodeState::Verifying, "{now:?}");
+    fleet.crash_and_restart(node)?;
+    wait_finished(&fleet, &store, node, 1).await;
+    assert!(
+        health_checks() >= 2,
+        "the restarted agent verified again before finishing"
+    );
+    assert_rebooted_once(&fleet, &store, node).await?;
+    assert!(!unschedulable(&scope, node).await?, "{node} left cordoned");
+    fleet.shutdown().await?;
+    scope.cleanup().await
+}
+
+#[tokio::test]
+async fn the_slot_of_a_deleted_node_is_freed() -> Result<()> {
+    let Some(env) = env() else {
+        return Ok(());
+    };
+    let scope = env.scope("kube-node-deleted").await?;
+    let nodes = scope.create_ready_nodes(2).await?;
+    let (gone, next) = (&nodes[0], &nodes[1]);
+    let fleet = fleet(
+        env,
+        &scope,
+        &nodes,
+        args(&["--concurrency", "1", "--drain-force"]),
+    )
+    .await;
+    let store = fleet.store().await?;
+    fleet.hold_reboots(gone, true)?;
+    fleet.start_all()?;
+    wait_started(&fleet, &store).await;
+    fleet.request_reboot(gone)?;
+    wait_state(&fleet, &store, gone, NodeState::Rebooting).await;
+    fleet.request_reboot(next)?;
+    wait_state(&fleet, &store, next, NodeState::Queued).await;
+    let holders: Vec<String> = store
+        .slot_holders()
+        .await?
+        .into_iter()
+        .map(|h| h.node.to_string())
+        .collect();
+    assert_eq!(holders, std::slice::from_ref(gone));
+
+    scope.nodes().delete(gone, &DeleteParams::default()).await?;
+    wait_finished(&fleet, &store, next, 1).await;
+    assert_rebooted_once(&fleet, &store, next).await?;
+    assert!(
+        !store
+            .slot_holders()
+            .await?
+            .iter()
+            .any(|h| h.node.as_str() == gone),
+        "the deleted node still holds a slot"
+    );
+    fleet.kill(gone)?;
+    fleet.shutdown().await?;
+    scope.cleanup().await
+}
+
+#[tokio::test]
+async fn a_node_cordoned_beforehand_stays_cordoned() -> Result<()> {
+    let Some(env) = env() else {
+        return Ok(());
+    };
+    let scope = env.scope("kube-pre-cordoned").await?;
+    let nodes = scope.create_ready_nodes(2).await?;
+    let (cordoned, plain) = (&nodes[0], &nodes[1]);
+    scope.cordon(cordoned).await?;
+    let fleet = fleet(
+        env,
+        &scope,
+        &nodes,
+        args(&["--concurrency", "1", "--drain-force"]),
+    )
+    .await;
+    let store = fleet.store().await?;
+    fleet.start_all()?;
+    wait_started(&fleet, &store).await;
+    for node in &nodes {
+        fleet.request_reboot(node)?;
+    }
+    for node in &nodes {
+        wait_finished(&fleet, &store, node, 1).await;
+        assert_rebooted_once(&fleet, &store, node).await?;
+    }
+    assert!(
+        unschedulable(&scope, cordoned).await?,
+        "{cordoned} was cordoned before rota and must stay so"
+    );
+    assert!(
+        !unschedulable(&scope, plain).await?,
+        "{plain} left cordoned"
+    );
+    fleet.shutdown().await?;
+    scope.cleanup().await
+}
