@@ -18,6 +18,8 @@ use crate::store::StoreLocation;
 /// costs one API read per agent each time.
 const KUBE_STORE_POLL: Duration = Duration::from_secs(300);
 
+const DEFAULT_DRAIN_CONCURRENCY: usize = 5;
+
 fn config(args: AgentArgs) -> AgentConfig {
     let mut config = AgentConfig::new(args.node);
     config.host_root = args.host_root;
@@ -62,13 +64,30 @@ fn stop_on_signals(cancel: CancellationToken) -> Result<()> {
 async fn actions(args: &AgentArgs) -> Result<Arc<dyn NodeActions>> {
     let command = |c: &Option<String>| c.clone().filter(|c| !c.trim().is_empty());
     Ok(match args.node_actions {
-        NodeActionsKind::Command => Arc::new(CommandActions {
-            node: Some(args.node.clone()),
-            drain: command(&args.drain_command),
-            uncordon: command(&args.uncordon_command),
-            reboot: command(&Some(args.reboot_command.clone())),
-            health: command(&args.health_command),
-        }),
+        NodeActionsKind::Command => {
+            let kube_only = [
+                ("--drain-concurrency", args.drain_concurrency.is_some()),
+                ("--drain-force", args.drain_force),
+                (
+                    "--drain-delete-emptydir-data",
+                    args.drain_delete_emptydir_data,
+                ),
+                ("--drain-grace-period", args.drain_grace_period.is_some()),
+            ];
+            if let Some((flag, _)) = kube_only.iter().find(|(_, given)| *given) {
+                bail!(
+                    "{flag} needs --node-actions kube; with --node-actions command the \
+                     --drain-command drains the node"
+                );
+            }
+            Arc::new(CommandActions {
+                node: Some(args.node.clone()),
+                drain: command(&args.drain_command),
+                uncordon: command(&args.uncordon_command),
+                reboot: command(&Some(args.reboot_command.clone())),
+                health: command(&args.health_command),
+            })
+        }
         NodeActionsKind::Kube => {
             if args.drain_command.is_some() || args.uncordon_command.is_some() {
                 bail!(
@@ -81,7 +100,7 @@ async fn actions(args: &AgentArgs) -> Result<Arc<dyn NodeActions>> {
                 client,
                 args.node.clone(),
                 DrainOptions {
-                    concurrency: args.drain_concurrency,
+                    concurrency: args.drain_concurrency.unwrap_or(DEFAULT_DRAIN_CONCURRENCY),
                     force: args.drain_force,
                     delete_emptydir_data: args.drain_delete_emptydir_data,
                     grace_period: args.drain_grace_period,

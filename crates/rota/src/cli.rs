@@ -384,10 +384,10 @@ pub struct AgentArgs {
     /// How the agent cordons, drains and uncordons its node.
     #[arg(long, value_enum, default_value = "command")]
     pub node_actions: NodeActionsKind,
-    /// With --node-actions kube: evictions in progress at once.
-    #[arg(long, value_name = "N", default_value = "5",
+    /// With --node-actions kube: evictions in progress at once (default 5).
+    #[arg(long, value_name = "N",
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100))]
-    pub drain_concurrency: usize,
+    pub drain_concurrency: Option<usize>,
     /// With --node-actions kube: also evict pods no controller manages (nothing recreates them).
     #[arg(long)]
     pub drain_force: bool,

@@ -477,6 +477,10 @@ fn bad_input_is_refused_with_one_clear_line() {
             "fast",
         ),
         (
+            vec!["--node".into(), "n".into(), "--drain-force".into()],
+            "--drain-force needs --node-actions kube",
+        ),
+        (
             vec![
                 "--node".into(),
                 "n".into(),
