@@ -518,3 +518,94 @@ fn bad_input_is_refused_with_one_clear_line() {
     assert!(!output.status.success());
     assert!(stderr.contains("not a directory"), "{stderr}");
 }
+
+#[tokio::test]
+async fn an_agent_killed_during_kustodian_maintenance_keeps_the_window_open() {
+    let host = Host::new();
+    let agent = host.agent(&[]);
+    host.wait_for("registered", |_| true).await;
+    std::fs::create_dir_all(host.root("var")).expect("mkdir");
+    touch(&host.root("var/maintenance-required"));
+    host.wait_until("maintenance in progress", || {
+        host.root("var/maintenance-in-progress").exists()
+    })
+    .await;
+    agent.kill();
+
+    // The host script is still working when the agent comes back.
+    let _agent = host.agent(&[]);
+    let record = host
+        .wait_for("maintaining after restart", |r| {
+            r.state == NodeState::Maintaining
+        })
+        .await;
+    assert_eq!(record.slot, Some(0), "the window keeps its slot");
+    assert!(host.root("var/maintenance-in-progress").exists());
+    assert_eq!(host.log(), ["drain"], "no second drain, no uncordon yet");
+
+    std::fs::remove_file(host.root("var/maintenance-required")).expect("rm");
+    host.wait_for("idle", |r| r.state == NodeState::Idle && r.slot.is_none())
+        .await;
+    assert_eq!(host.log(), ["drain", "health", "uncordon"]);
+    assert_eq!(
+        host.history().await,
+        [
+            (Process::Maintenance, HistoryEvent::Started),
+            (Process::Maintenance, HistoryEvent::Finished)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_queued_request_survives_a_killed_agent() {
+    let host = Host::new();
+    // Another node holds the only slot, so this one stays queued.
+    let store = host.store().await;
+    store.set_concurrency(1).await.expect("concurrency");
+    let other = store
+        .open_session(
+            &NodeName::new("node-b").expect("name"),
+            Duration::from_secs(600),
+        )
+        .await
+        .expect("session");
+    store
+        .add_request(&other, &Process::Reboot, "test")
+        .await
+        .expect("request");
+    store
+        .transition(
+            &other,
+            rota_store::Transition::new(NodeState::Idle, NodeState::Queued).window(
+                rota_store::WindowChange::Queue {
+                    queued_at: Some(rota_store::now_millis() - 60_000),
+                },
+            ),
+        )
+        .await
+        .expect("queue");
+    assert!(
+        store
+            .try_acquire_slot(&other)
+            .await
+            .expect("acquire")
+            .slot()
+            .is_some()
+    );
+
+    let agent = host.agent(&[]);
+    host.wait_for("registered", |_| true).await;
+    touch(&host.root("run/reboot-needed"));
+    host.wait_for("queued", |r| r.state == NodeState::Queued)
+        .await;
+    agent.kill();
+    // The sentinel is gone by the time the agent is back (say, a tmpfs cleared by hand):
+    // the request was recorded, so it is still served.
+    let _agent = host.agent(&[]);
+    store
+        .unlock(&other.node, "test done")
+        .await
+        .expect("unlock");
+    host.wait_until("the reboot", || host.count("reboot") == 1)
+        .await;
+}
