@@ -557,7 +557,7 @@ async fn an_agent_killed_during_kustodian_maintenance_keeps_the_window_open() {
 }
 
 #[tokio::test]
-async fn a_queued_request_survives_a_killed_agent() {
+async fn a_queued_request_survives_a_killed_agent_exactly_once() {
     let host = Host::new();
     // Another node holds the only slot, so this one stays queued.
     let store = host.store().await;
@@ -598,10 +598,19 @@ async fn a_queued_request_survives_a_killed_agent() {
     touch(&host.root("run/reboot-needed"));
     host.wait_for("queued", |r| r.state == NodeState::Queued)
         .await;
+    let before = store.open_requests(&host.node).await.expect("requests");
+    assert_eq!(before.len(), 1);
     agent.kill();
-    // The sentinel is gone by the time the agent is back (say, a tmpfs cleared by hand):
-    // the request was recorded, so it is still served.
+
     let _agent = host.agent(&[]);
+    host.wait_for("queued again", |r| r.state == NodeState::Queued)
+        .await;
+    let after = store.open_requests(&host.node).await.expect("requests");
+    assert_eq!(
+        after.iter().map(|r| r.id).collect::<Vec<_>>(),
+        before.iter().map(|r| r.id).collect::<Vec<_>>(),
+        "the restarted agent serves the recorded request, not a new one"
+    );
     store
         .unlock(&other.node, "test done")
         .await
