@@ -398,13 +398,20 @@ impl Agent {
 
     async fn queued(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
         let open = self.sync_requests(running, record).await?;
-        if open.is_empty() && record.slot.is_none() {
+        if open.is_empty() {
+            let window = match record.slot {
+                // Taken just before a restart, for requests withdrawn since; the node was
+                // never cordoned, so the slot can go back at once.
+                Some(_) => WindowChange::Cancel {
+                    reason: "no request left when the slot was granted".into(),
+                },
+                None => WindowChange::Queue { queued_at: None },
+            };
             self.commit(
                 running,
                 record,
                 Event::Canceled,
-                Transition::new(NodeState::Queued, NodeState::Idle)
-                    .window(WindowChange::Queue { queued_at: None }),
+                Transition::new(NodeState::Queued, NodeState::Idle).window(window),
             )
             .await?;
             return Ok(());

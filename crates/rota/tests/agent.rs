@@ -618,3 +618,51 @@ async fn a_queued_request_survives_a_killed_agent_exactly_once() {
     host.wait_until("the reboot", || host.count("reboot") == 1)
         .await;
 }
+
+#[tokio::test]
+async fn a_slot_granted_for_a_withdrawn_request_is_given_back_without_a_drain() {
+    let host = Host::new();
+    // What a crash right after the slot was granted leaves behind: queued, holding the slot,
+    // and the sentinel removed while the agent was down.
+    let store = host.store().await;
+    store.set_concurrency(1).await.expect("concurrency");
+    let earlier = store
+        .open_session(&host.node, Duration::from_secs(600))
+        .await
+        .expect("session");
+    store
+        .add_request(&earlier, &Process::Reboot, "/run/reboot-needed")
+        .await
+        .expect("request");
+    store
+        .transition(
+            &earlier,
+            rota_store::Transition::new(NodeState::Idle, NodeState::Queued).window(
+                rota_store::WindowChange::Queue {
+                    queued_at: Some(rota_store::now_millis() - 1000),
+                },
+            ),
+        )
+        .await
+        .expect("queue");
+    assert!(
+        store
+            .try_acquire_slot(&earlier)
+            .await
+            .expect("acquire")
+            .slot()
+            .is_some()
+    );
+
+    let _agent = host.agent(&[]);
+    let record = host
+        .wait_for("idle", |r| r.state == NodeState::Idle && r.slot.is_none())
+        .await;
+    assert!(!record.cordoned_by_rota);
+    assert!(
+        host.log().is_empty(),
+        "nothing was drained: {:?}",
+        host.log()
+    );
+    assert!(store.slot_holders().await.expect("holders").is_empty());
+}
