@@ -1,26 +1,39 @@
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use rota_agent::{ActionError, NodeActions, RebootHandle};
 use tokio::sync::{mpsc, oneshot};
 
-/// The simulator's node actions: drain, uncordon and health succeed at once, and a reboot asks
-/// the harness to "power-cycle" the node (stop its agent, wait, restart it with a new boot id).
+/// The simulator's node actions: a reboot asks the harness to "power-cycle" the node (stop its
+/// agent, wait, restart it with a new boot id). Cordon, drain, uncordon and health go to the
+/// node's real actions when there are any (in a cluster), and succeed at once otherwise.
 pub(crate) struct SimulatedActions {
     pub(crate) node: usize,
     pub(crate) reboots: mpsc::UnboundedSender<usize>,
+    pub(crate) real: Option<Arc<dyn NodeActions>>,
 }
 
 #[async_trait]
 impl NodeActions for SimulatedActions {
     async fn is_cordoned(&self) -> Result<bool, ActionError> {
-        Ok(false)
+        match &self.real {
+            Some(real) => real.is_cordoned().await,
+            None => Ok(false),
+        }
     }
 
     async fn drain(&self) -> Result<(), ActionError> {
-        Ok(())
+        match &self.real {
+            Some(real) => real.drain().await,
+            None => Ok(()),
+        }
     }
 
     async fn uncordon(&self) -> Result<(), ActionError> {
-        Ok(())
+        match &self.real {
+            Some(real) => real.uncordon().await,
+            None => Ok(()),
+        }
     }
 
     async fn reboot(&self) -> Result<RebootHandle, ActionError> {
@@ -36,6 +49,9 @@ impl NodeActions for SimulatedActions {
     }
 
     async fn health(&self) -> Result<(), ActionError> {
-        Ok(())
+        match &self.real {
+            Some(real) => real.health().await,
+            None => Ok(()),
+        }
     }
 }

@@ -2,8 +2,13 @@
 //! root so that the real sentinel watcher sees its sentinel appear. Only node actions are
 //! simulated: a reboot stops the node's agent, waits the maintenance time, and starts it again
 //! with a new boot id and an empty `/run` (a tmpfs does not survive a reboot).
+//!
+//! Only the setup depends on the store ([`StoreChoice`]): a SQL store with nothing else, or a
+//! Kubernetes cluster with kwok nodes, pods and real cordon/drain/uncordon (see `cluster`).
+//! The harness and the metrics are the same for every store.
 
 mod actions;
+mod cluster;
 pub mod metrics;
 
 use std::collections::BTreeMap;
@@ -11,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rota_agent::{Agent, AgentConfig};
+use rota_agent::{Agent, AgentConfig, NodeActions};
 use rota_core::{HistoryEvent, NodeName, NodeState};
 use rota_store::{HistoryFilter, Millis, SqliteStore, Store, StoreUrl, now_millis};
 use serde::Serialize;
@@ -21,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::actions::SimulatedActions;
+use crate::cluster::Cluster;
 
 /// Where simulated host roots go when it exists: like a real host's /run, a tmpfs.
 const TMPFS: &str = "/dev/shm";
@@ -40,6 +46,14 @@ pub enum Error {
     TempDir(#[source] std::io::Error),
     #[error("store: {0}")]
     Store(#[from] rota_store::Error),
+    #[error("{what}: {source}")]
+    Kube {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("preparing the cluster: {0}")]
+    Cluster(String),
     #[error("agent of node {node} stopped: {source}")]
     Agent {
         node: String,
@@ -62,8 +76,74 @@ pub struct Options {
     pub concurrency: u32,
     /// How long a simulated reboot keeps a node down.
     pub maintenance_time: Duration,
-    /// The store to run against; SQLite in a temporary directory when `None`.
-    pub store: Option<StoreUrl>,
+    pub store: StoreChoice,
+}
+
+/// The store to run against.
+#[derive(Clone, Debug)]
+pub enum StoreChoice {
+    /// SQLite in a temporary directory.
+    Temporary,
+    /// A SQL store (SQLite or PostgreSQL).
+    Url(StoreUrl),
+    /// A Kubernetes cluster whose nodes kwok simulates.
+    Kube(KubeTarget),
+}
+
+/// Where `rota simulate --store kube` runs.
+#[derive(Clone)]
+pub struct KubeTarget {
+    /// A client with kube's own retries off (`rota_drain::client`): the drain must see a
+    /// PodDisruptionBudget's 429.
+    pub client: kube::Client,
+    /// The namespace to create for the run (it must not exist); `rota-simulate-<random>` when
+    /// `None`. It is deleted at the end, with the run's Nodes and RotaNodes.
+    pub namespace: Option<String>,
+}
+
+impl std::fmt::Debug for KubeTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeTarget")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the harness needs from a store's setup.
+struct Fleet {
+    store: Arc<dyn Store>,
+    /// `store` of the summary.
+    label: &'static str,
+    names: Vec<NodeName>,
+    /// Each node's real cordon, drain, uncordon and health, if it has any.
+    actions: Vec<Option<Arc<dyn NodeActions>>>,
+    /// The agents' re-read of the store.
+    store_poll: Duration,
+    /// How often the harness reads the store to see whether the rollout is over.
+    check_every: Duration,
+}
+
+impl Fleet {
+    /// A fleet without node actions on a SQL store: nodes `sim-0..n`.
+    fn sql(store: Arc<dyn Store>, nodes: usize) -> Result<Fleet> {
+        let width = nodes.to_string().len();
+        let names = (0..nodes)
+            .map(|i| {
+                NodeName::new(format!("sim-{i:0width$}"))
+                    .map_err(|e| Error::Invalid(format!("node name: {e}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Fleet {
+            label: store.kind(),
+            store,
+            names,
+            actions: vec![None; nodes],
+            // Every agent shares this process's store handle, whose change notifications
+            // reach all of them: the slow re-read is only a safety net here.
+            store_poll: Duration::from_secs(10),
+            check_every: Duration::from_millis(100),
+        })
+    }
 }
 
 /// The JSON summary of `rota simulate --json`.
@@ -95,15 +175,13 @@ struct Node {
     agent: Option<(CancellationToken, JoinHandle<rota_agent::Result<()>>)>,
 }
 
-fn node_config(node: &Node, concurrency: u32, maintenance_time: Duration) -> AgentConfig {
+fn node_config(node: &Node, options: &Options, store_poll: Duration) -> AgentConfig {
     let mut config = AgentConfig::new(node.name.clone());
     config.host_root = node.root.clone();
     config.boot_id_file = node.root.join("boot_id");
-    config.concurrency = Some(concurrency);
-    config.reboot_timeout = maintenance_time * 10 + Duration::from_secs(60);
-    // Every agent shares this process's store handle, whose change notifications reach
-    // all of them: the slow re-read is only a safety net here.
-    config.store_poll = Duration::from_secs(10);
+    config.concurrency = Some(options.concurrency);
+    config.reboot_timeout = options.maintenance_time * 10 + Duration::from_secs(60);
+    config.store_poll = store_poll;
     config
 }
 
@@ -148,26 +226,57 @@ pub async fn run(options: Options, progress: impl Fn(usize, usize)) -> Result<Su
         .prefix("rota-simulate-")
         .tempdir()
         .map_err(Error::TempDir)?;
+    match &options.store {
+        StoreChoice::Temporary => {
+            let store = Arc::new(SqliteStore::open(&dir.path().join("rota.db")).await?);
+            simulate(
+                Fleet::sql(store, options.nodes)?,
+                &options,
+                dir.path(),
+                progress,
+            )
+            .await
+        }
+        StoreChoice::Url(url) => {
+            let fleet = Fleet::sql(url.open().await?, options.nodes)?;
+            simulate(fleet, &options, dir.path(), progress).await
+        }
+        StoreChoice::Kube(target) => {
+            let mut cluster = Cluster::new(target.client.clone(), target.namespace.clone());
+            let result = match cluster.prepare(options.nodes).await {
+                Ok(fleet) => simulate(fleet, &options, dir.path(), progress).await,
+                Err(e) => Err(e),
+            };
+            cluster.delete().await;
+            result
+        }
+    }
+}
+
+/// The harness: starts one agent per node of `fleet`, writes every node's sentinel, plays the
+/// reboots and waits until every node is done; `scratch` holds the host roots when there is no
+/// tmpfs. Every agent is stopped when it returns, whatever the outcome.
+async fn simulate(
+    fleet: Fleet,
+    options: &Options,
+    scratch: &Path,
+    progress: impl Fn(usize, usize),
+) -> Result<Summary> {
     // On a real host /run is a tmpfs; so are the simulated hosts' roots where one exists.
     let hosts = tempfile::Builder::new()
         .prefix("rota-simulate-hosts-")
         .tempdir_in(if Path::new(TMPFS).is_dir() {
             Path::new(TMPFS)
         } else {
-            dir.path()
+            scratch
         })
         .map_err(Error::TempDir)?;
-    let store: Arc<dyn Store> = match &options.store {
-        Some(url) => url.open().await?,
-        None => Arc::new(SqliteStore::open(&dir.path().join("rota.db")).await?),
-    };
+    let store = fleet.store.clone();
     store.set_concurrency(options.concurrency).await?;
 
-    let width = options.nodes.to_string().len();
     let mut nodes = Vec::with_capacity(options.nodes);
-    for i in 0..options.nodes {
-        let name = NodeName::new(format!("sim-{i:0width$}"))
-            .map_err(|e| Error::Invalid(format!("node name: {e}")))?;
+    for (i, name) in fleet.names.iter().enumerate() {
+        let name = name.clone();
         let root = hosts.path().join(name.as_str());
         prepare_root(i, &root)?;
         nodes.push(Node {
@@ -184,22 +293,26 @@ pub async fn run(options: Options, progress: impl Fn(usize, usize)) -> Result<Su
     let start_agent = |node: &mut Node, index: usize| {
         let cancel = CancellationToken::new();
         let agent = Agent::new(
-            node_config(node, options.concurrency, options.maintenance_time),
+            node_config(node, options, fleet.store_poll),
             store.clone(),
             Arc::new(SimulatedActions {
                 node: index,
                 reboots: reboots_tx.clone(),
+                real: fleet.actions.get(index).cloned().flatten(),
             }),
             cancel.clone(),
         );
         node.agent = Some((cancel, tokio::spawn(agent.run())));
     };
+    let rounds = options.nodes.div_ceil(options.concurrency as usize);
+    let ideal = options.maintenance_time * u32::try_from(rounds).unwrap_or(u32::MAX);
+    let rollout = async {
     for (i, node) in nodes.iter_mut().enumerate() {
         start_agent(node, i);
     }
     // Every agent has its watcher armed once its session is open.
     while store.nodes().await?.len() < options.nodes {
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(fleet.check_every / 10).await;
     }
     info!(
         nodes = options.nodes,
@@ -228,11 +341,9 @@ pub async fn run(options: Options, progress: impl Fn(usize, usize)) -> Result<Su
     .await
     .map_err(|e| Error::Invalid(format!("writing the sentinels: {e}")))??;
 
-    let rounds = options.nodes.div_ceil(options.concurrency as usize);
-    let ideal = options.maintenance_time * u32::try_from(rounds).unwrap_or(u32::MAX);
     let limit = ideal * 3 + Duration::from_secs(60);
     let deadline = tokio::time::Instant::now() + limit;
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let mut tick = tokio::time::interval(fleet.check_every);
     let (completed, failed) = loop {
         tokio::select! {
             Some(index) = reboots.recv() => {
@@ -287,16 +398,20 @@ pub async fn run(options: Options, progress: impl Fn(usize, usize)) -> Result<Su
             }
         }
     };
+    Ok((started, written, completed, failed))
+    }
+    .await;
     for node in &mut nodes {
         if let Some((cancel, agent)) = node.agent.take() {
             cancel.cancel();
             let _ = agent.await;
         }
     }
-    summarize(
-        &*store, &options, started, &written, completed, failed, ideal,
-    )
-    .await
+    for cycle in power_cycles {
+        let _ = cycle.await;
+    }
+    let (started, written, completed, failed) = rollout?;
+    summarize(&fleet, options, started, &written, completed, failed, ideal).await
 }
 
 /// Nodes whose reboot finished, and nodes that failed.
@@ -320,7 +435,7 @@ async fn outcome(store: &dyn Store) -> Result<(usize, usize)> {
 }
 
 async fn summarize(
-    store: &dyn Store,
+    fleet: &Fleet,
     options: &Options,
     started: Millis,
     written: &BTreeMap<NodeName, Millis>,
@@ -328,6 +443,7 @@ async fn summarize(
     failed: usize,
     ideal: Duration,
 ) -> Result<Summary> {
+    let store = &*fleet.store;
     let history = store.history(&HistoryFilter::default()).await?;
     let last = history.iter().map(|e| e.at).max().unwrap_or(started);
     let makespan_s = (last - started) as f64 / 1000.0;
@@ -343,7 +459,7 @@ async fn summarize(
     let handoffs = metrics::handoffs(&history, options.concurrency as usize);
     let ideal_s = ideal.as_secs_f64();
     Ok(Summary {
-        store: store.kind(),
+        store: fleet.label,
         nodes: options.nodes,
         concurrency: options.concurrency,
         completed,

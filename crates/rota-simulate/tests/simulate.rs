@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use rota_simulate::{Options, run};
+use rota_simulate::{Options, StoreChoice, run};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_node_reboots_once_and_never_more_than_k_at_once() {
@@ -11,7 +11,7 @@ async fn every_node_reboots_once_and_never_more_than_k_at_once() {
             nodes: 7,
             concurrency: 2,
             maintenance_time: Duration::from_millis(300),
-            store: None,
+            store: StoreChoice::Temporary,
         },
         |_, _| {},
     )
@@ -38,7 +38,7 @@ async fn zero_nodes_or_zero_concurrency_is_refused() {
                 nodes,
                 concurrency,
                 maintenance_time: Duration::from_millis(10),
-                store: None,
+                store: StoreChoice::Temporary,
             },
             |_, _| {},
         )

@@ -410,9 +410,17 @@ pub struct SimulateArgs {
     /// How long a simulated reboot keeps a node down.
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "1s")]
     pub maintenance_time: Duration,
-    /// The store to run against (default: SQLite in a temporary directory).
+    /// The store to run against (default: SQLite in a temporary directory): sqlite://…,
+    /// postgres://…, or kube (kwok nodes in a cluster, with real cordon, drain and uncordon).
     #[arg(long, value_name = "URL")]
-    pub store: Option<StoreUrl>,
+    pub store: Option<StoreLocation>,
+    /// With --store kube: the kubeconfig (default: in-cluster config, KUBECONFIG, ~/.kube/config).
+    #[arg(long, value_name = "PATH", env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// With --store kube: the namespace to create for the run, deleted at the end; it must not
+    /// exist (default: rota-simulate-<random>).
+    #[arg(long, value_name = "NAME")]
+    pub namespace: Option<String>,
     /// Print one JSON object with the rollout's numbers instead of a summary.
     #[arg(long)]
     pub json: bool,

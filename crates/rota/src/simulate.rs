@@ -2,11 +2,12 @@
 
 use std::io::IsTerminal;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use rota_simulate::{Options, Summary};
+use rota_simulate::{KubeTarget, Options, StoreChoice, Summary};
 
 use crate::cli::SimulateArgs;
+use crate::store::StoreLocation;
 
 fn progress_bar(nodes: u64) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
@@ -46,6 +47,19 @@ pub fn render(summary: &Summary) -> String {
 }
 
 pub async fn run(args: SimulateArgs) -> Result<()> {
+    if let Some(namespace) = &args.namespace
+        && args.store != Some(StoreLocation::Kube)
+    {
+        bail!("--namespace {namespace} needs --store kube");
+    }
+    let store = match args.store {
+        None => StoreChoice::Temporary,
+        Some(StoreLocation::Url(url)) => StoreChoice::Url(url),
+        Some(StoreLocation::Kube) => StoreChoice::Kube(KubeTarget {
+            client: crate::store::client(args.kubeconfig.as_ref()).await?,
+            namespace: args.namespace,
+        }),
+    };
     let nodes = args.nodes as usize;
     let bar = progress_bar(u64::from(args.nodes));
     let summary = rota_simulate::run(
@@ -53,7 +67,7 @@ pub async fn run(args: SimulateArgs) -> Result<()> {
             nodes,
             concurrency: args.concurrency,
             maintenance_time: args.maintenance_time,
-            store: args.store,
+            store,
         },
         |done, _| bar.set_position(done as u64),
     )
