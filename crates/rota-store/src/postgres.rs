@@ -7,6 +7,11 @@
 //! that the queue check and the choice of a free slot see every grant before them. The primary
 //! and unique keys on `slots` would still refuse a double grant if a check were ever wrong.
 //!
+//! Every write is one statement, so one round trip: a call of one of the migration's PL/pgSQL
+//! functions (`rota_transition`, `rota_acquire_slot`, `rota_open_session`, `rota_retry`) where
+//! it reads before it writes, which runs in the statement's own transaction and takes the locks
+//! above inside the server. Only `unlock` and `set_concurrency` are multi-statement transactions.
+//!
 //! "Now" is always the database's clock (`rota_now_ms()`), and session deadlines are checked
 //! inside the writing statement, so an agent whose session expired cannot write however far
 //! its own clock drifts.
@@ -20,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rota_core::{BackoffPolicy, HistoryEvent, NodeName, NodeState, Process};
+use rota_core::{HistoryEvent, NodeName, NodeState, Process};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::{PgConnection, Postgres, Row, Transaction};
 use tokio::sync::watch;
@@ -44,9 +49,13 @@ const CHANNEL: &str = "rota_changes";
 /// `rota_grant_slot` in the migration.
 const SLOT_LOCK: i64 = 0x726f_7461_736c_6f74;
 
-/// Connections per handle: enough for one agent's concurrent calls and for benchmarks that
-/// share one handle between many sessions; an idle agent holds only the few it uses.
-const MAX_CONNECTIONS: u32 = 32;
+/// Connections per handle. Every call is one short statement, so a few connections serve many
+/// concurrent callers, who queue in the pool instead of on the server: there, more runnable
+/// backends than cores get preempted while holding the slot-grant or NOTIFY lock, and everyone
+/// behind waits (`rota bench` with 32 sessions on 2 cores: 8 connections, one of them the
+/// listener's, were almost twice as fast as 32, and as fast as 4). A fleet's agents also stay
+/// far below `max_connections`.
+const MAX_CONNECTIONS: u32 = 8;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
@@ -110,6 +119,10 @@ impl PostgresStore {
         })?;
         let pool = PgPoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
+            // Every store call is one statement, one round trip: a ping before each would
+            // double that. A connection the server dropped fails the one call that finds out
+            // (callers retry store errors), and the pool discards it on release.
+            .test_before_acquire(false)
             .connect_with(options)
             .await
             .map_err(|e| Error::Url {
@@ -160,10 +173,10 @@ impl PostgresStore {
         wakes: u64,
         context: &'static str,
     ) -> Result<()> {
-        if wakes > 0 {
+        if let Some(payload) = self.payload(wakes) {
             sqlx::query("SELECT pg_notify($1, $2)")
                 .bind(CHANNEL)
-                .bind(format!("{}:{wakes}", self.origin))
+                .bind(payload)
                 .execute(&mut *tx)
                 .await
                 .context(context)?;
@@ -171,6 +184,11 @@ impl PostgresStore {
         tx.commit().await.context(context)?;
         self.woke(wakes);
         Ok(())
+    }
+
+    /// The notification of `wakes` from this handle, if any.
+    fn payload(&self, wakes: u64) -> Option<String> {
+        (wakes > 0).then(|| format!("{}:{wakes}", self.origin))
     }
 
     fn woke(&self, wakes: u64) {
@@ -379,101 +397,21 @@ async fn lock_node(
     }))
 }
 
-/// What one window change does to the node's requests, history and slot.
-struct WindowWrite<'a> {
+/// What one window change does to the node's requests, history, backoff and slot: the
+/// parameters of `rota_write_window` in the migrations.
+struct WindowWrite {
     /// Requests in this state are the ones the change is about.
     from: RequestState,
     /// Where they move, or `None` when they stay (a failure that keeps its slot).
     to: Option<RequestState>,
     event: HistoryEvent,
-    cause: Option<&'a str>,
-    /// The history entry to write when no request was involved, if any.
-    fallback: Option<&'a str>,
+    cause: Option<String>,
+    /// Whether an entry is written for the node's process when no request was involved.
+    fallback: bool,
     clears_backoff: bool,
     releases: bool,
-}
-
-/// Applies one window change in a single statement: moves the requests, clears their backoff,
-/// frees the slot, and appends one history entry per request (the last one carries
-/// `released`). Returns the processes that got an entry, in order.
-async fn write_window(
-    tx: &mut PgConnection,
-    record: &NodeRecord,
-    w: WindowWrite<'_>,
-    now: Millis,
-) -> Result<Vec<String>> {
-    let finished =
-        w.to.filter(|to| matches!(to, RequestState::Done | RequestState::Canceled))
-            .map(|_| now);
-    sqlx::query_scalar(
-        "WITH moved AS ( \
-           UPDATE requests SET state = $3, finished_at = $4 \
-           WHERE node = $1 AND state = $2 AND $3::TEXT IS NOT NULL RETURNING id, process \
-         ), kept AS ( \
-           SELECT id, process FROM requests WHERE node = $1 AND state = $2 AND $3::TEXT IS NULL \
-         ), picked AS ( \
-           SELECT id, process FROM moved UNION ALL SELECT id, process FROM kept \
-         ), entries AS ( \
-           SELECT id, process FROM picked \
-           UNION ALL SELECT 0, $5 WHERE $5::TEXT IS NOT NULL AND NOT EXISTS (SELECT 1 FROM picked) \
-         ), cleared AS ( \
-           DELETE FROM backoff WHERE $6 AND node = $1 AND process IN (SELECT process FROM moved) \
-         ), freed AS ( \
-           DELETE FROM slots WHERE $7 AND holder = $1 \
-         ) \
-         INSERT INTO history (node, process, event, at, cause, slot, released) \
-         SELECT $1, process, $8, $9, $10, $11, \
-           $7 AND row_number() OVER (ORDER BY id) = count(*) OVER () \
-         FROM entries ORDER BY id RETURNING process",
-    )
-    .bind(record.node.as_str())
-    .bind(w.from.as_str())
-    .bind(w.to.map(RequestState::as_str))
-    .bind(finished)
-    .bind(w.fallback)
-    .bind(w.clears_backoff)
-    .bind(w.releases)
-    .bind(w.event.as_str())
-    .bind(now)
-    .bind(w.cause)
-    .bind(record.slot.map(i64::from))
-    .fetch_all(&mut *tx)
-    .await
-    .context("recording the window")
-}
-
-async fn record_backoff(
-    tx: &mut PgConnection,
-    node: &NodeName,
-    process: &str,
-    policy: &BackoffPolicy,
-    cause: &str,
-    now: Millis,
-) -> Result<()> {
-    let previous: Option<i64> =
-        sqlx::query_scalar("SELECT last_interval_s FROM backoff WHERE node = $1 AND process = $2")
-            .bind(node.as_str())
-            .bind(process)
-            .fetch_optional(&mut *tx)
-            .await
-            .context("reading backoff")?;
-    let previous = previous.map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(0)));
-    let next_s = i64::try_from(policy.next(previous).as_secs()).unwrap_or(i64::MAX);
-    sqlx::query(
-        "INSERT INTO backoff (node, process, until, last_interval_s, cause) \
-         VALUES ($1, $2, $3, $4, $5) \
-         ON CONFLICT (node, process) DO UPDATE SET until = excluded.until, \
-         last_interval_s = excluded.last_interval_s, cause = excluded.cause",
-    )
-    .bind(node.as_str())
-    .bind(process)
-    .bind(now.saturating_add(next_s.saturating_mul(1000)))
-    .bind(next_s)
-    .bind(cause)
-    .execute(&mut *tx)
-    .await
-    .context("recording backoff")?;
-    Ok(())
+    /// The normalised backoff policy of a failure: initial and maximum seconds, exponent.
+    backoff: Option<(i64, i64, f64)>,
 }
 
 /// The node's `last_result` after a window change, if it sets one.
@@ -486,129 +424,100 @@ fn window_result(window: &WindowChange) -> Option<String> {
     }
 }
 
-/// Applies a window change inside the transition's transaction (the node's row is locked).
-async fn apply_window(
-    tx: &mut PgConnection,
-    record: &NodeRecord,
-    window: &WindowChange,
-    now: Millis,
-) -> Result<()> {
-    let fallback = record
-        .process
-        .as_ref()
-        .map_or_else(|| Process::Reboot.to_string(), ToString::to_string);
-    let write = match window {
-        // The node's own row (and its place in the queue) is written by `update_node`.
-        WindowChange::None | WindowChange::Queue { .. } => return Ok(()),
+fn whole_seconds(d: Duration) -> i64 {
+    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
+}
+
+/// The writes of a window change, or `None` when it writes nothing beyond the node's row.
+fn window_write(window: &WindowChange) -> Option<WindowWrite> {
+    Some(match window {
+        // The node's own row (and its place in the queue) is written with the transition.
+        WindowChange::None | WindowChange::Queue { .. } => return None,
         WindowChange::Open | WindowChange::Join => WindowWrite {
             from: RequestState::Pending,
             to: Some(RequestState::Active),
             event: HistoryEvent::Started,
             cause: None,
-            fallback: None,
+            fallback: false,
             clears_backoff: false,
             releases: false,
+            backoff: None,
         },
         WindowChange::Finish => WindowWrite {
             from: RequestState::Active,
             to: Some(RequestState::Done),
             event: HistoryEvent::Finished,
             cause: None,
-            fallback: Some(&fallback),
+            fallback: true,
             clears_backoff: true,
             releases: true,
+            backoff: None,
         },
         WindowChange::Fail {
-            cause, keep_slot, ..
-        } => WindowWrite {
-            from: RequestState::Active,
-            to: (!keep_slot).then_some(RequestState::Pending),
-            event: HistoryEvent::Failed,
-            cause: Some(cause),
-            fallback: Some(&fallback),
-            clears_backoff: false,
-            releases: !keep_slot,
-        },
+            cause,
+            keep_slot,
+            policy,
+        } => {
+            // rota_backoff_next computes BackoffPolicy::next of the normalised policy.
+            let policy = policy.normalized();
+            WindowWrite {
+                from: RequestState::Active,
+                to: (!keep_slot).then_some(RequestState::Pending),
+                event: HistoryEvent::Failed,
+                cause: Some(cause.clone()),
+                fallback: true,
+                clears_backoff: false,
+                releases: !keep_slot,
+                backoff: Some((
+                    whole_seconds(policy.initial),
+                    whole_seconds(policy.maximum),
+                    policy.exponent,
+                )),
+            }
+        }
         WindowChange::Cancel { reason } => WindowWrite {
             from: RequestState::Active,
             to: Some(RequestState::Canceled),
             event: HistoryEvent::Canceled,
-            cause: Some(reason),
-            fallback: Some(&fallback),
+            cause: Some(reason.clone()),
+            fallback: true,
             clears_backoff: false,
             releases: true,
+            backoff: None,
         },
-    };
-    let processes = write_window(tx, record, write, now).await?;
-    if let WindowChange::Fail { cause, policy, .. } = window {
-        for process in &processes {
-            record_backoff(tx, &record.node, process, policy, cause, now).await?;
-        }
-    }
-    Ok(())
+    })
 }
 
-/// The fenced compare-and-swap at the heart of every transition: one statement that updates
-/// the node only if it is in `transition.from` and `session` is current (by the database's
-/// clock), returning the new record, or `None` when either check failed. `now` is the
-/// transaction's time when the caller already has one.
-async fn update_node(
-    conn: &mut PgConnection,
-    session: &Session,
-    transition: &Transition,
-    now: Option<Millis>,
-) -> Result<Option<NodeRecord>> {
-    let clears_process = matches!(transition.to, NodeState::Idle | NodeState::Queued);
-    let process = transition.process.as_ref().map(ToString::to_string);
-    let f = &transition.fields;
-    let resets_cordon = clears_process && f.cordoned_by_rota.is_none();
-    let queued_at = match &transition.window {
-        WindowChange::Queue { queued_at } => Some(*queued_at),
-        WindowChange::Open => Some(None),
-        _ => None,
-    };
-    let row = sqlx::query(
-        "UPDATE nodes SET state = $1, since = COALESCE($2, rota_now_ms()), \
-         process = CASE WHEN $3 THEN NULL ELSE COALESCE($4, process) END, \
-         pre_cordoned = CASE WHEN $5 THEN FALSE ELSE COALESCE($6, pre_cordoned) END, \
-         cordoned_by_rota = CASE WHEN $5 THEN FALSE ELSE COALESCE($7, cordoned_by_rota) END, \
-         boot_id = CASE WHEN $8 THEN $9 ELSE boot_id END, \
-         reboot_started_at = CASE WHEN $10 THEN $11 ELSE reboot_started_at END, \
-         reboot_deadline = CASE WHEN $12 THEN $13 ELSE reboot_deadline END, \
-         last_reboot_at = COALESCE($14, last_reboot_at), \
-         queued_at = CASE WHEN $15 THEN $16 ELSE queued_at END, \
-         last_result = COALESCE($20, last_result) \
-         WHERE node = $17 AND state = $18 AND session_id = $19 AND EXISTS ( \
-           SELECT 1 FROM sessions s WHERE s.id = $19 AND NOT s.superseded \
-             AND s.deadline > rota_now_ms()) \
-         RETURNING node, state, since, process, pre_cordoned, cordoned_by_rota, boot_id, \
-           reboot_started_at, reboot_deadline, last_reboot_at, queued_at, last_result, \
-           (SELECT slot FROM slots WHERE holder = $17) AS slot",
-    )
-    .bind(transition.to.as_str())
-    .bind(now)
-    .bind(clears_process)
-    .bind(process)
-    .bind(resets_cordon)
-    .bind(f.pre_cordoned)
-    .bind(f.cordoned_by_rota)
-    .bind(f.boot_id.is_some())
-    .bind(f.boot_id.clone().flatten())
-    .bind(f.reboot_started_at.is_some())
-    .bind(f.reboot_started_at.flatten())
-    .bind(f.reboot_deadline.is_some())
-    .bind(f.reboot_deadline.flatten())
-    .bind(f.last_reboot_at)
-    .bind(queued_at.is_some())
-    .bind(queued_at.flatten())
-    .bind(session.node.as_str())
-    .bind(transition.from.as_str())
-    .bind(session.id)
-    .bind(window_result(&transition.window))
-    .fetch_optional(&mut *conn)
-    .await
-    .context("updating the node")?;
-    row.as_ref().map(node_record).transpose()
+/// A node write's outcome (`rota_node_write` in the migrations).
+enum Written {
+    Record(NodeRecord),
+    /// The session is not current.
+    Fenced,
+    /// The node is in this state, not the one the write expected.
+    Conflict(String),
+    Missing,
+    /// An operator's action does not apply to a node in this state.
+    NotAllowed(NodeState),
+}
+
+fn written(row: &PgRow) -> Result<Written> {
+    let get = getter("reading a write's outcome");
+    let outcome: String = row.try_get("outcome").map_err(&get)?;
+    let state = || -> Result<String> { row.try_get("state").map_err(&get) };
+    Ok(match outcome.as_str() {
+        "ok" => Written::Record(node_record(row)?),
+        "fenced" => Written::Fenced,
+        "conflict" => Written::Conflict(state()?),
+        "missing" => Written::Missing,
+        "not_allowed" => Written::NotAllowed(parse("nodes.state", state()?)?),
+        _ => {
+            return Err(Error::Corrupt {
+                column: "rota_node_write.outcome",
+                value: outcome,
+                reason: "expected ok, fenced, conflict, missing or not_allowed".into(),
+            });
+        }
+    })
 }
 
 /// Why a fenced write matched nothing: the session is gone, or the node is elsewhere.
@@ -631,32 +540,6 @@ fn expect_node(record: Option<NodeRecord>, node: &NodeName) -> Result<NodeRecord
     record.ok_or_else(|| Error::NoSuchNode { node: node.clone() })
 }
 
-/// Where a node stands in the queue, and the slot it holds.
-struct Turn {
-    held: Option<u32>,
-    /// Wake-ups of `Store::changes` needed at least before the node can take a slot (0: now),
-    /// by the SQLite store's fairness rule (`rota_changes_before_turn` in the migration).
-    changes: u64,
-}
-
-async fn turn(conn: &mut PgConnection, node: &NodeName) -> Result<Turn> {
-    let row = sqlx::query(
-        "SELECT (SELECT slot FROM slots WHERE holder = $1) AS held, \
-           rota_changes_before_turn($1, rota_now_ms()) AS changes",
-    )
-    .bind(node.as_str())
-    .fetch_one(&mut *conn)
-    .await
-    .context("reading the queue")?;
-    let get = getter("reading the queue");
-    let changes: Option<i64> = row.try_get("changes").map_err(&get)?;
-    Ok(Turn {
-        held: slot_index(row.try_get("held").map_err(&get)?),
-        // No such node: it waits like any node that is not queued.
-        changes: changes.map_or(1, |c| u64::try_from(c).unwrap_or(0)),
-    })
-}
-
 #[async_trait]
 impl Store for PostgresStore {
     fn kind(&self) -> &'static str {
@@ -664,35 +547,12 @@ impl Store for PostgresStore {
     }
 
     async fn open_session(&self, node: &NodeName, ttl: Duration) -> Result<Session> {
-        let mut tx = self.begin("opening a session").await?;
-        // The node's row first, as every fenced write locks it: a write of the old session
-        // either commits before the new session exists or sees it and is refused.
-        sqlx::query("SELECT 1 FROM nodes WHERE node = $1 FOR UPDATE")
+        let id: i64 = sqlx::query_scalar("SELECT rota_open_session($1, $2)")
             .bind(node.as_str())
-            .execute(&mut *tx)
+            .bind(millis(ttl))
+            .fetch_one(&self.pool)
             .await
-            .context("locking the node")?;
-        sqlx::query("UPDATE sessions SET superseded = TRUE WHERE node = $1 AND NOT superseded")
-            .bind(node.as_str())
-            .execute(&mut *tx)
-            .await
-            .context("superseding old sessions")?;
-        let id: i64 = sqlx::query_scalar(
-            "WITH new AS ( \
-               INSERT INTO sessions (node, started_at, deadline) \
-               SELECT $1, t.now, t.now + $2 FROM (SELECT rota_now_ms() AS now) t \
-               RETURNING id, started_at) \
-             INSERT INTO nodes (node, session_id, state, since) \
-             SELECT $1, id, 'idle', started_at FROM new \
-             ON CONFLICT (node) DO UPDATE SET session_id = excluded.session_id \
-             RETURNING session_id",
-        )
-        .bind(node.as_str())
-        .bind(millis(ttl))
-        .fetch_one(&mut *tx)
-        .await
-        .context("creating a session")?;
-        self.commit(tx, 0, "opening a session").await?;
+            .context("opening a session")?;
         Ok(Session {
             id,
             node: node.clone(),
@@ -759,21 +619,12 @@ impl Store for PostgresStore {
     }
 
     async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire> {
-        // A read-only look first: waiters that are not at the front of the queue never take the
-        // grant lock, so a release does not set off a stampede of write transactions.
-        let mut conn = self.pool.acquire().await.context("acquiring a slot")?;
-        let turn = turn(&mut conn, &session.node).await?;
-        if turn.held.is_none() && turn.changes > 0 {
-            return Ok(Acquire::Wait {
-                changes: turn.changes,
-            });
-        }
-        // One statement: the grant lock is held only while the server runs it.
-        let granted: Option<i64> = sqlx::query_scalar("SELECT rota_grant_slot($1, $2, $3)")
+        // One call: the queue look, and the grant under its lock only for the front.
+        let granted: Option<i64> = sqlx::query_scalar("SELECT rota_acquire_slot($1, $2, $3)")
             .bind(session.node.as_str())
             .bind(session.id)
             .bind(SLOT_LOCK)
-            .fetch_one(&mut *conn)
+            .fetch_one(&self.pool)
             .await
             .context("acquiring a slot")?;
         match granted {
@@ -938,51 +789,74 @@ impl Store for PostgresStore {
             transition.window.releases_slot()
                 || (transition.from == NodeState::Queued && transition.to == NodeState::Idle),
         );
-        if wakes == 0
-            && matches!(
-                transition.window,
-                WindowChange::None | WindowChange::Queue { .. }
-            )
-        {
-            // A step that touches only the node's row and wakes nobody is one statement: no
-            // explicit transaction, one round trip.
-            let mut conn = self
-                .pool
-                .acquire()
-                .await
-                .context("recording a transition")?;
-            return match update_node(&mut conn, session, &transition, None).await? {
-                Some(record) => Ok(record),
-                None => Err(refusal(&mut conn, session, transition.from).await),
-            };
-        }
-        let mut tx = self.begin("recording a transition").await?;
-        let Some(locked) = lock_node(&mut tx, &session.node, Some(session)).await? else {
-            return Err(Error::Fenced {
-                node: session.node.clone(),
-                session: session.id,
-            });
+        let clears_process = matches!(transition.to, NodeState::Idle | NodeState::Queued);
+        let f = &transition.fields;
+        let queued_at = match &transition.window {
+            WindowChange::Queue { queued_at } => Some(*queued_at),
+            WindowChange::Open => Some(None),
+            _ => None,
         };
-        if !locked.current {
-            return Err(Error::Fenced {
-                node: session.node.clone(),
-                session: session.id,
-            });
-        }
-        if locked.record.state != transition.from {
-            return Err(Error::Conflict {
+        let window = window_write(&transition.window);
+        let w = window.as_ref();
+        let backoff = w.and_then(|w| w.backoff);
+        let row = sqlx::query(
+            "SELECT * FROM rota_transition($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
+             $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, \
+             $29, $30, $31)",
+        )
+        .bind(session.node.as_str())
+        .bind(session.id)
+        .bind(transition.from.as_str())
+        .bind(transition.to.as_str())
+        .bind(clears_process)
+        .bind(transition.process.as_ref().map(ToString::to_string))
+        .bind(clears_process && f.cordoned_by_rota.is_none())
+        .bind(f.pre_cordoned)
+        .bind(f.cordoned_by_rota)
+        .bind(f.boot_id.is_some())
+        .bind(f.boot_id.clone().flatten())
+        .bind(f.reboot_started_at.is_some())
+        .bind(f.reboot_started_at.flatten())
+        .bind(f.reboot_deadline.is_some())
+        .bind(f.reboot_deadline.flatten())
+        .bind(f.last_reboot_at)
+        .bind(queued_at.is_some())
+        .bind(queued_at.flatten())
+        .bind(window_result(&transition.window))
+        .bind(w.map(|w| w.from.as_str()))
+        .bind(w.and_then(|w| w.to.map(RequestState::as_str)))
+        .bind(w.map(|w| w.event.as_str()))
+        .bind(w.and_then(|w| w.cause.as_deref()))
+        .bind(
+            w.filter(|w| w.fallback)
+                .map(|_| Process::Reboot.to_string()),
+        )
+        .bind(w.is_some_and(|w| w.clears_backoff))
+        .bind(w.is_some_and(|w| w.releases))
+        .bind(backoff.map(|b| b.0))
+        .bind(backoff.map(|b| b.1))
+        .bind(backoff.map(|b| b.2))
+        .bind(CHANNEL)
+        .bind(self.payload(wakes))
+        .fetch_one(&self.pool)
+        .await
+        .context("recording a transition")?;
+        match written(&row)? {
+            Written::Record(record) => {
+                self.woke(wakes);
+                Ok(record)
+            }
+            Written::Conflict(actual) => Err(Error::Conflict {
                 node: session.node.clone(),
                 expected: transition.from,
-                actual: locked.record.state.to_string(),
-            });
+                actual,
+            }),
+            // rota_transition refuses a write only as fenced or conflicting.
+            _ => Err(Error::Fenced {
+                node: session.node.clone(),
+                session: session.id,
+            }),
         }
-        apply_window(&mut tx, &locked.record, &transition.window, locked.now).await?;
-        let Some(updated) = update_node(&mut tx, session, &transition, Some(locked.now)).await?
-        else {
-            return Err(refusal(&mut tx, session, transition.from).await);
-        };
-        self.commit(tx, wakes, "recording a transition").await?;
-        Ok(updated)
     }
 
     async fn node(&self, node: &NodeName) -> Result<Option<NodeRecord>> {
@@ -1074,7 +948,29 @@ impl Store for PostgresStore {
         let window = WindowChange::Cancel {
             reason: format!("unlocked by an operator: {reason}"),
         };
-        apply_window(&mut tx, &record, &window, now).await?;
+        if let Some(w) = window_write(&window) {
+            let fallback = record
+                .process
+                .as_ref()
+                .map_or_else(|| Process::Reboot.to_string(), ToString::to_string);
+            sqlx::query(
+                "SELECT rota_write_window($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, NULL, NULL, \
+                 $10)",
+            )
+            .bind(node.as_str())
+            .bind(record.slot.map(i64::from))
+            .bind(w.from.as_str())
+            .bind(w.to.map(RequestState::as_str))
+            .bind(w.event.as_str())
+            .bind(w.cause.as_deref())
+            .bind(w.fallback.then_some(fallback))
+            .bind(w.clears_backoff)
+            .bind(w.releases)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .context("recording the window")?;
+        }
         sqlx::query(
             "UPDATE nodes SET state = 'idle', since = $1, process = NULL, queued_at = NULL, \
              last_result = $2 WHERE node = $3",
@@ -1091,27 +987,27 @@ impl Store for PostgresStore {
     }
 
     async fn retry(&self, node: &NodeName) -> Result<NodeRecord> {
-        let mut tx = self.begin("retrying a node").await?;
-        let locked = lock_node(&mut tx, node, None).await?;
-        let Locked { record, now, .. } =
-            locked.ok_or_else(|| Error::NoSuchNode { node: node.clone() })?;
-        if record.state != NodeState::Failed {
-            return Err(Error::NotAllowed {
+        let row = sqlx::query("SELECT * FROM rota_retry($1, $2, $3)")
+            .bind(node.as_str())
+            .bind(CHANNEL)
+            .bind(self.payload(1))
+            .fetch_one(&self.pool)
+            .await
+            .context("retrying a node")?;
+        match written(&row)? {
+            Written::Record(record) => {
+                self.woke(1);
+                Ok(record)
+            }
+            Written::NotAllowed(state) => Err(Error::NotAllowed {
                 node: node.clone(),
-                state: record.state,
+                state,
                 action: "retry",
                 needs: "is failed",
-            });
+            }),
+            // rota_retry refuses only a missing node or one that is not failed.
+            _ => Err(Error::NoSuchNode { node: node.clone() }),
         }
-        sqlx::query("UPDATE nodes SET state = 'maintaining', since = $1 WHERE node = $2")
-            .bind(now)
-            .bind(node.as_str())
-            .execute(&mut *tx)
-            .await
-            .context("retrying the node")?;
-        let record = expect_node(fetch_node(&mut tx, node).await?, node)?;
-        self.commit(tx, 1, "retrying a node").await?;
-        Ok(record)
     }
 
     fn changes(&self) -> watch::Receiver<u64> {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use rota_core::{NodeName, NodeState, Process};
+use rota_core::{BackoffPolicy, NodeName, NodeState, Process};
 use rota_store::conformance::{Stress, stress};
 use rota_store::{PostgresStore, Store, StoreUrl, Transition, WindowChange, now_millis};
 
@@ -144,6 +144,60 @@ async fn a_release_reaches_every_handle_through_notify() {
             "a release moves every handle's counter by exactly one"
         );
     }
+}
+
+/// A failure's backoff is computed by the server (`rota_backoff_next`), so that a failure is one
+/// call; it must agree with `BackoffPolicy::next` for every policy and previous wait, including
+/// the normalised, rounded, overflowing and floating-point edge cases.
+#[tokio::test]
+async fn the_servers_backoff_is_the_policys() {
+    let Some(url) = fresh_database().await else {
+        return;
+    };
+    drop(PostgresStore::open(&url).await.expect("create"));
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    let mut previous: Vec<Option<i64>> = vec![None, Some(-5), Some(i64::MAX), Some(1 << 53)];
+    previous.extend((0..400).map(Some));
+    previous.extend((1..40).map(|e| Some(3i64.pow(e / 2) * if e % 2 == 0 { 1 } else { 7 })));
+    let seconds = |s: f64| Duration::from_secs_f64(s);
+    let limits = [
+        (seconds(1.0), seconds(60.0)),
+        (seconds(0.0), seconds(0.0)),
+        (seconds(5.0), seconds(3.0)),
+        (seconds(1.5), seconds(90.25)),
+        (seconds(60.0), seconds(86_400.0)),
+        (seconds(1.0), Duration::from_secs(u64::MAX)),
+    ];
+    let exponents = [0.5, 1.0, 1.1, 1.5, 2.0, 3.7, 1e300, f64::NAN, f64::INFINITY];
+    for (initial, maximum) in limits {
+        for exponent in exponents {
+            let policy = BackoffPolicy {
+                initial,
+                maximum,
+                exponent,
+            };
+            let normalized = policy.normalized();
+            let whole = |d: Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+            let server: Vec<i64> = sqlx::query_scalar(
+                "SELECT rota_backoff_next(p, $2, $3, $4) \
+                 FROM unnest($1::BIGINT[]) WITH ORDINALITY AS t (p, i) ORDER BY i",
+            )
+            .bind(&previous)
+            .bind(whole(normalized.initial))
+            .bind(whole(normalized.maximum))
+            .bind(normalized.exponent)
+            .fetch_all(&pool)
+            .await
+            .expect("rota_backoff_next");
+            for (prev, server) in previous.iter().zip(server) {
+                let expected = whole(
+                    policy.next(prev.map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(0)))),
+                );
+                assert_eq!(server, expected, "{policy:?} after {prev:?}");
+            }
+        }
+    }
+    pool.close().await;
 }
 
 #[tokio::test]
