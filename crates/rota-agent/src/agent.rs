@@ -315,17 +315,18 @@ impl Agent {
         {
             wanted.push((Process::Maintenance, maintenance.display().to_string()));
         }
-        let mut open = self.store.open_requests(&self.config.node).await?;
+        // Record first, read after: recording is idempotent (an open request for the process
+        // is returned as it is), and a new sentinel's request is then never behind a read.
         for (process, source) in &wanted {
-            if !open.iter().any(|r| &r.process == process) {
-                let (request, _) = self
-                    .store
-                    .add_request(&running.session, process, source)
-                    .await?;
+            let (_, created) = self
+                .store
+                .add_request(&running.session, process, source)
+                .await?;
+            if created {
                 info!(node = %self.config.node, %process, source, "request recorded");
-                open.push(request);
             }
         }
+        let mut open = self.store.open_requests(&self.config.node).await?;
         let mut withdrawn = Vec::new();
         for request in &open {
             let from_sentinel = self.sentinel_source(&request.source);

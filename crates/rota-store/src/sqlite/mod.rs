@@ -70,7 +70,11 @@ impl SqliteStore {
             .foreign_keys(true);
         let pool = connect(&options, &location).await?;
         migrate(&pool, &location).await?;
+        // The writer never checkpoints: a checkpoint syncs the database file, and every agent
+        // waiting on the writer would wait for the disk too. A background task does it instead.
         let conn = options
+            .clone()
+            .pragma("wal_autocheckpoint", "0")
             .connect()
             .await
             .context("opening the write connection")?;
@@ -78,6 +82,7 @@ impl SqliteStore {
         let changes = Arc::new(changes);
         let (writer, ops) = mpsc::unbounded_channel();
         tokio::spawn(writer::run(conn, ops, changes.clone()));
+        tokio::spawn(checkpoint(pool.clone(), writer.downgrade()));
         Ok(SqliteStore {
             pool,
             path: path.to_path_buf(),
@@ -132,6 +137,28 @@ async fn connect(options: &SqliteConnectOptions, location: &str) -> Result<Sqlit
                     reason: e.to_string(),
                 });
             }
+        }
+    }
+}
+
+/// How often the write-ahead log is folded into the database file.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+
+/// Checkpoints the write-ahead log beside the writer until the store is dropped. PASSIVE never
+/// blocks a writer or a reader; a log that keeps growing is folded in on the next round.
+async fn checkpoint(pool: SqlitePool, writer: mpsc::WeakUnboundedSender<Op>) {
+    let mut every = tokio::time::interval(CHECKPOINT_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        if writer.upgrade().is_none() {
+            return;
+        }
+        if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+            .execute(&pool)
+            .await
+        {
+            tracing::warn!(error = %e, "checkpointing the write-ahead log failed; retrying");
         }
     }
 }
