@@ -192,6 +192,38 @@ impl Drop for Agent {
     }
 }
 
+/// Makes `node` hold the store's only slot through a session of its own: it requests a reboot
+/// (from `source`), queues and is granted the slot, as an agent would.
+async fn take_the_only_slot(
+    store: &SqliteStore,
+    node: &NodeName,
+    source: &str,
+) -> rota_store::Session {
+    store.set_concurrency(1).await.expect("concurrency");
+    let session = store
+        .open_session(node, Duration::from_secs(600))
+        .await
+        .expect("session");
+    store
+        .add_request(&session, &Process::Reboot, source)
+        .await
+        .expect("request");
+    store
+        .transition(
+            &session,
+            rota_store::Transition::new(NodeState::Idle, NodeState::Queued).window(
+                rota_store::WindowChange::Queue {
+                    queued_at: Some(rota_store::now_millis() - 1000),
+                },
+            ),
+        )
+        .await
+        .expect("queue");
+    let granted = store.try_acquire_slot(&session).await.expect("acquire");
+    assert!(granted.slot().is_some(), "{node} holds the slot");
+    session
+}
+
 fn touch(path: &Path) {
     std::fs::write(path, b"").expect("touch");
 }
@@ -561,37 +593,7 @@ async fn a_queued_request_survives_a_killed_agent_exactly_once() {
     let host = Host::new();
     // Another node holds the only slot, so this one stays queued.
     let store = host.store().await;
-    store.set_concurrency(1).await.expect("concurrency");
-    let other = store
-        .open_session(
-            &NodeName::new("node-b").expect("name"),
-            Duration::from_secs(600),
-        )
-        .await
-        .expect("session");
-    store
-        .add_request(&other, &Process::Reboot, "test")
-        .await
-        .expect("request");
-    store
-        .transition(
-            &other,
-            rota_store::Transition::new(NodeState::Idle, NodeState::Queued).window(
-                rota_store::WindowChange::Queue {
-                    queued_at: Some(rota_store::now_millis() - 60_000),
-                },
-            ),
-        )
-        .await
-        .expect("queue");
-    assert!(
-        store
-            .try_acquire_slot(&other)
-            .await
-            .expect("acquire")
-            .slot()
-            .is_some()
-    );
+    let other = take_the_only_slot(&store, &NodeName::new("node-b").expect("name"), "test").await;
 
     let agent = host.agent(&[]);
     host.wait_for("registered", |_| true).await;
@@ -625,34 +627,7 @@ async fn a_slot_granted_for_a_withdrawn_request_is_given_back_without_a_drain() 
     // What a crash right after the slot was granted leaves behind: queued, holding the slot,
     // and the sentinel removed while the agent was down.
     let store = host.store().await;
-    store.set_concurrency(1).await.expect("concurrency");
-    let earlier = store
-        .open_session(&host.node, Duration::from_secs(600))
-        .await
-        .expect("session");
-    store
-        .add_request(&earlier, &Process::Reboot, "/run/reboot-needed")
-        .await
-        .expect("request");
-    store
-        .transition(
-            &earlier,
-            rota_store::Transition::new(NodeState::Idle, NodeState::Queued).window(
-                rota_store::WindowChange::Queue {
-                    queued_at: Some(rota_store::now_millis() - 1000),
-                },
-            ),
-        )
-        .await
-        .expect("queue");
-    assert!(
-        store
-            .try_acquire_slot(&earlier)
-            .await
-            .expect("acquire")
-            .slot()
-            .is_some()
-    );
+    take_the_only_slot(&store, &host.node, "/run/reboot-needed").await;
 
     let _agent = host.agent(&[]);
     let record = host
