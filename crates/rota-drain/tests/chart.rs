@@ -2,21 +2,20 @@
 //! kubectl that `testenv/build` builds: its objects exist, its RBAC is enough for a drain and no
 //! more, and bad values fail `helm template` with a message that names them.
 
-use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, DeploymentSpec};
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Pod, PodSpec, PodTemplateSpec, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
-use rota_e2e::testenv::{self, SKIP_ENV, Scope, TestEnv, pod_is_running, testenv_dir, wait_for};
+use rota_e2e::testenv::{SKIP_ENV, TestEnv, pod_is_running, testenv_dir, wait_for};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -102,40 +101,6 @@ fn api_code(result: Result<impl std::fmt::Debug, kube::Error>) -> Option<u16> {
         Err(kube::Error::Api(status)) => Some(status.code),
         _ => None,
     }
-}
-
-async fn create_deployment(scope: &Scope, app: &str) -> Result<()> {
-    let labels = BTreeMap::from([("app".to_string(), app.to_string())]);
-    let deployment = Deployment {
-        metadata: ObjectMeta {
-            name: Some(app.into()),
-            ..ObjectMeta::default()
-        },
-        spec: DeploymentSpec {
-            replicas: Some(1),
-            selector: LabelSelector {
-                match_labels: Some(labels.clone()),
-                ..LabelSelector::default()
-            },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    node_selector: Some(scope.labels()),
-                    ..testenv::pod_spec()
-                }),
-            },
-            ..DeploymentSpec::default()
-        },
-        ..Deployment::default()
-    };
-    scope
-        .api::<Deployment>()
-        .create(&PostParams::default(), &deployment)
-        .await?;
-    Ok(())
 }
 
 async fn running_pod(pods: &Api<Pod>, selector: &str) -> Result<Pod> {
@@ -238,7 +203,7 @@ async fn the_chart_applies_and_its_rbac_is_enough_to_drain_and_no_more() -> Resu
     ensure!(agent.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str()));
 
     // Acting as the chart's service account: a whole drain and uncordon work...
-    create_deployment(&scope, "api").await?;
+    scope.create_deployment("api", 1, None).await?;
     let workload = running_pod(&scope.pods(), "app=api").await?;
     let agent_client = client_as(env, &admin, &namespace, "rota-agent").await?;
     let options = rota_drain::DrainOptions {

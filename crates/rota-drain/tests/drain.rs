@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
-use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, Deployment, DeploymentSpec};
+use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
 use k8s_openapi::api::core::v1::{
     EmptyDirVolumeSource, Pod, PodSpec, PodTemplateSpec, ServiceAccount, Volume,
 };
@@ -20,7 +20,7 @@ use kube::{Client, ResourceExt};
 use rota_agent::NodeActions;
 use rota_core::NodeName;
 use rota_drain::{DrainOptions, Error, KubeActions, MIRROR_ANNOTATION, RefusalReason};
-use rota_e2e::testenv::{self, Scope, TestEnv, pod_is_running, wait_for};
+use rota_e2e::testenv::{self, Scope, TestEnv, app_labels, pod_is_running, wait_for};
 use serde_json::json;
 use tokio::sync::watch;
 
@@ -44,10 +44,6 @@ fn forced() -> DrainOptions {
     }
 }
 
-fn labels(app: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([("app".to_string(), app.to_string())])
-}
-
 async fn create_pdb(scope: &Scope, app: &str, min_available: i32) -> Result<()> {
     let pdb = PodDisruptionBudget {
         metadata: ObjectMeta {
@@ -57,7 +53,7 @@ async fn create_pdb(scope: &Scope, app: &str, min_available: i32) -> Result<()> 
         spec: Some(PodDisruptionBudgetSpec {
             min_available: Some(IntOrString::Int(min_available)),
             selector: Some(LabelSelector {
-                match_labels: Some(labels(app)),
+                match_labels: Some(app_labels(app)),
                 ..LabelSelector::default()
             }),
             ..PodDisruptionBudgetSpec::default()
@@ -109,51 +105,10 @@ async fn bare_pods(scope: &Scope, app: &str, node: &str, n: usize) -> Result<Vec
     let mut pods = Vec::new();
     for i in 0..n {
         let name = format!("{app}-{i}");
-        scope.create_pod_on(&name, node, &labels(app)).await?;
+        scope.create_pod_on(&name, node, &app_labels(app)).await?;
         pods.push(scope.wait_pod_running(&name, TIMEOUT).await?);
     }
     Ok(pods)
-}
-
-/// A Deployment of `replicas` pause pods kept on this scope's nodes.
-async fn create_deployment(
-    scope: &Scope,
-    app: &str,
-    replicas: i32,
-    volumes: Option<Vec<Volume>>,
-) -> Result<()> {
-    let deployment = Deployment {
-        metadata: ObjectMeta {
-            name: Some(app.into()),
-            ..ObjectMeta::default()
-        },
-        spec: DeploymentSpec {
-            replicas: Some(replicas),
-            selector: LabelSelector {
-                match_labels: Some(labels(app)),
-                ..LabelSelector::default()
-            },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels(app)),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    node_selector: Some(scope.labels()),
-                    volumes,
-                    ..testenv::pod_spec()
-                }),
-            },
-            ..DeploymentSpec::default()
-        },
-        ..Deployment::default()
-    };
-    scope
-        .api::<Deployment>()
-        .create(&PostParams::default(), &deployment)
-        .await
-        .with_context(|| format!("creating Deployment {app}"))?;
-    Ok(())
 }
 
 /// The app's Running pods once there are `n` of them.
@@ -314,12 +269,12 @@ async fn daemonset_mirror_and_finished_pods_are_left_alone() -> Result<()> {
         },
         spec: DaemonSetSpec {
             selector: LabelSelector {
-                match_labels: Some(labels("logs")),
+                match_labels: Some(app_labels("logs")),
                 ..LabelSelector::default()
             },
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
-                    labels: Some(labels("logs")),
+                    labels: Some(app_labels("logs")),
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
@@ -419,7 +374,9 @@ async fn emptydir_and_unmanaged_pods_are_refused_unless_allowed() -> Result<()> 
         empty_dir: Some(EmptyDirVolumeSource::default()),
         ..Volume::default()
     };
-    create_deployment(&scope, "cache", 1, Some(vec![scratch_volume])).await?;
+    scope
+        .create_deployment("cache", 1, Some(vec![scratch_volume]))
+        .await?;
     let cache = running_pods(&scope, "cache", 1).await?.remove(0);
     let ns = scope.namespace();
 
@@ -550,7 +507,9 @@ async fn the_drain_waits_for_the_evicted_uid_not_the_name() -> Result<()> {
     )
     .await?;
     scope.wait_pod_gone("db-0", TIMEOUT).await?;
-    let second = scope.create_pod_on("db-0", &node, &labels("db")).await?;
+    let second = scope
+        .create_pod_on("db-0", &node, &app_labels("db"))
+        .await?;
     ensure!(second.uid() != first.uid());
     tokio::time::timeout(TIMEOUT, draining)
         .await
@@ -570,7 +529,7 @@ async fn kube_actions_drain_a_deployment_pod_onto_another_node_and_uncordon() ->
     };
     let scope = env.scope("drain-actions").await?;
     let nodes = scope.create_ready_nodes(2).await?;
-    create_deployment(&scope, "api", 1, None).await?;
+    scope.create_deployment("api", 1, None).await?;
     let first = running_pods(&scope, "api", 1).await?.remove(0);
     let first_node = node_of(&first).context("running pod without a node")?;
     ensure!(nodes.contains(&first_node));

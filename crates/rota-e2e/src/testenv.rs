@@ -21,10 +21,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, Result, anyhow, bail};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Container, Namespace, Node, NodeSpec, NodeStatus, Pod, PodSpec, ServiceAccount, Toleration,
+    Container, Namespace, Node, NodeSpec, NodeStatus, Pod, PodSpec, PodTemplateSpec,
+    ServiceAccount, Toleration, Volume,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -394,6 +397,47 @@ impl Scope {
     }
 
     /// Waits until the pod is Running and Ready (kwok plays the kubelet).
+    /// A Deployment `app` of `replicas` pause pods labelled `app=<app>` and kept on this
+    /// scope's nodes by the scheduler.
+    pub async fn create_deployment(
+        &self,
+        app: &str,
+        replicas: i32,
+        volumes: Option<Vec<Volume>>,
+    ) -> Result<()> {
+        let deployment = Deployment {
+            metadata: ObjectMeta {
+                name: Some(app.into()),
+                ..ObjectMeta::default()
+            },
+            spec: DeploymentSpec {
+                replicas: Some(replicas),
+                selector: LabelSelector {
+                    match_labels: Some(app_labels(app)),
+                    ..LabelSelector::default()
+                },
+                template: PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(app_labels(app)),
+                        ..ObjectMeta::default()
+                    }),
+                    spec: Some(PodSpec {
+                        node_selector: Some(self.labels()),
+                        volumes,
+                        ..pod_spec()
+                    }),
+                },
+                ..DeploymentSpec::default()
+            },
+            ..Deployment::default()
+        };
+        self.api::<Deployment>()
+            .create(&PostParams::default(), &deployment)
+            .await
+            .with_context(|| format!("creating Deployment {app}"))?;
+        Ok(())
+    }
+
     pub async fn wait_pod_running(&self, name: &str, timeout: Duration) -> Result<Pod> {
         let pods = self.pods();
         wait_for(&format!("pod {name} Running"), timeout, || async {
@@ -432,6 +476,11 @@ impl Scope {
 /// A pod spec for a pause container that tolerates kwok's usual taint, to be completed with a
 /// node name or a node selector. It keeps the default termination grace period, so a deleted or
 /// evicted pod stays Terminating until kwok (playing the kubelet) finishes the deletion.
+/// The labels `app=<app>` that the test workloads select on.
+pub fn app_labels(app: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([("app".to_string(), app.to_string())])
+}
+
 pub fn pod_spec() -> PodSpec {
     PodSpec {
         containers: vec![Container {

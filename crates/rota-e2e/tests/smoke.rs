@@ -2,17 +2,17 @@
 //! status (kube-controller-manager), real eviction semantics (kube-apiserver) and real
 //! rescheduling (kube-scheduler).
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
-use k8s_openapi::api::core::v1::{Pod, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{EvictParams, ListParams, Patch, PatchParams, PostParams};
-use rota_e2e::testenv::{self, Scope, TestEnv, api_error_code, pod_is_running, wait_for};
+use rota_e2e::testenv::{
+    self, Scope, TestEnv, api_error_code, app_labels, pod_is_running, wait_for,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -20,10 +20,6 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 /// failure).
 fn step(start: Instant, what: &str) {
     println!("[{:>6.1}s] {what}", start.elapsed().as_secs_f64());
-}
-
-fn app_labels(app: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([("app".to_string(), app.to_string())])
 }
 
 /// Waits until the disruption controller has caught up with the budget's spec and reports
@@ -178,36 +174,7 @@ async fn evicted_deployment_pod_is_rescheduled_elsewhere() -> Result<()> {
     step(t, "3 nodes Ready");
 
     // A one-replica Deployment kept on this scope's nodes by the scheduler.
-    let labels = app_labels("api");
-    let deployment = Deployment {
-        metadata: ObjectMeta {
-            name: Some("api".into()),
-            ..ObjectMeta::default()
-        },
-        spec: DeploymentSpec {
-            replicas: Some(1),
-            selector: LabelSelector {
-                match_labels: Some(labels.clone()),
-                ..LabelSelector::default()
-            },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels.clone()),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    node_selector: Some(scope.labels()),
-                    ..testenv::pod_spec()
-                }),
-            },
-            ..DeploymentSpec::default()
-        },
-        ..Deployment::default()
-    };
-    scope
-        .api::<Deployment>()
-        .create(&PostParams::default(), &deployment)
-        .await?;
+    scope.create_deployment("api", 1, None).await?;
 
     let selector = "app=api";
     let running_pod = |exclude: Option<String>| {

@@ -11,15 +11,15 @@ use std::future::Future;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
-use k8s_openapi::api::core::v1::{Node, PodTemplateSpec};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use rota_core::{HistoryEvent, NodeState, Process};
 use rota_e2e::fleet::{DisruptionWatch, Fleet, FleetOptions};
-use rota_e2e::testenv::{self, Scope, TestEnv};
+use rota_e2e::testenv::{self, Scope, TestEnv, app_labels};
 use rota_kube::KubeStore;
 use rota_store::{HistoryEntry, HistoryFilter, NodeRecord, Store, now_millis};
 
@@ -34,10 +34,6 @@ fn env() -> Option<&'static TestEnv> {
         Ok(env) => env,
         Err(e) => panic!("{e:#}"),
     }
-}
-
-fn labels(app: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([("app".to_string(), app.to_string())])
 }
 
 fn args(list: &[&str]) -> Vec<String> {
@@ -186,7 +182,7 @@ async fn create_pdb(
             min_available: min_available.map(IntOrString::Int),
             max_unavailable: max_unavailable.map(IntOrString::Int),
             selector: Some(LabelSelector {
-                match_labels: Some(labels(app)),
+                match_labels: Some(app_labels(app)),
                 ..LabelSelector::default()
             }),
             ..PodDisruptionBudgetSpec::default()
@@ -220,7 +216,7 @@ async fn wait_pdb(scope: &Scope, name: &str, allowed: i32) -> Result<()> {
 async fn pods_on(scope: &Scope, app: &str, nodes: &[String]) -> Result<()> {
     for (i, node) in nodes.iter().enumerate() {
         scope
-            .create_pod_on(&format!("{app}-{i}"), node, &labels(app))
+            .create_pod_on(&format!("{app}-{i}"), node, &app_labels(app))
             .await?;
     }
     for i in 0..nodes.len() {
@@ -239,35 +235,7 @@ async fn six_nodes_reboot_two_at_a_time_under_a_budget() -> Result<()> {
     let scope = env.scope("kube-fleet").await?;
     let nodes = scope.create_ready_nodes(6).await?;
     let deployments = scope.api::<Deployment>();
-    let template = PodTemplateSpec {
-        metadata: Some(ObjectMeta {
-            labels: Some(labels("web")),
-            ..ObjectMeta::default()
-        }),
-        spec: Some(k8s_openapi::api::core::v1::PodSpec {
-            node_selector: Some(scope.labels()),
-            ..testenv::pod_spec()
-        }),
-    };
-    let deployment = Deployment {
-        metadata: ObjectMeta {
-            name: Some("web".into()),
-            ..ObjectMeta::default()
-        },
-        spec: DeploymentSpec {
-            replicas: Some(6),
-            selector: LabelSelector {
-                match_labels: Some(labels("web")),
-                ..LabelSelector::default()
-            },
-            template,
-            ..DeploymentSpec::default()
-        },
-        ..Deployment::default()
-    };
-    deployments
-        .create(&PostParams::default(), &deployment)
-        .await?;
+    scope.create_deployment("web", 6, None).await?;
     testenv::wait_for("6 available replicas of web", PATIENCE, || async {
         let d = deployments.get("web").await?;
         Ok((d.status.and_then(|s| s.available_replicas) == Some(6)).then_some(()))
