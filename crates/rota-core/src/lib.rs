@@ -5,6 +5,7 @@
 //! - [`names`]: node names, processes (`reboot`, `maintenance`, `mop/<name>`) and history
 //!   events (§2);
 //! - [`ordering`]: the per-node procedure priority rule (§5, invariant 5 of §4);
+//! - [`procedure`]: maintenance procedures, their node selectors and checksum pins (§5);
 //! - [`backoff`]: BMDB's exponential backoff formula (§6);
 //! - [`lifecycle`]: the node lifecycle state machine and its effects (§3);
 //! - [`fleet`]: a model of `concurrency` slots shared by many nodes, for checking the safety
@@ -17,6 +18,7 @@ pub mod lifecycle;
 pub mod names;
 pub mod ordering;
 pub mod priority;
+pub mod procedure;
 
 pub use backoff::BackoffPolicy;
 pub use error::Error;
@@ -25,3 +27,4 @@ pub use lifecycle::{Effect, Event, Lifecycle, NodeState, NodeStateError, Transit
 pub use names::{HistoryEvent, NameError, NodeName, Process};
 pub use ordering::{Overlap, ProcedureEntry, may_start, startable, startable_with};
 pub use priority::{Priority, PriorityError};
+pub use procedure::{BackoffSpec, ConfigMapKey, ProcedureError, ProcedureSpec, sha256_hex};

@@ -124,6 +124,9 @@ pub enum Event {
     Drained,
     /// The drain failed or timed out.
     DrainFailed,
+    /// No work of the window needs a drain (procedures with `drain: false`): the node is
+    /// neither cordoned nor drained, so nothing is uncordoned at the end either.
+    DrainSkipped,
     /// The reboot command was started.
     RebootStarted,
     /// All work finished and no reboot was asked for.
@@ -153,6 +156,7 @@ impl Event {
             Event::SlotAcquired { .. } => "slot_acquired",
             Event::Drained => "drained",
             Event::DrainFailed => "drain_failed",
+            Event::DrainSkipped => "drain_skipped",
             Event::RebootStarted => "reboot_started",
             Event::WorkDone => "work_done",
             Event::WorkFailed => "work_failed",
@@ -166,7 +170,7 @@ impl Event {
     }
 
     /// One event of each kind (`SlotAcquired` with `pre_cordoned: false`).
-    pub const KINDS: [Event; 14] = [
+    pub const KINDS: [Event; 15] = [
         Event::Requested,
         Event::Canceled,
         Event::SlotAcquired {
@@ -174,6 +178,7 @@ impl Event {
         },
         Event::Drained,
         Event::DrainFailed,
+        Event::DrainSkipped,
         Event::RebootStarted,
         Event::WorkDone,
         Event::WorkFailed,
@@ -321,6 +326,13 @@ impl Lifecycle {
                 (next, effects)
             }
             (S::Draining, Event::Drained) => (this.to(S::Maintaining), Vec::new()),
+            (S::Draining, Event::DrainSkipped) => {
+                let next = Lifecycle {
+                    cordoned_by_rota: false,
+                    ..this.to(S::Maintaining)
+                };
+                (next, Vec::new())
+            }
             (S::Draining, Event::DrainFailed) => {
                 this.release(S::Queued, Effect::RecordFailed, true)
             }
@@ -376,7 +388,7 @@ mod tests {
                     pre_cordoned: false,
                 },
             ) => Some((S::Draining, vec![E::Cordon])),
-            (S::Draining, Event::Drained) => Some((S::Maintaining, vec![])),
+            (S::Draining, Event::Drained | Event::DrainSkipped) => Some((S::Maintaining, vec![])),
             (S::Draining, Event::DrainFailed) => Some((
                 S::Queued,
                 uncordon_if(by_rota, &[E::ReleaseSlot, E::RecordFailed, E::BackOff]),
@@ -449,6 +461,10 @@ mod tests {
                             } else if let Event::SlotAcquired { pre_cordoned } = event {
                                 assert_eq!(after.pre_cordoned, pre_cordoned);
                                 assert_eq!(after.cordoned_by_rota, !pre_cordoned);
+                            } else if event == Event::DrainSkipped {
+                                // Nothing was cordoned, so nothing may be uncordoned later.
+                                assert!(!after.cordoned_by_rota, "{state} {event}");
+                                assert_eq!(after.pre_cordoned, pre_cordoned);
                             } else {
                                 assert_eq!(
                                     (after.pre_cordoned, after.cordoned_by_rota),
@@ -461,7 +477,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(checked, (1 + 1 + 5 * 2) * 15);
+        assert_eq!(checked, (1 + 1 + 5 * 2) * 16);
     }
 
     #[test]

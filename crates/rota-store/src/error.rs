@@ -1,4 +1,4 @@
-use rota_core::{NodeName, NodeState};
+use rota_core::{NodeName, NodeState, ProcedureError, Process};
 
 /// Everything that can go wrong in a store. Each variant names the value at fault.
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +22,16 @@ pub enum Error {
         action: &'static str,
         needs: &'static str,
     },
+    #[error(
+        "node {node} has no active request for {process}: only work of the open window can complete"
+    )]
+    NotActive { node: NodeName, process: Process },
+    #[error(
+        "procedure {name} already exists with a different spec: procedures are immutable, submit the change under a new name"
+    )]
+    ProcedureConflict { name: String },
+    #[error(transparent)]
+    Procedure(#[from] ProcedureError),
     #[error("invalid store URL {url:?}: {reason}")]
     Url { url: String, reason: String },
     #[error("{location} is not a rota database: {reason}")]

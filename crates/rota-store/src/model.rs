@@ -1,6 +1,8 @@
 use std::time::Duration;
 
-use rota_core::{BackoffPolicy, HistoryEvent, Lifecycle, NodeName, NodeState, Process};
+use rota_core::{
+    BackoffPolicy, HistoryEvent, Lifecycle, NodeName, NodeState, ProcedureSpec, Process,
+};
 use serde::Serialize;
 
 /// Unix time in milliseconds: the one time unit the stores speak.
@@ -238,4 +240,26 @@ impl Acquire {
             Acquire::Wait { .. } => None,
         }
     }
+}
+
+/// A procedure as the store holds it: the spec exactly as submitted (procedures are immutable).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ProcedureRecord {
+    pub spec: ProcedureSpec,
+    pub submitted_at: Millis,
+}
+
+/// How one active request of an open window ended (see
+/// [`Store::complete_request`](crate::Store::complete_request)).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// The request is done: `finished` in history with `detail` (a script's output tail), and
+    /// its backoff is cleared. The window stays open.
+    Succeeded { detail: Option<String> },
+    /// The attempt failed: `failed` in history with the cause and a backoff by `policy`. The
+    /// request stays active, so that a retry runs it again in the same window.
+    Failed {
+        cause: String,
+        policy: BackoffPolicy,
+    },
 }

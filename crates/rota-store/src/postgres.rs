@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rota_core::{HistoryEvent, NodeName, NodeState, Process};
+use rota_core::{HistoryEvent, NodeName, NodeState, ProcedureSpec, Process};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::{PgConnection, Postgres, Row, Transaction};
 use tokio::sync::watch;
@@ -34,8 +34,8 @@ use tracing::{debug, warn};
 
 use crate::error::{Context, Error, Result};
 use crate::model::{
-    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, Millis, NodeRecord, RequestRecord,
-    RequestState, Session, SlotHolder, Transition, WindowChange,
+    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome,
+    ProcedureRecord, RequestRecord, RequestState, Session, SlotHolder, Transition, WindowChange,
 };
 use crate::store::Store;
 
@@ -335,6 +335,20 @@ fn node_record(row: &PgRow) -> Result<NodeRecord> {
 }
 
 const REQUEST_COLUMNS: &str = "id, node, process, source, created_at, state";
+
+fn procedure_record(row: &PgRow) -> Result<ProcedureRecord> {
+    let get = getter("reading a procedure");
+    let json: String = row.try_get("spec").map_err(&get)?;
+    let spec = serde_json::from_str(&json).map_err(|e| Error::Corrupt {
+        column: "procedures.spec",
+        reason: e.to_string(),
+        value: json.clone(),
+    })?;
+    Ok(ProcedureRecord {
+        spec,
+        submitted_at: row.try_get("submitted_at").map_err(&get)?,
+    })
+}
 
 fn request_record(row: &PgRow) -> Result<RequestRecord> {
     let get = getter("reading a request");
@@ -695,8 +709,7 @@ impl Store for PostgresStore {
                SELECT 1 FROM nodes n JOIN sessions s ON s.id = n.session_id \
                WHERE n.node = $1 AND s.id = $4 AND NOT s.superseded \
                  AND s.deadline > rota_now_ms()) \
-             ON CONFLICT (node, process) WHERE state IN ('pending', 'active') DO NOTHING \
-             RETURNING {REQUEST_COLUMNS}"
+             ON CONFLICT DO NOTHING RETURNING {REQUEST_COLUMNS}"
         );
         let mut conn = self.pool.acquire().await.context("recording a request")?;
         let inserted = sqlx::query(&sql)
@@ -712,7 +725,8 @@ impl Store for PostgresStore {
         }
         let existing = sqlx::query(&format!(
             "SELECT {REQUEST_COLUMNS} FROM requests WHERE node = $1 AND process = $2 \
-             AND state IN ('pending', 'active')"
+             AND (state IN ('pending', 'active') OR process LIKE 'mop/%') \
+             ORDER BY id DESC LIMIT 1"
         ))
         .bind(session.node.as_str())
         .bind(process.to_string())
@@ -758,6 +772,138 @@ impl Store for PostgresStore {
         }
         let canceled: i64 = row.try_get("canceled").map_err(&get)?;
         Ok(canceled > 0)
+    }
+
+    async fn complete_request(
+        &self,
+        session: &Session,
+        process: &Process,
+        outcome: &Outcome,
+    ) -> Result<RequestRecord> {
+        const CONTEXT: &str = "completing a request";
+        let node = &session.node;
+        let mut tx = self.begin(CONTEXT).await?;
+        let locked = lock_node(&mut tx, node, Some(session)).await?;
+        if !locked.as_ref().is_some_and(|l| l.current) {
+            return Err(Error::Fenced {
+                node: node.clone(),
+                session: session.id,
+            });
+        }
+        let (state, event, cause) = match outcome {
+            Outcome::Succeeded { detail } => ("done", HistoryEvent::Finished, detail.as_deref()),
+            Outcome::Failed { cause, .. } => ("active", HistoryEvent::Failed, Some(cause.as_str())),
+        };
+        let row = sqlx::query(&format!(
+            "UPDATE requests SET state = $3, \
+               finished_at = CASE WHEN $3 = 'done' THEN rota_now_ms() END \
+             WHERE node = $1 AND process = $2 AND state = 'active' RETURNING {REQUEST_COLUMNS}"
+        ))
+        .bind(node.as_str())
+        .bind(process.to_string())
+        .bind(state)
+        .fetch_optional(&mut *tx)
+        .await
+        .context(CONTEXT)?
+        .ok_or_else(|| Error::NotActive {
+            node: node.clone(),
+            process: process.clone(),
+        })?;
+        match outcome {
+            Outcome::Succeeded { .. } => {
+                sqlx::query("DELETE FROM backoff WHERE node = $1 AND process = $2")
+                    .bind(node.as_str())
+                    .bind(process.to_string())
+                    .execute(&mut *tx)
+                    .await
+                    .context(CONTEXT)?;
+            }
+            Outcome::Failed { cause, policy } => {
+                let policy = policy.normalized();
+                sqlx::query(
+                    "INSERT INTO backoff (node, process, until, last_interval_s, cause) \
+                     SELECT $1, $2, rota_now_ms() + next * 1000, next, $3 FROM ( \
+                       SELECT rota_backoff_next( \
+                         (SELECT last_interval_s FROM backoff WHERE node = $1 AND process = $2), \
+                         $4, $5, $6) AS next) b \
+                     ON CONFLICT (node, process) DO UPDATE SET until = excluded.until, \
+                       last_interval_s = excluded.last_interval_s, cause = excluded.cause",
+                )
+                .bind(node.as_str())
+                .bind(process.to_string())
+                .bind(cause)
+                .bind(whole_seconds(policy.initial))
+                .bind(whole_seconds(policy.maximum))
+                .bind(policy.exponent)
+                .execute(&mut *tx)
+                .await
+                .context(CONTEXT)?;
+                sqlx::query("UPDATE nodes SET last_result = $2 WHERE node = $1")
+                    .bind(node.as_str())
+                    .bind(format!("failed: {cause}"))
+                    .execute(&mut *tx)
+                    .await
+                    .context(CONTEXT)?;
+            }
+        }
+        sqlx::query(
+            "INSERT INTO history (node, process, event, at, cause, slot, released) \
+             SELECT $1, $2, $3, rota_now_ms(), $4, (SELECT slot FROM slots WHERE holder = $1), \
+               FALSE",
+        )
+        .bind(node.as_str())
+        .bind(process.to_string())
+        .bind(event.to_string())
+        .bind(cause)
+        .execute(&mut *tx)
+        .await
+        .context(CONTEXT)?;
+        tx.commit().await.context(CONTEXT)?;
+        request_record(&row)
+    }
+
+    async fn submit_procedure(&self, spec: &ProcedureSpec) -> Result<(ProcedureRecord, bool)> {
+        spec.validate()?;
+        let json = serde_json::to_string(spec).map_err(|e| Error::Corrupt {
+            column: "procedures.spec",
+            value: spec.name.clone(),
+            reason: e.to_string(),
+        })?;
+        let inserted = sqlx::query(
+            "INSERT INTO procedures (name, spec, submitted_at) VALUES ($1, $2, rota_now_ms()) \
+             ON CONFLICT (name) DO NOTHING RETURNING spec, submitted_at",
+        )
+        .bind(&spec.name)
+        .bind(&json)
+        .fetch_optional(&self.pool)
+        .await
+        .context("submitting a procedure")?;
+        if let Some(row) = inserted {
+            return Ok((procedure_record(&row)?, true));
+        }
+        let row = sqlx::query("SELECT spec, submitted_at FROM procedures WHERE name = $1")
+            .bind(&spec.name)
+            .fetch_one(&self.pool)
+            .await
+            .context("reading a procedure")?;
+        let existing = procedure_record(&row)?;
+        if &existing.spec == spec {
+            Ok((existing, false))
+        } else {
+            Err(Error::ProcedureConflict {
+                name: spec.name.clone(),
+            })
+        }
+    }
+
+    async fn procedures(&self) -> Result<Vec<ProcedureRecord>> {
+        sqlx::query("SELECT spec, submitted_at FROM procedures ORDER BY seq")
+            .fetch_all(&self.pool)
+            .await
+            .context("reading procedures")?
+            .iter()
+            .map(procedure_record)
+            .collect()
     }
 
     async fn open_requests(&self, node: &NodeName) -> Result<Vec<RequestRecord>> {

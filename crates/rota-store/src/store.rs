@@ -1,13 +1,13 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rota_core::{NodeName, Process};
+use rota_core::{NodeName, ProcedureSpec, Process};
 use tokio::sync::watch;
 
 use crate::error::Result;
 use crate::model::{
-    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, NodeRecord, RequestRecord, Session,
-    SlotHolder, Transition,
+    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, NodeRecord, Outcome, ProcedureRecord,
+    RequestRecord, Session, SlotHolder, Transition,
 };
 
 /// rota's state, on any substrate. Every method that changes a node's state takes the writer's
@@ -39,7 +39,9 @@ pub trait Store: Send + Sync {
     async fn slot_holders(&self) -> Result<Vec<SlotHolder>>;
 
     /// Records a request for `process` on the session's node unless an open (pending or active)
-    /// one exists; returns the open request and whether it was created now.
+    /// one exists; returns the open request and whether it was created now. A procedure's
+    /// request (`mop/<name>`) is made at most once per node, ever: when the node has one in any
+    /// state (done and canceled included), that one is returned and nothing is created.
     async fn add_request(
         &self,
         session: &Session,
@@ -52,6 +54,21 @@ pub trait Store: Send + Sync {
     async fn open_requests(&self, node: &NodeName) -> Result<Vec<RequestRecord>>;
     /// Every request ever made, open or closed, oldest first.
     async fn all_requests(&self) -> Result<Vec<RequestRecord>>;
+
+    /// Ends one active request of the session's open window without closing the window (a
+    /// procedure that finished while others go on); refused unless the request is active.
+    async fn complete_request(
+        &self,
+        session: &Session,
+        process: &Process,
+        outcome: &Outcome,
+    ) -> Result<RequestRecord>;
+
+    /// Records a procedure once: a new name is stored, the same spec again changes nothing
+    /// (`false`), and another spec under a taken name is refused (`ProcedureConflict`).
+    async fn submit_procedure(&self, spec: &ProcedureSpec) -> Result<(ProcedureRecord, bool)>;
+    /// Every procedure, in the order they were submitted.
+    async fn procedures(&self) -> Result<Vec<ProcedureRecord>>;
 
     /// Applies one lifecycle step atomically (see [`Transition`]) and returns the new record.
     async fn transition(&self, session: &Session, transition: Transition) -> Result<NodeRecord>;

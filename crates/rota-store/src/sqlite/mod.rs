@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rota_core::{NodeName, Process};
+use rota_core::{NodeName, ProcedureSpec, Process};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
@@ -22,13 +22,14 @@ use sqlx::{ConnectOptions, Row};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use self::rows::{
-    NODE_COLUMNS, changes_before_turn, fetch_node, node_record, parse, request_record, slot_index,
+    NODE_COLUMNS, changes_before_turn, fetch_node, node_record, parse, procedure_record,
+    request_record, slot_index,
 };
 use self::writer::{Op, Reply};
 use crate::error::{Context, Error, Result};
 use crate::model::{
-    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, NodeRecord, RequestRecord, Session,
-    SlotHolder, Transition,
+    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, NodeRecord, Outcome, ProcedureRecord,
+    RequestRecord, Session, SlotHolder, Transition,
 };
 use crate::store::Store;
 
@@ -352,6 +353,40 @@ impl Store for SqliteStore {
             reply,
         })
         .await
+    }
+
+    async fn complete_request(
+        &self,
+        session: &Session,
+        process: &Process,
+        outcome: &Outcome,
+    ) -> Result<RequestRecord> {
+        let session = session.clone();
+        let process = process.clone();
+        let outcome = outcome.clone();
+        self.write(|reply| Op::CompleteRequest {
+            session,
+            process,
+            outcome,
+            reply,
+        })
+        .await
+    }
+
+    async fn submit_procedure(&self, spec: &ProcedureSpec) -> Result<(ProcedureRecord, bool)> {
+        let spec = Box::new(spec.clone());
+        self.write(|reply| Op::SubmitProcedure { spec, reply })
+            .await
+    }
+
+    async fn procedures(&self) -> Result<Vec<ProcedureRecord>> {
+        sqlx::query("SELECT spec, submitted_at FROM procedures ORDER BY seq")
+            .fetch_all(&self.pool)
+            .await
+            .context("reading procedures")?
+            .iter()
+            .map(procedure_record)
+            .collect()
     }
 
     async fn open_requests(&self, node: &NodeName) -> Result<Vec<RequestRecord>> {

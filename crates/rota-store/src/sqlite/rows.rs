@@ -8,7 +8,7 @@ use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
 use crate::error::{Context, Error, Result};
-use crate::model::{NodeRecord, RequestRecord, RequestState, now_millis};
+use crate::model::{NodeRecord, ProcedureRecord, RequestRecord, RequestState, now_millis};
 
 pub(super) fn parse<T: FromStr>(column: &'static str, value: String) -> Result<T>
 where
@@ -151,4 +151,21 @@ pub(super) async fn changes_before_turn(
     }
     let free = concurrency - held;
     Ok(u64::try_from(ahead - free + 1).unwrap_or(0))
+}
+
+pub(super) fn procedure_record(row: &SqliteRow) -> Result<ProcedureRecord> {
+    let get = |e: sqlx::Error| Error::Database {
+        context: "reading a procedure",
+        source: e,
+    };
+    let json: String = row.try_get("spec").map_err(get)?;
+    let spec = serde_json::from_str(&json).map_err(|e| Error::Corrupt {
+        column: "procedures.spec",
+        reason: e.to_string(),
+        value: json.clone(),
+    })?;
+    Ok(ProcedureRecord {
+        spec,
+        submitted_at: row.try_get("submitted_at").map_err(get)?,
+    })
 }

@@ -6,13 +6,15 @@
 
 use std::sync::Arc;
 
-use rota_core::{NodeName, Process};
+use rota_core::{NodeName, ProcedureSpec, Process};
 use sqlx::SqliteConnection;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::writes;
 use crate::error::{Error, Result};
-use crate::model::{Acquire, NodeRecord, RequestRecord, Session, Transition};
+use crate::model::{
+    Acquire, NodeRecord, Outcome, ProcedureRecord, RequestRecord, Session, Transition,
+};
 
 /// Most operations in one transaction: bounds how long another process waits for the lock.
 const MAX_BATCH: usize = 256;
@@ -60,6 +62,16 @@ pub(super) enum Op {
         session: Session,
         process: Process,
         reply: Reply<bool>,
+    },
+    CompleteRequest {
+        session: Session,
+        process: Process,
+        outcome: Outcome,
+        reply: Reply<RequestRecord>,
+    },
+    SubmitProcedure {
+        spec: Box<ProcedureSpec>,
+        reply: Reply<(ProcedureRecord, bool)>,
     },
     Transition {
         session: Session,
@@ -162,6 +174,18 @@ async fn execute(conn: &mut SqliteConnection, op: Op) -> (Done, u64) {
             let result = writes::cancel_request(conn, &session, &process).await;
             (done(reply, result), 0)
         }
+        Op::CompleteRequest {
+            session,
+            process,
+            outcome,
+            reply,
+        } => {
+            let result = writes::complete_request(conn, &session, &process, &outcome).await;
+            (done(reply, result), 0)
+        }
+        Op::SubmitProcedure { spec, reply } => {
+            (done(reply, writes::submit_procedure(conn, &spec).await), 0)
+        }
         Op::Transition {
             session,
             transition,
@@ -260,6 +284,8 @@ fn refuse(op: Op) -> Done {
         Op::Fence { reply, .. } => skipped(reply),
         Op::AddRequest { reply, .. } => skipped(reply),
         Op::CancelRequest { reply, .. } => skipped(reply),
+        Op::CompleteRequest { reply, .. } => skipped(reply),
+        Op::SubmitProcedure { reply, .. } => skipped(reply),
         Op::Transition { reply, .. } | Op::Unlock { reply, .. } | Op::Retry { reply, .. } => {
             skipped(reply)
         }

@@ -4,16 +4,17 @@
 
 use std::time::Duration;
 
-use rota_core::{HistoryEvent, NodeName, NodeState, Process};
+use rota_core::{HistoryEvent, NodeName, NodeState, ProcedureSpec, Process};
 use sqlx::SqliteConnection;
 
 use super::rows::{
-    changes_before_turn, fetch_node, node_record, read_concurrency, request_record, slot_index,
+    changes_before_turn, fetch_node, node_record, procedure_record, read_concurrency,
+    request_record, slot_index,
 };
 use crate::error::{Context, Error, Result};
 use crate::model::{
-    Acquire, Millis, NodeRecord, RequestRecord, RequestState, Session, Transition, WindowChange,
-    now_millis,
+    Acquire, Millis, NodeRecord, Outcome, ProcedureRecord, RequestRecord, RequestState, Session,
+    Transition, WindowChange, now_millis,
 };
 
 fn typed<T>(result: Result<T>) -> Result<T> {
@@ -603,8 +604,7 @@ pub(super) async fn add_request(
          SELECT ?1, ?2, ?3, ?4, 'pending' WHERE EXISTS ( \
            SELECT 1 FROM nodes n JOIN sessions s ON s.id = n.session_id \
            WHERE n.node = ?1 AND s.id = ?5 AND s.superseded = 0 AND s.deadline > ?4) \
-         ON CONFLICT (node, process) WHERE state IN ('pending', 'active') DO NOTHING \
-         RETURNING *",
+         ON CONFLICT DO NOTHING RETURNING *",
     )
     .bind(session.node.as_str())
     .bind(process.to_string())
@@ -619,7 +619,7 @@ pub(super) async fn add_request(
     }
     let existing = sqlx::query(
         "SELECT * FROM requests WHERE node = ? AND process = ? \
-         AND state IN ('pending', 'active')",
+         AND (state IN ('pending', 'active') OR process LIKE 'mop/%') ORDER BY id DESC LIMIT 1",
     )
     .bind(session.node.as_str())
     .bind(process.to_string())
@@ -741,4 +741,116 @@ pub(super) async fn retry(tx: &mut SqliteConnection, node: &NodeName) -> Result<
             .context("retrying the node")?;
         expect_node(fetch_node(tx, node).await?, node)
     })
+}
+
+pub(super) async fn complete_request(
+    tx: &mut SqliteConnection,
+    session: &Session,
+    process: &Process,
+    outcome: &Outcome,
+) -> Result<RequestRecord> {
+    atomically!(tx, {
+        check_session(tx, session).await?;
+        let node = &session.node;
+        let process_name = process.to_string();
+        let now = now_millis();
+        let (state, event, cause) = match outcome {
+            Outcome::Succeeded { detail } => ("done", HistoryEvent::Finished, detail.as_deref()),
+            Outcome::Failed { cause, .. } => ("active", HistoryEvent::Failed, Some(cause.as_str())),
+        };
+        let finished_at = (state == "done").then_some(now);
+        let row = sqlx::query(
+            "UPDATE requests SET state = ?, finished_at = ? \
+             WHERE node = ? AND process = ? AND state = 'active' RETURNING *",
+        )
+        .bind(state)
+        .bind(finished_at)
+        .bind(node.as_str())
+        .bind(&process_name)
+        .fetch_optional(&mut *tx)
+        .await
+        .context("completing a request")?
+        .ok_or_else(|| Error::NotActive {
+            node: node.clone(),
+            process: process.clone(),
+        })?;
+        match outcome {
+            Outcome::Succeeded { .. } => {
+                sqlx::query("DELETE FROM backoff WHERE node = ? AND process = ?")
+                    .bind(node.as_str())
+                    .bind(&process_name)
+                    .execute(&mut *tx)
+                    .await
+                    .context("clearing backoff")?;
+            }
+            Outcome::Failed { cause, policy } => {
+                record_backoff(tx, node, &process_name, policy, cause, now).await?;
+                sqlx::query("UPDATE nodes SET last_result = ? WHERE node = ?")
+                    .bind(format!("failed: {cause}"))
+                    .bind(node.as_str())
+                    .execute(&mut *tx)
+                    .await
+                    .context("recording the result")?;
+            }
+        }
+        let slot = held_slot(tx, node).await?;
+        append_history(
+            tx,
+            HistoryRow {
+                node,
+                process: &process_name,
+                event,
+                at: now,
+                cause,
+                slot,
+                released: false,
+            },
+        )
+        .await?;
+        request_record(&row)
+    })
+}
+
+/// Stores a new procedure, or returns the stored one when it is the same.
+pub(super) async fn submit_procedure(
+    tx: &mut SqliteConnection,
+    spec: &ProcedureSpec,
+) -> Result<(ProcedureRecord, bool)> {
+    spec.validate()?;
+    let json = serde_json::to_string(spec).map_err(|e| Error::Corrupt {
+        column: "procedures.spec",
+        value: spec.name.clone(),
+        reason: e.to_string(),
+    })?;
+    let now = now_millis();
+    let inserted = sqlx::query(
+        "INSERT INTO procedures (name, spec, submitted_at) VALUES (?, ?, ?) \
+         ON CONFLICT (name) DO NOTHING RETURNING submitted_at",
+    )
+    .bind(&spec.name)
+    .bind(&json)
+    .bind(now)
+    .fetch_optional(&mut *tx)
+    .await
+    .context("submitting a procedure")?;
+    if inserted.is_some() {
+        let record = ProcedureRecord {
+            spec: spec.clone(),
+            submitted_at: now,
+        };
+        return Ok((record, true));
+    }
+    let row = sqlx::query("SELECT spec, submitted_at FROM procedures WHERE name = ?")
+        .bind(&spec.name)
+        .fetch_one(&mut *tx)
+        .await
+        .context("reading a procedure")?;
+    let existing = procedure_record(&row)?;
+    if &existing.spec == spec {
+        Ok((existing, false))
+    } else {
+        Err(Error::ProcedureConflict {
+            name: spec.name.clone(),
+        })
+    }
 }
