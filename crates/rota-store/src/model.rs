@@ -247,6 +247,9 @@ impl Acquire {
 pub struct ProcedureRecord {
     pub spec: ProcedureSpec,
     pub submitted_at: Millis,
+    /// The text to run: the inline script, or the one read from its ConfigMap; `None` when
+    /// the ConfigMap or its key is missing (the agent then refuses to run it and says why).
+    pub script: Option<String>,
 }
 
 /// How one active request of an open window ended (see

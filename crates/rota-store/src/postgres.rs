@@ -345,6 +345,7 @@ fn procedure_record(row: &PgRow) -> Result<ProcedureRecord> {
         value: json.clone(),
     })?;
     Ok(ProcedureRecord {
+        script: spec.script.clone(),
         spec,
         submitted_at: row.try_get("submitted_at").map_err(&get)?,
     })

@@ -165,6 +165,7 @@ pub(super) fn procedure_record(row: &SqliteRow) -> Result<ProcedureRecord> {
         value: json.clone(),
     })?;
     Ok(ProcedureRecord {
+        script: spec.script.clone(),
         spec,
         submitted_at: row.try_get("submitted_at").map_err(get)?,
     })

@@ -837,6 +837,7 @@ pub(super) async fn submit_procedure(
         let record = ProcedureRecord {
             spec: spec.clone(),
             submitted_at: now,
+            script: spec.script.clone(),
         };
         return Ok((record, true));
     }
