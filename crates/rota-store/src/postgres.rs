@@ -339,11 +339,12 @@ const REQUEST_COLUMNS: &str = "id, node, process, source, created_at, state";
 fn procedure_record(row: &PgRow) -> Result<ProcedureRecord> {
     let get = getter("reading a procedure");
     let json: String = row.try_get("spec").map_err(&get)?;
-    let spec = serde_json::from_str(&json).map_err(|e| Error::Corrupt {
-        column: "procedures.spec",
-        reason: e.to_string(),
-        value: json.clone(),
-    })?;
+    let spec: rota_core::ProcedureSpec =
+        serde_json::from_str(&json).map_err(|e| Error::Corrupt {
+            column: "procedures.spec",
+            reason: e.to_string(),
+            value: json.clone(),
+        })?;
     Ok(ProcedureRecord {
         script: spec.script.clone(),
         spec,

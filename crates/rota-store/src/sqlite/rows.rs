@@ -159,11 +159,12 @@ pub(super) fn procedure_record(row: &SqliteRow) -> Result<ProcedureRecord> {
         source: e,
     };
     let json: String = row.try_get("spec").map_err(get)?;
-    let spec = serde_json::from_str(&json).map_err(|e| Error::Corrupt {
-        column: "procedures.spec",
-        reason: e.to_string(),
-        value: json.clone(),
-    })?;
+    let spec: rota_core::ProcedureSpec =
+        serde_json::from_str(&json).map_err(|e| Error::Corrupt {
+            column: "procedures.spec",
+            reason: e.to_string(),
+            value: json.clone(),
+        })?;
     Ok(ProcedureRecord {
         script: spec.script.clone(),
         spec,
