@@ -6,6 +6,7 @@ mod actions;
 mod agent;
 mod config;
 mod error;
+mod procedures;
 
 pub use actions::{CommandActions, NodeActions, RebootHandle};
 pub use agent::{Agent, read_boot_id};

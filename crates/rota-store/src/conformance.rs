@@ -820,6 +820,24 @@ pub async fn a_failed_request_stays_active_and_backs_off(store: Arc<dyn Store>) 
             .await
             .expect("fail");
         assert_eq!(failed.state, RequestState::Active, "it stays for a retry");
+        let record = store.node(&node("a")).await.expect("read").expect("node");
+        assert_eq!(record.state, NodeState::Failed, "the node fails closed");
+        assert_eq!(record.slot, Some(0), "and keeps its slot");
+        let refused = store
+            .complete_request(
+                &s,
+                &second,
+                &Outcome::Failed {
+                    cause: "again".into(),
+                    policy: policy(),
+                },
+            )
+            .await;
+        assert!(
+            matches!(refused, Err(Error::Conflict { .. })),
+            "{refused:?}"
+        );
+        store.retry(&node("a")).await.expect("operator retries");
         let backoffs = store.backoffs(&node("a")).await.expect("backoffs");
         let backoff = backoffs
             .iter()
@@ -830,6 +848,7 @@ pub async fn a_failed_request_stays_active_and_backs_off(store: Arc<dyn Store>) 
     }
     let record = store.node(&node("a")).await.expect("read").expect("node");
     assert_eq!(record.last_result.as_deref(), Some("failed: exit 3"));
+    assert_eq!(record.state, NodeState::Maintaining, "retried");
     let failures = store
         .history(&HistoryFilter {
             event: Some(HistoryEvent::Failed),

@@ -260,7 +260,8 @@ pub enum Outcome {
     /// its backoff is cleared. The window stays open.
     Succeeded { detail: Option<String> },
     /// The attempt failed: `failed` in history with the cause and a backoff by `policy`. The
-    /// request stays active, so that a retry runs it again in the same window.
+    /// request stays active, so that a retry runs it again in the same window, and the node
+    /// fails closed.
     Failed {
         cause: String,
         policy: BackoffPolicy,

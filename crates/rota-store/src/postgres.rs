@@ -792,6 +792,15 @@ impl Store for PostgresStore {
                 session: session.id,
             });
         }
+        if let (Outcome::Failed { .. }, Some(locked)) = (outcome, &locked)
+            && locked.record.state != NodeState::Maintaining
+        {
+            return Err(Error::Conflict {
+                node: node.clone(),
+                expected: NodeState::Maintaining,
+                actual: locked.record.state.to_string(),
+            });
+        }
         let (state, event, cause) = match outcome {
             Outcome::Succeeded { detail } => ("done", HistoryEvent::Finished, detail.as_deref()),
             Outcome::Failed { cause, .. } => ("active", HistoryEvent::Failed, Some(cause.as_str())),
@@ -840,12 +849,17 @@ impl Store for PostgresStore {
                 .execute(&mut *tx)
                 .await
                 .context(CONTEXT)?;
-                sqlx::query("UPDATE nodes SET last_result = $2 WHERE node = $1")
-                    .bind(node.as_str())
-                    .bind(format!("failed: {cause}"))
-                    .execute(&mut *tx)
-                    .await
-                    .context(CONTEXT)?;
+                // Fail closed in the same write: a failure recorded without it would let a
+                // restarted agent start the next attempt instead of waiting for an operator.
+                sqlx::query(
+                    "UPDATE nodes SET last_result = $2, state = 'failed', since = rota_now_ms() \
+                     WHERE node = $1",
+                )
+                .bind(node.as_str())
+                .bind(format!("failed: {cause}"))
+                .execute(&mut *tx)
+                .await
+                .context(CONTEXT)?;
             }
         }
         sqlx::query(

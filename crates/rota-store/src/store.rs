@@ -55,8 +55,11 @@ pub trait Store: Send + Sync {
     /// Every request ever made, open or closed, oldest first.
     async fn all_requests(&self) -> Result<Vec<RequestRecord>>;
 
-    /// Ends one active request of the session's open window without closing the window (a
-    /// procedure that finished while others go on); refused unless the request is active.
+    /// Records how one active request of the session's open window ended (a procedure, while
+    /// others go on); refused unless the request is active. A success closes the request and
+    /// leaves the window open. A failure leaves the request active and, in the same write, fails
+    /// the node closed (maintaining → failed, keeping slot and cordon; refused with `Conflict`
+    /// from any other state), so that only an operator's retry starts another attempt.
     async fn complete_request(
         &self,
         session: &Session,

@@ -758,6 +758,21 @@ pub(super) async fn complete_request(
             Outcome::Succeeded { detail } => ("done", HistoryEvent::Finished, detail.as_deref()),
             Outcome::Failed { cause, .. } => ("active", HistoryEvent::Failed, Some(cause.as_str())),
         };
+        if matches!(outcome, Outcome::Failed { .. }) {
+            // Fail closed in the same write: a failure recorded without it would let a
+            // restarted agent start the next attempt instead of waiting for an operator.
+            let failed = sqlx::query(
+                "UPDATE nodes SET state = 'failed', since = ? WHERE node = ? AND state = 'maintaining'",
+            )
+            .bind(now)
+            .bind(node.as_str())
+            .execute(&mut *tx)
+            .await
+            .context("failing the node")?;
+            if failed.rows_affected() == 0 {
+                return Err(refusal(tx, session, NodeState::Maintaining).await);
+            }
+        }
         let finished_at = (state == "done").then_some(now);
         let row = sqlx::query(
             "UPDATE requests SET state = ?, finished_at = ? \
