@@ -2,6 +2,7 @@
 //! shell commands for a standalone host, the Kubernetes API in a cluster, or the simulator's
 //! stand-ins in `rota simulate`.
 
+use std::collections::BTreeMap;
 use std::process::Stdio;
 
 use async_trait::async_trait;
@@ -26,6 +27,11 @@ pub trait NodeActions: Send + Sync {
     /// Starts the reboot as a child process and returns at once; the agent stays alive.
     async fn reboot(&self) -> Result<RebootHandle, ActionError>;
     async fn health(&self) -> Result<(), ActionError>;
+    /// The node's labels as its platform knows them (a Kubernetes Node's), for procedures'
+    /// node selectors; a standalone host has none beyond its configuration.
+    async fn labels(&self) -> Result<BTreeMap<String, String>, ActionError> {
+        Ok(BTreeMap::new())
+    }
 }
 
 /// Node actions as shell commands (`sh -c`), for standalone hosts. A missing command is a

@@ -2,17 +2,18 @@
 //! for, persist the result, repeat. Every step starts from persisted state, so an agent killed
 //! at any point continues where it stopped when it starts again.
 
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rota_core::{Effect, Event, NodeState, Process};
+use rota_core::{Effect, Event, NodeState, ProcedureEntry, Process};
 use rota_sentinel::{SentinelWatcher, Snapshot, WatcherOptions};
 use rota_store::{
-    Acquire, Millis, NodeFields, NodeRecord, RequestRecord, RequestState, Session, Store,
-    Transition, WindowChange, now_millis,
+    Acquire, Millis, NodeFields, NodeRecord, Outcome, ProcedureRecord, RequestRecord, RequestState,
+    Session, Store, Transition, WindowChange, now_millis,
 };
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -20,6 +21,7 @@ use tracing::{info, warn};
 use crate::actions::{NodeActions, RebootHandle};
 use crate::config::AgentConfig;
 use crate::error::{ActionError, Error, Result};
+use crate::procedures::{ORPHAN_POLL, RunState, Runner, attempt_run};
 
 /// Pause before retrying a step whose store write or node action failed transiently.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
@@ -41,6 +43,31 @@ struct Running {
     reboot: Option<RebootHandle>,
     /// The sentinels changed since requests were last synced with them.
     sentinels_dirty: bool,
+    runner: Runner,
+    /// Notified when a procedure this agent started exits.
+    procedure_exits: Arc<Notify>,
+    /// Procedures whose request this incarnation has made (or found) on this node.
+    ensured: HashSet<String>,
+    /// When procedures were last looked for.
+    procedures_checked: Option<Instant>,
+}
+
+/// A node's procedures by name.
+type Procedures = HashMap<String, ProcedureRecord>;
+
+/// Whether a request needs the node drained: a reboot and kustodian's maintenance always do,
+/// a procedure when it says so (an unknown one, to be safe, does).
+fn needs_drain(request: &RequestRecord, procedures: &Procedures) -> bool {
+    match &request.process {
+        Process::Mop(name) => procedures.get(name).is_none_or(|p| p.spec.needs_drain()),
+        Process::Reboot | Process::Maintenance => true,
+    }
+}
+
+/// Whether a window's node is out of service: rota cordoned it (and drained it), or it was
+/// cordoned before. A window whose work needed no drain is neither.
+fn drained(record: &NodeRecord) -> bool {
+    record.cordoned_by_rota || record.pre_cordoned
 }
 
 fn millis(time: SystemTime) -> Millis {
@@ -134,6 +161,15 @@ impl Agent {
             self.cancel.clone(),
             superseded.clone(),
         ));
+        let runner = Runner::new(
+            self.config.host_path(&self.config.state_dir).join("runs"),
+            self.config.host_path(&self.config.marker_dir),
+            self.config.exec_prefix.clone(),
+            self.config.node.as_str(),
+        );
+        for stale in runner.clean_stale_markers()? {
+            info!(node = %self.config.node, marker = %stale.display(), "removed a stale procedure marker");
+        }
         let mut running = Running {
             session,
             boot_id,
@@ -141,6 +177,10 @@ impl Agent {
             changes: self.store.changes(),
             reboot: None,
             sentinels_dirty: true,
+            procedure_exits: runner.exited(),
+            runner,
+            ensured: HashSet::new(),
+            procedures_checked: None,
         };
         let result = self.run_steps(&mut running).await;
         self.cancel.cancel();
@@ -202,6 +242,7 @@ impl Agent {
     ) -> Result<()> {
         let poll = Instant::now() + self.config.store_poll;
         let until = until.map_or(poll, |u| u.min(poll));
+        let exits = running.procedure_exits.clone();
         let changes = &mut running.changes;
         let store_changed = async move {
             match store_changes {
@@ -224,6 +265,7 @@ impl Agent {
                 Ok(())
             }
             () = store_changed => Ok(()),
+            () = exits.notified() => Ok(()),
             () = tokio::time::sleep_until(until) => Ok(()),
         }
     }
@@ -291,6 +333,7 @@ impl Agent {
         running: &mut Running,
         record: &NodeRecord,
     ) -> Result<Vec<RequestRecord>> {
+        self.enqueue_procedures(running).await?;
         if !running.sentinels_dirty {
             return Ok(self.store.open_requests(&self.config.node).await?);
         }
@@ -343,6 +386,87 @@ impl Agent {
         // Only now: a failed write above leaves the flag set, so the next step tries again.
         running.sentinels_dirty = false;
         Ok(open)
+    }
+
+    /// Every `procedure_poll`: makes this node's request for each procedure that matches it
+    /// (once ever per node: the store refuses a second one), and cancels pending requests of
+    /// procedures that were deleted.
+    async fn enqueue_procedures(&self, running: &mut Running) -> Result<()> {
+        if running
+            .procedures_checked
+            .is_some_and(|at| at.elapsed() < self.config.procedure_poll)
+        {
+            return Ok(());
+        }
+        let procedures = self.store.procedures().await?;
+        let mut labels: Option<BTreeMap<String, String>> = None;
+        for procedure in &procedures {
+            let spec = &procedure.spec;
+            if running.ensured.contains(&spec.name)
+                || !(spec.nodes.is_empty() || spec.nodes.contains(&self.config.node))
+            {
+                continue;
+            }
+            let matches = if spec.node_selector.is_empty() {
+                spec.matches(&self.config.node, &BTreeMap::new())
+            } else {
+                if labels.is_none() {
+                    labels = self.labels().await;
+                }
+                labels
+                    .as_ref()
+                    .is_some_and(|labels| spec.matches(&self.config.node, labels))
+            };
+            if !matches {
+                continue;
+            }
+            let process = spec.process().map_err(rota_store::Error::from)?;
+            let (_, created) = self
+                .store
+                .add_request(&running.session, &process, "procedure")
+                .await?;
+            if created {
+                info!(node = %self.config.node, %process, priority = %spec.priority, "procedure requested");
+            }
+            running.ensured.insert(spec.name.clone());
+        }
+        for request in self.store.open_requests(&self.config.node).await? {
+            if let Process::Mop(name) = &request.process
+                && request.state == RequestState::Pending
+                && !procedures.iter().any(|p| &p.spec.name == name)
+            {
+                self.store
+                    .cancel_request(&running.session, &request.process)
+                    .await?;
+                info!(node = %self.config.node, process = %request.process, "procedure deleted; its pending request is canceled");
+            }
+        }
+        running.procedures_checked = Some(Instant::now());
+        Ok(())
+    }
+
+    /// The node's labels: the configured ones, and the platform's (a Node's) over them; `None`
+    /// when the platform's cannot be read now (selectors are then tried again later).
+    async fn labels(&self) -> Option<BTreeMap<String, String>> {
+        let mut labels = self.config.node_labels.clone();
+        match self.actions.labels().await {
+            Ok(platform) => labels.extend(platform),
+            Err(e) => {
+                warn!(node = %self.config.node, error = %e, "cannot read the node's labels");
+                return None;
+            }
+        }
+        Some(labels)
+    }
+
+    async fn procedure_map(&self) -> Result<Procedures> {
+        Ok(self
+            .store
+            .procedures()
+            .await?
+            .into_iter()
+            .map(|p| (p.spec.name.clone(), p))
+            .collect())
     }
 
     fn sentinel_source(&self, source: &str) -> bool {
@@ -466,6 +590,16 @@ impl Agent {
         if !open.iter().any(|r| r.state == RequestState::Pending) {
             return Ok(record.clone());
         }
+        if record.state != NodeState::Draining && !drained(record) {
+            // The window skipped the drain: work that needs one waits for the next window.
+            let procedures = self.procedure_map().await?;
+            if open
+                .iter()
+                .any(|r| r.state == RequestState::Pending && needs_drain(r, &procedures))
+            {
+                return Ok(record.clone());
+            }
+        }
         self.commit(
             running,
             record,
@@ -477,6 +611,26 @@ impl Agent {
 
     async fn draining(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
         let record = self.join_pending(running, record).await?;
+        // A node cordoned beforehand is always drained: afterwards, rota could not tell
+        // whether its window drained it.
+        if !record.pre_cordoned {
+            let procedures = self.procedure_map().await?;
+            let open = self.store.open_requests(&self.config.node).await?;
+            if !open
+                .iter()
+                .any(|r| r.state == RequestState::Active && needs_drain(r, &procedures))
+            {
+                info!(node = %self.config.node, "no work of this window needs a drain");
+                self.commit(
+                    running,
+                    &record,
+                    Event::DrainSkipped,
+                    Transition::new(NodeState::Draining, NodeState::Maintaining),
+                )
+                .await?;
+                return Ok(());
+            }
+        }
         self.store
             .fence(&running.session, self.config.session_ttl)
             .await?;
@@ -518,14 +672,21 @@ impl Agent {
 
     async fn maintaining(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
         let record = self.join_pending(running, record).await?;
-        let active: Vec<Process> = self
+        let active: Vec<RequestRecord> = self
             .store
             .open_requests(&self.config.node)
             .await?
             .into_iter()
             .filter(|r| r.state == RequestState::Active)
-            .map(|r| r.process)
             .collect();
+        let procedures: Vec<&RequestRecord> = active
+            .iter()
+            .filter(|r| matches!(r.process, Process::Mop(_)))
+            .collect();
+        if !procedures.is_empty() {
+            return self.run_procedures(running, &procedures).await;
+        }
+        let active: Vec<Process> = active.into_iter().map(|r| r.process).collect();
         if active.contains(&Process::Maintenance) && !self.kustodian_done(running).await? {
             return self.wait(running, None, None).await;
         }
@@ -567,6 +728,177 @@ impl Agent {
         match self.actions.reboot().await {
             Ok(handle) => running.reboot = Some(handle),
             Err(e) => self.reboot_failed(running, &record, &e).await?,
+        }
+        Ok(())
+    }
+
+    /// One step of the window's procedures, by the priority rule of design.md §5: records an
+    /// attempt that ended, starts the procedures the rule clears, or waits for a change.
+    async fn run_procedures(
+        &self,
+        running: &mut Running,
+        requests: &[&RequestRecord],
+    ) -> Result<()> {
+        let procedures = self.procedure_map().await?;
+        let mut entries = Vec::new();
+        let mut ready = Vec::new();
+        let mut orphans = false;
+        let mut exclusive_running = false;
+        for request in requests {
+            let Process::Mop(name) = &request.process else {
+                continue;
+            };
+            let Some(procedure) = procedures.get(name) else {
+                let cause = format!("procedure {name} no longer exists");
+                return self
+                    .procedure_failed(running, request, None, None, cause)
+                    .await;
+            };
+            let latest = running.runner.latest(request.id)?;
+            let next = latest.as_ref().map_or(0, |a| a.index + 1);
+            let waiting = match latest {
+                None => attempt_run(request.id, 0),
+                Some(attempt) => match attempt.state {
+                    RunState::Running => {
+                        orphans |= running.runner.is_orphan(&attempt.run);
+                        exclusive_running |= procedure.spec.exclusive;
+                        entries.push(entry(request, procedure, true));
+                        continue;
+                    }
+                    RunState::Exited(code) if code == 0 || !attempt.recorded => {
+                        return self
+                            .procedure_exited(running, request, procedure, &attempt.run, code)
+                            .await;
+                    }
+                    RunState::Interrupted if !attempt.recorded && !procedure.spec.retry => {
+                        let cause = format!(
+                            "procedure {name} was interrupted: its agent stopped while it ran                              and it is no longer running (set retry to run it again)"
+                        );
+                        return self
+                            .procedure_failed(
+                                running,
+                                request,
+                                Some(procedure),
+                                Some(&attempt.run),
+                                cause,
+                            )
+                            .await;
+                    }
+                    RunState::Interrupted if !attempt.recorded => {
+                        warn!(node = %self.config.node, procedure = name, run = attempt.run, "an interrupted attempt runs again (retry)");
+                        attempt_run(request.id, next)
+                    }
+                    // A recorded failure and a node back in maintenance: an operator retried.
+                    _ => attempt_run(request.id, next),
+                },
+            };
+            entries.push(entry(request, procedure, false));
+            ready.push((waiting, *request, procedure));
+        }
+        let mut anything_running = entries.iter().any(|e| e.running);
+        let mut started = false;
+        for id in rota_core::startable(&entries) {
+            let Some((run, request, procedure)) = ready
+                .iter()
+                .find(|(_, r, _)| u64::try_from(r.id).ok() == Some(id))
+            else {
+                continue;
+            };
+            let spec = &procedure.spec;
+            if exclusive_running || (spec.exclusive && anything_running) {
+                continue;
+            }
+            let Some(script) = &procedure.script else {
+                let cause = format!(
+                    "the script of procedure {} could not be read (its ConfigMap or key is missing)",
+                    spec.name
+                );
+                return self
+                    .procedure_failed(running, request, Some(procedure), None, cause)
+                    .await;
+            };
+            if let Err(e) = spec.check_pin(script) {
+                return self
+                    .procedure_failed(running, request, Some(procedure), None, e.to_string())
+                    .await;
+            }
+            self.store
+                .fence(&running.session, self.config.session_ttl)
+                .await?;
+            running.runner.start(run, spec, script)?;
+            info!(node = %self.config.node, procedure = spec.name, priority = %spec.priority, run, "procedure started");
+            anything_running = true;
+            exclusive_running |= spec.exclusive;
+            started = true;
+        }
+        if started {
+            return Ok(());
+        }
+        let until = orphans.then(|| Instant::now() + ORPHAN_POLL);
+        self.wait(running, until, None).await
+    }
+
+    /// Records an attempt that ended: a success closes its request (asking for the reboot it
+    /// wants first, so that the reboot joins this window), a failure fails the node closed.
+    async fn procedure_exited(
+        &self,
+        running: &mut Running,
+        request: &RequestRecord,
+        procedure: &ProcedureRecord,
+        run: &str,
+        code: i32,
+    ) -> Result<()> {
+        let spec = &procedure.spec;
+        let summary = running.runner.summary(run, spec, code);
+        if code != 0 {
+            let cause = format!("procedure {} failed: {summary}", spec.name);
+            return self
+                .procedure_failed(running, request, Some(procedure), Some(run), cause)
+                .await;
+        }
+        if spec.reboot {
+            let source = request.process.to_string();
+            self.store
+                .add_request(&running.session, &Process::Reboot, &source)
+                .await?;
+        }
+        self.store
+            .complete_request(
+                &running.session,
+                &request.process,
+                &Outcome::Succeeded {
+                    detail: Some(summary),
+                },
+            )
+            .await?;
+        running.runner.finish(spec)?;
+        info!(node = %self.config.node, procedure = spec.name, run, "procedure finished");
+        Ok(())
+    }
+
+    /// Records a procedure's failure; the store fails the node closed in the same write.
+    async fn procedure_failed(
+        &self,
+        running: &mut Running,
+        request: &RequestRecord,
+        procedure: Option<&ProcedureRecord>,
+        run: Option<&str>,
+        cause: String,
+    ) -> Result<()> {
+        warn!(node = %self.config.node, process = %request.process, cause, "procedure failed; the node keeps its slot and cordon");
+        let policy = procedure.map_or(self.config.backoff, |p| (&p.spec.backoff).into());
+        self.store
+            .complete_request(
+                &running.session,
+                &request.process,
+                &Outcome::Failed { cause, policy },
+            )
+            .await?;
+        if let Some(run) = run {
+            running.runner.mark_recorded(run)?;
+        }
+        if let Some(procedure) = procedure {
+            running.runner.finish(&procedure.spec)?;
         }
         Ok(())
     }
@@ -715,6 +1047,17 @@ impl Agent {
         )
         .await?;
         Ok(())
+    }
+}
+
+/// A request as the priority rule sees it: requests arrive in id order on a node.
+fn entry(request: &RequestRecord, procedure: &ProcedureRecord, running: bool) -> ProcedureEntry {
+    let id = u64::try_from(request.id).unwrap_or(0);
+    ProcedureEntry {
+        id,
+        priority: procedure.spec.priority,
+        arrival: id,
+        running,
     }
 }
 

@@ -1,3 +1,4 @@
+use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
@@ -10,6 +11,10 @@ pub const MAINTENANCE_REQUIRED: &str = "/var/maintenance-required";
 /// ...and rota answers with this one once the node is drained.
 pub const MAINTENANCE_IN_PROGRESS: &str = "/var/maintenance-in-progress";
 pub const DEFAULT_BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
+/// Where the agent keeps its procedure runs (host path).
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/rota";
+/// Where the seed's `<priority>.maintenance` markers live (host path).
+pub const MARKER_DIR: &str = "/var";
 
 /// Everything one agent needs to know about its node and its policies.
 #[derive(Clone, Debug)]
@@ -37,6 +42,18 @@ pub struct AgentConfig {
     /// How often to re-read the store in case another process changed it without telling
     /// this one (SQLite shared by several processes).
     pub store_poll: Duration,
+    /// Host path of the agent's own state: procedure runs live in `runs/` below it.
+    pub state_dir: PathBuf,
+    /// Host path of the directory holding the `<priority>.maintenance` markers.
+    pub marker_dir: PathBuf,
+    /// The command words a procedure's script runs under (`nsenter … --` in a pod); empty runs
+    /// it directly.
+    pub exec_prefix: Vec<String>,
+    /// This node's labels, for procedures' node selectors (standalone hosts; in Kubernetes the
+    /// Node's labels are added).
+    pub node_labels: BTreeMap<String, String>,
+    /// How often to look for new procedures.
+    pub procedure_poll: Duration,
 }
 
 impl AgentConfig {
@@ -62,6 +79,11 @@ impl AgentConfig {
             },
             safety_recheck: Duration::from_secs(60),
             store_poll: Duration::from_secs(1),
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            marker_dir: PathBuf::from(MARKER_DIR),
+            exec_prefix: Vec::new(),
+            node_labels: BTreeMap::new(),
+            procedure_poll: Duration::from_secs(5),
         }
     }
 

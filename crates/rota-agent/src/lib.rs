@@ -11,7 +11,7 @@ mod procedures;
 pub use actions::{CommandActions, NodeActions, RebootHandle};
 pub use agent::{Agent, read_boot_id};
 pub use config::{
-    AgentConfig, DEFAULT_BOOT_ID_FILE, DEFAULT_REBOOT_SENTINELS, MAINTENANCE_IN_PROGRESS,
-    MAINTENANCE_REQUIRED,
+    AgentConfig, DEFAULT_BOOT_ID_FILE, DEFAULT_REBOOT_SENTINELS, DEFAULT_STATE_DIR,
+    MAINTENANCE_IN_PROGRESS, MAINTENANCE_REQUIRED, MARKER_DIR,
 };
 pub use error::{ActionError, Error, Result};

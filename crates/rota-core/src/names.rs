@@ -198,15 +198,19 @@ pub enum HistoryEvent {
     Failed,
     /// Work was abandoned: the request was withdrawn or an operator unlocked the node.
     Canceled,
+    /// A window closed successfully with none of its requests left open (each procedure
+    /// already has its own `finished`): the slot went back.
+    Released,
 }
 
 impl HistoryEvent {
     /// Every history event, in lifecycle order.
-    pub const ALL: [HistoryEvent; 4] = [
+    pub const ALL: [HistoryEvent; 5] = [
         HistoryEvent::Started,
         HistoryEvent::Finished,
         HistoryEvent::Failed,
         HistoryEvent::Canceled,
+        HistoryEvent::Released,
     ];
 
     /// The lowercase name used in storage and output.
@@ -216,6 +220,7 @@ impl HistoryEvent {
             HistoryEvent::Finished => "finished",
             HistoryEvent::Failed => "failed",
             HistoryEvent::Canceled => "canceled",
+            HistoryEvent::Released => "released",
         }
     }
 }

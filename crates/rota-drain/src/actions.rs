@@ -1,5 +1,7 @@
 //! [`KubeActions`]: the agent's node actions in a Kubernetes cluster.
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 use kube::Client;
 use rota_agent::{ActionError, CommandActions, NodeActions, RebootHandle};
@@ -101,5 +103,11 @@ impl NodeActions for KubeActions {
             .await
             .map_err(|e| failed("health check", e))?;
         self.commands.health().await
+    }
+
+    async fn labels(&self) -> Result<BTreeMap<String, String>, ActionError> {
+        node::labels(&self.client, self.node.as_str())
+            .await
+            .map_err(|e| failed("reading the node's labels", e))
     }
 }

@@ -49,6 +49,14 @@ pub async fn is_cordoned(client: &Client, node: &str) -> Result<bool> {
     Ok(node.spec.and_then(|s| s.unschedulable).unwrap_or(false))
 }
 
+/// The Node's labels.
+pub async fn labels(
+    client: &Client,
+    node: &str,
+) -> Result<std::collections::BTreeMap<String, String>> {
+    Ok(get(client, node).await?.metadata.labels.unwrap_or_default())
+}
+
 /// Succeeds when the node's `Ready` condition is `True`; otherwise says what the condition says.
 pub async fn check_ready(client: &Client, node: &str) -> Result<()> {
     let object = get(client, node).await?;

@@ -267,7 +267,13 @@ fn apply_window(
                 now,
             );
             status.backoff.retain(|b| !done.contains(&b.process));
-            record.each(status, &done, &fallback, HistoryEvent::Finished, None, true);
+            // With no request left, the release gets an entry of its own.
+            let event = if done.is_empty() {
+                HistoryEvent::Released
+            } else {
+                HistoryEvent::Finished
+            };
+            record.each(status, &done, &fallback, event, None, true);
         }
         WindowChange::Fail {
             cause,

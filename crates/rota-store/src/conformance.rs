@@ -803,6 +803,38 @@ pub async fn completing_a_request_keeps_the_window_open(store: Arc<dyn Store>) {
         .complete_request(&stale, &second, &Outcome::Succeeded { detail: None })
         .await
         .expect("the current session completes");
+    for (from, to, window) in [
+        (
+            NodeState::Maintaining,
+            NodeState::Verifying,
+            WindowChange::None,
+        ),
+        (NodeState::Verifying, NodeState::Idle, WindowChange::Finish),
+    ] {
+        store
+            .transition(&stale, Transition::new(from, to).window(window))
+            .await
+            .expect("close the window");
+    }
+    let history = store
+        .history(&HistoryFilter::default())
+        .await
+        .expect("history");
+    let last = history.last().expect("entries");
+    assert_eq!(
+        last.event,
+        HistoryEvent::Released,
+        "a window with no request left records the release on its own: {history:?}"
+    );
+    assert!(last.released);
+    let finished = history
+        .iter()
+        .filter(|h| h.event == HistoryEvent::Finished)
+        .count();
+    assert_eq!(
+        finished, 2,
+        "one `finished` per procedure, none for the window"
+    );
 }
 
 pub async fn a_failed_request_stays_active_and_backs_off(store: Arc<dyn Store>) {

@@ -21,7 +21,15 @@ const KUBE_STORE_POLL: Duration = Duration::from_secs(300);
 const DEFAULT_DRAIN_CONCURRENCY: usize = 5;
 
 fn config(args: AgentArgs) -> AgentConfig {
-    let mut config = AgentConfig::new(args.node);
+    let mut config = AgentConfig::new(args.node.clone());
+    config.node_labels = args.node_labels();
+    config.state_dir = args.state_dir;
+    config.exec_prefix = args
+        .exec_prefix
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    config.procedure_poll = args.procedure_poll;
     config.host_root = args.host_root;
     config.reboot_sentinels = args.reboot_sentinels;
     config.maintenance_required = args.maintenance_sentinel;

@@ -4,12 +4,13 @@
 //! subcommands (`agent`, `simulate`) are added as one variant and one module each. Commands that
 //! talk to the store flatten [`StoreArgs`].
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use rota_core::{HistoryEvent, NodeName, Process};
+use rota_core::{HistoryEvent, NodeName, Priority, Process};
 use rota_store::{Millis, StoreUrl};
 
 use crate::store::StoreLocation;
@@ -55,6 +56,9 @@ pub enum Command {
     ///
     /// The node keeps its slot and stays cordoned; its agent resumes the window's work.
     Retry(RetryArgs),
+    /// Maintenance procedures (MOPs): submit one to run once on every matching node, list them.
+    #[command(subcommand)]
+    Mop(MopCommand),
     /// Measure a store's throughput with many concurrent sessions, and count afterwards that no
     /// slot was granted twice and no history row was lost. Needs a store of its own.
     Bench(BenchArgs),
@@ -71,6 +75,7 @@ impl Command {
             | Command::History(_)
             | Command::Unlock(_)
             | Command::Retry(_)
+            | Command::Mop(_)
             | Command::Bench(_) => "warn",
         }
     }
@@ -397,6 +402,26 @@ pub struct AgentArgs {
     /// With --node-actions kube: override the pods' termination grace period.
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub drain_grace_period: Option<Duration>,
+    /// Host directory of the agent's own state (procedure runs survive restarts there).
+    #[arg(long, value_name = "PATH", value_parser = host_path, default_value = rota_agent::DEFAULT_STATE_DIR)]
+    pub state_dir: PathBuf,
+    /// Command words procedure scripts run under, split at spaces (in a pod:
+    /// "nsenter -t 1 -m -u -i -n -p --"); empty runs them directly.
+    #[arg(long, value_name = "WORDS", default_value = "")]
+    pub exec_prefix: String,
+    /// A label of this node for procedures' selectors (repeatable; in Kubernetes the Node's
+    /// labels count too).
+    #[arg(long = "node-label", value_name = "KEY=VALUE", value_parser = label)]
+    pub node_labels: Vec<(String, String)>,
+    /// How often to look for new procedures.
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "5s")]
+    pub procedure_poll: Duration,
+}
+
+impl AgentArgs {
+    pub fn node_labels(&self) -> BTreeMap<String, String> {
+        self.node_labels.iter().cloned().collect()
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -424,6 +449,87 @@ pub struct SimulateArgs {
     /// Print one JSON object with the rollout's numbers instead of a summary.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MopCommand {
+    /// Record a procedure; every matching node's agent runs it once, in priority order, inside
+    /// its next maintenance window. Procedures are immutable: the same spec again is a no-op,
+    /// a changed one needs a new name.
+    Submit(MopSubmitArgs),
+    /// Show every procedure with its per-node counts.
+    List(MopListArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct MopSubmitArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The procedure's name, a DNS-1123 label; its process is mop/<NAME>.
+    #[arg(long, value_name = "NAME")]
+    pub name: String,
+    /// 00..99; lower runs first and may overlap less important ones (design.md §5).
+    #[arg(long, value_name = "PP", default_value = "99", value_parser = priority, allow_hyphen_values = true)]
+    pub priority: Priority,
+    /// The script, run with `sh -s` on the host (`-` reads stdin).
+    #[arg(long, value_name = "FILE")]
+    pub script: PathBuf,
+    /// Only these nodes (comma-separated; default: every node).
+    #[arg(long, value_name = "NODE,...", value_delimiter = ',')]
+    pub nodes: Vec<NodeName>,
+    /// Only nodes with this label (repeatable; all must match).
+    #[arg(long = "selector", value_name = "KEY=VALUE", value_parser = label)]
+    pub selector: Vec<(String, String)>,
+    /// Reboot the node once after the window's procedures.
+    #[arg(long)]
+    pub reboot: bool,
+    /// Run without cordoning and draining the node.
+    #[arg(long)]
+    pub no_drain: bool,
+    /// A script running longer is stopped and fails.
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "1h")]
+    pub timeout: Duration,
+    /// The script's sha256 (64 hex digits): agents refuse to run another script.
+    #[arg(long, value_name = "HEX")]
+    pub sha256: Option<String>,
+    /// Never run beside another procedure on the node.
+    #[arg(long)]
+    pub exclusive: bool,
+    /// Run again after an attempt that an agent restart interrupted (for idempotent scripts).
+    #[arg(long)]
+    pub retry: bool,
+    /// Backoff after the first failure on a node.
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "1m")]
+    pub backoff_initial: Duration,
+    /// The longest backoff.
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "1h")]
+    pub backoff_max: Duration,
+    /// Each further failure multiplies the backoff by this.
+    #[arg(long, value_name = "X", value_parser = exponent, default_value = "2")]
+    pub backoff_exponent: f64,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct MopListArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = Format::Table)]
+    pub output: Format,
+}
+
+fn priority(value: &str) -> Result<Priority, String> {
+    value.parse::<Priority>().map_err(|e| e.to_string())
+}
+
+/// A `KEY=VALUE` label.
+fn label(value: &str) -> Result<(String, String), String> {
+    match value.split_once('=') {
+        Some((key, val)) if !key.is_empty() => Ok((key.to_string(), val.to_string())),
+        _ => Err(format!(
+            "expected KEY=VALUE, such as pool=gpu, not {value:?}"
+        )),
+    }
 }
 
 /// What `rota bench` measures.

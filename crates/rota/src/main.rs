@@ -5,6 +5,7 @@ mod agent;
 mod bench;
 mod cli;
 mod history;
+mod mop;
 mod operator;
 mod output;
 mod simulate;
@@ -55,6 +56,7 @@ async fn run(command: Command) -> Result<()> {
         Command::History(args) => history::run(args).await,
         Command::Unlock(args) => operator::unlock(args).await,
         Command::Retry(args) => operator::retry(args).await,
+        Command::Mop(command) => mop::run(command).await,
         Command::Bench(args) => bench::run(args).await,
     }
 }

@@ -271,12 +271,18 @@ pub(super) async fn apply_window(
                     .await
                     .context("clearing backoff")?;
             }
+            // With no request left, the release gets an entry of its own.
+            let event = if done.is_empty() {
+                HistoryEvent::Released
+            } else {
+                HistoryEvent::Finished
+            };
             record_each(
                 tx,
                 node,
                 &done,
                 &fallback,
-                HistoryEvent::Finished,
+                event,
                 None,
                 slot,
                 true,

@@ -1,0 +1,195 @@
+//! The harness of the `rota agent` tests: one host in a temporary directory (its root, boot
+//! id and SQLite store), the agent as a real process with shell commands that log each node
+//! action, and waits on the store.
+// Each test file uses its own part of the harness.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rota_core::{HistoryEvent, NodeName, Process};
+use rota_store::{HistoryFilter, NodeRecord, SqliteStore, Store};
+
+pub const ROTA: &str = env!("CARGO_BIN_EXE_rota");
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+pub struct Host {
+    pub dir: tempfile::TempDir,
+    pub node: NodeName,
+}
+
+impl Host {
+    pub fn new() -> Host {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for sub in ["root/run", "root/var/run"] {
+            std::fs::create_dir_all(dir.path().join(sub)).expect("mkdir");
+        }
+        let host = Host {
+            dir,
+            node: NodeName::new("node-a").expect("name"),
+        };
+        host.set_boot_id("boot-1");
+        host
+    }
+
+    pub fn path(&self, relative: &str) -> PathBuf {
+        self.dir.path().join(relative)
+    }
+
+    pub fn root(&self, relative: &str) -> PathBuf {
+        self.path("root").join(relative)
+    }
+
+    pub fn set_boot_id(&self, id: &str) {
+        std::fs::write(self.path("boot_id"), format!("{id}\n")).expect("boot id");
+    }
+
+    pub fn store_url(&self) -> String {
+        format!("sqlite://{}", self.path("rota.db").display())
+    }
+
+    pub fn log(&self) -> Vec<String> {
+        std::fs::read_to_string(self.path("actions.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    pub fn count(&self, action: &str) -> usize {
+        self.log().iter().filter(|l| *l == action).count()
+    }
+
+    /// Starts `rota agent` with logging commands; `extra` replaces or adds flags.
+    pub fn agent(&self, extra: &[&str]) -> Agent {
+        let log = self.path("actions.log");
+        let action = |name: &str| format!("echo {name} >> {}", log.display());
+        let mut args: Vec<String> = vec![
+            "agent".into(),
+            "--store".into(),
+            self.store_url(),
+            "--node".into(),
+            self.node.to_string(),
+            "--host-root".into(),
+            self.path("root").display().to_string(),
+            "--boot-id-file".into(),
+            self.path("boot_id").display().to_string(),
+            "--concurrency".into(),
+            "1".into(),
+            "--health-interval".into(),
+            "100ms".into(),
+        ];
+        let defaults = [
+            ("--drain-command", action("drain")),
+            ("--uncordon-command", action("uncordon")),
+            ("--reboot-command", action("reboot")),
+            ("--health-command", action("health")),
+        ];
+        for (flag, value) in defaults {
+            if !extra.contains(&flag) {
+                args.push(flag.into());
+                args.push(value);
+            }
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let child = Command::new(ROTA)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start rota agent");
+        Agent { child }
+    }
+
+    pub async fn store(&self) -> SqliteStore {
+        SqliteStore::open(&self.path("rota.db"))
+            .await
+            .expect("open store")
+    }
+
+    pub async fn record(&self) -> Option<NodeRecord> {
+        self.store()
+            .await
+            .node(&self.node)
+            .await
+            .expect("read node")
+    }
+
+    /// Waits until the node's record satisfies `ok` (the agent is a separate process).
+    pub async fn wait_for(&self, what: &str, ok: impl Fn(&NodeRecord) -> bool) -> NodeRecord {
+        let start = Instant::now();
+        loop {
+            if let Some(record) = self.record().await
+                && ok(&record)
+            {
+                return record;
+            }
+            assert!(
+                start.elapsed() < PATIENCE,
+                "node never became {what}: {:?}, actions {:?}",
+                self.record().await,
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn wait_until(&self, what: &str, ok: impl Fn() -> bool) {
+        let start = Instant::now();
+        while !ok() {
+            assert!(
+                start.elapsed() < PATIENCE,
+                "{what} never happened: {:?}, actions {:?}",
+                self.record().await,
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn history(&self) -> Vec<(Process, HistoryEvent)> {
+        self.store()
+            .await
+            .history(&HistoryFilter::default())
+            .await
+            .expect("history")
+            .into_iter()
+            .map(|e| (e.process, e.event))
+            .collect()
+    }
+
+    /// What a reboot does to the host: a new boot id and an empty `/run`.
+    pub fn reboot_host(&self, boot_id: &str) {
+        self.set_boot_id(boot_id);
+        let _ = std::fs::remove_file(self.root("run/reboot-needed"));
+    }
+}
+
+pub struct Agent {
+    pub child: Child,
+}
+
+impl Agent {
+    pub fn kill(mut self) {
+        self.child.kill().expect("kill -9");
+        self.child.wait().expect("reap");
+    }
+
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill -TERM");
+        self.child.wait().expect("wait")
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

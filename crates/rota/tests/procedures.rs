@@ -1,0 +1,480 @@
+//! Procedures end to end on SQLite: `rota mop submit`, then `rota agent` as a real process runs
+//! them by the priority rule inside one window. Each script appends `start NAME` and `end NAME`
+//! to a log, and some wait for a file before they end, so that a test can hold one running
+//! while another arrives.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Agent, Host, ROTA};
+use rota_core::{HistoryEvent, NodeState, ProcedureSpec, Process, sha256_hex};
+use rota_store::{HistoryFilter, Store};
+
+/// Agent flags for these tests: procedures are looked for often.
+const FAST: [&str; 2] = ["--procedure-poll", "100ms"];
+
+impl Host {
+    fn script_log(&self) -> Vec<String> {
+        std::fs::read_to_string(self.path("scripts.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// A script that logs its start, waits for `release-NAME` if `hold`, and logs its end.
+    fn script(&self, name: &str, hold: bool) -> String {
+        let log = self.path("scripts.log");
+        let release = self.path(&format!("release-{name}"));
+        let wait = if hold {
+            format!(
+                "while [ ! -e {} ]; do sleep 0.02; done\n",
+                release.display()
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "echo start {name} >> {log}\n{wait}echo end {name} >> {log}\n",
+            log = log.display()
+        )
+    }
+
+    fn release(&self, name: &str) {
+        std::fs::write(self.path(&format!("release-{name}")), b"").expect("release");
+    }
+
+    /// `rota mop submit` with `script` and `extra` flags; returns the exit status and stderr.
+    fn submit(&self, name: &str, script: &str, extra: &[&str]) -> (bool, String) {
+        let file = self.path(&format!("{name}.sh"));
+        std::fs::write(&file, script).expect("script file");
+        let output = Command::new(ROTA)
+            .args([
+                "mop",
+                "submit",
+                "--store",
+                &self.store_url(),
+                "--name",
+                name,
+            ])
+            .arg("--script")
+            .arg(&file)
+            .args(extra)
+            .output()
+            .expect("rota mop submit");
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    }
+
+    fn submitted(&self, name: &str, script: &str, extra: &[&str]) {
+        let (ok, stderr) = self.submit(name, script, extra);
+        assert!(ok, "submit {name}: {stderr}");
+    }
+
+    async fn wait_log(&self, line: &str) {
+        self.wait_until(line, || self.script_log().iter().any(|l| l == line))
+            .await;
+    }
+
+    async fn events(&self, process: &str, event: HistoryEvent) -> Vec<Option<String>> {
+        self.store()
+            .await
+            .history(&HistoryFilter {
+                process: Some(process.parse().expect("process")),
+                event: Some(event),
+                ..HistoryFilter::default()
+            })
+            .await
+            .expect("history")
+            .into_iter()
+            .map(|e| e.cause)
+            .collect()
+    }
+
+    async fn idle_after_window(&self) {
+        self.wait_for("idle with its slot released", |r| {
+            r.state == NodeState::Idle && r.slot.is_none()
+        })
+        .await;
+    }
+
+    fn procedure_agent(&self) -> Agent {
+        self.agent(&FAST)
+    }
+}
+
+fn position(log: &[String], line: &str) -> usize {
+    log.iter()
+        .position(|l| l == line)
+        .unwrap_or_else(|| panic!("{line} is not in {log:?}"))
+}
+
+#[tokio::test]
+async fn a_more_important_procedure_starts_at_once_beside_a_running_one() {
+    let host = Host::new();
+    // Operator commands never create a store: this one is the fleet's.
+    host.store().await;
+    let _agent = host.procedure_agent();
+    host.submitted("low", &host.script("low", true), &["--priority", "99"]);
+    host.wait_log("start low").await;
+    host.submitted(
+        "urgent",
+        &host.script("urgent", true),
+        &["--priority", "00"],
+    );
+    host.wait_log("start urgent").await;
+    assert!(
+        !host.script_log().contains(&"end low".to_string()),
+        "00 started while 99 still runs: {:?}",
+        host.script_log()
+    );
+    host.release("urgent");
+    host.release("low");
+    host.idle_after_window().await;
+    assert_eq!(host.count("drain"), 1, "both ran in one window");
+    assert_eq!(host.count("uncordon"), 1);
+}
+
+#[tokio::test]
+async fn a_less_important_procedure_waits_for_a_running_one() {
+    let host = Host::new();
+    // Operator commands never create a store: this one is the fleet's.
+    host.store().await;
+    let _agent = host.procedure_agent();
+    host.submitted(
+        "urgent",
+        &host.script("urgent", true),
+        &["--priority", "00"],
+    );
+    host.wait_log("start urgent").await;
+    host.submitted("low", &host.script("low", false), &["--priority", "99"]);
+    let store = host.store().await;
+    let low = Process::mop("low").expect("process");
+    let start = std::time::Instant::now();
+    while !store
+        .open_requests(&host.node)
+        .await
+        .expect("requests")
+        .iter()
+        .any(|r| r.process == low && r.state == rota_store::RequestState::Active)
+    {
+        assert!(
+            start.elapsed() < common::PATIENCE,
+            "low never joined the window"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !host.script_log().contains(&"start low".to_string()),
+        "99 must wait while 00 runs: {:?}",
+        host.script_log()
+    );
+    host.release("urgent");
+    host.idle_after_window().await;
+    let log = host.script_log();
+    assert!(
+        position(&log, "end urgent") < position(&log, "start low"),
+        "{log:?}"
+    );
+    assert_eq!(host.count("drain"), 1);
+}
+
+#[tokio::test]
+async fn equal_priorities_run_one_after_another_in_arrival_order() {
+    let host = Host::new();
+    // Operator commands never create a store: this one is the fleet's.
+    host.store().await;
+    for name in ["first", "second", "third"] {
+        host.submitted(name, &host.script(name, false), &["--priority", "50"]);
+    }
+    let _agent = host.procedure_agent();
+    host.idle_after_window().await;
+    host.wait_until("all three ran", || host.script_log().len() == 6)
+        .await;
+    assert_eq!(
+        host.script_log(),
+        [
+            "start first",
+            "end first",
+            "start second",
+            "end second",
+            "start third",
+            "end third"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn three_procedures_and_a_reboot_request_drain_once_and_reboot_once() {
+    let host = Host::new();
+    // Operator commands never create a store: this one is the fleet's.
+    host.store().await;
+    host.submitted("a", &host.script("a", false), &["--priority", "10"]);
+    host.submitted(
+        "b",
+        &host.script("b", false),
+        &["--priority", "20", "--reboot"],
+    );
+    host.submitted("c", &host.script("c", false), &["--priority", "30"]);
+    std::fs::write(host.root("run/reboot-needed"), b"").expect("sentinel");
+    let agent = host.procedure_agent();
+    host.wait_until("the reboot", || host.count("reboot") == 1)
+        .await;
+    assert_eq!(
+        host.script_log(),
+        ["start a", "end a", "start b", "end b", "start c", "end c"],
+        "every procedure ran before the reboot"
+    );
+    agent.kill();
+    host.reboot_host("boot-2");
+    let _agent = host.procedure_agent();
+    host.idle_after_window().await;
+    assert_eq!(host.count("drain"), 1, "one drain served all the work");
+    assert_eq!(host.count("reboot"), 1, "one reboot for all who asked");
+    assert_eq!(host.count("uncordon"), 1);
+    for name in ["mop/a", "mop/b", "mop/c", "reboot"] {
+        assert_eq!(
+            host.events(name, HistoryEvent::Finished).await.len(),
+            1,
+            "{name} finished once"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_failing_script_fails_closed_until_an_operator_retries() {
+    let host = Host::new();
+    // Operator commands never create a store: this one is the fleet's.
+    host.store().await;
+    let fixed = host.path("fixed");
+    let script = format!(
+        "echo checking\necho broken disk >&2\n[ -e {} ] || exit 3\n",
+        fixed.display()
+    );
+    host.submitted("check", &script, &[]);
+    host.submitted("after", &host.script("after", false), &["--priority", "99"]);
+    let _agent = host.procedure_agent();
+    let record = host
+        .wait_for("failed", |r| r.state == NodeState::Failed)
+        .await;
+    assert_eq!(record.slot, Some(0), "a failed node keeps its slot");
+    assert!(record.cordoned_by_rota, "and stays cordoned");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(host.count("uncordon"), 0);
+    assert!(host.script_log().is_empty(), "the rest of the queue waits");
+    let failures = host.events("mop/check", HistoryEvent::Failed).await;
+    let cause = failures[0].clone().expect("a cause");
+    assert!(
+        cause.contains("exit 3") && cause.contains("broken disk") && cause.contains("checking"),
+        "{cause}"
+    );
+
+    std::fs::write(&fixed, b"").expect("fix");
+    let retried = Command::new(ROTA)
+        .args(["retry", "--store", &host.store_url(), host.node.as_str()])
+        .output()
+        .expect("rota retry");
+    assert!(retried.status.success());
+    host.idle_after_window().await;
+    assert_eq!(host.script_log(), ["start after", "end after"]);
+    assert_eq!(
+        host.events("mop/check", HistoryEvent::Finished).await.len(),
+        1,
+        "{:?}",
+        host.history().await
+    );
+    assert_eq!(host.count("uncordon"), 1);
+}
+
+#[tokio::test]
+async fn a_script_that_does_not_match_its_pin_is_refused() {
+    let host = Host::new();
+    // Operator commands never create a store: this one is the fleet's.
+    host.store().await;
+    let ran = host.path("ran");
+    let script = format!("touch {}\n", ran.display());
+    let (ok, stderr) = host.submit("pinned", &script, &["--sha256", &sha256_hex("other")]);
+    assert!(!ok, "the CLI refuses a script that does not match its pin");
+    assert!(stderr.contains("refusing to run it"), "{stderr}");
+
+    // A procedure stored by another tool (or whose script changed): the agent refuses it.
+    let store = host.store().await;
+    let mut spec = ProcedureSpec::new("pinned", script);
+    spec.sha256 = Some(sha256_hex("other"));
+    store.submit_procedure(&spec).await.expect("submit");
+    let _agent = host.procedure_agent();
+    let record = host
+        .wait_for("failed", |r| r.state == NodeState::Failed)
+        .await;
+    assert!(
+        record
+            .last_result
+            .as_deref()
+            .is_some_and(|r| r.contains("sha256")),
+        "{record:?}"
+    );
+    assert!(!ran.exists(), "the script never ran");
+}
+
+#[tokio::test]
+async fn an_agent_killed_in_the_middle_of_a_script_never_starts_it_again() {
+    let host = Host::new();
+    // Operator commands never create a store: this one is the fleet's.
+    host.store().await;
+    host.submitted("long", &host.script("long", true), &[]);
+    let agent = host.procedure_agent();
+    host.wait_log("start long").await;
+    agent.kill();
+    let _agent = host.procedure_agent();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    host.release("long");
+    host.idle_after_window().await;
+    assert_eq!(host.script_log(), ["start long", "end long"]);
+    assert_eq!(
+        host.events("mop/long", HistoryEvent::Finished).await.len(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_marker_names_the_running_procedure_and_stale_ones_are_removed() {
+    let host = Host::new();
+    // Operator commands never create a store: this one is the fleet's.
+    host.store().await;
+    let stale = host.root("var/42.maintenance");
+    std::fs::write(&stale, b"left by a crash\n").expect("stale marker");
+    let marker = host.root("var/07.maintenance");
+    let script = format!(
+        "cat {} >> {}\n",
+        marker.display(),
+        host.path("scripts.log").display()
+    );
+    host.submitted("marked", &script, &["--priority", "7"]);
+    let _agent = host.procedure_agent();
+    host.idle_after_window().await;
+    assert_eq!(
+        host.script_log(),
+        ["marked"],
+        "the marker names the procedure"
+    );
+    assert!(!marker.exists(), "removed when the procedure ended");
+    assert!(!stale.exists(), "a stale marker is removed at start-up");
+}
+
+#[tokio::test]
+async fn a_procedure_runs_once_on_matching_nodes_only() {
+    let host = Host::new();
+    // Operator commands never create a store: this one is the fleet's.
+    host.store().await;
+    host.submitted(
+        "elsewhere",
+        &host.script("elsewhere", false),
+        &["--nodes", "node-b,node-c"],
+    );
+    host.submitted(
+        "gpu",
+        &host.script("gpu", false),
+        &["--selector", "pool=gpu"],
+    );
+    host.submitted(
+        "here",
+        &host.script("here", false),
+        &["--nodes", "node-a", "--no-drain"],
+    );
+    let agent = host.agent(&["--procedure-poll", "100ms", "--node-label", "pool=gpu"]);
+    host.wait_until("both ran", || host.script_log().len() == 4)
+        .await;
+    host.idle_after_window().await;
+    agent.kill();
+    let _agent = host.agent(&["--procedure-poll", "100ms", "--node-label", "pool=gpu"]);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let mut log = host.script_log();
+    log.sort();
+    assert_eq!(
+        log,
+        ["end gpu", "end here", "start gpu", "start here"],
+        "once each, after a restart too"
+    );
+    let requests = host.store().await.all_requests().await.expect("requests");
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.process != Process::mop("elsewhere").expect("process"))
+    );
+}
+
+#[tokio::test]
+async fn a_window_without_drain_neither_cordons_nor_uncordons() {
+    let host = Host::new();
+    // Operator commands never create a store: this one is the fleet's.
+    host.store().await;
+    host.submitted("light", &host.script("light", false), &["--no-drain"]);
+    let _agent = host.procedure_agent();
+    host.wait_log("end light").await;
+    host.idle_after_window().await;
+    assert_eq!(host.count("drain"), 0);
+    assert_eq!(host.count("uncordon"), 0);
+}
+
+#[tokio::test]
+async fn invalid_submissions_name_the_value_and_what_is_allowed() {
+    let host = Host::new();
+    // Operator commands never create a store: this one is the fleet's.
+    host.store().await;
+    for bad in ["100", "ab", "-1"] {
+        let (ok, stderr) = host.submit("p", "true\n", &["--priority", bad]);
+        assert!(!ok, "{bad} accepted");
+        assert!(
+            stderr.contains(&format!("invalid priority \"{bad}\"")) && stderr.contains("00..99"),
+            "{bad}: {stderr}"
+        );
+    }
+    let (ok, stderr) = host.submit("Bad_Name", "true\n", &[]);
+    assert!(!ok);
+    assert!(stderr.contains("DNS-1123"), "{stderr}");
+    let (ok, stderr) = host.submit("p", "true\n", &["--timeout", "soon"]);
+    assert!(!ok);
+    assert!(stderr.contains("soon"), "{stderr}");
+    let missing = host.path("missing.sh");
+    let output = Command::new(ROTA)
+        .args([
+            "mop",
+            "submit",
+            "--store",
+            &host.store_url(),
+            "--name",
+            "p",
+            "--script",
+        ])
+        .arg(&missing)
+        .output()
+        .expect("run");
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("missing.sh"));
+}
+
+#[tokio::test]
+async fn a_changed_procedure_needs_a_new_name() {
+    let host = Host::new();
+    // Operator commands never create a store: this one is the fleet's.
+    host.store().await;
+    host.submitted("p", "echo one\n", &[]);
+    let (ok, stderr) = host.submit("p", "echo one\n", &[]);
+    assert!(ok, "the same again is a no-op: {stderr}");
+    let (ok, stderr) = host.submit("p", "echo two\n", &[]);
+    assert!(!ok);
+    assert!(stderr.contains("procedures are immutable"), "{stderr}");
+    let listed = Command::new(ROTA)
+        .args(["mop", "list", "--store", &host.store_url(), "-o", "json"])
+        .output()
+        .expect("list");
+    assert!(listed.status.success());
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).expect("json");
+    assert_eq!(listed[0]["spec"]["name"], "p");
+    assert_eq!(listed[0]["nodes"]["pending"], 0);
+}
