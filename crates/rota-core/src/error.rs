@@ -4,6 +4,7 @@ use crate::fleet::FleetError;
 use crate::lifecycle::{NodeStateError, TransitionError};
 use crate::names::NameError;
 use crate::priority::PriorityError;
+use crate::window::WindowError;
 
 /// Any error of this crate; each variant's message names the bad value and what is allowed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -23,4 +24,7 @@ pub enum Error {
     /// An event the fleet model refused.
     #[error(transparent)]
     Fleet(#[from] FleetError),
+    /// A malformed maintenance window.
+    #[error(transparent)]
+    Window(#[from] WindowError),
 }

@@ -9,7 +9,9 @@
 //! - [`backoff`]: BMDB's exponential backoff formula (§6);
 //! - [`lifecycle`]: the node lifecycle state machine and its effects (§3);
 //! - [`fleet`]: a model of `concurrency` slots shared by many nodes, for checking the safety
-//!   invariants of §4.
+//!   invariants of §4;
+//! - [`window`]: maintenance windows, the days and hours in which new maintenance may start
+//!   (§2).
 
 pub mod backoff;
 pub mod error;
@@ -19,6 +21,7 @@ pub mod names;
 pub mod ordering;
 pub mod priority;
 pub mod procedure;
+pub mod window;
 
 pub use backoff::BackoffPolicy;
 pub use error::Error;
@@ -28,3 +31,4 @@ pub use names::{HistoryEvent, NameError, NodeName, Process};
 pub use ordering::{Overlap, ProcedureEntry, may_start, startable, startable_with};
 pub use priority::{Priority, PriorityError};
 pub use procedure::{BackoffSpec, ConfigMapKey, ProcedureError, ProcedureSpec, sha256_hex};
+pub use window::{MaintenanceWindow, MaintenanceWindows, WindowError, WindowProblem};
