@@ -45,7 +45,7 @@ pub fn from_history(entries: &[HistoryEntry], until: Millis) -> Timeline {
         let marker = match entry.event {
             HistoryEvent::Failed => Some(MarkerKind::Failed),
             HistoryEvent::Canceled => Some(MarkerKind::Canceled),
-            HistoryEvent::Started | HistoryEvent::Finished => None,
+            HistoryEvent::Started | HistoryEvent::Finished | HistoryEvent::Released => None,
         };
         if let Some(kind) = marker {
             markers.push(Marker {
