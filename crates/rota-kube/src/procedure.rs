@@ -153,6 +153,8 @@ const PRIORITY_MESSAGE: &str = "'invalid priority ' + (type(self) == string ? '\
 /// A DNS-1123 label, as `rota_core::Process::mop` requires of the name.
 const LABEL_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 const DURATION_PATTERN: &str = "^ *([0-9]+ *[a-zµ]+ *)+$";
+/// A node name, as `rota_core::NodeName` accepts it.
+const NODE_PATTERN: &str = "^[A-Za-z0-9]([-A-Za-z0-9._]*[A-Za-z0-9])?$";
 
 /// Every spelling of a priority `Priority::from_str` accepts: "0".."9" and "00".."99".
 fn priority_strings() -> Vec<String> {
@@ -238,7 +240,7 @@ impl JsonSchema for ProcedureBody {
                 },
                 "nodes": {
                     "type": "array",
-                    "items": { "type": "string" },
+                    "items": { "type": "string", "maxLength": 253, "pattern": NODE_PATTERN },
                     "description": "Node names the procedure is limited to; empty means every node.",
                 },
                 "drain": {

@@ -185,7 +185,7 @@ fn other_bad_values_fail_helm_template_with_a_clear_message() {
     if skipped() {
         return;
     }
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (
             &[],
             "the script is missing; set mop.script or mop.scriptConfigMap",
@@ -208,6 +208,10 @@ fn other_bad_values_fail_helm_template_with_a_clear_message() {
         (
             &[r#"mop.script="true""#, r#"mop.timeout=3600"#],
             "at '/mop/timeout': got number, want string",
+        ),
+        (
+            &[r#"mop.script="true""#, r#"mop.nodes=["node 1"]"#],
+            "at '/mop/nodes/0'",
         ),
     ];
     for (sets, expected) in cases {

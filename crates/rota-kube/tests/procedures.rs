@@ -112,6 +112,11 @@ async fn the_api_server_refuses_what_rota_would_refuse() {
             json!({ "script": "true", "sha256": "ABC" }),
             "spec.sha256",
         ),
+        (
+            format!("{id}-nodes"),
+            json!({ "script": "true", "nodes": ["node 1"] }),
+            "spec.nodes[0]",
+        ),
     ];
     for (object, spec, expected) in refused {
         let err = create_raw(&scope, &object, spec)
