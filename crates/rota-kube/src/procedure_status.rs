@@ -87,21 +87,32 @@ pub(crate) fn summarise(status: &mut ProcedureStatus, matching: u32, now: Millis
     status.succeeded = count(NodeProcedureState::Succeeded);
     status.failed = count(NodeProcedureState::Failed);
     status.canceled = count(NodeProcedureState::Canceled);
-    let (done, reason, message) = if status.failed > 0 {
-        let failed: Vec<&str> = status
+    let nodes_in = |state| {
+        let nodes: Vec<&str> = status
             .nodes
             .iter()
-            .filter(|(_, e)| e.state == NodeProcedureState::Failed)
+            .filter(|(_, e)| e.state == state)
             .map(|(n, _)| n.as_str())
             .collect();
+        format!("{}: {}", nodes.len(), nodes.join(", "))
+    };
+    let settled = status.pending == 0 && status.running == 0;
+    let (done, reason, message) = if status.failed > 0 {
         (
             false,
             "Failed",
-            format!("failed on {}: {}", failed.len(), failed.join(", ")),
+            format!("failed on {}", nodes_in(NodeProcedureState::Failed)),
+        )
+    } else if settled && status.canceled > 0 {
+        // A canceled procedure never runs again on its node: it cannot complete.
+        (
+            false,
+            "Canceled",
+            format!("canceled on {}", nodes_in(NodeProcedureState::Canceled)),
         )
     } else if matching == 0 {
         (false, "NoMatchingNodes", "no Node matches".to_string())
-    } else if status.pending == 0 && status.running == 0 && status.succeeded >= matching {
+    } else if settled && status.succeeded >= matching {
         (
             true,
             "Succeeded",
@@ -458,5 +469,15 @@ mod tests {
         assert_eq!(status.conditions[0].message, "failed on 1: c");
         summarise(&mut status, 0, T + 12);
         assert_eq!(status.failed, 1);
+
+        status
+            .nodes
+            .insert("c".into(), entry(NodeProcedureState::Canceled, 2));
+        summarise(&mut status, 3, T + 13);
+        assert_eq!(
+            (status.conditions[0].reason.as_str(), status.canceled),
+            ("Canceled", 1)
+        );
+        assert_eq!(status.conditions[0].message, "canceled on 1: c");
     }
 }
