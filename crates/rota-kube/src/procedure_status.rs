@@ -3,8 +3,8 @@
 //! Who writes it: the store of each node's agent, after its own writes. Every RotaNode write
 //! of this process passes through [`StatusReporter::observe`], which derives the state of each
 //! procedure request of the node and, when one changed, hands it to a background task. That
-//! task writes `status.nodes.<node>`, the counts and the `Complete` condition of the procedure
-//! with a merge patch that carries the `resourceVersion` it read (a compare-and-swap): agents of
+//! task merge-patches `status.nodes.<node>`, the counts and the `Complete` condition of the
+//! procedure, the patch carrying the `resourceVersion` it read (a compare-and-swap): agents of
 //! many nodes write one Procedure at once, and a lost race reads again and retries. So the
 //! status never slows down a node's maintenance, and one node's entry never overwrites
 //! another's. Each entry carries the RotaNode `resourceVersion` it was derived from, so an older
@@ -268,9 +268,11 @@ async fn write_one(
             return Ok(());
         };
         let mut status = object.status.clone().unwrap_or_default();
-        let mut changed = false;
+        let mut changed: BTreeMap<&str, &NodeProcedureStatus> = BTreeMap::new();
         for observation in observations {
-            changed |= merge(&mut status, observation);
+            if merge(&mut status, observation) {
+                changed.insert(&observation.node, &observation.entry);
+            }
         }
         let now = now_millis();
         let count = match matching.get(name) {
@@ -283,12 +285,23 @@ async fn write_one(
         };
         let before = status.clone();
         summarise(&mut status, count, now);
-        if !changed && status == before {
+        if changed.is_empty() && status == before {
             return Ok(());
         }
+        // Only the changed nodes' entries: a merge patch keeps the others as they are. The
+        // resourceVersion makes it a compare-and-swap, so the counts agree with the entries.
         let patch = json!({
             "metadata": { "resourceVersion": object.metadata.resource_version },
-            "status": status,
+            "status": {
+                "nodes": changed,
+                "matching": status.matching,
+                "pending": status.pending,
+                "running": status.running,
+                "succeeded": status.succeeded,
+                "failed": status.failed,
+                "canceled": status.canceled,
+                "conditions": status.conditions,
+            },
         });
         match api
             .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
