@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
-use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use rota_core::{ConfigMapKey, NodeName, NodeState, ProcedureSpec, Process};
 use rota_e2e::testenv::Scope;
 use rota_kube::procedure::NodeProcedureState;
@@ -336,6 +337,26 @@ async fn the_status_follows_each_node_and_completes_when_every_matching_node_suc
     )
     .await;
     assert_eq!(status.nodes[&nodes[1]].cause.as_deref(), Some("exit 3"));
+    let events: Api<Event> = Api::namespaced(scope.client(), "default");
+    let selector = format!("regarding.name={}", nodes[1]);
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !events
+        .list(&ListParams::default().fields(&selector))
+        .await
+        .expect("list events")
+        .items
+        .iter()
+        .any(|e| {
+            e.reason.as_deref() == Some("ProcedureFailed")
+                && e.note.as_deref().is_some_and(|n| n.contains("exit 3"))
+        })
+    {
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "no ProcedureFailed Event on the node"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let complete = &status.conditions[0];
     assert_eq!(
         (complete.status.as_str(), complete.reason.as_str()),
