@@ -51,7 +51,7 @@ async fn create_raw(scope: &Scope, name: &str, spec: serde_json::Value) -> kube:
 #[tokio::test]
 async fn the_api_server_refuses_a_bad_priority_naming_the_value_and_the_range() {
     let Some(env) = common::env() else { return };
-    let (scope, _store) = common::scoped_store(env, "mop-crd").await;
+    let (scope, store) = common::scoped_store(env, "mop-crd").await;
     let cases = [
         (json!("100"), "invalid priority \"100\""),
         (json!("ab"), "invalid priority \"ab\""),
@@ -85,6 +85,18 @@ async fn the_api_server_refuses_a_bad_priority_naming_the_value_and_the_range() 
         .await
         .unwrap_or_else(|e| panic!("{priority} is a valid priority: {e}"));
     }
+    let priorities: Vec<u8> = store
+        .procedures()
+        .await
+        .expect("procedures")
+        .iter()
+        .map(|p| p.spec.priority.value())
+        .collect();
+    assert_eq!(
+        priorities,
+        [7, 7, 7, 0, 99],
+        "strings and integers read back"
+    );
 }
 
 #[tokio::test]
