@@ -30,7 +30,9 @@ use kube::runtime::wait::{await_condition, conditions};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt as _};
 use rota_core::NodeName;
-use rota_kube::{KubeStore, KubeStoreConfig, NAMESPACE_LABEL, RotaNode, rota_node_crd};
+use rota_kube::{
+    KubeStore, KubeStoreConfig, NAMESPACE_LABEL, RotaNode, procedure_crd, rota_node_crd,
+};
 use tokio::task::JoinHandle;
 
 use crate::testenv::{Scope, TestEnv};
@@ -40,29 +42,27 @@ pub const REBOOT_SENTINEL: &str = "/run/reboot-needed";
 /// How often the supervisor looks for reboot requests.
 const SUPERVISOR_PERIOD: Duration = Duration::from_millis(100);
 
-/// Installs (or updates) the RotaNode CRD and waits until the API server serves it.
+/// Installs (or updates) the RotaNode and Procedure CRDs and waits until the API server
+/// serves them.
 pub async fn install_crd(client: Client) -> Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(client);
-    let crd = rota_node_crd();
-    let name = crd
-        .metadata
-        .name
-        .clone()
-        .context("the RotaNode CRD has no name")?;
-    crds.patch(
-        &name,
-        &PatchParams::apply("rota-e2e").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .context("applying the RotaNode CRD")?;
-    tokio::time::timeout(
-        Duration::from_secs(60),
-        await_condition(crds, &name, conditions::is_crd_established()),
-    )
-    .await
-    .context("the RotaNode CRD was not established within a minute")?
-    .context("watching the RotaNode CRD")?;
+    for crd in [rota_node_crd(), procedure_crd()] {
+        let name = crd.metadata.name.clone().context("a CRD without a name")?;
+        crds.patch(
+            &name,
+            &PatchParams::apply("rota-e2e").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .with_context(|| format!("applying the CRD {name}"))?;
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            await_condition(crds.clone(), &name, conditions::is_crd_established()),
+        )
+        .await
+        .with_context(|| format!("the CRD {name} was not established within a minute"))?
+        .with_context(|| format!("watching the CRD {name}"))?;
+    }
     Ok(())
 }
 

@@ -87,6 +87,11 @@ pub struct RotaNodeStatus {
     /// The last 50 history entries, oldest first.
     #[serde(default)]
     pub history: Vec<HistoryStatus>,
+    /// Closed procedure requests that no longer fit in `requests`: a procedure runs at most
+    /// once per node, ever, so its request is remembered for as long as the node's RotaNode
+    /// lives (one small entry per procedure the node ever had).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub procedure_requests: Vec<RequestStatus>,
 }
 
 impl Default for RotaNodeStatus {
@@ -109,6 +114,7 @@ impl Default for RotaNodeStatus {
             requests: Vec::new(),
             backoff: Vec::new(),
             history: Vec::new(),
+            procedure_requests: Vec::new(),
         }
     }
 }

@@ -14,7 +14,14 @@
 //!   a compare-and-swap `replace` on its `resourceVersion`.
 //! - **Concurrency**: key `concurrency` of the ConfigMap `rota-config` in the rota namespace
 //!   (1 when unset, as in SQLite), beside `nextNodeTag` (see [`ids`]).
-//! - **Events**: every transition, unlock and retry records a Kubernetes Event on the Node.
+//! - **Procedures**: a cluster-scoped [`Procedure`] per maintenance procedure, named after it
+//!   (see [`procedure`]); a `scriptConfigMap` names a ConfigMap of the rota namespace. A
+//!   procedure runs at most once per node, ever: its requests stay in the RotaNode (closed
+//!   ones in `status.procedureRequests` once they leave the bounded `requests`). The agents'
+//!   stores write each Procedure's status (per-node state, counts, `Complete`) in the
+//!   background, by compare-and-swap (see `procedure_status`).
+//! - **Events**: every transition, unlock, retry and procedure outcome records a Kubernetes
+//!   Event on the Node.
 //!
 //! # Sessions, clocks and heartbeats
 //!
@@ -51,13 +58,18 @@
 
 pub mod crd;
 pub mod ids;
+pub mod procedure;
 pub mod slots;
 
 mod changes;
 mod error;
+mod procedure_status;
+mod procedures;
 mod status;
 mod store;
 
 pub use crd::{RotaNode, RotaNodeSpec, RotaNodeStatus, rota_node_crd};
 pub use error::KubeError;
+pub use procedure::{Procedure, ProcedureBody, ProcedureStatus, procedure_crd};
+pub use procedures::SUBMITTED_AT_ANNOTATION;
 pub use store::{CONFIG_MAP, KubeStore, KubeStoreConfig, NAMESPACE_LABEL, STATE_LABEL};

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use rota_core::{BackoffPolicy, HistoryEvent, NodeName, NodeState, Process};
 use rota_store::{
-    BackoffRecord, HistoryEntry, Millis, NodeRecord, RequestRecord, RequestState, Transition,
-    WindowChange,
+    BackoffRecord, HistoryEntry, Millis, NodeRecord, Outcome, RequestRecord, RequestState,
+    Transition, WindowChange,
 };
 
 use crate::crd::{
@@ -109,6 +109,9 @@ pub fn add_request(
 ) -> (RequestStatus, bool) {
     if let Some(open) = open_requests(status).find(|r| &r.process == process) {
         return (open.clone(), false);
+    }
+    if let Some(once) = procedure_request(status, process) {
+        return (once.clone(), false);
     }
     let last = status
         .requests
@@ -397,7 +400,8 @@ fn record_backoff(
     }
 }
 
-/// Keeps every open request and the most recent closed ones.
+/// Keeps every open request and the most recent closed ones; a procedure's request that goes
+/// is kept in `procedure_requests` instead (see [`procedure_request`]).
 fn trim_requests(status: &mut RotaNodeStatus) {
     let closed = status
         .requests
@@ -405,14 +409,88 @@ fn trim_requests(status: &mut RotaNodeStatus) {
         .filter(|r| !r.state.is_open())
         .count();
     let mut drop = closed.saturating_sub(CLOSED_REQUEST_LIMIT);
+    let mut archived = Vec::new();
     status.requests.retain(|r| {
         if drop > 0 && !r.state.is_open() {
             drop -= 1;
+            if matches!(r.process, Process::Mop(_)) {
+                archived.push(r.clone());
+            }
             false
         } else {
             true
         }
     });
+    status.procedure_requests.extend(archived);
+}
+
+/// The node's request for a procedure in any state, if it ever had one: a procedure runs at
+/// most once per node, so a closed one is returned as it is instead of making a new one.
+fn procedure_request<'a>(
+    status: &'a RotaNodeStatus,
+    process: &Process,
+) -> Option<&'a RequestStatus> {
+    if !matches!(process, Process::Mop(_)) {
+        return None;
+    }
+    status
+        .requests
+        .iter()
+        .chain(&status.procedure_requests)
+        .filter(|r| &r.process == process)
+        .max_by_key(|r| r.id)
+}
+
+/// Every request the node ever had that it still knows: the kept ones and the archived
+/// procedure requests.
+pub fn every_request(status: &RotaNodeStatus) -> impl Iterator<Item = &RequestStatus> {
+    status.requests.iter().chain(&status.procedure_requests)
+}
+
+/// Ends the active request for `process` without closing the window (see
+/// `Store::complete_request`): a success closes it as done, records `finished` with the detail
+/// and clears its backoff; a failure records `failed`, backs it off and keeps it active.
+/// `None` when the node has no active request for `process`.
+pub fn complete_request(
+    status: &mut RotaNodeStatus,
+    process: &Process,
+    outcome: &Outcome,
+    now: Millis,
+) -> Option<RequestStatus> {
+    let request = status
+        .requests
+        .iter_mut()
+        .find(|r| r.state == RequestStateName::Active && &r.process == process)?;
+    let (event, cause) = match outcome {
+        Outcome::Succeeded { detail } => {
+            request.state = RequestStateName::Done;
+            request.finished_at = Some(Timestamp(now));
+            (HistoryEvent::Finished, detail.as_deref())
+        }
+        Outcome::Failed { cause, .. } => (HistoryEvent::Failed, Some(cause.as_str())),
+    };
+    let request = request.clone();
+    match outcome {
+        Outcome::Succeeded { .. } => status.backoff.retain(|b| &b.process != process),
+        Outcome::Failed { cause, policy } => {
+            record_backoff(status, process, policy, cause, now);
+            status.last_result = Some(format!("failed: {cause}"));
+        }
+    }
+    let record = Record {
+        slot: status.slot,
+        now,
+    };
+    record.each(
+        status,
+        std::slice::from_ref(process),
+        process,
+        event,
+        cause,
+        false,
+    );
+    trim_requests(status);
+    Some(request)
 }
 
 #[cfg(test)]
@@ -599,6 +677,71 @@ mod tests {
         let (again, created) = add_request(&mut status, &Process::Reboot, "other", T + 200);
         assert!(!created);
         assert_eq!(again.source, "test");
+    }
+
+    #[test]
+    fn a_procedure_is_requested_once_even_after_its_request_left_the_list() {
+        let mut status = new_status(T, 0);
+        let kernel = Process::Mop("kernel".into());
+        let (first, created) = add_request(&mut status, &kernel, "procedure", T);
+        assert!(created);
+        cancel_request(&mut status, &kernel, T + 1);
+        for i in 0..CLOSED_REQUEST_LIMIT {
+            let process = Process::Mop(format!("other{i}"));
+            add_request(&mut status, &process, "procedure", T + 2);
+            cancel_request(&mut status, &process, T + 2);
+        }
+        assert!(status.requests.iter().all(|r| r.process != kernel));
+        assert_eq!(status.procedure_requests.len(), 1);
+        let (again, created) = add_request(&mut status, &kernel, "procedure", T + 3);
+        assert!(!created);
+        assert_eq!(again.id, first.id);
+        assert_eq!(again.state, RequestStateName::Canceled);
+        assert_eq!(every_request(&status).count(), CLOSED_REQUEST_LIMIT + 1);
+        for _ in 0..CLOSED_REQUEST_LIMIT + 1 {
+            add_request(&mut status, &Process::Reboot, "sentinel", T + 4);
+            cancel_request(&mut status, &Process::Reboot, T + 4);
+        }
+        assert!(
+            status.procedure_requests.len() == CLOSED_REQUEST_LIMIT + 1,
+            "closed reboots are forgotten, procedures are not"
+        );
+    }
+
+    #[test]
+    fn completing_a_request_ends_only_that_one() {
+        let mut status = new_status(T, 2);
+        let first = Process::Mop("first".into());
+        let second = Process::Mop("second".into());
+        add_request(&mut status, &first, "procedure", T);
+        add_request(&mut status, &second, "procedure", T);
+        apply_transition(
+            &mut status,
+            &Transition::new(NodeState::Queued, NodeState::Draining).window(WindowChange::Open),
+            Some(4),
+            T + 1,
+        );
+        let failed = Outcome::Failed {
+            cause: "exit 3".into(),
+            policy: policy(),
+        };
+        let request = complete_request(&mut status, &second, &failed, T + 2).expect("active");
+        assert_eq!(request.state, RequestStateName::Active);
+        assert_eq!(status.backoff[0].last_interval_seconds, 1);
+        assert_eq!(status.last_result.as_deref(), Some("failed: exit 3"));
+        let done = Outcome::Succeeded {
+            detail: Some("ok".into()),
+        };
+        let request = complete_request(&mut status, &second, &done, T + 3).expect("active");
+        assert_eq!(request.state, RequestStateName::Done);
+        assert!(status.backoff.is_empty());
+        let last = status.history.last().expect("entry");
+        assert_eq!(
+            (last.event, last.cause.as_deref(), last.slot, last.released),
+            (HistoryEvent::Finished, Some("ok"), Some(4), false)
+        );
+        assert_eq!(open_requests(&status).count(), 1, "first is still active");
+        assert!(complete_request(&mut status, &second, &done, T + 4).is_none());
     }
 
     #[test]

@@ -11,10 +11,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client};
-use rota_core::{NodeName, NodeState, Process};
+use rota_core::{NodeName, NodeState, ProcedureSpec, Process};
 use rota_store::{
-    Acquire, BackoffRecord, Error, HistoryEntry, HistoryFilter, Millis, NodeRecord, RequestRecord,
-    Result, Session, SlotHolder, Store, Transition, WindowChange, now_millis,
+    Acquire, BackoffRecord, Error, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome,
+    ProcedureRecord, RequestRecord, Result, Session, SlotHolder, Store, Transition, WindowChange,
+    now_millis,
 };
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
@@ -24,6 +25,8 @@ use crate::changes::{Changes, watch_leases};
 use crate::crd::{RotaNode, RotaNodeSpec, RotaNodeStatus, SessionStatus, Timestamp};
 use crate::error::{Context, KubeError, is_conflict};
 use crate::ids::TAG_LIMIT;
+use crate::procedure_status::{self, StatusReporter};
+use crate::procedures::Procedures;
 use crate::slots::{self, SLOT_LABEL};
 use crate::status;
 
@@ -98,6 +101,11 @@ struct Inner {
     /// The last `Wait` answered to each node's session, by node.
     waits: Mutex<HashMap<String, CachedWait>>,
     watch: AbortHandle,
+    procedures: Procedures,
+    /// Writes the Procedures' status after this process's RotaNode writes (see
+    /// `procedure_status`).
+    reporter: StatusReporter,
+    status_writer: AbortHandle,
 }
 
 /// A `Wait` answer and the change counter it was computed at.
@@ -112,6 +120,7 @@ struct CachedWait {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.watch.abort();
+        self.status_writer.abort();
     }
 }
 
@@ -178,12 +187,29 @@ impl KubeStore {
                 instance: None,
             },
         );
+        let procedures = Procedures {
+            api: Api::all(client.clone()),
+            config_maps: Api::namespaced(client.clone(), &config.namespace),
+            namespace: config.namespace.clone(),
+            prefix: config.name_prefix.clone(),
+        };
+        let (reporter, queue) = StatusReporter::new();
+        let status_writer = tokio::spawn(procedure_status::write_statuses(
+            procedures.api.clone(),
+            Api::all(client.clone()),
+            config.name_prefix.clone(),
+            queue,
+        ))
+        .abort_handle();
         Ok(KubeStore {
             inner: Arc::new(Inner {
                 rota_nodes,
                 leases,
                 config_maps: Api::namespaced(client.clone(), &config.namespace),
                 nodes: Api::all(client),
+                procedures,
+                reporter,
+                status_writer,
                 recorder,
                 changes,
                 sessions: Mutex::new(HashMap::new()),
@@ -264,7 +290,10 @@ impl KubeStore {
             .replace(&name, &PostParams::default(), &object)
             .await
         {
-            Ok(written) => Ok(Some(written)),
+            Ok(written) => {
+                self.inner.reporter.observe(&written);
+                Ok(Some(written))
+            }
             Err(e) if is_conflict(&e) => Ok(None),
             Err(e) => Err(e).context("update", ROTA_NODES, name),
         }
@@ -701,7 +730,7 @@ impl KubeStore {
 
 /// A pause of up to 10 ms × 2^attempt (at most 1 s), random enough to break up a herd: the
 /// clock's nanoseconds differ between the racers.
-fn jitter(attempt: u32) -> Duration {
+pub(crate) fn jitter(attempt: u32) -> Duration {
     let ceiling = 10u64.saturating_mul(1 << attempt.min(7)).min(1000);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -1180,15 +1209,50 @@ impl Store for KubeStore {
         for object in self.list_rota_nodes(&self.selector()).await? {
             let node = node_name(&object)?;
             let status = object.status.unwrap_or_default();
-            all.extend(
-                status
-                    .requests
-                    .iter()
-                    .map(|r| status::request_record(&node, r)),
-            );
+            all.extend(status::every_request(&status).map(|r| status::request_record(&node, r)));
         }
         all.sort_by_key(|r| r.id);
         Ok(all)
+    }
+
+    async fn complete_request(
+        &self,
+        session: &Session,
+        process: &Process,
+        outcome: &Outcome,
+    ) -> Result<RequestRecord> {
+        let (request, _, _) = self
+            .edit(session, false, |status, seen| {
+                status::complete_request(status, process, outcome, seen.now)
+                    .map(Edit::Write)
+                    .ok_or_else(|| Error::NotActive {
+                        node: session.node.clone(),
+                        process: process.clone(),
+                    })
+            })
+            .await?;
+        let (type_, reason, note) = match outcome {
+            Outcome::Succeeded { .. } => (
+                EventType::Normal,
+                "ProcedureSucceeded",
+                format!("rota: {process} succeeded on node {}", session.node),
+            ),
+            Outcome::Failed { cause, .. } => (
+                EventType::Warning,
+                "ProcedureFailed",
+                format!("rota: {process} failed on node {}: {cause}", session.node),
+            ),
+        };
+        self.emit(&session.node, type_, reason, note);
+        Ok(status::request_record(&session.node, &request))
+    }
+
+    async fn submit_procedure(&self, spec: &ProcedureSpec) -> Result<(ProcedureRecord, bool)> {
+        self.inner.procedures.submit(spec).await
+    }
+
+    async fn procedures(&self) -> Result<Vec<ProcedureRecord>> {
+        self.inner.procedures.list().await
     }
 
     async fn transition(&self, session: &Session, transition: Transition) -> Result<NodeRecord> {

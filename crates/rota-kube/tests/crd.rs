@@ -1,24 +1,25 @@
-//! Keeps `charts/rota/crds/rotanodes.yaml` the CRD generated from the Rust type. After
-//! changing the type, regenerate it with `ROTA_UPDATE_CRDS=1 cargo test -p rota-kube --test crd`.
+//! Keeps `charts/rota/crds/*.yaml` the CRDs generated from the Rust types. After changing a
+//! type, regenerate them with `ROTA_UPDATE_CRDS=1 cargo test -p rota-kube --test crd`.
 
 use std::path::Path;
 
-use rota_kube::rota_node_crd;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use rota_kube::{procedure_crd, rota_node_crd};
 
-const HEADER: &str = "# Generated from crates/rota-kube/src/crd.rs; do not edit.\n\
+const HEADER: &str = "# Generated from crates/rota-kube/src/{source}; do not edit.\n\
 # Regenerate: ROTA_UPDATE_CRDS=1 cargo test -p rota-kube --test crd\n";
 
-fn generated() -> String {
-    let yaml = serde_saphyr::to_string(&rota_node_crd()).expect("the CRD renders as YAML");
-    format!("{HEADER}{yaml}")
+fn generated(crd: &CustomResourceDefinition, source: &str) -> String {
+    let yaml = serde_saphyr::to_string(crd).expect("the CRD renders as YAML");
+    format!("{}{yaml}", HEADER.replace("{source}", source))
 }
 
-#[test]
-fn the_committed_crd_is_generated_from_the_type() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../charts/rota/crds/rotanodes.yaml");
-    let expected = generated();
+fn check(file: &str, expected: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../charts/rota/crds")
+        .join(file);
     if std::env::var("ROTA_UPDATE_CRDS").is_ok_and(|v| v == "1") {
-        std::fs::write(&path, &expected).expect("write the CRD");
+        std::fs::write(&path, expected).expect("write the CRD");
         return;
     }
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
@@ -26,6 +27,15 @@ fn the_committed_crd_is_generated_from_the_type() {
         committed == expected,
         "{} is stale: regenerate it with ROTA_UPDATE_CRDS=1 cargo test -p rota-kube --test crd",
         path.display()
+    );
+}
+
+#[test]
+fn the_committed_crds_are_generated_from_the_types() {
+    check("rotanodes.yaml", &generated(&rota_node_crd(), "crd.rs"));
+    check(
+        "procedures.yaml",
+        &generated(&procedure_crd(), "procedure.rs"),
     );
 }
 
@@ -49,7 +59,7 @@ fn the_crd_is_cluster_scoped_without_status_subresource_and_has_printer_columns(
 
 #[test]
 fn the_state_is_an_enum_of_the_lifecycle_states() {
-    let yaml = generated();
+    let yaml = generated(&rota_node_crd(), "crd.rs");
     assert!(
         yaml.contains("- idle") && yaml.contains("- rebooting") && yaml.contains("- failed"),
         "{yaml}"

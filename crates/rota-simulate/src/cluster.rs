@@ -21,7 +21,9 @@ use kube::{Client, Resource as _};
 use rota_agent::NodeActions;
 use rota_core::NodeName;
 use rota_drain::{DrainOptions, KubeActions};
-use rota_kube::{KubeStore, KubeStoreConfig, NAMESPACE_LABEL, RotaNode, rota_node_crd};
+use rota_kube::{
+    KubeStore, KubeStoreConfig, NAMESPACE_LABEL, RotaNode, procedure_crd, rota_node_crd,
+};
 use tracing::{info, warn};
 
 use crate::{Error, Fleet, Result};
@@ -310,31 +312,33 @@ fn node_ready(node: &Node) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// Creates the RotaNode CRD if the cluster does not have it, and waits until it is served.
+/// Creates the RotaNode and Procedure CRDs if the cluster does not have them, and waits until
+/// they are served.
 async fn install_crd(client: Client) -> Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(client);
-    let crd = rota_node_crd();
-    let name = crd.meta().name.clone().unwrap_or_default();
-    if crds
-        .get_opt(&name)
+    for crd in [rota_node_crd(), procedure_crd()] {
+        let name = crd.meta().name.clone().unwrap_or_default();
+        if crds
+            .get_opt(&name)
+            .await
+            .map_err(api("reading a rota CRD"))?
+            .is_some()
+        {
+            continue;
+        }
+        match crds.create(&PostParams::default(), &crd).await {
+            Ok(_) => {}
+            // Another run created it in the meantime.
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(e) => return Err(api("creating a rota CRD")(e)),
+        }
+        tokio::time::timeout(
+            READY_TIMEOUT,
+            await_condition(crds.clone(), &name, conditions::is_crd_established()),
+        )
         .await
-        .map_err(api("reading the RotaNode CRD"))?
-        .is_some()
-    {
-        return Ok(());
+        .map_err(|_| Error::Cluster(format!("the CRD {name} was not established in time")))?
+        .map_err(|e| Error::Cluster(format!("watching the CRD {name}: {e}")))?;
     }
-    match crds.create(&PostParams::default(), &crd).await {
-        Ok(_) => {}
-        // Another run created it in the meantime.
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
-        Err(e) => return Err(api("creating the RotaNode CRD")(e)),
-    }
-    tokio::time::timeout(
-        READY_TIMEOUT,
-        await_condition(crds, &name, conditions::is_crd_established()),
-    )
-    .await
-    .map_err(|_| Error::Cluster("the RotaNode CRD was not established in time".into()))?
-    .map_err(|e| Error::Cluster(format!("watching the RotaNode CRD: {e}")))?;
     Ok(())
 }

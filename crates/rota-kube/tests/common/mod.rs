@@ -8,7 +8,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
 use rota_e2e::testenv::{Scope, TestEnv};
-use rota_kube::{KubeStore, KubeStoreConfig, rota_node_crd};
+use rota_kube::{KubeStore, KubeStoreConfig, procedure_crd, rota_node_crd};
 use rota_store::Store;
 
 /// The environment, or `None` when `ROTA_E2E_SKIP=1`; panics (the test fails) when no control
@@ -20,25 +20,27 @@ pub fn env() -> Option<&'static TestEnv> {
     }
 }
 
-/// Installs (or updates) the RotaNode CRD and waits until the API server serves it.
+/// Installs (or updates) the RotaNode and Procedure CRDs and waits until the API server
+/// serves them.
 pub async fn install_crd(client: kube::Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client);
-    let crd = rota_node_crd();
-    let name = crd.metadata.name.clone().expect("the CRD has a name");
-    crds.patch(
-        &name,
-        &PatchParams::apply("rota-kube-tests").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .expect("apply the RotaNode CRD");
-    tokio::time::timeout(
-        Duration::from_secs(60),
-        await_condition(crds, &name, conditions::is_crd_established()),
-    )
-    .await
-    .expect("the RotaNode CRD is established within a minute")
-    .expect("watch the CRD");
+    for crd in [rota_node_crd(), procedure_crd()] {
+        let name = crd.metadata.name.clone().expect("the CRD has a name");
+        crds.patch(
+            &name,
+            &PatchParams::apply("rota-kube-tests").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("apply the CRD {name}: {e}"));
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            await_condition(crds.clone(), &name, conditions::is_crd_established()),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("the CRD {name} is established within a minute"))
+        .expect("watch the CRD");
+    }
 }
 
 /// A store of its own: a fresh namespace for the Leases and the ConfigMap, and the scope id as

@@ -1,0 +1,350 @@
+//! The Helm chart `charts/mop`, rendered with the helm that `testenv/build` builds and applied
+//! with its kubectl to the real control plane: the procedure it renders is the one the store
+//! reads back, and bad values fail `helm template` with a message that names them. Also the
+//! procedures' part of `charts/rota`'s RBAC: enough for an agent's store, and no more.
+
+mod common;
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::PostParams;
+use rota_core::{ConfigMapKey, NodeName, Priority, ProcedureSpec, Process, sha256_hex};
+use rota_e2e::testenv::{SKIP_ENV, TestEnv, testenv_dir};
+use rota_kube::{KubeStore, KubeStoreConfig, Procedure};
+use rota_store::Store;
+use serde_json::json;
+
+fn chart_dir(chart: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../charts")
+        .join(chart)
+}
+
+/// The path of a binary that `testenv/build` built (`helm`, `kubectl`).
+fn tool(name: &str) -> PathBuf {
+    let build = testenv_dir().join("build");
+    let out = Command::new(&build)
+        .arg("--paths")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("running {} --paths: {e}", build.display()));
+    assert!(out.status.success(), "{} --paths failed", build.display());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}=")).map(PathBuf::from))
+        .unwrap_or_else(|| panic!("{} --paths does not list {name}", build.display()))
+}
+
+/// `helm template` of the mop chart with `--set-json` arguments; the raw output.
+fn helm_template(release: &str, sets: &[String]) -> Output {
+    helm_template_of("mop", release, sets)
+}
+
+fn helm_template_of(chart: &str, release: &str, sets: &[String]) -> Output {
+    let mut helm = Command::new(tool("helm"));
+    helm.arg("template").arg(release).arg(chart_dir(chart));
+    for set in sets {
+        helm.arg("--set-json").arg(set);
+    }
+    helm.stdin(Stdio::null())
+        .output()
+        .expect("running helm template")
+}
+
+fn kubectl_apply(env: &TestEnv, manifest: &[u8]) {
+    let mut child = Command::new(tool("kubectl"))
+        .arg("--kubeconfig")
+        .arg(env.kubeconfig())
+        .args(["apply", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting kubectl");
+    child
+        .stdin
+        .take()
+        .expect("kubectl's stdin")
+        .write_all(manifest)
+        .expect("writing to kubectl");
+    let out = child.wait_with_output().expect("kubectl");
+    assert!(
+        out.status.success(),
+        "kubectl apply failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn skipped() -> bool {
+    // helm comes from testenv/build like the control plane, so it skips along with it.
+    std::env::var(SKIP_ENV).is_ok_and(|v| v == "1")
+}
+
+#[tokio::test]
+async fn the_chart_installs_the_procedure_the_store_reads_back() {
+    let Some(env) = common::env() else { return };
+    let (scope, store) = common::scoped_store(env, "mop-chart").await;
+    let script = "#!/bin/sh\nset -e\napt-get install -y linux-image\n";
+    let sets = [
+        format!("mop.name={}", json!(format!("{}-kernel", scope.id()))),
+        "mop.priority=7".to_string(),
+        format!("mop.script={}", json!(script)),
+        format!("mop.sha256={}", json!(sha256_hex(script))),
+        format!("mop.nodeSelector={}", json!(scope.labels())),
+        "mop.reboot=true".to_string(),
+        "mop.timeout=\"30m\"".to_string(),
+    ];
+    let rendered = helm_template("kernel", &sets);
+    assert!(
+        rendered.status.success(),
+        "helm template failed: {}",
+        String::from_utf8_lossy(&rendered.stderr)
+    );
+    kubectl_apply(env, &rendered.stdout);
+    // Applying the same release again changes nothing (procedures are immutable).
+    kubectl_apply(env, &rendered.stdout);
+
+    let procedures = store.procedures().await.expect("procedures");
+    assert_eq!(procedures.len(), 1, "{procedures:?}");
+    let mut expected = ProcedureSpec::new("kernel", script);
+    expected.priority = Priority::new(7).expect("priority");
+    expected.sha256 = Some(sha256_hex(script));
+    expected.node_selector = scope.labels();
+    expected.reboot = true;
+    expected.timeout = Duration::from_secs(30 * 60);
+    assert_eq!(procedures[0].spec, expected);
+    assert_eq!(procedures[0].script.as_deref(), Some(script));
+    procedures[0].spec.check_pin(script).expect("the pin holds");
+}
+
+#[tokio::test]
+async fn the_chart_refers_to_a_config_map() {
+    let Some(env) = common::env() else { return };
+    let (scope, store) = common::scoped_store(env, "mop-chart-cm").await;
+    let sets = [
+        format!("mop.name={}", json!(format!("{}-firmware", scope.id()))),
+        r#"mop.scriptConfigMap={"name":"firmware","key":"run.sh"}"#.to_string(),
+        "mop.drain=false".to_string(),
+    ];
+    let rendered = helm_template("firmware", &sets);
+    assert!(
+        rendered.status.success(),
+        "helm template failed: {}",
+        String::from_utf8_lossy(&rendered.stderr)
+    );
+    kubectl_apply(env, &rendered.stdout);
+    let procedures = store.procedures().await.expect("procedures");
+    let spec = &procedures[0].spec;
+    assert_eq!(spec.priority, Priority::DEFAULT);
+    assert!(!spec.drain && !spec.reboot);
+    assert_eq!(
+        spec.script_config_map.as_ref().map(|c| c.key.as_str()),
+        Some("run.sh")
+    );
+    assert_eq!(procedures[0].script, None, "the ConfigMap does not exist");
+}
+
+#[test]
+fn an_invalid_priority_fails_helm_template_naming_the_value_and_the_range() {
+    if skipped() {
+        return;
+    }
+    let cases = [
+        (r#""100""#, r#"invalid priority "100""#),
+        ("100", "invalid priority 100"),
+        (r#""ab""#, r#"invalid priority "ab""#),
+        (r#""-1""#, r#"invalid priority "-1""#),
+        ("-1", "invalid priority -1"),
+    ];
+    for (priority, expected) in cases {
+        let out = helm_template(
+            "bad",
+            &[
+                r#"mop.script="true""#.to_string(),
+                format!("mop.priority={priority}"),
+            ],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "helm template accepted {priority}");
+        assert!(
+            stderr.contains(expected) && stderr.contains("expected 00..99"),
+            "mop.priority={priority}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn other_bad_values_fail_helm_template_with_a_clear_message() {
+    if skipped() {
+        return;
+    }
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &[],
+            "the script is missing; set mop.script or mop.scriptConfigMap",
+        ),
+        (
+            &[
+                r#"mop.script="true""#,
+                r#"mop.scriptConfigMap={"name":"a","key":"b"}"#,
+            ],
+            "give exactly one of them",
+        ),
+        (
+            &[r#"mop.script="true""#, r#"mop.name="Kernel_1""#],
+            "at '/mop/name'",
+        ),
+        (
+            &[r#"mop.script="true""#, r#"mop.sha256="abc""#],
+            "at '/mop/sha256'",
+        ),
+        (
+            &[r#"mop.script="true""#, r#"mop.timeout=3600"#],
+            "at '/mop/timeout': got number, want string",
+        ),
+        (
+            &[r#"mop.script="true""#, r#"mop.nodes=["node 1"]"#],
+            "at '/mop/nodes/0'",
+        ),
+    ];
+    for (sets, expected) in cases {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        let out = helm_template("bad", &sets);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "helm template accepted {sets:?}");
+        assert!(stderr.contains(expected), "{sets:?}: {stderr}");
+    }
+}
+
+/// A client acting as the service account `namespace/name`.
+async fn client_as(
+    env: &TestEnv,
+    admin: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> kube::Client {
+    let accounts: kube::Api<ServiceAccount> = kube::Api::namespaced(admin.clone(), namespace);
+    let request = serde_json::from_value(json!({ "spec": { "expirationSeconds": 3600 } }))
+        .expect("a token request");
+    let token = accounts
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .expect("a token for the service account")
+        .status
+        .expect("a token request's status")
+        .token;
+    let mut config = env.config().await.expect("config");
+    config.auth_info = serde_json::from_value(json!({ "token": token })).expect("auth info");
+    kube::Client::try_from(config).expect("client")
+}
+
+#[tokio::test]
+async fn the_agents_rbac_reads_procedures_and_writes_only_their_status() {
+    let Some(env) = common::env() else { return };
+    let (scope, admin_store) = common::scoped_store(env, "mop-rbac").await;
+    let admin = scope.client();
+    let release = scope.id();
+    let namespace = format!("{}-sys", scope.id());
+    let sets = [
+        format!("namespace.name={}", json!(namespace)),
+        format!("nodeSelector={}", json!(scope.labels())),
+    ];
+    let rendered = helm_template_of("rota", release, &sets);
+    assert!(
+        rendered.status.success(),
+        "helm template failed: {}",
+        String::from_utf8_lossy(&rendered.stderr)
+    );
+    kubectl_apply(env, &rendered.stdout);
+    let maps: kube::Api<ConfigMap> = kube::Api::namespaced(admin.clone(), &namespace);
+    maps.create(
+        &PostParams::default(),
+        &ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("scripts".into()),
+                ..ObjectMeta::default()
+            },
+            data: Some(BTreeMap::from([(
+                "run.sh".into(),
+                "echo from the map".into(),
+            )])),
+            ..ConfigMap::default()
+        },
+    )
+    .await
+    .expect("create the ConfigMap");
+    let mut spec = ProcedureSpec::new("kernel", "");
+    spec.script = None;
+    spec.script_config_map = Some(ConfigMapKey {
+        name: "scripts".into(),
+        key: "run.sh".into(),
+    });
+    admin_store
+        .submit_procedure(&spec)
+        .await
+        .expect("an operator submits");
+
+    let agent = client_as(env, &admin, &namespace, "rota-agent").await;
+    let store = KubeStore::connect(
+        agent,
+        KubeStoreConfig {
+            namespace: namespace.clone(),
+            ..admin_store.config().clone()
+        },
+    )
+    .await
+    .expect("the agent's store");
+    let procedures = store
+        .procedures()
+        .await
+        .expect("the agent lists procedures");
+    assert_eq!(procedures[0].script.as_deref(), Some("echo from the map"));
+    let refused = store
+        .submit_procedure(&ProcedureSpec::new("sneaky", "true"))
+        .await
+        .expect_err("an agent may not create procedures");
+    assert!(
+        refused
+            .to_string()
+            .contains("cannot create procedures.rota.dev")
+            && refused.to_string().contains("forbidden"),
+        "{refused}"
+    );
+
+    let node = NodeName::new(format!("{}-n", scope.id())).expect("node name");
+    let session = store
+        .open_session(&node, Duration::from_secs(60))
+        .await
+        .expect("open");
+    let mop = Process::mop("kernel").expect("process");
+    store
+        .add_request(&session, &mop, "procedure")
+        .await
+        .expect("add");
+    let api: kube::Api<Procedure> = kube::Api::all(admin.clone());
+    let object = format!("{}kernel", admin_store.config().name_prefix);
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = api
+            .get(&object)
+            .await
+            .expect("read")
+            .status
+            .unwrap_or_default();
+        if status.pending == 1 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the agent's store did not write the status: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
