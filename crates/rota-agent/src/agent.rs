@@ -240,7 +240,11 @@ impl Agent {
         until: Option<Instant>,
         store_changes: Option<u64>,
     ) -> Result<()> {
-        let poll = Instant::now() + self.config.store_poll;
+        let mut poll = Instant::now() + self.config.store_poll;
+        if let Some(checked) = running.procedures_checked {
+            // New procedures do not notify: look for them on time even with a slow store poll.
+            poll = poll.min(checked + self.config.procedure_poll);
+        }
         let until = until.map_or(poll, |u| u.min(poll));
         let exits = running.procedure_exits.clone();
         let changes = &mut running.changes;

@@ -30,12 +30,13 @@ const OUTPUT_TAIL: usize = 1000;
 /// How long `timeout` waits after its TERM before it KILLs.
 const KILL_AFTER: &str = "10s";
 
-/// `$1` run directory, `$2` timeout in seconds, then the exec prefix. The status is written to
-/// a temporary name and renamed, so a reader never sees half of it.
+/// `$1` run directory, `$2` timeout in seconds, then the exec prefix. Each file is one short
+/// `echo` (no `mv`: every fork shows in the time between two procedures), so a reader may find
+/// one empty for an instant; an empty or partial status counts as not written yet.
 const WRAPPER: &str = r#"dir=$1; limit=$2; shift 2
-echo $$ > "$dir/pid.tmp" && mv "$dir/pid.tmp" "$dir/pid"
+echo $$ > "$dir/pid"
 timeout -k "$ROTA_KILL_AFTER" "$limit" "$@" sh -s < "$dir/script" > "$dir/stdout" 2> "$dir/stderr"
-echo $? > "$dir/status.tmp" && mv "$dir/status.tmp" "$dir/status"
+echo $? > "$dir/status"
 "#;
 
 /// What a run directory says about an attempt.
@@ -125,7 +126,9 @@ impl Runner {
         let status = dir.join("status");
         match std::fs::read_to_string(&status) {
             Ok(text) => {
-                return Ok(RunState::Exited(text.trim().parse().unwrap_or(-1)));
+                if let Ok(code) = text.trim().parse() {
+                    return Ok(RunState::Exited(code));
+                }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(host_file("reading", &status)(e)),

@@ -1223,12 +1223,26 @@ impl Store for KubeStore {
     ) -> Result<RequestRecord> {
         let (request, _, _) = self
             .edit(session, false, |status, seen| {
-                status::complete_request(status, process, outcome, seen.now)
-                    .map(Edit::Write)
+                let fails = matches!(outcome, Outcome::Failed { .. });
+                if fails && status.state != NodeState::Maintaining {
+                    return Err(Error::Conflict {
+                        node: session.node.clone(),
+                        expected: NodeState::Maintaining,
+                        actual: status.state.to_string(),
+                    });
+                }
+                let request = status::complete_request(status, process, outcome, seen.now)
                     .ok_or_else(|| Error::NotActive {
                         node: session.node.clone(),
                         process: process.clone(),
-                    })
+                    })?;
+                if fails {
+                    // Fail closed in the same write: a failure recorded without it would let
+                    // a restarted agent start the next attempt instead of waiting.
+                    status.state = NodeState::Failed;
+                    status.since = Timestamp(seen.now);
+                }
+                Ok(Edit::Write(request))
             })
             .await?;
         let (type_, reason, note) = match outcome {

@@ -331,6 +331,13 @@ async fn the_status_follows_each_node_and_completes_when_every_matching_node_suc
         },
     };
     other
+        .transition(
+            &b,
+            Transition::new(NodeState::Draining, NodeState::Maintaining),
+        )
+        .await
+        .expect("b drained");
+    other
         .complete_request(&b, &mop, &failed)
         .await
         .expect("b fails");
