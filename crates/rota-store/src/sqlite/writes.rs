@@ -277,18 +277,7 @@ pub(super) async fn apply_window(
             } else {
                 HistoryEvent::Finished
             };
-            record_each(
-                tx,
-                node,
-                &done,
-                &fallback,
-                event,
-                None,
-                slot,
-                true,
-                now,
-            )
-            .await?;
+            record_each(tx, node, &done, &fallback, event, None, slot, true, now).await?;
             release_slot(tx, node).await?;
         }
         WindowChange::Fail {
