@@ -50,6 +50,8 @@ struct Running {
     ensured: HashSet<String>,
     /// When procedures were last looked for.
     procedures_checked: Option<Instant>,
+    /// The pause (by its start) this incarnation last reported, so that it logs each once.
+    pause_logged: Option<Millis>,
 }
 
 /// A node's procedures by name.
@@ -181,6 +183,7 @@ impl Agent {
             runner,
             ensured: HashSet::new(),
             procedures_checked: None,
+            pause_logged: None,
         };
         let result = self.run_steps(&mut running).await;
         self.cancel.cancel();
@@ -564,6 +567,9 @@ impl Agent {
         }
         // Read the counter before asking: a change in between then wakes this waiter at once.
         let seen = *running.changes.borrow_and_update();
+        if self.paused(running, seen).await? {
+            return Ok(());
+        }
         if let Acquire::Wait { changes } = self.store.try_acquire_slot(&running.session).await? {
             let target = seen.saturating_add(changes);
             return self.wait(running, None, Some(target)).await;
@@ -702,6 +708,10 @@ impl Agent {
                 Transition::new(NodeState::Maintaining, NodeState::Verifying),
             )
             .await?;
+            return Ok(());
+        }
+        let seen = *running.changes.borrow_and_update();
+        if self.paused(running, seen).await? {
             return Ok(());
         }
         // The boot id goes to the store before the reboot starts: after it, only a different
@@ -905,6 +915,22 @@ impl Agent {
             running.runner.finish(&procedure.spec)?;
         }
         Ok(())
+    }
+
+    /// Whether the fleet is paused; if so, waits (for a resume, which wakes every waiter, or
+    /// the slow re-read) and says so once per pause.
+    async fn paused(&self, running: &mut Running, seen: u64) -> Result<bool> {
+        let Some(pause) = self.store.paused().await? else {
+            running.pause_logged = None;
+            return Ok(false);
+        };
+        if running.pause_logged != Some(pause.since) {
+            info!(node = %self.config.node, reason = pause.reason, "the fleet is paused; waiting for rota resume");
+            running.pause_logged = Some(pause.since);
+        }
+        self.wait(running, None, Some(seen.saturating_add(1)))
+            .await?;
+        Ok(true)
     }
 
     /// kustodian's protocol: announce `/var/maintenance-in-progress` once drained, and consider

@@ -13,7 +13,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client};
 use rota_core::{NodeName, NodeState, ProcedureSpec, Process};
 use rota_store::{
-    Acquire, BackoffRecord, Error, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome,
+    Acquire, BackoffRecord, Error, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome, Pause,
     ProcedureRecord, RequestRecord, Result, Session, SlotHolder, Store, Transition, WindowChange,
     now_millis,
 };
@@ -36,6 +36,8 @@ const CONFIG_MAPS: &str = "configmaps";
 const NODES: &str = "nodes";
 /// The ConfigMap holding the concurrency and the node tag counter.
 pub const CONFIG_MAP: &str = "rota-config";
+/// The rota-config key that holds the fleet's pause (empty: none).
+const PAUSED_KEY: &str = "paused";
 const CONCURRENCY_KEY: &str = "concurrency";
 const NEXT_TAG_KEY: &str = "nextNodeTag";
 /// Label on every RotaNode: the namespace of the installation (its slots) it belongs to.
@@ -1454,6 +1456,39 @@ impl Store for KubeStore {
             attempts: CAS_ATTEMPTS,
         }
         .into())
+    }
+
+    async fn pause(&self, reason: &str) -> Result<Pause> {
+        let pause = Pause {
+            reason: reason.to_string(),
+            since: now_millis(),
+        };
+        let value = pause.encode();
+        self.update_config(PAUSED_KEY, |_| Ok((value.clone(), ())))
+            .await?;
+        Ok(pause)
+    }
+
+    async fn resume(&self) -> Result<Option<Pause>> {
+        // An empty value is no pause: the ConfigMap keeps the key, and a replace never races
+        // with a delete of it.
+        let previous = self
+            .update_config(PAUSED_KEY, |current| {
+                Ok((String::new(), current.unwrap_or_default().to_string()))
+            })
+            .await?;
+        self.inner.changes.bump(CONCURRENCY_CHANGED);
+        Pause::decode("rota-config.data.paused", &previous)
+    }
+
+    async fn paused(&self) -> Result<Option<Pause>> {
+        let map = self.config_map().await?;
+        let value = map
+            .as_ref()
+            .and_then(|c| c.data.as_ref())
+            .and_then(|d| d.get(PAUSED_KEY))
+            .map_or("", String::as_str);
+        Pause::decode("rota-config.data.paused", value)
     }
 
     fn changes(&self) -> watch::Receiver<u64> {

@@ -54,6 +54,7 @@ macro_rules! conformance_tests {
             a_procedure_is_requested_once_per_node_ever,
             completing_a_request_keeps_the_window_open,
             a_failed_request_stays_active_and_backs_off,
+            pause_is_recorded_and_resume_wakes_every_waiter,
             concurrent_stress_never_double_grants_or_loses_history,
             sixty_four_sessions_never_double_grant_or_lose_history,
         );
@@ -901,6 +902,33 @@ pub async fn a_failed_request_stays_active_and_backs_off(store: Arc<dyn Store>) 
             .expect("backoffs")
             .is_empty(),
         "success clears the backoff"
+    );
+}
+
+pub async fn pause_is_recorded_and_resume_wakes_every_waiter(store: Arc<dyn Store>) {
+    assert_eq!(store.paused().await.expect("paused"), None);
+    assert_eq!(
+        store.resume().await.expect("resume"),
+        None,
+        "nothing to lift"
+    );
+    let before = now_millis();
+    let pause = store.pause("kernel CVE triage").await.expect("pause");
+    assert_eq!(pause.reason, "kernel CVE triage");
+    assert!(pause.since >= before - 5_000, "{pause:?}");
+    assert_eq!(store.paused().await.expect("paused"), Some(pause.clone()));
+    let again = store.pause("still triaging").await.expect("pause again");
+    assert_eq!(
+        store.paused().await.expect("paused").map(|p| p.reason),
+        Some("still triaging".to_string())
+    );
+    let changes = *store.changes().borrow();
+    let lifted = store.resume().await.expect("resume");
+    assert_eq!(lifted, Some(again));
+    assert_eq!(store.paused().await.expect("paused"), None);
+    assert!(
+        *store.changes().borrow() > changes.saturating_add(1000),
+        "a resume wakes every waiter at once"
     );
 }
 

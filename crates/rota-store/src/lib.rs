@@ -13,8 +13,8 @@ pub mod conformance;
 pub use error::{Error, Result};
 pub use model::{
     Acquire, BackoffRecord, HistoryEntry, HistoryFilter, Millis, NodeFields, NodeRecord, Outcome,
-    ProcedureRecord, RequestRecord, RequestState, Session, SlotHolder, Transition, WindowChange,
-    now_millis,
+    Pause, ProcedureRecord, RequestRecord, RequestState, Session, SlotHolder, Transition,
+    WindowChange, now_millis,
 };
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;

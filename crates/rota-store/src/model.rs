@@ -3,7 +3,7 @@ use std::time::Duration;
 use rota_core::{
     BackoffPolicy, HistoryEvent, Lifecycle, NodeName, NodeState, ProcedureSpec, Process,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Unix time in milliseconds: the one time unit the stores speak.
 pub type Millis = i64;
@@ -266,4 +266,32 @@ pub enum Outcome {
         cause: String,
         policy: BackoffPolicy,
     },
+}
+
+/// A fleet-wide pause: no node takes a slot (and none reboots) until an operator resumes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pause {
+    pub reason: String,
+    pub since: Millis,
+}
+
+impl Pause {
+    /// The stored form of a pause (one value in the store's key-value settings).
+    pub fn encode(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Reads a stored pause; an empty value means none.
+    pub fn decode(column: &'static str, value: &str) -> crate::Result<Option<Pause>> {
+        if value.is_empty() {
+            return Ok(None);
+        }
+        serde_json::from_str(value)
+            .map(Some)
+            .map_err(|e| crate::Error::Corrupt {
+                column,
+                value: value.to_string(),
+                reason: e.to_string(),
+            })
+    }
 }

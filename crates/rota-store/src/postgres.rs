@@ -34,7 +34,7 @@ use tracing::{debug, warn};
 
 use crate::error::{Context, Error, Result};
 use crate::model::{
-    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome,
+    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome, Pause,
     ProcedureRecord, RequestRecord, RequestState, Session, SlotHolder, Transition, WindowChange,
 };
 use crate::store::Store;
@@ -1170,6 +1170,55 @@ impl Store for PostgresStore {
             // rota_retry refuses only a missing node or one that is not failed.
             _ => Err(Error::NoSuchNode { node: node.clone() }),
         }
+    }
+
+    async fn pause(&self, reason: &str) -> Result<Pause> {
+        const CONTEXT: &str = "pausing the fleet";
+        let since: Millis = sqlx::query_scalar("SELECT rota_now_ms()")
+            .fetch_one(&self.pool)
+            .await
+            .context(CONTEXT)?;
+        let pause = Pause {
+            reason: reason.to_string(),
+            since,
+        };
+        sqlx::query(
+            "INSERT INTO rota_meta (key, value) VALUES ('paused', $1) \
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        )
+        .bind(pause.encode())
+        .execute(&self.pool)
+        .await
+        .context(CONTEXT)?;
+        Ok(pause)
+    }
+
+    async fn resume(&self) -> Result<Option<Pause>> {
+        const CONTEXT: &str = "resuming the fleet";
+        let mut tx = self.begin(CONTEXT).await?;
+        let value: Option<String> =
+            sqlx::query_scalar("DELETE FROM rota_meta WHERE key = 'paused' RETURNING value")
+                .fetch_optional(&mut *tx)
+                .await
+                .context(CONTEXT)?;
+        // Every waiter may go on now.
+        self.commit(tx, CONCURRENCY_CHANGED, CONTEXT).await?;
+        Ok(match value {
+            Some(value) => Pause::decode("rota_meta.paused", &value)?,
+            None => None,
+        })
+    }
+
+    async fn paused(&self) -> Result<Option<Pause>> {
+        let value: Option<String> =
+            sqlx::query_scalar("SELECT value FROM rota_meta WHERE key = 'paused'")
+                .fetch_optional(&self.pool)
+                .await
+                .context("reading the pause")?;
+        Ok(match value {
+            Some(value) => Pause::decode("rota_meta.paused", &value)?,
+            None => None,
+        })
     }
 
     fn changes(&self) -> watch::Receiver<u64> {

@@ -6,8 +6,8 @@ use tokio::sync::watch;
 
 use crate::error::Result;
 use crate::model::{
-    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, NodeRecord, Outcome, ProcedureRecord,
-    RequestRecord, Session, SlotHolder, Transition,
+    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, NodeRecord, Outcome, Pause,
+    ProcedureRecord, RequestRecord, Session, SlotHolder, Transition,
 };
 
 /// rota's state, on any substrate. Every method that changes a node's state takes the writer's
@@ -87,6 +87,15 @@ pub trait Store: Send + Sync {
     async fn unlock(&self, node: &NodeName, reason: &str) -> Result<NodeRecord>;
     /// Operator: lets a failed node try its window's work again (it keeps slot and cordon).
     async fn retry(&self, node: &NodeName) -> Result<NodeRecord>;
+
+    /// Operator: pauses the whole fleet: no node takes a slot or starts a reboot until
+    /// [`resume`](Store::resume); windows already open finish their other steps. A second pause
+    /// replaces the reason.
+    async fn pause(&self, reason: &str) -> Result<Pause>;
+    /// Operator: lifts the pause; returns the one lifted, if any. Wakes every waiter.
+    async fn resume(&self) -> Result<Option<Pause>>;
+    /// The fleet's pause, if any.
+    async fn paused(&self) -> Result<Option<Pause>>;
 
     /// A counter that grows by one after every committed write that may let a waiting agent go
     /// on: a slot released, a node leaving the queue without a slot, an operator's action (a

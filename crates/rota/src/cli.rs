@@ -56,6 +56,11 @@ pub enum Command {
     ///
     /// The node keeps its slot and stays cordoned; its agent resumes the window's work.
     Retry(RetryArgs),
+    /// Pause the whole fleet: no node takes a slot or starts a reboot until `rota resume`.
+    /// Windows already open finish their other steps.
+    Pause(PauseArgs),
+    /// Lift the fleet's pause.
+    Resume(ResumeArgs),
     /// Maintenance procedures (MOPs): submit one to run once on every matching node, list them.
     #[command(subcommand)]
     Mop(MopCommand),
@@ -75,6 +80,8 @@ impl Command {
             | Command::History(_)
             | Command::Unlock(_)
             | Command::Retry(_)
+            | Command::Pause(_)
+            | Command::Resume(_)
             | Command::Mop(_)
             | Command::Bench(_) => "warn",
         }
@@ -164,6 +171,21 @@ pub struct UnlockArgs {
     /// Why: recorded in the node's history with the cancellation.
     #[arg(long, value_name = "TEXT", value_parser = non_empty_reason)]
     pub reason: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct PauseArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Why: shown by `rota status` while the pause lasts.
+    #[arg(long, value_name = "TEXT", value_parser = non_empty_reason)]
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ResumeArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -3,7 +3,7 @@
 use anyhow::Result;
 use rota_store::NodeRecord;
 
-use crate::cli::{RetryArgs, UnlockArgs};
+use crate::cli::{PauseArgs, ResumeArgs, RetryArgs, UnlockArgs};
 use crate::output;
 
 /// What `unlock` did, from the node before and after.
@@ -49,6 +49,29 @@ pub async fn retry(args: RetryArgs) -> Result<()> {
     let store = crate::open_store(&args.store).await?;
     let after = store.retry(&args.node).await?;
     output::emit(&describe_retry(&after))
+}
+
+pub async fn pause(args: PauseArgs) -> Result<()> {
+    let store = crate::open_store(&args.store).await?;
+    let pause = store.pause(&args.reason).await?;
+    output::emit(&format!(
+        "fleet paused since {}: {}; no node takes a slot or reboots until `rota resume`\n",
+        output::rfc3339_seconds(pause.since),
+        pause.reason
+    ))
+}
+
+pub async fn resume(args: ResumeArgs) -> Result<()> {
+    let store = crate::open_store(&args.store).await?;
+    let text = match store.resume().await? {
+        Some(pause) => format!(
+            "fleet resumed (paused since {}: {})\n",
+            output::rfc3339_seconds(pause.since),
+            pause.reason
+        ),
+        None => "the fleet was not paused\n".to_string(),
+    };
+    output::emit(&text)
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use rota_core::{NodeName, NodeState, Process};
-use rota_store::{BackoffRecord, Millis, NodeRecord, SlotHolder, Store, now_millis};
+use rota_store::{BackoffRecord, Millis, NodeRecord, Pause, SlotHolder, Store, now_millis};
 use serde::Serialize;
 
 use crate::cli::{Format, StatusArgs};
@@ -43,6 +43,7 @@ pub struct NodeFacts {
 pub struct Summary {
     pub concurrency: Option<u32>,
     pub holders: Vec<SlotHolder>,
+    pub paused: Option<Pause>,
 }
 
 /// Builds a node's row. The slot comes from the slot holders when the node record does not
@@ -97,11 +98,19 @@ pub fn summary_line(summary: &Summary) -> String {
         Some(c) => format!("concurrency {c}, {held} of {c} slots held"),
         None => format!("concurrency not set, {held} slots held"),
     };
-    if who.is_empty() {
+    let mut line = if who.is_empty() {
         slots
     } else {
         format!("{slots} ({who})")
+    };
+    if let Some(pause) = &summary.paused {
+        line.push_str(&format!(
+            "\nPAUSED since {}: {} (no node takes a slot or reboots until `rota resume`)",
+            output::rfc3339_seconds(pause.since),
+            pause.reason
+        ));
     }
+    line
 }
 
 /// The human output: summary line, blank line, table.
@@ -170,6 +179,7 @@ async fn gather(store: &dyn Store) -> Result<(Vec<NodeFacts>, Summary)> {
         Summary {
             concurrency,
             holders,
+            paused: store.paused().await?,
         },
     ))
 }
@@ -281,6 +291,7 @@ mod tests {
             Summary {
                 concurrency: Some(2),
                 holders,
+                paused: None,
             },
         )
     }
@@ -303,9 +314,28 @@ mod tests {
         let summary = Summary {
             concurrency: None,
             holders: vec![],
+            paused: None,
         };
         insta::assert_snapshot!(render_table(&summary, &[], NOW), @r"
         concurrency not set, 0 slots held
+
+        no nodes known to the store
+        ");
+    }
+
+    #[test]
+    fn a_paused_fleet_says_so_and_why() {
+        let summary = Summary {
+            concurrency: Some(1),
+            holders: vec![],
+            paused: Some(Pause {
+                reason: "kernel CVE triage".into(),
+                since: NOW - 60_000,
+            }),
+        };
+        insta::assert_snapshot!(render_table(&summary, &[], NOW), @r"
+        concurrency 1, 0 of 1 slots held
+        PAUSED since 2024-05-01T09:59:00Z: kernel CVE triage (no node takes a slot or reboots until `rota resume`)
 
         no nodes known to the store
         ");

@@ -462,3 +462,39 @@ async fn a_slot_granted_for_a_withdrawn_request_is_given_back_without_a_drain() 
     );
     assert!(store.slot_holders().await.expect("holders").is_empty());
 }
+
+#[tokio::test]
+async fn a_paused_fleet_takes_no_slot_until_resumed() {
+    let host = Host::new();
+    host.store().await;
+    let rota = |args: &[&str]| {
+        let output = Command::new(ROTA)
+            .args(args)
+            .args(["--store", &host.store_url()])
+            .output()
+            .expect("run rota");
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let said = rota(&["pause", "--reason", "kernel CVE triage"]);
+    assert!(said.contains("fleet paused since"), "{said}");
+    let _agent = host.agent(&[]);
+    touch(&host.root("run/reboot-needed"));
+    host.wait_for("queued", |r| r.state == NodeState::Queued)
+        .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let record = host.record().await.expect("record");
+    assert_eq!(record.state, NodeState::Queued, "paused: {record:?}");
+    assert_eq!(record.slot, None);
+    assert_eq!(host.count("drain"), 0);
+    let status = rota(&["status"]);
+    assert!(
+        status.contains("PAUSED since") && status.contains("kernel CVE triage"),
+        "{status}"
+    );
+    let said = rota(&["resume"]);
+    assert!(said.contains("fleet resumed"), "{said}");
+    host.wait_until("the reboot", || host.count("reboot") == 1)
+        .await;
+    assert_eq!(rota(&["resume"]), "the fleet was not paused\n");
+}

@@ -28,10 +28,13 @@ use self::rows::{
 use self::writer::{Op, Reply};
 use crate::error::{Context, Error, Result};
 use crate::model::{
-    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, NodeRecord, Outcome, ProcedureRecord,
-    RequestRecord, Session, SlotHolder, Transition,
+    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, NodeRecord, Outcome, Pause,
+    ProcedureRecord, RequestRecord, Session, SlotHolder, Transition, now_millis,
 };
 use crate::store::Store;
+
+/// The setting that holds the fleet's pause.
+const PAUSED_KEY: &str = "paused";
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
@@ -511,6 +514,47 @@ impl Store for SqliteStore {
     async fn retry(&self, node: &NodeName) -> Result<NodeRecord> {
         let node = node.clone();
         self.write(|reply| Op::Retry { node, reply }).await
+    }
+
+    async fn pause(&self, reason: &str) -> Result<Pause> {
+        let pause = Pause {
+            reason: reason.to_string(),
+            since: now_millis(),
+        };
+        let value = Some(pause.encode());
+        self.write(|reply| Op::SetMeta {
+            key: PAUSED_KEY,
+            value,
+            reply,
+        })
+        .await?;
+        Ok(pause)
+    }
+
+    async fn resume(&self) -> Result<Option<Pause>> {
+        let previous = self
+            .write(|reply| Op::SetMeta {
+                key: PAUSED_KEY,
+                value: None,
+                reply,
+            })
+            .await?;
+        Ok(match previous {
+            Some(value) => Pause::decode("rota_meta.paused", &value)?,
+            None => None,
+        })
+    }
+
+    async fn paused(&self) -> Result<Option<Pause>> {
+        let value: Option<String> = sqlx::query_scalar("SELECT value FROM rota_meta WHERE key = ?")
+            .bind(PAUSED_KEY)
+            .fetch_optional(&self.pool)
+            .await
+            .context("reading the pause")?;
+        Ok(match value {
+            Some(value) => Pause::decode("rota_meta.paused", &value)?,
+            None => None,
+        })
     }
 
     fn changes(&self) -> watch::Receiver<u64> {

@@ -43,6 +43,12 @@ pub(super) enum Op {
         concurrency: u32,
         reply: Reply<()>,
     },
+    /// Sets (or with `None` removes) one of the store's settings; returns the previous value.
+    SetMeta {
+        key: &'static str,
+        value: Option<String>,
+        reply: Reply<Option<String>>,
+    },
     AcquireSlot {
         session: Session,
         reply: Reply<Acquire>,
@@ -109,6 +115,8 @@ fn done<T: Send + 'static>(reply: Reply<T>, result: Result<T>) -> Done {
 fn wakes(op: &Op) -> u64 {
     match op {
         Op::SetConcurrency { .. } => CONCURRENCY_CHANGED,
+        // A pause lifted may let every waiter go on.
+        Op::SetMeta { value: None, .. } => CONCURRENCY_CHANGED,
         Op::Unlock { .. } | Op::Retry { .. } => 1,
         // Taking a slot never lets another waiter go on (one free slot fewer, one waiter
         // ahead fewer); a release, or a waiter leaving the queue without one, may.
@@ -146,6 +154,11 @@ async fn execute(conn: &mut SqliteConnection, op: Op) -> (Done, u64) {
         }
         Op::SetConcurrency { concurrency, reply } => {
             let result = writes::set_concurrency(conn, concurrency).await;
+            let wake = counted(result.is_ok());
+            (done(reply, result), wake)
+        }
+        Op::SetMeta { key, value, reply } => {
+            let result = writes::set_meta(conn, key, value.as_deref()).await;
             let wake = counted(result.is_ok());
             (done(reply, result), wake)
         }
@@ -281,6 +294,7 @@ fn refuse(op: Op) -> Done {
         | Op::CloseSession { reply, .. }
         | Op::SetConcurrency { reply, .. } => skipped(reply),
         Op::AcquireSlot { reply, .. } => skipped(reply),
+        Op::SetMeta { reply, .. } => skipped(reply),
         Op::Fence { reply, .. } => skipped(reply),
         Op::AddRequest { reply, .. } => skipped(reply),
         Op::CancelRequest { reply, .. } => skipped(reply),

@@ -530,6 +530,31 @@ pub(super) async fn set_concurrency(tx: &mut SqliteConnection, concurrency: u32)
     Ok(())
 }
 
+pub(super) async fn set_meta(
+    tx: &mut SqliteConnection,
+    key: &str,
+    value: Option<&str>,
+) -> Result<Option<String>> {
+    let previous: Option<String> = sqlx::query_scalar("SELECT value FROM rota_meta WHERE key = ?")
+        .bind(key)
+        .fetch_optional(&mut *tx)
+        .await
+        .context("reading a setting")?;
+    match value {
+        Some(value) => sqlx::query(
+            "INSERT INTO rota_meta (key, value) VALUES (?, ?) \
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        )
+        .bind(key)
+        .bind(value),
+        None => sqlx::query("DELETE FROM rota_meta WHERE key = ?").bind(key),
+    }
+    .execute(&mut *tx)
+    .await
+    .context("writing a setting")?;
+    Ok(previous)
+}
+
 pub(super) async fn acquire_slot(tx: &mut SqliteConnection, session: &Session) -> Result<Acquire> {
     atomically!(tx, {
         check_session(tx, session).await?;
