@@ -623,23 +623,16 @@ impl Agent {
         let record = self.join_pending(running, record).await?;
         // A node cordoned beforehand is always drained: afterwards, rota could not tell
         // whether its window drained it.
-        if !record.pre_cordoned {
-            let procedures = self.procedure_map().await?;
-            let open = self.store.open_requests(&self.config.node).await?;
-            if !open
-                .iter()
-                .any(|r| r.state == RequestState::Active && needs_drain(r, &procedures))
-            {
-                info!(node = %self.config.node, "no work of this window needs a drain");
-                self.commit(
-                    running,
-                    &record,
-                    Event::DrainSkipped,
-                    Transition::new(NodeState::Draining, NodeState::Maintaining),
-                )
-                .await?;
-                return Ok(());
-            }
+        if !record.pre_cordoned && self.drain_skippable().await? {
+            info!(node = %self.config.node, "no work of this window needs a drain");
+            self.commit(
+                running,
+                &record,
+                Event::DrainSkipped,
+                Transition::new(NodeState::Draining, NodeState::Maintaining),
+            )
+            .await?;
+            return Ok(());
         }
         self.store
             .fence(&running.session, self.config.session_ttl)
@@ -678,6 +671,24 @@ impl Agent {
         )
         .await?;
         Ok(())
+    }
+
+    /// Whether every active request of the window is a procedure that needs no drain. The
+    /// procedures are read only when the window has nothing but procedures: a reboot window
+    /// pays nothing for the question.
+    async fn drain_skippable(&self) -> Result<bool> {
+        let active: Vec<RequestRecord> = self
+            .store
+            .open_requests(&self.config.node)
+            .await?
+            .into_iter()
+            .filter(|r| r.state == RequestState::Active)
+            .collect();
+        if active.is_empty() || active.iter().any(|r| !matches!(r.process, Process::Mop(_))) {
+            return Ok(false);
+        }
+        let procedures = self.procedure_map().await?;
+        Ok(!active.iter().any(|r| needs_drain(r, &procedures)))
     }
 
     async fn maintaining(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
