@@ -1,13 +1,14 @@
 //! The store for bare-metal fleets: one PostgreSQL database shared by every host's agent.
 //!
-//! Exclusion comes from row locks, never from a check followed by an insert: every write that
-//! reads a node's state before changing it first locks the node's row (`FOR UPDATE`), which is
-//! also what `open_session` locks to supersede a session, so a fenced write and a new session
-//! are strictly ordered; slot grants additionally take one transaction-scoped advisory lock, so
-//! that the queue check and the choice of a free slot see every grant before them. The primary
-//! and unique keys on `slots` would still refuse a double grant if a check were ever wrong.
+//! Exclusion comes from row locks and keys, never from a check followed by an insert: every
+//! write that reads a node's state before changing it first locks the node's row (`FOR
+//! UPDATE`), which is also what `open_session` locks to supersede a session, so a fenced write
+//! and a new session are strictly ordered. Slot grants share no lock: the primary and unique
+//! keys on `slots` bound the holders (one row per slot below the concurrency, one per holder),
+//! and grants that meet on a slot are ordered by its key (`rota_acquire_slot` in migration
+//! `0003` says why the queue order holds without a lock).
 //!
-//! Every write is one statement, so one round trip: a call of one of the migration's PL/pgSQL
+//! Every write is one statement, so one round trip: a call of one of the migrations' PL/pgSQL
 //! functions (`rota_transition`, `rota_acquire_slot`, `rota_open_session`, `rota_retry`) where
 //! it reads before it writes, which runs in the statement's own transaction and takes the locks
 //! above inside the server. Only `unlock` and `set_concurrency` are multi-statement transactions.
@@ -45,13 +46,9 @@ const CONCURRENCY_CHANGED: u64 = 1 << 32;
 /// The channel every wake-worthy write notifies; the payload is `ORIGIN:WAKES`.
 const CHANNEL: &str = "rota_changes";
 
-/// The advisory lock that orders slot grants (the ASCII of "rotaslot"), taken by
-/// `rota_grant_slot` in the migration.
-const SLOT_LOCK: i64 = 0x726f_7461_736c_6f74;
-
 /// Connections per handle. Every call is one short statement, so a few connections serve many
 /// concurrent callers, who queue in the pool instead of on the server: there, more runnable
-/// backends than cores get preempted while holding the slot-grant or NOTIFY lock, and everyone
+/// backends than cores get preempted while holding a row lock or the NOTIFY lock, and everyone
 /// behind waits (`rota bench` with 32 sessions on 2 cores: 8 connections, one of them the
 /// listener's, were almost twice as fast as 32, and as fast as 4). A fleet's agents also stay
 /// far below `max_connections`.
@@ -619,11 +616,10 @@ impl Store for PostgresStore {
     }
 
     async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire> {
-        // One call: the queue look, and the grant under its lock only for the front.
-        let granted: Option<i64> = sqlx::query_scalar("SELECT rota_acquire_slot($1, $2, $3)")
+        // One call: the queue look, and the grant only for the front.
+        let granted: Option<i64> = sqlx::query_scalar("SELECT rota_acquire_slot($1, $2)")
             .bind(session.node.as_str())
             .bind(session.id)
-            .bind(SLOT_LOCK)
             .fetch_one(&self.pool)
             .await
             .context("acquiring a slot")?;
