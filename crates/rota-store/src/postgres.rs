@@ -1,13 +1,14 @@
 //! The store for bare-metal fleets: one PostgreSQL database shared by every host's agent.
 //!
-//! Exclusion comes from row locks, never from a check followed by an insert: every write that
-//! reads a node's state before changing it first locks the node's row (`FOR UPDATE`), which is
-//! also what `open_session` locks to supersede a session, so a fenced write and a new session
-//! are strictly ordered; slot grants additionally take one transaction-scoped advisory lock, so
-//! that the queue check and the choice of a free slot see every grant before them. The primary
-//! and unique keys on `slots` would still refuse a double grant if a check were ever wrong.
+//! Exclusion comes from row locks and keys, never from a check followed by an insert: every
+//! write that reads a node's state before changing it first locks the node's row (`FOR
+//! UPDATE`), which is also what `open_session` locks to supersede a session, so a fenced write
+//! and a new session are strictly ordered. Slot grants share no lock: the primary and unique
+//! keys on `slots` bound the holders (one row per slot below the concurrency, one per holder),
+//! and grants that meet on a slot are ordered by its key (`rota_acquire_slot` in migration
+//! `0003` says why the queue order holds without a lock).
 //!
-//! Every write is one statement, so one round trip: a call of one of the migration's PL/pgSQL
+//! Every write is one statement, so one round trip: a call of one of the migrations' PL/pgSQL
 //! functions (`rota_transition`, `rota_acquire_slot`, `rota_open_session`, `rota_retry`) where
 //! it reads before it writes, which runs in the statement's own transaction and takes the locks
 //! above inside the server. Only `unlock` and `set_concurrency` are multi-statement transactions.
@@ -20,15 +21,16 @@
 //! waiting agents on every host learn of a released slot when it commits, without polling.
 
 use std::hash::{BuildHasher, Hasher};
+use std::ops::{Deref, DerefMut};
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use rota_core::{HistoryEvent, NodeName, NodeState, ProcedureSpec, Process};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
-use sqlx::{PgConnection, Postgres, Row, Transaction};
-use tokio::sync::watch;
+use sqlx::{Connection, PgConnection, Postgres, Row, Transaction};
+use tokio::sync::{Semaphore, SemaphorePermit, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
@@ -45,25 +47,21 @@ const CONCURRENCY_CHANGED: u64 = 1 << 32;
 /// The channel every wake-worthy write notifies; the payload is `ORIGIN:WAKES`.
 const CHANNEL: &str = "rota_changes";
 
-/// The advisory lock that orders slot grants (the ASCII of "rotaslot"), taken by
-/// `rota_grant_slot` in the migration.
-const SLOT_LOCK: i64 = 0x726f_7461_736c_6f74;
-
-/// Connections per handle. Every call is one short statement, so a few connections serve many
-/// concurrent callers, who queue in the pool instead of on the server: there, more runnable
-/// backends than cores get preempted while holding the slot-grant or NOTIFY lock, and everyone
-/// behind waits (`rota bench` with 32 sessions on 2 cores: 8 connections, one of them the
-/// listener's, were almost twice as fast as 32, and as fast as 4). A fleet's agents also stay
-/// far below `max_connections`.
-const MAX_CONNECTIONS: u32 = 8;
+/// Connections per handle for store calls (the listener has one more of its own). Every call is
+/// one short statement, so a few connections serve many concurrent callers, who queue here
+/// instead of on the server: there, more runnable backends than cores get preempted while
+/// holding a row lock or the NOTIFY lock, and everyone behind waits (`rota bench` with 32
+/// sessions on 2 cores: 8 connections in all were almost twice as fast as 32, and as fast as
+/// 4). A fleet's agents also stay far below `max_connections`.
+const MAX_CONNECTIONS: usize = 7;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
-/// A [`Store`] in a PostgreSQL database. Clones share the pool, the change counter and the
-/// listener.
+/// A [`Store`] in a PostgreSQL database. Clones share the connections, the change counter and
+/// the listener.
 #[derive(Clone)]
 pub struct PostgresStore {
-    pool: PgPool,
+    connections: Arc<Connections>,
     location: String,
     /// Tells this handle's own notifications apart: it counts them when it commits, so that
     /// its writer sees the change at once, and skips them when they come back from the server.
@@ -78,6 +76,88 @@ struct ListenerTask(JoinHandle<()>);
 impl Drop for ListenerTask {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// The connections of store calls. sqlx's pool (0.8) sends a Sync and waits for the server's
+/// answer every time a connection comes back, a second round trip per call that also keeps the
+/// connection from the next caller that long. These are handed back as they are. A connection
+/// whose call did not finish (it failed, or its caller was cancelled halfway) may be out of
+/// step with the server, so it is closed instead, and a new one is opened when needed.
+struct Connections {
+    options: PgConnectOptions,
+    idle: Mutex<Vec<PgConnection>>,
+    permits: Semaphore,
+}
+
+impl Connections {
+    fn new(options: PgConnectOptions) -> Connections {
+        Connections {
+            options,
+            idle: Mutex::new(Vec::new()),
+            permits: Semaphore::new(MAX_CONNECTIONS),
+        }
+    }
+
+    /// An idle connection, or a new one when none is idle and fewer than `MAX_CONNECTIONS`
+    /// are in use; otherwise waits for one.
+    async fn lease(&self, context: &'static str) -> Result<Lease<'_>> {
+        let permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| sqlx::Error::PoolClosed)
+            .context(context)?;
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let connection = match idle {
+            Some(connection) => connection,
+            None => PgConnection::connect_with(&self.options)
+                .await
+                .context(context)?,
+        };
+        Ok(Lease {
+            connections: self,
+            connection,
+            _permit: permit,
+        })
+    }
+}
+
+/// One connection while a call uses it. [`Lease::finish`] hands it back; a lease dropped
+/// without it closes its connection.
+struct Lease<'a> {
+    connections: &'a Connections,
+    connection: PgConnection,
+    _permit: SemaphorePermit<'a>,
+}
+
+impl Lease<'_> {
+    /// The call is complete and the connection ready for the next one.
+    fn finish(self) {
+        let Lease {
+            connections,
+            connection,
+            _permit,
+        } = self;
+        connections
+            .idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(connection);
+    }
+}
+
+impl Deref for Lease<'_> {
+    type Target = PgConnection;
+
+    fn deref(&self) -> &PgConnection {
+        &self.connection
+    }
+}
+
+impl DerefMut for Lease<'_> {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        &mut self.connection
     }
 }
 
@@ -117,13 +197,11 @@ impl PostgresStore {
             url: location.clone(),
             reason: e.to_string(),
         })?;
+        // sqlx's pool serves the checks and migrations at start-up, then keeps the listener's
+        // connection (and opens a new one when the listener reconnects).
         let pool = PgPoolOptions::new()
-            .max_connections(MAX_CONNECTIONS)
-            // Every store call is one statement, one round trip: a ping before each would
-            // double that. A connection the server dropped fails the one call that finds out
-            // (callers retry store errors), and the pool discards it on release.
-            .test_before_acquire(false)
-            .connect_with(options)
+            .max_connections(1)
+            .connect_with(options.clone())
             .await
             .map_err(|e| Error::Url {
                 url: location.clone(),
@@ -148,7 +226,7 @@ impl PostgresStore {
         let origin = random_origin();
         let task = tokio::spawn(follow_changes(listener, origin, changes.clone()));
         Ok(PostgresStore {
-            pool,
+            connections: Arc::new(Connections::new(options)),
             location,
             origin,
             changes,
@@ -161,15 +239,11 @@ impl PostgresStore {
         &self.location
     }
 
-    async fn begin(&self, context: &'static str) -> Result<Transaction<'static, Postgres>> {
-        self.pool.begin().await.context(context)
-    }
-
     /// Notifies every listener of `wakes` inside the transaction (delivered only if it commits),
     /// commits, and counts the wakes for this handle's own waiters.
     async fn commit(
         &self,
-        mut tx: Transaction<'static, Postgres>,
+        mut tx: Transaction<'_, Postgres>,
         wakes: u64,
         context: &'static str,
     ) -> Result<()> {
@@ -563,12 +637,14 @@ impl Store for PostgresStore {
     }
 
     async fn open_session(&self, node: &NodeName, ttl: Duration) -> Result<Session> {
+        let mut conn = self.connections.lease("opening a session").await?;
         let id: i64 = sqlx::query_scalar("SELECT rota_open_session($1, $2)")
             .bind(node.as_str())
             .bind(millis(ttl))
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await
             .context("opening a session")?;
+        conn.finish();
         Ok(Session {
             id,
             node: node.clone(),
@@ -576,6 +652,7 @@ impl Store for PostgresStore {
     }
 
     async fn heartbeat(&self, session: &Session, ttl: Duration) -> Result<()> {
+        let mut conn = self.connections.lease("extending the session").await?;
         let extended = sqlx::query(
             "UPDATE sessions s SET deadline = rota_now_ms() + $3 FROM nodes n \
              WHERE s.id = $1 AND n.node = $2 AND n.session_id = s.id AND NOT s.superseded \
@@ -584,9 +661,10 @@ impl Store for PostgresStore {
         .bind(session.id)
         .bind(session.node.as_str())
         .bind(millis(ttl))
-        .execute(&self.pool)
+        .execute(&mut *conn)
         .await
         .context("extending the session")?;
+        conn.finish();
         if extended.rows_affected() == 0 {
             return Err(Error::Fenced {
                 node: session.node.clone(),
@@ -597,23 +675,27 @@ impl Store for PostgresStore {
     }
 
     async fn close_session(&self, session: &Session) -> Result<()> {
+        let mut conn = self.connections.lease("closing the session").await?;
         sqlx::query(
             "UPDATE sessions SET deadline = rota_now_ms() \
              WHERE id = $1 AND deadline > rota_now_ms()",
         )
         .bind(session.id)
-        .execute(&self.pool)
+        .execute(&mut *conn)
         .await
         .context("closing the session")?;
+        conn.finish();
         Ok(())
     }
 
     async fn concurrency(&self) -> Result<Option<u32>> {
+        let mut conn = self.connections.lease("reading the concurrency").await?;
         let value: Option<String> =
             sqlx::query_scalar("SELECT value FROM rota_meta WHERE key = 'concurrency'")
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *conn)
                 .await
                 .context("reading the concurrency")?;
+        conn.finish();
         value.map(|v| parse("rota_meta.concurrency", v)).transpose()
     }
 
@@ -621,7 +703,8 @@ impl Store for PostgresStore {
         if !(1..=1000).contains(&concurrency) {
             return Err(Error::Concurrency { value: concurrency });
         }
-        let mut tx = self.begin("setting the concurrency").await?;
+        let mut conn = self.connections.lease("setting the concurrency").await?;
+        let mut tx = conn.begin().await.context("setting the concurrency")?;
         sqlx::query(
             "INSERT INTO rota_meta (key, value) VALUES ('concurrency', $1) \
              ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -631,18 +714,21 @@ impl Store for PostgresStore {
         .await
         .context("setting the concurrency")?;
         self.commit(tx, CONCURRENCY_CHANGED, "setting the concurrency")
-            .await
+            .await?;
+        conn.finish();
+        Ok(())
     }
 
     async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire> {
-        // One call: the queue look, and the grant under its lock only for the front.
-        let granted: Option<i64> = sqlx::query_scalar("SELECT rota_acquire_slot($1, $2, $3)")
+        // One call: the queue look, and the grant only for the front.
+        let mut conn = self.connections.lease("acquiring a slot").await?;
+        let granted: Option<i64> = sqlx::query_scalar("SELECT rota_acquire_slot($1, $2)")
             .bind(session.node.as_str())
             .bind(session.id)
-            .bind(SLOT_LOCK)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await
             .context("acquiring a slot")?;
+        conn.finish();
         match granted {
             None => Err(Error::Fenced {
                 node: session.node.clone(),
@@ -662,6 +748,7 @@ impl Store for PostgresStore {
     }
 
     async fn fence(&self, session: &Session, ttl: Duration) -> Result<u32> {
+        let mut conn = self.connections.lease("checking slot ownership").await?;
         let slot: Option<i64> = sqlx::query_scalar(
             "UPDATE sessions s SET deadline = rota_now_ms() + $3 FROM nodes n, slots h \
              WHERE s.id = $1 AND n.node = $2 AND n.session_id = s.id AND h.holder = n.node \
@@ -671,9 +758,10 @@ impl Store for PostgresStore {
         .bind(session.id)
         .bind(session.node.as_str())
         .bind(millis(ttl))
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *conn)
         .await
         .context("checking slot ownership")?;
+        conn.finish();
         slot_index(slot).ok_or_else(|| Error::Fenced {
             node: session.node.clone(),
             session: session.id,
@@ -681,10 +769,12 @@ impl Store for PostgresStore {
     }
 
     async fn slot_holders(&self) -> Result<Vec<SlotHolder>> {
+        let mut conn = self.connections.lease("reading slots").await?;
         let rows = sqlx::query("SELECT slot, holder, acquired_at FROM slots ORDER BY slot")
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *conn)
             .await
             .context("reading slots")?;
+        conn.finish();
         rows.iter()
             .map(|row| {
                 let get = getter("reading slots");
@@ -713,7 +803,7 @@ impl Store for PostgresStore {
                  AND s.deadline > rota_now_ms()) \
              ON CONFLICT DO NOTHING RETURNING {REQUEST_COLUMNS}"
         );
-        let mut conn = self.pool.acquire().await.context("recording a request")?;
+        let mut conn = self.connections.lease("recording a request").await?;
         let inserted = sqlx::query(&sql)
             .bind(session.node.as_str())
             .bind(process.to_string())
@@ -723,6 +813,7 @@ impl Store for PostgresStore {
             .await
             .context("recording a request")?;
         if let Some(row) = inserted {
+            conn.finish();
             return Ok((request_record(&row)?, true));
         }
         let existing = sqlx::query(&format!(
@@ -736,6 +827,9 @@ impl Store for PostgresStore {
         .await
         .context("reading requests")?;
         let refused = refusal(&mut conn, session, NodeState::Idle).await;
+        if !matches!(refused, Error::Database { .. }) {
+            conn.finish();
+        }
         match existing {
             // Joining an open request still needs a current session.
             Some(row) if !matches!(refused, Error::Fenced { .. }) => {
@@ -746,6 +840,7 @@ impl Store for PostgresStore {
     }
 
     async fn cancel_request(&self, session: &Session, process: &Process) -> Result<bool> {
+        let mut conn = self.connections.lease("canceling a request").await?;
         let row = sqlx::query(
             "WITH current AS ( \
                SELECT 1 FROM nodes n JOIN sessions s ON s.id = n.session_id \
@@ -761,9 +856,10 @@ impl Store for PostgresStore {
         .bind(session.node.as_str())
         .bind(session.id)
         .bind(process.to_string())
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *conn)
         .await
         .context("canceling a request")?;
+        conn.finish();
         let get = getter("canceling a request");
         let current: bool = row.try_get("current").map_err(&get)?;
         if !current {
@@ -923,24 +1019,28 @@ impl Store for PostgresStore {
     }
 
     async fn open_requests(&self, node: &NodeName) -> Result<Vec<RequestRecord>> {
+        let mut conn = self.connections.lease("reading requests").await?;
         let rows = sqlx::query(&format!(
             "SELECT {REQUEST_COLUMNS} FROM requests \
              WHERE node = $1 AND state IN ('pending', 'active') ORDER BY id"
         ))
         .bind(node.as_str())
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await
         .context("reading requests")?;
+        conn.finish();
         rows.iter().map(request_record).collect()
     }
 
     async fn all_requests(&self) -> Result<Vec<RequestRecord>> {
+        let mut conn = self.connections.lease("reading requests").await?;
         let rows = sqlx::query(&format!(
             "SELECT {REQUEST_COLUMNS} FROM requests ORDER BY id"
         ))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await
         .context("reading requests")?;
+        conn.finish();
         rows.iter().map(request_record).collect()
     }
 
@@ -961,6 +1061,7 @@ impl Store for PostgresStore {
         let window = window_write(&transition.window);
         let w = window.as_ref();
         let backoff = w.and_then(|w| w.backoff);
+        let mut conn = self.connections.lease("recording a transition").await?;
         let row = sqlx::query(
             "SELECT * FROM rota_transition($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
              $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, \
@@ -1000,9 +1101,10 @@ impl Store for PostgresStore {
         .bind(backoff.map(|b| b.2))
         .bind(CHANNEL)
         .bind(self.payload(wakes))
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *conn)
         .await
         .context("recording a transition")?;
+        conn.finish();
         match written(&row)? {
             Written::Record(record) => {
                 self.woke(wakes);
@@ -1022,8 +1124,10 @@ impl Store for PostgresStore {
     }
 
     async fn node(&self, node: &NodeName) -> Result<Option<NodeRecord>> {
-        let mut conn = self.pool.acquire().await.context("reading a node")?;
-        fetch_node(&mut conn, node).await
+        let mut conn = self.connections.lease("reading a node").await?;
+        let record = fetch_node(&mut conn, node).await?;
+        conn.finish();
+        Ok(record)
     }
 
     async fn nodes(&self) -> Result<Vec<NodeRecord>> {
@@ -1031,22 +1135,26 @@ impl Store for PostgresStore {
             "SELECT {NODE_COLUMNS} FROM nodes n LEFT JOIN slots s ON s.holder = n.node \
              ORDER BY n.node"
         );
+        let mut conn = self.connections.lease("reading nodes").await?;
         let rows = sqlx::query(&sql)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *conn)
             .await
             .context("reading nodes")?;
+        conn.finish();
         rows.iter().map(node_record).collect()
     }
 
     async fn backoffs(&self, node: &NodeName) -> Result<Vec<BackoffRecord>> {
+        let mut conn = self.connections.lease("reading backoff").await?;
         let rows = sqlx::query(
             "SELECT node, process, until, last_interval_s, cause FROM backoff WHERE node = $1 \
              ORDER BY process",
         )
         .bind(node.as_str())
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await
         .context("reading backoff")?;
+        conn.finish();
         rows.iter()
             .map(|row| {
                 let get = getter("reading backoff");
@@ -1063,6 +1171,7 @@ impl Store for PostgresStore {
     }
 
     async fn history(&self, filter: &HistoryFilter) -> Result<Vec<HistoryEntry>> {
+        let mut conn = self.connections.lease("reading history").await?;
         let rows = sqlx::query(
             "SELECT id, node, process, event, at, cause, slot, released FROM history \
              WHERE ($1::TEXT IS NULL OR node = $1) AND ($2::TEXT IS NULL OR process = $2) \
@@ -1074,9 +1183,10 @@ impl Store for PostgresStore {
         .bind(filter.event.map(HistoryEvent::as_str))
         .bind(filter.since)
         .bind(filter.until)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await
         .context("reading history")?;
+        conn.finish();
         rows.iter()
             .map(|row| {
                 let get = getter("reading history");
@@ -1095,7 +1205,8 @@ impl Store for PostgresStore {
     }
 
     async fn unlock(&self, node: &NodeName, reason: &str) -> Result<NodeRecord> {
-        let mut tx = self.begin("unlocking a node").await?;
+        let mut conn = self.connections.lease("unlocking a node").await?;
+        let mut tx = conn.begin().await.context("unlocking a node")?;
         let locked = lock_node(&mut tx, node, None).await?;
         let Locked { record, now, .. } =
             locked.ok_or_else(|| Error::NoSuchNode { node: node.clone() })?;
@@ -1145,17 +1256,20 @@ impl Store for PostgresStore {
         .context("unlocking the node")?;
         let record = expect_node(fetch_node(&mut tx, node).await?, node)?;
         self.commit(tx, 1, "unlocking a node").await?;
+        conn.finish();
         Ok(record)
     }
 
     async fn retry(&self, node: &NodeName) -> Result<NodeRecord> {
+        let mut conn = self.connections.lease("retrying a node").await?;
         let row = sqlx::query("SELECT * FROM rota_retry($1, $2, $3)")
             .bind(node.as_str())
             .bind(CHANNEL)
             .bind(self.payload(1))
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await
             .context("retrying a node")?;
+        conn.finish();
         match written(&row)? {
             Written::Record(record) => {
                 self.woke(1);

@@ -96,6 +96,16 @@ async fn a_release_reaches_every_handle_through_notify() {
     let stores = handles(&url, 3).await;
     let (writer, watchers) = (&stores[0], &stores[1..]);
     writer.set_concurrency(1).await.expect("set concurrency");
+    // The new concurrency reaches the watchers through NOTIFY as well, whenever the server
+    // delivers it: wait until it has, so that the counts below see the release alone.
+    for watcher in watchers {
+        let mut changes = watcher.changes();
+        tokio::time::timeout(Duration::from_secs(30), changes.wait_for(|n| *n > 0))
+            .await
+            .expect("the new concurrency is notified")
+            .map(drop)
+            .expect("store alive");
+    }
     let node = NodeName::new("a").expect("name");
     let s = writer
         .open_session(&node, Duration::from_secs(30))
