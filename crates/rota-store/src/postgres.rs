@@ -880,7 +880,8 @@ impl Store for PostgresStore {
     ) -> Result<RequestRecord> {
         const CONTEXT: &str = "completing a request";
         let node = &session.node;
-        let mut tx = self.begin(CONTEXT).await?;
+        let mut conn = self.connections.lease(CONTEXT).await?;
+        let mut tx = conn.begin().await.context(CONTEXT)?;
         let locked = lock_node(&mut tx, node, Some(session)).await?;
         if !locked.as_ref().is_some_and(|l| l.current) {
             return Err(Error::Fenced {
@@ -971,6 +972,7 @@ impl Store for PostgresStore {
         .await
         .context(CONTEXT)?;
         tx.commit().await.context(CONTEXT)?;
+        conn.finish();
         request_record(&row)
     }
 
@@ -981,23 +983,27 @@ impl Store for PostgresStore {
             value: spec.name.clone(),
             reason: e.to_string(),
         })?;
+        const CONTEXT: &str = "submitting a procedure";
+        let mut conn = self.connections.lease(CONTEXT).await?;
         let inserted = sqlx::query(
             "INSERT INTO procedures (name, spec, submitted_at) VALUES ($1, $2, rota_now_ms()) \
              ON CONFLICT (name) DO NOTHING RETURNING spec, submitted_at",
         )
         .bind(&spec.name)
         .bind(&json)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *conn)
         .await
-        .context("submitting a procedure")?;
+        .context(CONTEXT)?;
         if let Some(row) = inserted {
+            conn.finish();
             return Ok((procedure_record(&row)?, true));
         }
         let row = sqlx::query("SELECT spec, submitted_at FROM procedures WHERE name = $1")
             .bind(&spec.name)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await
-            .context("reading a procedure")?;
+            .context(CONTEXT)?;
+        conn.finish();
         let existing = procedure_record(&row)?;
         if &existing.spec == spec {
             Ok((existing, false))
@@ -1009,13 +1015,13 @@ impl Store for PostgresStore {
     }
 
     async fn procedures(&self) -> Result<Vec<ProcedureRecord>> {
-        sqlx::query("SELECT spec, submitted_at FROM procedures ORDER BY seq")
-            .fetch_all(&self.pool)
+        let mut conn = self.connections.lease("reading procedures").await?;
+        let rows = sqlx::query("SELECT spec, submitted_at FROM procedures ORDER BY seq")
+            .fetch_all(&mut *conn)
             .await
-            .context("reading procedures")?
-            .iter()
-            .map(procedure_record)
-            .collect()
+            .context("reading procedures")?;
+        conn.finish();
+        rows.iter().map(procedure_record).collect()
     }
 
     async fn open_requests(&self, node: &NodeName) -> Result<Vec<RequestRecord>> {
@@ -1288,8 +1294,9 @@ impl Store for PostgresStore {
 
     async fn pause(&self, reason: &str) -> Result<Pause> {
         const CONTEXT: &str = "pausing the fleet";
+        let mut conn = self.connections.lease(CONTEXT).await?;
         let since: Millis = sqlx::query_scalar("SELECT rota_now_ms()")
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await
             .context(CONTEXT)?;
         let pause = Pause {
@@ -1301,15 +1308,17 @@ impl Store for PostgresStore {
              ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         )
         .bind(pause.encode())
-        .execute(&self.pool)
+        .execute(&mut *conn)
         .await
         .context(CONTEXT)?;
+        conn.finish();
         Ok(pause)
     }
 
     async fn resume(&self) -> Result<Option<Pause>> {
         const CONTEXT: &str = "resuming the fleet";
-        let mut tx = self.begin(CONTEXT).await?;
+        let mut conn = self.connections.lease(CONTEXT).await?;
+        let mut tx = conn.begin().await.context(CONTEXT)?;
         let value: Option<String> =
             sqlx::query_scalar("DELETE FROM rota_meta WHERE key = 'paused' RETURNING value")
                 .fetch_optional(&mut *tx)
@@ -1317,6 +1326,7 @@ impl Store for PostgresStore {
                 .context(CONTEXT)?;
         // Every waiter may go on now.
         self.commit(tx, CONCURRENCY_CHANGED, CONTEXT).await?;
+        conn.finish();
         Ok(match value {
             Some(value) => Pause::decode("rota_meta.paused", &value)?,
             None => None,
@@ -1324,11 +1334,13 @@ impl Store for PostgresStore {
     }
 
     async fn paused(&self) -> Result<Option<Pause>> {
+        let mut conn = self.connections.lease("reading the pause").await?;
         let value: Option<String> =
             sqlx::query_scalar("SELECT value FROM rota_meta WHERE key = 'paused'")
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *conn)
                 .await
                 .context("reading the pause")?;
+        conn.finish();
         Ok(match value {
             Some(value) => Pause::decode("rota_meta.paused", &value)?,
             None => None,
