@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{ListParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client};
@@ -95,6 +95,10 @@ struct Inner {
     /// The RotaNode of each node as this process last read or wrote it: the first attempt of
     /// a write tries it without reading again (see `edit`).
     objects: Mutex<HashMap<String, RotaNode>>,
+    /// The slot Lease each node holds as this process last read or wrote it: steps that only
+    /// need to know which slot the node holds, and the fence's compare-and-swap, start from it
+    /// without listing the Leases again (see `lease_of`).
+    held: Mutex<HashMap<String, Lease>>,
     /// The last `Wait` answered to each node's session, by node.
     waits: Mutex<HashMap<String, CachedWait>>,
     watch: AbortHandle,
@@ -188,6 +192,7 @@ impl KubeStore {
                 changes,
                 sessions: Mutex::new(HashMap::new()),
                 objects: Mutex::new(HashMap::new()),
+                held: Mutex::new(HashMap::new()),
                 waits: Mutex::new(HashMap::new()),
                 watch,
                 config,
@@ -245,8 +250,38 @@ impl KubeStore {
         Ok(list.items)
     }
 
+    /// The slot Lease `node` holds, read from the API server.
     async fn held_lease(&self, node: &NodeName) -> Result<Option<Lease>> {
-        Ok(held_by(&self.list_leases().await?, node).cloned())
+        let held = held_by(&self.list_leases().await?, node).cloned();
+        match &held {
+            Some(lease) => self.cache_lease(node, lease),
+            None => self.forget_lease(node),
+        }
+        Ok(held)
+    }
+
+    /// The slot Lease `node` holds: as this process last saw it, unless `fresh`. A stale one is
+    /// harmless: every write of a Lease is a compare-and-swap that fails on it, and the writes
+    /// of the RotaNode that name its slot are only made by the node's own agent, which learns
+    /// of a lost slot at the next fence.
+    async fn lease_of(&self, node: &NodeName, fresh: bool) -> Result<Option<Lease>> {
+        if !fresh {
+            let held = self.inner.held.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(lease) = held.get(node.as_str()) {
+                return Ok(Some(lease.clone()));
+            }
+        }
+        self.held_lease(node).await
+    }
+
+    fn cache_lease(&self, node: &NodeName, lease: &Lease) {
+        let mut held = self.inner.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.insert(node.as_str().into(), lease.clone());
+    }
+
+    fn forget_lease(&self, node: &NodeName) {
+        let mut held = self.inner.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.remove(node.as_str());
     }
 
     /// Writes `object` if it is unchanged since it was read; `None` when it was not.
@@ -357,21 +392,32 @@ impl KubeStore {
     ) -> Result<(T, RotaNodeStatus, Seen)> {
         let mut cached = self.cached(&session.node);
         for _ in 0..CAS_ATTEMPTS {
-            let (mut object, fresh) = match cached.take() {
-                Some(object) => (object, false),
-                None => match self.get_rota_node(&session.node).await? {
-                    Some(object) => (object, true),
-                    None => return Err(fenced(session)),
-                },
+            let (mut object, fresh, held) = match cached.take() {
+                Some(object) => {
+                    let held = if with_lease {
+                        self.lease_of(&session.node, false).await?
+                    } else {
+                        None
+                    };
+                    (object, false, held)
+                }
+                None => {
+                    let lease = async {
+                        if with_lease {
+                            self.held_lease(&session.node).await
+                        } else {
+                            Ok(None)
+                        }
+                    };
+                    match tokio::try_join!(self.get_rota_node(&session.node), lease)? {
+                        (Some(object), held) => (object, true, held),
+                        (None, _) => return Err(fenced(session)),
+                    }
+                }
             };
             if fresh {
                 self.cache(&session.node, &object);
             }
-            let held = if with_lease {
-                self.held_lease(&session.node).await?
-            } else {
-                None
-            };
             let seen = Seen {
                 now: now_millis(),
                 held,
@@ -421,6 +467,7 @@ impl KubeStore {
     /// Gives `lease` back (compare-and-swap; re-read and retried while the node still holds
     /// it), and counts the release as a change.
     async fn release_lease(&self, lease: &Lease, node: &NodeName, at: Millis) -> Result<()> {
+        self.forget_lease(node);
         let name = lease.metadata.name.clone().unwrap_or_default();
         let mut current = lease.clone();
         for _ in 0..CAS_ATTEMPTS {
@@ -585,19 +632,29 @@ impl KubeStore {
         Ok(freed)
     }
 
-    /// Takes slot `slot` for `node` with a create or a compare-and-swap; `false` if another
-    /// node was faster.
-    async fn take(&self, slot: u32, previous: Option<&Lease>, node: &NodeName) -> Result<bool> {
-        let released = previous.and_then(slots::released_at);
-        let at = released.map_or(now_millis(), |r| now_millis().max(r + 1));
-        let owner = self
+    /// The ownerReference to `node`'s Node object, if it has one (see `slots::node_owner`).
+    async fn node_owner(&self, node: &NodeName) -> Result<Option<OwnerReference>> {
+        Ok(self
             .inner
             .nodes
             .get_opt(node.as_str())
             .await
             .context("get", NODES, node.as_str())?
             .as_ref()
-            .and_then(slots::node_owner);
+            .and_then(slots::node_owner))
+    }
+
+    /// Takes slot `slot` for `node` (whose Node is `owner`) with a create or a
+    /// compare-and-swap; `false` if another node was faster.
+    async fn take(
+        &self,
+        slot: u32,
+        previous: Option<&Lease>,
+        node: &NodeName,
+        owner: Option<OwnerReference>,
+    ) -> Result<bool> {
+        let released = previous.and_then(slots::released_at);
+        let at = released.map_or(now_millis(), |r| now_millis().max(r + 1));
         let lease = slots::taken(slot, previous, node.as_str(), owner, at);
         let name = slots::slot_name(slot);
         let written = match previous {
@@ -622,6 +679,7 @@ impl KubeStore {
                     true,
                     false,
                 );
+                self.cache_lease(node, &written);
                 Ok(true)
             }
             Err(e) if is_conflict(&e) => Ok(false),
@@ -635,6 +693,40 @@ impl KubeStore {
                 self.lease_path(&name),
             ),
         }
+    }
+
+    /// The fence's proof of the slot: a write to the Lease that succeeds only if nobody changed
+    /// it since it was seen held by this node. It starts from the Lease as this process last
+    /// wrote it; only a compare-and-swap lost on a fresh read refuses.
+    async fn renew_lease(&self, session: &Session) -> Result<u32> {
+        for fresh in [false, true] {
+            let Some(lease) = self.lease_of(&session.node, fresh).await? else {
+                return Err(fenced(session));
+            };
+            let slot = slots::slot_of(&lease).ok_or_else(|| fenced(session))?;
+            let name = lease.metadata.name.clone().unwrap_or_default();
+            match self
+                .inner
+                .leases
+                .replace(
+                    &name,
+                    &PostParams::default(),
+                    &slots::renewed(&lease, now_millis()),
+                )
+                .await
+            {
+                Ok(written) if slots::holder(&written) == Some(session.node.as_str()) => {
+                    self.cache_lease(&session.node, &written);
+                    return Ok(slot);
+                }
+                Err(e) if is_conflict(&e) && !fresh => {}
+                Ok(_) => break,
+                Err(e) if is_conflict(&e) || crate::error::is_not_found(&e) => break,
+                Err(e) => return Err(e).context("update", LEASES, self.lease_path(&name)),
+            }
+        }
+        self.forget_lease(&session.node);
+        Err(fenced(session))
     }
 
     /// An Event on the node's Node object, sent in the background: it stays off the path of
@@ -990,7 +1082,7 @@ impl Store for KubeStore {
 
     async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire> {
         // Waiters ask often (at every change, and at every re-read of the agent), and an answer
-        // costs four requests. An answer "wait for n changes" given at counter c stands until
+        // costs five requests. An answer "wait for n changes" given at counter c stands until
         // the counter reaches c + n: every change this process can see is counted, and each
         // moves a waiter at most one place. So only the waiters at the front ask the API server
         // after a release. The answer is recomputed after `WAIT_CACHE` anyway, for what the
@@ -1000,28 +1092,38 @@ impl Store for KubeStore {
         if let Some(changes) = self.cached_wait(session, counter, now_millis()) {
             return Ok(Acquire::Wait { changes });
         }
+        let queue = format!("{},{STATE_LABEL}=queued", self.selector());
         for _ in 0..CAS_ATTEMPTS {
+            // The reads are independent: one round trip instead of five in a row, which is
+            // most of a handoff. The agent only asks while queued, so the queue and the Node
+            // (for the Lease's owner) are nearly always needed.
+            let (object, leases, concurrency, queued, owner) = tokio::try_join!(
+                self.get_rota_node(&session.node),
+                self.list_leases(),
+                self.read_concurrency(),
+                self.list_rota_nodes(&queue),
+                self.node_owner(&session.node),
+            )?;
             let now = now_millis();
-            let Some(object) = self.get_rota_node(&session.node).await? else {
+            let Some(object) = object else {
                 return Err(fenced(session));
             };
             let status = object.status.unwrap_or_default();
             if !self.session_ok(&status, session, now) {
                 return Err(fenced(session));
             }
-            let leases = self.list_leases().await?;
-            if let Some(slot) = held_by(&leases, &session.node).and_then(slots::slot_of) {
+            if let Some(lease) = held_by(&leases, &session.node)
+                && let Some(slot) = slots::slot_of(lease)
+            {
+                self.cache_lease(&session.node, lease);
                 return Ok(Acquire::Granted(slot));
             }
             let queued_at = (status.state == NodeState::Queued)
                 .then(|| status.queued_at.map(|t| t.0))
                 .flatten();
-            let concurrency = self.read_concurrency().await?;
             let holders: Vec<&str> = leases.iter().filter_map(slots::holder).collect();
-            let waiters = if queued_at.is_some_and(|q| q <= now) {
-                let selector = format!("{},{STATE_LABEL}=queued", self.selector());
-                self.list_rota_nodes(&selector)
-                    .await?
+            let waiters: Vec<Waiter> = if queued_at.is_some_and(|q| q <= now) {
+                queued
                     .iter()
                     .filter_map(|o| {
                         let s = o.status.as_ref()?;
@@ -1068,7 +1170,7 @@ impl Store for KubeStore {
                 }
                 return Ok(self.cache_wait(session, counter, now, 1));
             };
-            if self.take(slot, previous, &session.node).await? {
+            if self.take(slot, previous, &session.node, owner).await? {
                 return Ok(Acquire::Granted(slot));
             }
         }
@@ -1078,37 +1180,18 @@ impl Store for KubeStore {
 
     async fn fence(&self, session: &Session, ttl: Duration) -> Result<u32> {
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-        let (lease, _, _) = self
-            .edit(session, true, |status, seen| {
-                let Some(lease) = seen.held.clone() else {
-                    return Err(fenced(session));
-                };
-                if let Some(current) = status.session.as_mut() {
-                    let deadline = seen.now.saturating_add(ttl_ms);
-                    current.deadline = Timestamp(current.deadline.0.max(deadline));
-                }
-                Ok(Edit::Write(lease))
-            })
-            .await?;
-        let name = lease.metadata.name.clone().unwrap_or_default();
-        let slot = slots::slot_of(&lease).ok_or_else(|| fenced(session))?;
-        // The proof: a write to the Lease that succeeds only if nobody changed it since it was
-        // read as held by this node.
-        match self
-            .inner
-            .leases
-            .replace(
-                &name,
-                &PostParams::default(),
-                &slots::renewed(&lease, now_millis()),
-            )
-            .await
-        {
-            Ok(written) if slots::holder(&written) == Some(session.node.as_str()) => Ok(slot),
-            Ok(_) => Err(fenced(session)),
-            Err(e) if is_conflict(&e) || crate::error::is_not_found(&e) => Err(fenced(session)),
-            Err(e) => Err(e).context("update", LEASES, self.lease_path(&name)),
-        }
+        let current = self.edit(session, false, |status, seen| {
+            if let Some(current) = status.session.as_mut() {
+                let deadline = seen.now.saturating_add(ttl_ms);
+                current.deadline = Timestamp(current.deadline.0.max(deadline));
+            }
+            Ok(Edit::Write(()))
+        });
+        // The two proofs are independent writes: both must succeed before the disruptive step,
+        // in whichever order they land.
+        let (current, slot) = tokio::join!(current, self.renew_lease(session));
+        current?;
+        slot
     }
 
     async fn slot_holders(&self) -> Result<Vec<SlotHolder>> {
@@ -1234,16 +1317,18 @@ impl Store for KubeStore {
     }
 
     async fn node(&self, node: &NodeName) -> Result<Option<NodeRecord>> {
-        let Some(object) = self.get_rota_node(node).await? else {
+        // The agent reads its node before every step: one round trip, not two.
+        let (object, leases) = tokio::try_join!(self.get_rota_node(node), self.list_leases())?;
+        let Some(object) = object else {
             return Ok(None);
         };
-        let leases = self.list_leases().await?;
         self.record_of(&object, &leases).map(Some)
     }
 
     async fn nodes(&self) -> Result<Vec<NodeRecord>> {
-        let objects = self.list_rota_nodes(&self.selector()).await?;
-        let leases = self.list_leases().await?;
+        let selector = self.selector();
+        let (objects, leases) =
+            tokio::try_join!(self.list_rota_nodes(&selector), self.list_leases())?;
         let mut records = objects
             .iter()
             .map(|o| self.record_of(o, &leases))

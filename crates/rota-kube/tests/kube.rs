@@ -117,6 +117,55 @@ async fn a_deleted_nodes_slot_is_freed_and_waiters_hear_of_it_through_the_watch(
     );
 }
 
+/// The agent's handle keeps the Lease it last wrote, so that its steps need not list the Leases
+/// again; a slot taken away by another process must still stop its next fence, even when the
+/// node's RotaNode did not change.
+#[tokio::test]
+async fn a_slot_lost_elsewhere_fences_the_holder_that_remembers_it() {
+    let Some(env) = common::env() else { return };
+    let (scope, store) = common::scoped_store(env, "lost").await;
+    store.set_concurrency(1).await.expect("concurrency");
+    let node = name("holder");
+    let s = store.open_session(&node, TTL).await.expect("open");
+    enqueue(&store, &s).await;
+    assert_eq!(
+        store.try_acquire_slot(&s).await.expect("acquire"),
+        Acquire::Granted(0)
+    );
+    store
+        .transition(
+            &s,
+            Transition::new(NodeState::Queued, NodeState::Draining).window(WindowChange::Open),
+        )
+        .await
+        .expect("open the window");
+    assert_eq!(store.fence(&s, TTL).await.expect("fence"), 0);
+
+    // Taken behind the agent's back, with its RotaNode untouched: only the Lease can tell.
+    let leases = scope.api::<Lease>();
+    let mut lease = leases.get("rota-slot-0").await.expect("the slot Lease");
+    lease
+        .spec
+        .get_or_insert_with(Default::default)
+        .holder_identity = Some("other".into());
+    leases
+        .replace("rota-slot-0", &PostParams::default(), &lease)
+        .await
+        .expect("another node takes the slot");
+
+    let refused = store.fence(&s, TTL).await;
+    assert!(
+        matches!(refused, Err(rota_store::Error::Fenced { .. })),
+        "the fence refuses a slot lost elsewhere: {refused:?}"
+    );
+    let after = leases.get("rota-slot-0").await.expect("the slot Lease");
+    assert_eq!(
+        after.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("other"),
+        "the refused fence left the new holder's Lease alone"
+    );
+}
+
 #[tokio::test]
 async fn the_store_itself_frees_a_slot_whose_node_is_gone() {
     let Some(env) = common::env() else { return };
