@@ -1,4 +1,5 @@
-//! Drain: cordon, evict through the Eviction API, wait until the evicted pods are gone.
+//! Drain: cordon, evict through the Eviction API, wait until the evicted pods are gone (a
+//! watch reports each deletion as it happens; a slow re-list is the safety net).
 //!
 //! All state lives in the API server (the cordon, the evictions, the pods' deletion), none in
 //! this process, so [`drain`] is idempotent and cancel-safe: dropping its future at any await
@@ -13,7 +14,7 @@ use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::Eviction;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::core::Status;
 use kube::{Client, ResourceExt};
 use tokio::sync::watch;
@@ -42,7 +43,8 @@ pub struct DrainOptions {
     /// it doubles with each refusal up to `retry_max`.
     pub retry_initial: Duration,
     pub retry_max: Duration,
-    /// How often to check whether the evicted pods are gone.
+    /// How often to list the node's pods while waiting for the evicted ones to go. A watch
+    /// reports each deletion as it happens; the list catches what a broken watch missed.
     pub poll_interval: Duration,
 }
 
@@ -141,13 +143,18 @@ fn pod_ref(pod: &Pod) -> PodRef {
     }
 }
 
-async fn pods_on(client: &Client, node: &str) -> Result<Vec<Pod>> {
-    let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+fn on_node(node: &str) -> String {
+    format!("spec.nodeName={node}")
+}
+
+/// The pods on `node`, and the resourceVersion of the list (for a watch that starts there).
+async fn pods_on(client: &Client, node: &str) -> Result<(Vec<Pod>, Option<String>)> {
+    let params = ListParams::default().fields(&on_node(node));
     let list = Api::<Pod>::all(client.clone())
         .list(&params)
         .await
         .map_err(|e| Error::api("list", "pods", format!("on node {node}"), e))?;
-    Ok(list.items)
+    Ok((list.items, list.metadata.resource_version))
 }
 
 /// Cordons `node` and evicts its pods (see [`DrainOptions`]), then waits until every evicted
@@ -172,7 +179,8 @@ pub async fn drain_with_progress(
     let mut evict = Vec::new();
     let mut wait = Vec::new();
     let mut refusals = Vec::new();
-    for pod in pods_on(client, node).await? {
+    let (pods, version) = pods_on(client, node).await?;
+    for pod in pods {
         let pod_ref = pod_ref(&pod);
         match plan(&pod, options) {
             Ok(Plan::Leave) => debug!(node, pod = %pod_ref, "leaving the pod on the node"),
@@ -204,7 +212,7 @@ pub async fn drain_with_progress(
         .try_collect::<()>()
         .await?;
     wait.extend(evict);
-    wait_gone(client, node, wait, options.poll_interval, progress).await?;
+    wait_gone(client, node, wait, version, options.poll_interval, progress).await?;
     info!(node, "drained");
     Ok(())
 }
@@ -308,17 +316,21 @@ fn refusal_reason(status: &Status) -> String {
 
 /// Waits until none of `pods` is on the node any more. A pod of the same name but another UID
 /// (recreated by its StatefulSet) is a different pod and does not count.
+///
+/// `version` is that of the list the pods came from: a watch from there sees every deletion
+/// since, also one that happened before the watch started. The node's pods are listed again
+/// every `poll_interval`, and the watch restarted from that list, in case the watch broke.
 async fn wait_gone(
     client: &Client,
     node: &str,
     pods: Vec<PodRef>,
+    mut version: Option<String>,
     poll_interval: Duration,
     progress: &watch::Sender<Progress>,
 ) -> Result<()> {
+    let api = Api::<Pod>::all(client.clone());
     let mut remaining: HashSet<PodRef> = pods.into_iter().collect();
     loop {
-        let present: HashSet<PodRef> = pods_on(client, node).await?.iter().map(pod_ref).collect();
-        remaining.retain(|pod| present.contains(pod));
         let mut terminating: Vec<String> = remaining.iter().map(PodRef::to_string).collect();
         terminating.sort();
         progress.send_if_modified(|p| {
@@ -334,8 +346,58 @@ async fn wait_gone(
             remaining = remaining.len(),
             "waiting for evicted pods to go"
         );
-        tokio::time::sleep(poll_interval).await;
+        if let Some(version) = &version {
+            let watched = watch_deletions(&api, node, version, &mut remaining);
+            if tokio::time::timeout(poll_interval, watched).await.is_ok() {
+                continue;
+            }
+        } else {
+            tokio::time::sleep(poll_interval).await;
+        }
+        let (present, listed) = pods_on(client, node).await?;
+        let present: HashSet<PodRef> = present.iter().map(pod_ref).collect();
+        remaining.retain(|pod| present.contains(pod));
+        version = listed;
     }
+}
+
+/// Removes pods from `remaining` as a watch of the node's pods from `version` reports them
+/// deleted; returns when none is left. A watch that cannot start or breaks never returns: the
+/// caller's next list takes over.
+async fn watch_deletions(
+    api: &Api<Pod>,
+    node: &str,
+    version: &str,
+    remaining: &mut HashSet<PodRef>,
+) {
+    let params = WatchParams::default().fields(&on_node(node));
+    let mut events = match api.watch(&params, version).await {
+        Ok(events) => events.boxed(),
+        Err(e) => {
+            debug!(node, error = %e, "cannot watch the node's pods; listing them instead");
+            return std::future::pending().await;
+        }
+    };
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(WatchEvent::Deleted(pod)) => {
+                remaining.remove(&pod_ref(&pod));
+                if remaining.is_empty() {
+                    return;
+                }
+            }
+            Ok(WatchEvent::Added(_) | WatchEvent::Modified(_) | WatchEvent::Bookmark(_)) => {}
+            Ok(WatchEvent::Error(e)) => {
+                debug!(node, error = %e, "the watch of the node's pods ended");
+                break;
+            }
+            Err(e) => {
+                debug!(node, error = %e, "the watch of the node's pods broke");
+                break;
+            }
+        }
+    }
+    std::future::pending().await
 }
 
 #[cfg(test)]
