@@ -356,11 +356,13 @@ async fn simulate(
                     let back_up = back_up_tx.clone();
                     let down_for = options.maintenance_time;
                     let crashed = async move {
+                        // The node is down for the maintenance time from the reboot command
+                        // on: its agent stops while it goes down, as systemd stops services.
                         cancel.cancel();
-                        if let Ok(Err(source)) = agent.await {
+                        let (stopped, ()) = tokio::join!(agent, tokio::time::sleep(down_for));
+                        if let Ok(Err(source)) = stopped {
                             return Err(Error::Agent { node: name, source });
                         }
-                        tokio::time::sleep(down_for).await;
                         let io = |source| Error::HostRoot { node: index, path: root.clone(), source };
                         clear_run(&root).map_err(io)?;
                         write_boot_id(&root, boot).map_err(io)?;
