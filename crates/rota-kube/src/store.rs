@@ -51,6 +51,9 @@ const IDLE_RECHECK: Millis = 5 * 60 * 1000;
 /// How long a waiter's place in the queue is taken as known while the change counter stands
 /// still (see `try_acquire_slot`).
 const WAIT_CACHE: Millis = 5_000;
+/// How long an agent's reads of its own node are answered from the RotaNode this process last
+/// wrote or read (see `own_object`).
+const OWN_READ_CACHE: Millis = 1_000;
 
 /// Where the store keeps its objects.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -93,8 +96,9 @@ struct Inner {
     /// What this process knows of the sessions it opened, by node.
     sessions: Mutex<HashMap<String, LocalSession>>,
     /// The RotaNode of each node as this process last read or wrote it: the first attempt of
-    /// a write tries it without reading again (see `edit`).
-    objects: Mutex<HashMap<String, RotaNode>>,
+    /// a write tries it without reading again (see `edit`), and an agent's reads of its own
+    /// node are answered from it for a moment (see `own_object`).
+    objects: Mutex<HashMap<String, Known>>,
     /// The slot Lease each node holds as this process last read or wrote it: steps that only
     /// need to know which slot the node holds, and the fence's compare-and-swap, start from it
     /// without listing the Leases again (see `lease_of`).
@@ -102,6 +106,18 @@ struct Inner {
     /// The last `Wait` answered to each node's session, by node.
     waits: Mutex<HashMap<String, CachedWait>>,
     watch: AbortHandle,
+}
+
+/// A RotaNode as this process last read or wrote it.
+#[derive(Clone)]
+struct Known {
+    object: RotaNode,
+    /// When it was read or written.
+    at: Millis,
+    /// Whether `held` was up to date with it then: it came with a list of the Leases, or from
+    /// writes that started from such an object and were never refused (nobody else wrote it
+    /// in between, so neither did an operator who gave the slot back).
+    with_lease: bool,
 }
 
 /// A `Wait` answer and the change counter it was computed at.
@@ -365,14 +381,55 @@ impl KubeStore {
         current.id == session.id && current.deadline.0.max(local) > now
     }
 
-    fn cached(&self, node: &NodeName) -> Option<RotaNode> {
+    fn cached(&self, node: &NodeName) -> Option<Known> {
         let objects = self.inner.objects.lock().unwrap_or_else(|e| e.into_inner());
         objects.get(node.as_str()).cloned()
     }
 
-    fn cache(&self, node: &NodeName, object: &RotaNode) {
+    fn cache(&self, node: &NodeName, object: &RotaNode, with_lease: bool) {
         let mut objects = self.inner.objects.lock().unwrap_or_else(|e| e.into_inner());
-        objects.insert(node.as_str().into(), object.clone());
+        let known = Known {
+            object: object.clone(),
+            at: now_millis(),
+            with_lease,
+        };
+        objects.insert(node.as_str().into(), known);
+    }
+
+    /// The RotaNode of a node whose agent runs in this process, for its reads between steps.
+    ///
+    /// The agent reads its node before every step, right after the write that ended the last
+    /// one, and nobody but the agent writes an agent's RotaNode except an operator (unlock,
+    /// retry). So for `OWN_READ_CACHE` after this process wrote or read it, the object it got
+    /// back is the answer; a read then can only miss an operator's write of that moment, as a
+    /// read sent a moment earlier would. Nothing unsafe follows from that: every write of the
+    /// agent is a compare-and-swap that fails on the stale object, and every disruptive step
+    /// is fenced. Other nodes' objects (an operator's reads) always come from the API server.
+    async fn own_object(&self, node: &NodeName) -> Result<Option<RotaNode>> {
+        if let Some(known) = self.recent(node) {
+            return Ok(Some(known.object));
+        }
+        let object = self.get_rota_node(node).await?;
+        if let Some(object) = &object
+            && self.local_session(node).is_some()
+        {
+            self.cache(node, object, false);
+        }
+        Ok(object)
+    }
+
+    /// What `own_object` answers with without asking, if anything.
+    fn recent(&self, node: &NodeName) -> Option<Known> {
+        self.local_session(node)?;
+        self.cached(node)
+            .filter(|known| now_millis() - known.at < OWN_READ_CACHE)
+    }
+
+    /// The slot a node whose agent runs in this process holds, as this process last saw its
+    /// Lease (see `lease_of`).
+    fn own_slot(&self, node: &NodeName) -> Option<u32> {
+        let held = self.inner.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.get(node.as_str()).and_then(slots::slot_of)
     }
 
     /// The fenced compare-and-swap behind every write of a node's agent: reads the RotaNode
@@ -392,14 +449,14 @@ impl KubeStore {
     ) -> Result<(T, RotaNodeStatus, Seen)> {
         let mut cached = self.cached(&session.node);
         for _ in 0..CAS_ATTEMPTS {
-            let (mut object, fresh, held) = match cached.take() {
-                Some(object) => {
+            let (mut object, fresh, held, lease_known) = match cached.take() {
+                Some(known) => {
                     let held = if with_lease {
                         self.lease_of(&session.node, false).await?
                     } else {
                         None
                     };
-                    (object, false, held)
+                    (known.object, false, held, known.with_lease)
                 }
                 None => {
                     let lease = async {
@@ -410,13 +467,13 @@ impl KubeStore {
                         }
                     };
                     match tokio::try_join!(self.get_rota_node(&session.node), lease)? {
-                        (Some(object), held) => (object, true, held),
+                        (Some(object), held) => (object, true, held, with_lease),
                         (None, _) => return Err(fenced(session)),
                     }
                 }
             };
             if fresh {
-                self.cache(&session.node, &object);
+                self.cache(&session.node, &object, lease_known);
             }
             let seen = Seen {
                 now: now_millis(),
@@ -450,7 +507,7 @@ impl KubeStore {
             let deadline = status.session.as_ref().map_or(0, |s| s.deadline.0);
             object.status = Some(status);
             if let Some(written) = self.replace(object).await? {
-                self.cache(&session.node, &written);
+                self.cache(&session.node, &written, lease_known);
                 let status = written.status.unwrap_or_default();
                 self.remember(session, &status, deadline);
                 return Ok((value, status, seen));
@@ -950,7 +1007,7 @@ impl Store for KubeStore {
             let Some(written) = written else {
                 continue;
             };
-            self.cache(node, &written);
+            self.cache(node, &written, false);
             let session = Session {
                 id,
                 node: node.clone(),
@@ -1247,7 +1304,7 @@ impl Store for KubeStore {
     }
 
     async fn open_requests(&self, node: &NodeName) -> Result<Vec<RequestRecord>> {
-        let Some(object) = self.get_rota_node(node).await? else {
+        let Some(object) = self.own_object(node).await? else {
             return Ok(Vec::new());
         };
         let status = object.status.unwrap_or_default();
@@ -1317,11 +1374,27 @@ impl Store for KubeStore {
     }
 
     async fn node(&self, node: &NodeName) -> Result<Option<NodeRecord>> {
-        // The agent reads its node before every step: one round trip, not two.
+        // The agent reads its node before every step: right after its own write, that write's
+        // answer (see `own_object`), and else one round trip, not two.
+        if let Some(known) = self.recent(node).filter(|k| k.with_lease) {
+            let status = known.object.status.unwrap_or_default();
+            return Ok(Some(status::node_record(
+                node,
+                &status,
+                self.own_slot(node),
+            )));
+        }
         let (object, leases) = tokio::try_join!(self.get_rota_node(node), self.list_leases())?;
         let Some(object) = object else {
             return Ok(None);
         };
+        if self.local_session(node).is_some() {
+            self.cache(node, &object, true);
+            match held_by(&leases, node) {
+                Some(lease) => self.cache_lease(node, lease),
+                None => self.forget_lease(node),
+            }
+        }
         self.record_of(&object, &leases).map(Some)
     }
 
@@ -1338,7 +1411,7 @@ impl Store for KubeStore {
     }
 
     async fn backoffs(&self, node: &NodeName) -> Result<Vec<BackoffRecord>> {
-        let Some(object) = self.get_rota_node(node).await? else {
+        let Some(object) = self.own_object(node).await? else {
             return Ok(Vec::new());
         };
         let status = object.status.unwrap_or_default();
@@ -1401,6 +1474,7 @@ impl Store for KubeStore {
             let Some(written) = self.replace(object).await? else {
                 continue;
             };
+            self.cache(node, &written, false);
             let status = written.status.unwrap_or_default();
             match &seen.held {
                 Some(lease) => {
@@ -1445,6 +1519,7 @@ impl Store for KubeStore {
             let Some(written) = self.replace(object).await? else {
                 continue;
             };
+            self.cache(node, &written, false);
             self.inner.changes.bump(1);
             self.emit(
                 node,
