@@ -903,6 +903,15 @@ pub(crate) struct Waiter {
     pub holds_slot: bool,
 }
 
+/// How many live waiters are ahead of `me`, queued at `mine`, in the queue.
+pub(crate) fn waiters_ahead(me: &str, mine: Millis, waiters: &[Waiter], now: Millis) -> usize {
+    waiters
+        .iter()
+        .filter(|w| w.node != me && w.alive && !w.holds_slot && w.queued_at <= now)
+        .filter(|w| (w.queued_at, w.node.as_str()) < (mine, me))
+        .count()
+}
+
 /// How many wake-ups must happen at least before `me` (queued at `queued_at`) can take a slot,
 /// as the SQLite store counts them: 0 when fewer live waiters are ahead of it than slots are
 /// free; a node not queued or still in backoff waits for its own timer, counted as one.
@@ -917,12 +926,7 @@ pub(crate) fn changes_before_turn(
     let Some(mine) = queued_at.filter(|q| *q <= now) else {
         return 1;
     };
-    let ahead = waiters
-        .iter()
-        .filter(|w| w.node != me && w.alive && !w.holds_slot && w.queued_at <= now)
-        .filter(|w| (w.queued_at, w.node.as_str()) < (mine, me))
-        .count();
-    let ahead = i64::try_from(ahead).unwrap_or(i64::MAX);
+    let ahead = i64::try_from(waiters_ahead(me, mine, waiters, now)).unwrap_or(i64::MAX);
     let free = i64::from(concurrency) - i64::try_from(held).unwrap_or(i64::MAX);
     u64::try_from(ahead - free + 1).unwrap_or(0)
 }
@@ -969,7 +973,11 @@ impl Store for KubeStore {
         for _ in 0..CAS_ATTEMPTS {
             let now = now_millis();
             let deadline = Timestamp(now.saturating_add(ttl_ms));
-            let (written, id) = match self.get_rota_node(node).await? {
+            // The Leases with the object: the agent's first step then needs no request, and
+            // an idle node's leftover slot is found without another one.
+            let (object, leases) = tokio::try_join!(self.get_rota_node(node), self.list_leases())?;
+            let held = held_by(&leases, node).cloned();
+            let (written, id) = match object {
                 Some(mut object) => {
                     let mut status = object.status.take().unwrap_or_default();
                     // Ids grow per node even if this clock is behind the last agent's.
@@ -1007,7 +1015,13 @@ impl Store for KubeStore {
             let Some(written) = written else {
                 continue;
             };
-            self.cache(node, &written, false);
+            // Nobody wrote the object between the read and this write, so no operator gave a
+            // slot back in between either: the Leases read with it are current with it.
+            self.cache(node, &written, true);
+            match &held {
+                Some(lease) => self.cache_lease(node, lease),
+                None => self.forget_lease(node),
+            }
             let session = Session {
                 id,
                 node: node.clone(),
@@ -1032,10 +1046,10 @@ impl Store for KubeStore {
             // An idle node holds no slot: one it still holds was left by an agent that died
             // between recording the end of its window and giving the slot back.
             if status.state == NodeState::Idle
-                && let Some(lease) = self.held_lease(node).await?
+                && let Some(lease) = &held
             {
                 warn!(node = %node, "giving back a slot left held by the previous agent");
-                self.release_lease(&lease, node, now).await?;
+                self.release_lease(lease, node, now).await?;
             }
             return Ok(session);
         }
@@ -1210,18 +1224,26 @@ impl Store for KubeStore {
                     Acquire::Wait { changes }
                 });
             }
-            let free = (0..concurrency).find_map(|slot| {
-                let name = slots::slot_name(slot);
-                match leases
-                    .iter()
-                    .find(|l| l.metadata.name.as_deref() == Some(&name))
-                {
-                    None => Some((slot, None)),
-                    Some(l) if slots::holder(l).is_none() => Some((slot, Some(l))),
-                    Some(_) => None,
-                }
+            let free: Vec<_> = (0..concurrency)
+                .filter_map(|slot| {
+                    let name = slots::slot_name(slot);
+                    match leases
+                        .iter()
+                        .find(|l| l.metadata.name.as_deref() == Some(&name))
+                    {
+                        None => Some((slot, None)),
+                        Some(l) if slots::holder(l).is_none() => Some((slot, Some(l))),
+                        Some(_) => None,
+                    }
+                })
+                .collect();
+            // The waiters at the front all take a slot at once (after a burst of releases, or
+            // at the start): each its own, by its place in the queue, instead of all racing
+            // for the first free one and all but one starting over.
+            let place = queued_at.map_or(0, |q| {
+                waiters_ahead(session.node.as_str(), q, &waiters, now)
             });
-            let Some((slot, previous)) = free else {
+            let Some(&(slot, previous)) = free.get(place).or(free.first()) else {
                 if self.free_orphaned(&leases).await? > 0 {
                     continue;
                 }
@@ -1587,6 +1609,20 @@ mod tests {
             1,
             "no free slot: wait for one release"
         );
+    }
+
+    #[test]
+    fn waiters_at_the_front_each_have_their_own_place() {
+        let waiters = [
+            waiter("a", NOW - 3),
+            waiter("b", NOW - 2),
+            waiter("c", NOW - 1),
+        ];
+        let places: Vec<usize> = waiters
+            .iter()
+            .map(|w| waiters_ahead(&w.node, w.queued_at, &waiters, NOW))
+            .collect();
+        assert_eq!(places, [0, 1, 2]);
     }
 
     #[test]
