@@ -108,23 +108,14 @@ impl Agent {
             self.cancel.child_token(),
         )?;
         let boot_id = read_boot_id(&self.config.boot_id_file)?;
-        if let Some(concurrency) = self.config.concurrency {
-            let current = self.store.concurrency().await?;
-            if current != Some(concurrency) {
-                if let Some(current) = current {
-                    warn!(
-                        from = current,
-                        to = concurrency,
-                        "changing the fleet's concurrency"
-                    );
-                }
-                self.store.set_concurrency(concurrency).await?;
-            }
-        }
-        let session = self
-            .store
-            .open_session(&self.config.node, self.config.session_ttl)
-            .await?;
+        // Independent: a restart after a reboot waits for neither before the other.
+        let (configured, session) = tokio::join!(
+            self.configure_concurrency(),
+            self.store
+                .open_session(&self.config.node, self.config.session_ttl)
+        );
+        configured?;
+        let session = session?;
         info!(node = %self.config.node, session = session.id, boot_id, "agent started");
         let superseded = Arc::new(Mutex::new(false));
         let heartbeat = tokio::spawn(heartbeat(
@@ -157,6 +148,25 @@ impl Agent {
             warn!(error = %e, "could not close the session");
         }
         result
+    }
+
+    /// Sets the fleet's concurrency if this agent is configured with one that differs.
+    async fn configure_concurrency(&self) -> Result<()> {
+        let Some(concurrency) = self.config.concurrency else {
+            return Ok(());
+        };
+        let current = self.store.concurrency().await?;
+        if current != Some(concurrency) {
+            if let Some(current) = current {
+                warn!(
+                    from = current,
+                    to = concurrency,
+                    "changing the fleet's concurrency"
+                );
+            }
+            self.store.set_concurrency(concurrency).await?;
+        }
+        Ok(())
     }
 
     async fn run_steps(&self, running: &mut Running) -> Result<()> {
@@ -436,11 +446,17 @@ impl Agent {
         }
         // Read the counter before asking: a change in between then wakes this waiter at once.
         let seen = *running.changes.borrow_and_update();
-        if let Acquire::Wait { changes } = self.store.try_acquire_slot(&running.session).await? {
+        // The cordon is read along with the request for a slot, so that a grant goes on to open
+        // the window without another round trip: that is most of a slot handoff.
+        let (acquired, cordoned) = tokio::join!(
+            self.store.try_acquire_slot(&running.session),
+            self.actions.is_cordoned()
+        );
+        if let Acquire::Wait { changes } = acquired? {
             let target = seen.saturating_add(changes);
             return self.wait(running, None, Some(target)).await;
         }
-        let pre_cordoned = match self.actions.is_cordoned().await {
+        let pre_cordoned = match cordoned {
             Ok(cordoned) => cordoned,
             Err(e) => {
                 warn!(node = %self.config.node, error = %e, "cannot tell whether the node is cordoned");
