@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::time::Duration;
 
+use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::Eviction;
@@ -206,13 +207,22 @@ pub async fn drain_with_progress(
     );
     // Owned pods in the stream: futures borrowing from a closure argument trip the compiler's
     // higher-ranked `Send` check when this future is boxed by `async_trait`.
-    stream::iter(evict.clone())
+    let evictions = stream::iter(evict.clone())
         .map(|pod| async move { evict_pod(client, &pod, options, progress).await })
         .buffer_unordered(options.concurrency.max(1))
-        .try_collect::<()>()
-        .await?;
+        .try_collect::<()>();
+    // The watch for the pods' deletion starts while they are being evicted: it reports every
+    // deletion after the list anyway, and is then ready when the evictions are done.
+    let api = Api::<Pod>::all(client.clone());
+    let (evicted, events) = tokio::join!(evictions, watch_pods(&api, node, version.as_deref()));
+    evicted?;
     wait.extend(evict);
-    wait_gone(client, node, wait, version, options.poll_interval, progress).await?;
+    let waiting = Waiting {
+        pods: wait,
+        version,
+        events,
+    };
+    wait_gone(client, node, waiting, options.poll_interval, progress).await?;
     info!(node, "drained");
     Ok(())
 }
@@ -314,21 +324,48 @@ fn refusal_reason(status: &Status) -> String {
     reason
 }
 
-/// Waits until none of `pods` is on the node any more. A pod of the same name but another UID
-/// (recreated by its StatefulSet) is a different pod and does not count.
+type PodEvents = BoxStream<'static, kube::Result<WatchEvent<Pod>>>;
+
+/// A watch of `node`'s pods from `version` on, if it can be started. It sees every change
+/// since, also one made before the watch started.
+async fn watch_pods(api: &Api<Pod>, node: &str, version: Option<&str>) -> Option<PodEvents> {
+    let params = WatchParams::default().fields(&on_node(node));
+    match api.watch(&params, version?).await {
+        Ok(events) => Some(events.boxed()),
+        Err(e) => {
+            debug!(node, error = %e, "cannot watch the node's pods; listing them instead");
+            None
+        }
+    }
+}
+
+/// What the wait for evicted pods to go starts from: the pods, the version of the list they
+/// came from, and a watch from that version (which sees every deletion since, also one made
+/// before the watch started), if it could be started.
+struct Waiting {
+    pods: Vec<PodRef>,
+    version: Option<String>,
+    events: Option<PodEvents>,
+}
+
+/// Waits until none of the pods is on the node any more. A pod of the same name but another
+/// UID (recreated by its StatefulSet) is a different pod and does not count.
 ///
-/// `version` is that of the list the pods came from: a watch from there sees every deletion
-/// since, also one that happened before the watch started. The node's pods are listed again
-/// every `poll_interval`, and the watch restarted from that list, in case the watch broke.
+/// The watch reports each deletion as it happens. The node's pods are listed again every
+/// `poll_interval`, and the watch restarted from that list, in case the watch broke.
 async fn wait_gone(
     client: &Client,
     node: &str,
-    pods: Vec<PodRef>,
-    mut version: Option<String>,
+    waiting: Waiting,
     poll_interval: Duration,
     progress: &watch::Sender<Progress>,
 ) -> Result<()> {
     let api = Api::<Pod>::all(client.clone());
+    let Waiting {
+        pods,
+        mut version,
+        mut events,
+    } = waiting;
     let mut remaining: HashSet<PodRef> = pods.into_iter().collect();
     loop {
         let mut terminating: Vec<String> = remaining.iter().map(PodRef::to_string).collect();
@@ -346,13 +383,15 @@ async fn wait_gone(
             remaining = remaining.len(),
             "waiting for evicted pods to go"
         );
-        if let Some(version) = &version {
-            let watched = watch_deletions(&api, node, version, &mut remaining);
-            if tokio::time::timeout(poll_interval, watched).await.is_ok() {
-                continue;
-            }
-        } else {
-            tokio::time::sleep(poll_interval).await;
+        let watched = async {
+            let events = match events.take() {
+                Some(events) => Some(events),
+                None => watch_pods(&api, node, version.as_deref()).await,
+            };
+            until_deleted(events, &mut remaining).await;
+        };
+        if tokio::time::timeout(poll_interval, watched).await.is_ok() {
+            continue;
         }
         let (present, listed) = pods_on(client, node).await?;
         let present: HashSet<PodRef> = present.iter().map(pod_ref).collect();
@@ -361,22 +400,11 @@ async fn wait_gone(
     }
 }
 
-/// Removes pods from `remaining` as a watch of the node's pods from `version` reports them
-/// deleted; returns when none is left. A watch that cannot start or breaks never returns: the
-/// caller's next list takes over.
-async fn watch_deletions(
-    api: &Api<Pod>,
-    node: &str,
-    version: &str,
-    remaining: &mut HashSet<PodRef>,
-) {
-    let params = WatchParams::default().fields(&on_node(node));
-    let mut events = match api.watch(&params, version).await {
-        Ok(events) => events.boxed(),
-        Err(e) => {
-            debug!(node, error = %e, "cannot watch the node's pods; listing them instead");
-            return std::future::pending().await;
-        }
+/// Removes pods from `remaining` as `events` reports them deleted; returns when none is left.
+/// Without a watch, or once it breaks, it never returns: the caller's next list takes over.
+async fn until_deleted(events: Option<PodEvents>, remaining: &mut HashSet<PodRef>) {
+    let Some(mut events) = events else {
+        return std::future::pending().await;
     };
     while let Some(event) = events.next().await {
         match event {
@@ -388,11 +416,11 @@ async fn watch_deletions(
             }
             Ok(WatchEvent::Added(_) | WatchEvent::Modified(_) | WatchEvent::Bookmark(_)) => {}
             Ok(WatchEvent::Error(e)) => {
-                debug!(node, error = %e, "the watch of the node's pods ended");
+                debug!(error = %e, "the watch of the node's pods ended");
                 break;
             }
             Err(e) => {
-                debug!(node, error = %e, "the watch of the node's pods broke");
+                debug!(error = %e, "the watch of the node's pods broke");
                 break;
             }
         }
