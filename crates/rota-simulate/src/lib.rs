@@ -1,7 +1,8 @@
 //! `rota simulate`: N real agents in one process against a real store, each with its own host
 //! root so that the real sentinel watcher sees its sentinel appear. Only node actions are
-//! simulated: a reboot stops the node's agent, waits the maintenance time, and starts it again
-//! with a new boot id and an empty `/run` (a tmpfs does not survive a reboot).
+//! simulated: a reboot stops the node's agent and starts it again the maintenance time after
+//! the reboot command, with a new boot id and an empty `/run` (a tmpfs does not survive a
+//! reboot).
 //!
 //! Only the setup depends on the store ([`StoreChoice`]): a SQL store with nothing else, or a
 //! Kubernetes cluster with kwok nodes, pods and real cordon/drain/uncordon (see `cluster`).
