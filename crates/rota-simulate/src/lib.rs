@@ -344,10 +344,25 @@ async fn simulate(
 
     let limit = ideal * 3 + Duration::from_secs(60);
     let deadline = tokio::time::Instant::now() + limit;
-    let mut tick = tokio::time::interval(fleet.check_every);
-    let (completed, failed) = loop {
+    // The store is read for the outcome in a task of its own: while this loop waited for it,
+    // reboots and restarts would wait too, and lengthen every window.
+    let (outcomes_tx, mut outcomes) = mpsc::channel(1);
+    let checker = {
+        let store = store.clone();
+        let every = fleet.check_every;
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                if outcomes_tx.send(outcome(&*store).await).await.is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    let finished = 'rollout: loop {
         tokio::select! {
-            Some(index) = reboots.recv() => {
+            Some((index, commanded)) = reboots.recv() => {
                     let node = &mut nodes[index];
                     let Some((cancel, agent)) = node.agent.take() else { continue };
                     node.boots += 1;
@@ -360,7 +375,8 @@ async fn simulate(
                         // The node is down for the maintenance time from the reboot command
                         // on: its agent stops while it goes down, as systemd stops services.
                         cancel.cancel();
-                        let (stopped, ()) = tokio::join!(agent, tokio::time::sleep(down_for));
+                        let up = tokio::time::sleep_until(commanded + down_for);
+                        let (stopped, ()) = tokio::join!(agent, up);
                         if let Ok(Err(source)) = stopped {
                             return Err(Error::Agent { node: name, source });
                         }
@@ -373,20 +389,23 @@ async fn simulate(
                     power_cycles.push(tokio::spawn(crashed));
             }
             Some(index) = back_up.recv() => start_agent(&mut nodes[index], index),
-            _ = tick.tick() => {
-                let (completed, failed) = outcome(&*store).await?;
+            Some(checked) = outcomes.recv() => {
+                let (completed, failed) = match checked {
+                    Ok(outcome) => outcome,
+                    Err(e) => break Err(e),
+                };
                 progress(completed, options.nodes);
                 if completed + failed >= options.nodes {
-                    break (completed, failed);
+                    break Ok((completed, failed));
                 }
                 if tokio::time::Instant::now() > deadline {
-                    return Err(Error::TimedOut { limit_s: limit.as_secs(), completed, nodes: options.nodes });
+                    break Err(Error::TimedOut { limit_s: limit.as_secs(), completed, nodes: options.nodes });
                 }
                 for cycle in std::mem::take(&mut power_cycles) {
                     if !cycle.is_finished() {
                         power_cycles.push(cycle);
                     } else if let Ok(Err(e)) = cycle.await {
-                        return Err(e);
+                        break 'rollout Err(e);
                     }
                 }
                 for node in &mut nodes {
@@ -395,13 +414,15 @@ async fn simulate(
                         && let Some((_, agent)) = node.agent.take()
                         && let Ok(Err(source)) = agent.await
                     {
-                        return Err(Error::Agent { node: node.name.to_string(), source });
+                        break 'rollout Err(Error::Agent { node: node.name.to_string(), source });
                     }
                 }
             }
         }
     };
-    Ok((started, written, completed, failed))
+    checker.abort();
+    let (completed, failed) = finished?;
+    Ok::<_, Error>((started, written, completed, failed))
     }
     .await;
     for node in &mut nodes {
