@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rota_core::{Effect, Event, NodeState, ProcedureEntry, Process};
 use rota_sentinel::{SentinelWatcher, Snapshot, WatcherOptions};
 use rota_store::{
-    Acquire, Millis, NodeFields, NodeRecord, Outcome, ProcedureRecord, RequestRecord, RequestState,
-    Session, Store, Transition, WindowChange, now_millis,
+    Acquire, Millis, NodeFields, NodeRecord, Outcome, Pause, ProcedureRecord, RequestRecord,
+    RequestState, Session, Store, Transition, WindowChange, now_millis,
 };
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
@@ -137,23 +137,14 @@ impl Agent {
             self.cancel.child_token(),
         )?;
         let boot_id = read_boot_id(&self.config.boot_id_file)?;
-        if let Some(concurrency) = self.config.concurrency {
-            let current = self.store.concurrency().await?;
-            if current != Some(concurrency) {
-                if let Some(current) = current {
-                    warn!(
-                        from = current,
-                        to = concurrency,
-                        "changing the fleet's concurrency"
-                    );
-                }
-                self.store.set_concurrency(concurrency).await?;
-            }
-        }
-        let session = self
-            .store
-            .open_session(&self.config.node, self.config.session_ttl)
-            .await?;
+        // Independent: a restart after a reboot waits for neither before the other.
+        let (configured, session) = tokio::join!(
+            self.configure_concurrency(),
+            self.store
+                .open_session(&self.config.node, self.config.session_ttl)
+        );
+        configured?;
+        let session = session?;
         info!(node = %self.config.node, session = session.id, boot_id, "agent started");
         let superseded = Arc::new(Mutex::new(false));
         let heartbeat = tokio::spawn(heartbeat(
@@ -200,6 +191,25 @@ impl Agent {
             warn!(error = %e, "could not close the session");
         }
         result
+    }
+
+    /// Sets the fleet's concurrency if this agent is configured with one that differs.
+    async fn configure_concurrency(&self) -> Result<()> {
+        let Some(concurrency) = self.config.concurrency else {
+            return Ok(());
+        };
+        let current = self.store.concurrency().await?;
+        if current != Some(concurrency) {
+            if let Some(current) = current {
+                warn!(
+                    from = current,
+                    to = concurrency,
+                    "changing the fleet's concurrency"
+                );
+            }
+            self.store.set_concurrency(concurrency).await?;
+        }
+        Ok(())
     }
 
     async fn run_steps(&self, running: &mut Running) -> Result<()> {
@@ -567,14 +577,24 @@ impl Agent {
         }
         // Read the counter before asking: a change in between then wakes this waiter at once.
         let seen = *running.changes.borrow_and_update();
-        if self.paused(running, seen).await? {
-            return Ok(());
+        // The cordon and the pause are read along with the request for a slot, so that a grant
+        // goes on to open the window without another round trip: that is most of a handoff.
+        let (paused, acquired, cordoned) = tokio::join!(
+            self.store.paused(),
+            self.store.try_acquire_slot(&running.session),
+            self.actions.is_cordoned()
+        );
+        if let Some(pause) = paused? {
+            // A slot granted meanwhile stays with this queued node, which does nothing
+            // disruptive, and is re-adopted after the pause.
+            return self.wait_out_pause(running, &pause, seen).await;
         }
-        if let Acquire::Wait { changes } = self.store.try_acquire_slot(&running.session).await? {
+        running.pause_logged = None;
+        if let Acquire::Wait { changes } = acquired? {
             let target = seen.saturating_add(changes);
             return self.wait(running, None, Some(target)).await;
         }
-        let pre_cordoned = match self.actions.is_cordoned().await {
+        let pre_cordoned = match cordoned {
             Ok(cordoned) => cordoned,
             Err(e) => {
                 warn!(node = %self.config.node, error = %e, "cannot tell whether the node is cordoned");
@@ -928,20 +948,28 @@ impl Agent {
         Ok(())
     }
 
-    /// Whether the fleet is paused; if so, waits (for a resume, which wakes every waiter, or
-    /// the slow re-read) and says so once per pause.
+    /// Whether the fleet is paused; if so, waits it out (see [`Agent::wait_out_pause`]).
     async fn paused(&self, running: &mut Running, seen: u64) -> Result<bool> {
-        let Some(pause) = self.store.paused().await? else {
-            running.pause_logged = None;
-            return Ok(false);
-        };
+        match self.store.paused().await? {
+            Some(pause) => {
+                self.wait_out_pause(running, &pause, seen).await?;
+                Ok(true)
+            }
+            None => {
+                running.pause_logged = None;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Says once per pause that the fleet is paused, then waits for a resume (which wakes every
+    /// waiter) or the slow re-read.
+    async fn wait_out_pause(&self, running: &mut Running, pause: &Pause, seen: u64) -> Result<()> {
         if running.pause_logged != Some(pause.since) {
             info!(node = %self.config.node, reason = pause.reason, "the fleet is paused; waiting for rota resume");
             running.pause_logged = Some(pause.since);
         }
-        self.wait(running, None, Some(seen.saturating_add(1)))
-            .await?;
-        Ok(true)
+        self.wait(running, None, Some(seen.saturating_add(1))).await
     }
 
     /// kustodian's protocol: announce `/var/maintenance-in-progress` once drained, and consider

@@ -1,4 +1,5 @@
-//! Drain: cordon, evict through the Eviction API, wait until the evicted pods are gone.
+//! Drain: cordon, evict through the Eviction API, wait until the evicted pods are gone (a
+//! watch reports each deletion as it happens; a slow re-list is the safety net).
 //!
 //! All state lives in the API server (the cordon, the evictions, the pods' deletion), none in
 //! this process, so [`drain`] is idempotent and cancel-safe: dropping its future at any await
@@ -9,11 +10,12 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::time::Duration;
 
+use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::Eviction;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::core::Status;
 use kube::{Client, ResourceExt};
 use tokio::sync::watch;
@@ -42,7 +44,8 @@ pub struct DrainOptions {
     /// it doubles with each refusal up to `retry_max`.
     pub retry_initial: Duration,
     pub retry_max: Duration,
-    /// How often to check whether the evicted pods are gone.
+    /// How often to list the node's pods while waiting for the evicted ones to go. A watch
+    /// reports each deletion as it happens; the list catches what a broken watch missed.
     pub poll_interval: Duration,
 }
 
@@ -141,13 +144,18 @@ fn pod_ref(pod: &Pod) -> PodRef {
     }
 }
 
-async fn pods_on(client: &Client, node: &str) -> Result<Vec<Pod>> {
-    let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+fn on_node(node: &str) -> String {
+    format!("spec.nodeName={node}")
+}
+
+/// The pods on `node`, and the resourceVersion of the list (for a watch that starts there).
+async fn pods_on(client: &Client, node: &str) -> Result<(Vec<Pod>, Option<String>)> {
+    let params = ListParams::default().fields(&on_node(node));
     let list = Api::<Pod>::all(client.clone())
         .list(&params)
         .await
         .map_err(|e| Error::api("list", "pods", format!("on node {node}"), e))?;
-    Ok(list.items)
+    Ok((list.items, list.metadata.resource_version))
 }
 
 /// Cordons `node` and evicts its pods (see [`DrainOptions`]), then waits until every evicted
@@ -172,7 +180,8 @@ pub async fn drain_with_progress(
     let mut evict = Vec::new();
     let mut wait = Vec::new();
     let mut refusals = Vec::new();
-    for pod in pods_on(client, node).await? {
+    let (pods, version) = pods_on(client, node).await?;
+    for pod in pods {
         let pod_ref = pod_ref(&pod);
         match plan(&pod, options) {
             Ok(Plan::Leave) => debug!(node, pod = %pod_ref, "leaving the pod on the node"),
@@ -198,13 +207,22 @@ pub async fn drain_with_progress(
     );
     // Owned pods in the stream: futures borrowing from a closure argument trip the compiler's
     // higher-ranked `Send` check when this future is boxed by `async_trait`.
-    stream::iter(evict.clone())
+    let evictions = stream::iter(evict.clone())
         .map(|pod| async move { evict_pod(client, &pod, options, progress).await })
         .buffer_unordered(options.concurrency.max(1))
-        .try_collect::<()>()
-        .await?;
+        .try_collect::<()>();
+    // The watch for the pods' deletion starts while they are being evicted: it reports every
+    // deletion after the list anyway, and is then ready when the evictions are done.
+    let api = Api::<Pod>::all(client.clone());
+    let (evicted, events) = tokio::join!(evictions, watch_pods(&api, node, version.as_deref()));
+    evicted?;
     wait.extend(evict);
-    wait_gone(client, node, wait, options.poll_interval, progress).await?;
+    let waiting = Waiting {
+        pods: wait,
+        version,
+        events,
+    };
+    wait_gone(client, node, waiting, options.poll_interval, progress).await?;
     info!(node, "drained");
     Ok(())
 }
@@ -306,19 +324,50 @@ fn refusal_reason(status: &Status) -> String {
     reason
 }
 
-/// Waits until none of `pods` is on the node any more. A pod of the same name but another UID
-/// (recreated by its StatefulSet) is a different pod and does not count.
+type PodEvents = BoxStream<'static, kube::Result<WatchEvent<Pod>>>;
+
+/// A watch of `node`'s pods from `version` on, if it can be started. It sees every change
+/// since, also one made before the watch started.
+async fn watch_pods(api: &Api<Pod>, node: &str, version: Option<&str>) -> Option<PodEvents> {
+    let params = WatchParams::default().fields(&on_node(node));
+    match api.watch(&params, version?).await {
+        Ok(events) => Some(events.boxed()),
+        Err(e) => {
+            debug!(node, error = %e, "cannot watch the node's pods; listing them instead");
+            None
+        }
+    }
+}
+
+/// What the wait for evicted pods to go starts from: the pods, the version of the list they
+/// came from, and a watch from that version (which sees every deletion since, also one made
+/// before the watch started), if it could be started.
+struct Waiting {
+    pods: Vec<PodRef>,
+    version: Option<String>,
+    events: Option<PodEvents>,
+}
+
+/// Waits until none of the pods is on the node any more. A pod of the same name but another
+/// UID (recreated by its StatefulSet) is a different pod and does not count.
+///
+/// The watch reports each deletion as it happens. The node's pods are listed again every
+/// `poll_interval`, and the watch restarted from that list, in case the watch broke.
 async fn wait_gone(
     client: &Client,
     node: &str,
-    pods: Vec<PodRef>,
+    waiting: Waiting,
     poll_interval: Duration,
     progress: &watch::Sender<Progress>,
 ) -> Result<()> {
+    let api = Api::<Pod>::all(client.clone());
+    let Waiting {
+        pods,
+        mut version,
+        mut events,
+    } = waiting;
     let mut remaining: HashSet<PodRef> = pods.into_iter().collect();
     loop {
-        let present: HashSet<PodRef> = pods_on(client, node).await?.iter().map(pod_ref).collect();
-        remaining.retain(|pod| present.contains(pod));
         let mut terminating: Vec<String> = remaining.iter().map(PodRef::to_string).collect();
         terminating.sort();
         progress.send_if_modified(|p| {
@@ -334,8 +383,49 @@ async fn wait_gone(
             remaining = remaining.len(),
             "waiting for evicted pods to go"
         );
-        tokio::time::sleep(poll_interval).await;
+        let watched = async {
+            let events = match events.take() {
+                Some(events) => Some(events),
+                None => watch_pods(&api, node, version.as_deref()).await,
+            };
+            until_deleted(events, &mut remaining).await;
+        };
+        if tokio::time::timeout(poll_interval, watched).await.is_ok() {
+            continue;
+        }
+        let (present, listed) = pods_on(client, node).await?;
+        let present: HashSet<PodRef> = present.iter().map(pod_ref).collect();
+        remaining.retain(|pod| present.contains(pod));
+        version = listed;
     }
+}
+
+/// Removes pods from `remaining` as `events` reports them deleted; returns when none is left.
+/// Without a watch, or once it breaks, it never returns: the caller's next list takes over.
+async fn until_deleted(events: Option<PodEvents>, remaining: &mut HashSet<PodRef>) {
+    let Some(mut events) = events else {
+        return std::future::pending().await;
+    };
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(WatchEvent::Deleted(pod)) => {
+                remaining.remove(&pod_ref(&pod));
+                if remaining.is_empty() {
+                    return;
+                }
+            }
+            Ok(WatchEvent::Added(_) | WatchEvent::Modified(_) | WatchEvent::Bookmark(_)) => {}
+            Ok(WatchEvent::Error(e)) => {
+                debug!(error = %e, "the watch of the node's pods ended");
+                break;
+            }
+            Err(e) => {
+                debug!(error = %e, "the watch of the node's pods broke");
+                break;
+            }
+        }
+    }
+    std::future::pending().await
 }
 
 #[cfg(test)]

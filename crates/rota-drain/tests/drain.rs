@@ -724,3 +724,28 @@ async fn a_missing_permission_names_the_verb_and_the_resource() -> Result<()> {
         .await?;
     scope.cleanup().await
 }
+
+#[tokio::test]
+async fn the_drain_hears_of_each_deletion_without_listing_again() -> Result<()> {
+    let Some(env) = TestEnv::get()? else {
+        return Ok(());
+    };
+    let scope = env.scope("drain-watch").await?;
+    let node = scope.create_ready_nodes(1).await?.remove(0);
+    bare_pods(&scope, "web", &node, 3).await?;
+    // A list every hour: only the watch can end this drain within the test's bound.
+    let options = DrainOptions {
+        poll_interval: Duration::from_secs(3600),
+        ..forced()
+    };
+    tokio::time::timeout(TIMEOUT, rota_drain::drain(&scope.client(), &node, &options))
+        .await
+        .context("the drain waited for its next list")?
+        .context("the drain failed")?;
+    let left = scope
+        .pods()
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await?;
+    ensure!(left.items.is_empty(), "pods left: {:?}", left.items.len());
+    scope.cleanup().await
+}

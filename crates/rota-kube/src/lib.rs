@@ -49,6 +49,22 @@
 //!
 //! One: on the slot Leases (see `changes`). A release wakes waiting agents through it.
 //!
+//! # Round trips
+//!
+//! A maintenance window is a chain of steps, each waiting for the API server, so the store
+//! keeps the chain short without giving up a compare-and-swap:
+//!
+//! - reads that do not depend on each other are sent at once (the queue, the Leases, the
+//!   concurrency and the Node when asking for a slot; the object and the Leases of a node);
+//! - a write of an agent starts from the RotaNode as this process last wrote or read it, and
+//!   the Lease as it last took or renewed it; a stale one fails its compare-and-swap and is
+//!   read again, so only a fresh read ever refuses;
+//! - for a second after this process wrote or read an agent's RotaNode, the agent's reads of
+//!   its own node are answered from that object: only an operator writes it besides the agent,
+//!   and the agent's next compare-and-swap notices (the fence guards every disruptive step);
+//! - the fence writes the RotaNode (session) and the Lease (slot) at the same time;
+//! - Events are sent in the background.
+//!
 //! # Isolation
 //!
 //! [`KubeStoreConfig::namespace`] holds the installation's Leases and ConfigMap, and every

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{ListParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client};
@@ -56,6 +56,9 @@ const IDLE_RECHECK: Millis = 5 * 60 * 1000;
 /// How long a waiter's place in the queue is taken as known while the change counter stands
 /// still (see `try_acquire_slot`).
 const WAIT_CACHE: Millis = 5_000;
+/// How long an agent's reads of its own node are answered from the RotaNode this process last
+/// wrote or read (see `own_object`).
+const OWN_READ_CACHE: Millis = 1_000;
 
 /// Where the store keeps its objects.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,8 +101,13 @@ struct Inner {
     /// What this process knows of the sessions it opened, by node.
     sessions: Mutex<HashMap<String, LocalSession>>,
     /// The RotaNode of each node as this process last read or wrote it: the first attempt of
-    /// a write tries it without reading again (see `edit`).
-    objects: Mutex<HashMap<String, RotaNode>>,
+    /// a write tries it without reading again (see `edit`), and an agent's reads of its own
+    /// node are answered from it for a moment (see `own_object`).
+    objects: Mutex<HashMap<String, Known>>,
+    /// The slot Lease each node holds as this process last read or wrote it: steps that only
+    /// need to know which slot the node holds, and the fence's compare-and-swap, start from it
+    /// without listing the Leases again (see `lease_of`).
+    held: Mutex<HashMap<String, Lease>>,
     /// The last `Wait` answered to each node's session, by node.
     waits: Mutex<HashMap<String, CachedWait>>,
     watch: AbortHandle,
@@ -108,6 +116,18 @@ struct Inner {
     /// `procedure_status`).
     reporter: StatusReporter,
     status_writer: AbortHandle,
+}
+
+/// A RotaNode as this process last read or wrote it.
+#[derive(Clone)]
+struct Known {
+    object: RotaNode,
+    /// When it was read or written.
+    at: Millis,
+    /// Whether `held` was up to date with it then: it came with a list of the Leases, or from
+    /// writes that started from such an object and were never refused (nobody else wrote it
+    /// in between, so neither did an operator who gave the slot back).
+    with_lease: bool,
 }
 
 /// A `Wait` answer and the change counter it was computed at.
@@ -216,6 +236,7 @@ impl KubeStore {
                 changes,
                 sessions: Mutex::new(HashMap::new()),
                 objects: Mutex::new(HashMap::new()),
+                held: Mutex::new(HashMap::new()),
                 waits: Mutex::new(HashMap::new()),
                 watch,
                 config,
@@ -273,8 +294,38 @@ impl KubeStore {
         Ok(list.items)
     }
 
+    /// The slot Lease `node` holds, read from the API server.
     async fn held_lease(&self, node: &NodeName) -> Result<Option<Lease>> {
-        Ok(held_by(&self.list_leases().await?, node).cloned())
+        let held = held_by(&self.list_leases().await?, node).cloned();
+        match &held {
+            Some(lease) => self.cache_lease(node, lease),
+            None => self.forget_lease(node),
+        }
+        Ok(held)
+    }
+
+    /// The slot Lease `node` holds: as this process last saw it, unless `fresh`. A stale one is
+    /// harmless: every write of a Lease is a compare-and-swap that fails on it, and the writes
+    /// of the RotaNode that name its slot are only made by the node's own agent, which learns
+    /// of a lost slot at the next fence.
+    async fn lease_of(&self, node: &NodeName, fresh: bool) -> Result<Option<Lease>> {
+        if !fresh {
+            let held = self.inner.held.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(lease) = held.get(node.as_str()) {
+                return Ok(Some(lease.clone()));
+            }
+        }
+        self.held_lease(node).await
+    }
+
+    fn cache_lease(&self, node: &NodeName, lease: &Lease) {
+        let mut held = self.inner.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.insert(node.as_str().into(), lease.clone());
+    }
+
+    fn forget_lease(&self, node: &NodeName) {
+        let mut held = self.inner.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.remove(node.as_str());
     }
 
     /// Writes `object` if it is unchanged since it was read; `None` when it was not.
@@ -361,14 +412,55 @@ impl KubeStore {
         current.id == session.id && current.deadline.0.max(local) > now
     }
 
-    fn cached(&self, node: &NodeName) -> Option<RotaNode> {
+    fn cached(&self, node: &NodeName) -> Option<Known> {
         let objects = self.inner.objects.lock().unwrap_or_else(|e| e.into_inner());
         objects.get(node.as_str()).cloned()
     }
 
-    fn cache(&self, node: &NodeName, object: &RotaNode) {
+    fn cache(&self, node: &NodeName, object: &RotaNode, with_lease: bool) {
         let mut objects = self.inner.objects.lock().unwrap_or_else(|e| e.into_inner());
-        objects.insert(node.as_str().into(), object.clone());
+        let known = Known {
+            object: object.clone(),
+            at: now_millis(),
+            with_lease,
+        };
+        objects.insert(node.as_str().into(), known);
+    }
+
+    /// The RotaNode of a node whose agent runs in this process, for its reads between steps.
+    ///
+    /// The agent reads its node before every step, right after the write that ended the last
+    /// one, and nobody but the agent writes an agent's RotaNode except an operator (unlock,
+    /// retry). So for `OWN_READ_CACHE` after this process wrote or read it, the object it got
+    /// back is the answer; a read then can only miss an operator's write of that moment, as a
+    /// read sent a moment earlier would. Nothing unsafe follows from that: every write of the
+    /// agent is a compare-and-swap that fails on the stale object, and every disruptive step
+    /// is fenced. Other nodes' objects (an operator's reads) always come from the API server.
+    async fn own_object(&self, node: &NodeName) -> Result<Option<RotaNode>> {
+        if let Some(known) = self.recent(node) {
+            return Ok(Some(known.object));
+        }
+        let object = self.get_rota_node(node).await?;
+        if let Some(object) = &object
+            && self.local_session(node).is_some()
+        {
+            self.cache(node, object, false);
+        }
+        Ok(object)
+    }
+
+    /// What `own_object` answers with without asking, if anything.
+    fn recent(&self, node: &NodeName) -> Option<Known> {
+        self.local_session(node)?;
+        self.cached(node)
+            .filter(|known| now_millis() - known.at < OWN_READ_CACHE)
+    }
+
+    /// The slot a node whose agent runs in this process holds, as this process last saw its
+    /// Lease (see `lease_of`).
+    fn own_slot(&self, node: &NodeName) -> Option<u32> {
+        let held = self.inner.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.get(node.as_str()).and_then(slots::slot_of)
     }
 
     /// The fenced compare-and-swap behind every write of a node's agent: reads the RotaNode
@@ -388,21 +480,32 @@ impl KubeStore {
     ) -> Result<(T, RotaNodeStatus, Seen)> {
         let mut cached = self.cached(&session.node);
         for _ in 0..CAS_ATTEMPTS {
-            let (mut object, fresh) = match cached.take() {
-                Some(object) => (object, false),
-                None => match self.get_rota_node(&session.node).await? {
-                    Some(object) => (object, true),
-                    None => return Err(fenced(session)),
-                },
+            let (mut object, fresh, held, lease_known) = match cached.take() {
+                Some(known) => {
+                    let held = if with_lease {
+                        self.lease_of(&session.node, false).await?
+                    } else {
+                        None
+                    };
+                    (known.object, false, held, known.with_lease)
+                }
+                None => {
+                    let lease = async {
+                        if with_lease {
+                            self.held_lease(&session.node).await
+                        } else {
+                            Ok(None)
+                        }
+                    };
+                    match tokio::try_join!(self.get_rota_node(&session.node), lease)? {
+                        (Some(object), held) => (object, true, held, with_lease),
+                        (None, _) => return Err(fenced(session)),
+                    }
+                }
             };
             if fresh {
-                self.cache(&session.node, &object);
+                self.cache(&session.node, &object, lease_known);
             }
-            let held = if with_lease {
-                self.held_lease(&session.node).await?
-            } else {
-                None
-            };
             let seen = Seen {
                 now: now_millis(),
                 held,
@@ -435,7 +538,7 @@ impl KubeStore {
             let deadline = status.session.as_ref().map_or(0, |s| s.deadline.0);
             object.status = Some(status);
             if let Some(written) = self.replace(object).await? {
-                self.cache(&session.node, &written);
+                self.cache(&session.node, &written, lease_known);
                 let status = written.status.unwrap_or_default();
                 self.remember(session, &status, deadline);
                 return Ok((value, status, seen));
@@ -452,6 +555,7 @@ impl KubeStore {
     /// Gives `lease` back (compare-and-swap; re-read and retried while the node still holds
     /// it), and counts the release as a change.
     async fn release_lease(&self, lease: &Lease, node: &NodeName, at: Millis) -> Result<()> {
+        self.forget_lease(node);
         let name = lease.metadata.name.clone().unwrap_or_default();
         let mut current = lease.clone();
         for _ in 0..CAS_ATTEMPTS {
@@ -616,19 +720,29 @@ impl KubeStore {
         Ok(freed)
     }
 
-    /// Takes slot `slot` for `node` with a create or a compare-and-swap; `false` if another
-    /// node was faster.
-    async fn take(&self, slot: u32, previous: Option<&Lease>, node: &NodeName) -> Result<bool> {
-        let released = previous.and_then(slots::released_at);
-        let at = released.map_or(now_millis(), |r| now_millis().max(r + 1));
-        let owner = self
+    /// The ownerReference to `node`'s Node object, if it has one (see `slots::node_owner`).
+    async fn node_owner(&self, node: &NodeName) -> Result<Option<OwnerReference>> {
+        Ok(self
             .inner
             .nodes
             .get_opt(node.as_str())
             .await
             .context("get", NODES, node.as_str())?
             .as_ref()
-            .and_then(slots::node_owner);
+            .and_then(slots::node_owner))
+    }
+
+    /// Takes slot `slot` for `node` (whose Node is `owner`) with a create or a
+    /// compare-and-swap; `false` if another node was faster.
+    async fn take(
+        &self,
+        slot: u32,
+        previous: Option<&Lease>,
+        node: &NodeName,
+        owner: Option<OwnerReference>,
+    ) -> Result<bool> {
+        let released = previous.and_then(slots::released_at);
+        let at = released.map_or(now_millis(), |r| now_millis().max(r + 1));
         let lease = slots::taken(slot, previous, node.as_str(), owner, at);
         let name = slots::slot_name(slot);
         let written = match previous {
@@ -653,6 +767,7 @@ impl KubeStore {
                     true,
                     false,
                 );
+                self.cache_lease(node, &written);
                 Ok(true)
             }
             Err(e) if is_conflict(&e) => Ok(false),
@@ -666,6 +781,40 @@ impl KubeStore {
                 self.lease_path(&name),
             ),
         }
+    }
+
+    /// The fence's proof of the slot: a write to the Lease that succeeds only if nobody changed
+    /// it since it was seen held by this node. It starts from the Lease as this process last
+    /// wrote it; only a compare-and-swap lost on a fresh read refuses.
+    async fn renew_lease(&self, session: &Session) -> Result<u32> {
+        for fresh in [false, true] {
+            let Some(lease) = self.lease_of(&session.node, fresh).await? else {
+                return Err(fenced(session));
+            };
+            let slot = slots::slot_of(&lease).ok_or_else(|| fenced(session))?;
+            let name = lease.metadata.name.clone().unwrap_or_default();
+            match self
+                .inner
+                .leases
+                .replace(
+                    &name,
+                    &PostParams::default(),
+                    &slots::renewed(&lease, now_millis()),
+                )
+                .await
+            {
+                Ok(written) if slots::holder(&written) == Some(session.node.as_str()) => {
+                    self.cache_lease(&session.node, &written);
+                    return Ok(slot);
+                }
+                Err(e) if is_conflict(&e) && !fresh => {}
+                Ok(_) => break,
+                Err(e) if is_conflict(&e) || crate::error::is_not_found(&e) => break,
+                Err(e) => return Err(e).context("update", LEASES, self.lease_path(&name)),
+            }
+        }
+        self.forget_lease(&session.node);
+        Err(fenced(session))
     }
 
     /// An Event on the node's Node object, sent in the background: it stays off the path of
@@ -785,6 +934,15 @@ pub(crate) struct Waiter {
     pub holds_slot: bool,
 }
 
+/// How many live waiters are ahead of `me`, queued at `mine`, in the queue.
+pub(crate) fn waiters_ahead(me: &str, mine: Millis, waiters: &[Waiter], now: Millis) -> usize {
+    waiters
+        .iter()
+        .filter(|w| w.node != me && w.alive && !w.holds_slot && w.queued_at <= now)
+        .filter(|w| (w.queued_at, w.node.as_str()) < (mine, me))
+        .count()
+}
+
 /// How many wake-ups must happen at least before `me` (queued at `queued_at`) can take a slot,
 /// as the SQLite store counts them: 0 when fewer live waiters are ahead of it than slots are
 /// free; a node not queued or still in backoff waits for its own timer, counted as one.
@@ -799,12 +957,7 @@ pub(crate) fn changes_before_turn(
     let Some(mine) = queued_at.filter(|q| *q <= now) else {
         return 1;
     };
-    let ahead = waiters
-        .iter()
-        .filter(|w| w.node != me && w.alive && !w.holds_slot && w.queued_at <= now)
-        .filter(|w| (w.queued_at, w.node.as_str()) < (mine, me))
-        .count();
-    let ahead = i64::try_from(ahead).unwrap_or(i64::MAX);
+    let ahead = i64::try_from(waiters_ahead(me, mine, waiters, now)).unwrap_or(i64::MAX);
     let free = i64::from(concurrency) - i64::try_from(held).unwrap_or(i64::MAX);
     u64::try_from(ahead - free + 1).unwrap_or(0)
 }
@@ -851,7 +1004,11 @@ impl Store for KubeStore {
         for _ in 0..CAS_ATTEMPTS {
             let now = now_millis();
             let deadline = Timestamp(now.saturating_add(ttl_ms));
-            let (written, id) = match self.get_rota_node(node).await? {
+            // The Leases with the object: the agent's first step then needs no request, and
+            // an idle node's leftover slot is found without another one.
+            let (object, leases) = tokio::try_join!(self.get_rota_node(node), self.list_leases())?;
+            let held = held_by(&leases, node).cloned();
+            let (written, id) = match object {
                 Some(mut object) => {
                     let mut status = object.status.take().unwrap_or_default();
                     // Ids grow per node even if this clock is behind the last agent's.
@@ -889,7 +1046,13 @@ impl Store for KubeStore {
             let Some(written) = written else {
                 continue;
             };
-            self.cache(node, &written);
+            // Nobody wrote the object between the read and this write, so no operator gave a
+            // slot back in between either: the Leases read with it are current with it.
+            self.cache(node, &written, true);
+            match &held {
+                Some(lease) => self.cache_lease(node, lease),
+                None => self.forget_lease(node),
+            }
             let session = Session {
                 id,
                 node: node.clone(),
@@ -914,10 +1077,10 @@ impl Store for KubeStore {
             // An idle node holds no slot: one it still holds was left by an agent that died
             // between recording the end of its window and giving the slot back.
             if status.state == NodeState::Idle
-                && let Some(lease) = self.held_lease(node).await?
+                && let Some(lease) = &held
             {
                 warn!(node = %node, "giving back a slot left held by the previous agent");
-                self.release_lease(&lease, node, now).await?;
+                self.release_lease(lease, node, now).await?;
             }
             return Ok(session);
         }
@@ -1021,7 +1184,7 @@ impl Store for KubeStore {
 
     async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire> {
         // Waiters ask often (at every change, and at every re-read of the agent), and an answer
-        // costs four requests. An answer "wait for n changes" given at counter c stands until
+        // costs five requests. An answer "wait for n changes" given at counter c stands until
         // the counter reaches c + n: every change this process can see is counted, and each
         // moves a waiter at most one place. So only the waiters at the front ask the API server
         // after a release. The answer is recomputed after `WAIT_CACHE` anyway, for what the
@@ -1031,28 +1194,38 @@ impl Store for KubeStore {
         if let Some(changes) = self.cached_wait(session, counter, now_millis()) {
             return Ok(Acquire::Wait { changes });
         }
+        let queue = format!("{},{STATE_LABEL}=queued", self.selector());
         for _ in 0..CAS_ATTEMPTS {
+            // The reads are independent: one round trip instead of five in a row, which is
+            // most of a handoff. The agent only asks while queued, so the queue and the Node
+            // (for the Lease's owner) are nearly always needed.
+            let (object, leases, concurrency, queued, owner) = tokio::try_join!(
+                self.get_rota_node(&session.node),
+                self.list_leases(),
+                self.read_concurrency(),
+                self.list_rota_nodes(&queue),
+                self.node_owner(&session.node),
+            )?;
             let now = now_millis();
-            let Some(object) = self.get_rota_node(&session.node).await? else {
+            let Some(object) = object else {
                 return Err(fenced(session));
             };
             let status = object.status.unwrap_or_default();
             if !self.session_ok(&status, session, now) {
                 return Err(fenced(session));
             }
-            let leases = self.list_leases().await?;
-            if let Some(slot) = held_by(&leases, &session.node).and_then(slots::slot_of) {
+            if let Some(lease) = held_by(&leases, &session.node)
+                && let Some(slot) = slots::slot_of(lease)
+            {
+                self.cache_lease(&session.node, lease);
                 return Ok(Acquire::Granted(slot));
             }
             let queued_at = (status.state == NodeState::Queued)
                 .then(|| status.queued_at.map(|t| t.0))
                 .flatten();
-            let concurrency = self.read_concurrency().await?;
             let holders: Vec<&str> = leases.iter().filter_map(slots::holder).collect();
-            let waiters = if queued_at.is_some_and(|q| q <= now) {
-                let selector = format!("{},{STATE_LABEL}=queued", self.selector());
-                self.list_rota_nodes(&selector)
-                    .await?
+            let waiters: Vec<Waiter> = if queued_at.is_some_and(|q| q <= now) {
+                queued
                     .iter()
                     .filter_map(|o| {
                         let s = o.status.as_ref()?;
@@ -1082,24 +1255,32 @@ impl Store for KubeStore {
                     Acquire::Wait { changes }
                 });
             }
-            let free = (0..concurrency).find_map(|slot| {
-                let name = slots::slot_name(slot);
-                match leases
-                    .iter()
-                    .find(|l| l.metadata.name.as_deref() == Some(&name))
-                {
-                    None => Some((slot, None)),
-                    Some(l) if slots::holder(l).is_none() => Some((slot, Some(l))),
-                    Some(_) => None,
-                }
+            let free: Vec<_> = (0..concurrency)
+                .filter_map(|slot| {
+                    let name = slots::slot_name(slot);
+                    match leases
+                        .iter()
+                        .find(|l| l.metadata.name.as_deref() == Some(&name))
+                    {
+                        None => Some((slot, None)),
+                        Some(l) if slots::holder(l).is_none() => Some((slot, Some(l))),
+                        Some(_) => None,
+                    }
+                })
+                .collect();
+            // The waiters at the front all take a slot at once (after a burst of releases, or
+            // at the start): each its own, by its place in the queue, instead of all racing
+            // for the first free one and all but one starting over.
+            let place = queued_at.map_or(0, |q| {
+                waiters_ahead(session.node.as_str(), q, &waiters, now)
             });
-            let Some((slot, previous)) = free else {
+            let Some(&(slot, previous)) = free.get(place).or(free.first()) else {
                 if self.free_orphaned(&leases).await? > 0 {
                     continue;
                 }
                 return Ok(self.cache_wait(session, counter, now, 1));
             };
-            if self.take(slot, previous, &session.node).await? {
+            if self.take(slot, previous, &session.node, owner).await? {
                 return Ok(Acquire::Granted(slot));
             }
         }
@@ -1109,37 +1290,18 @@ impl Store for KubeStore {
 
     async fn fence(&self, session: &Session, ttl: Duration) -> Result<u32> {
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-        let (lease, _, _) = self
-            .edit(session, true, |status, seen| {
-                let Some(lease) = seen.held.clone() else {
-                    return Err(fenced(session));
-                };
-                if let Some(current) = status.session.as_mut() {
-                    let deadline = seen.now.saturating_add(ttl_ms);
-                    current.deadline = Timestamp(current.deadline.0.max(deadline));
-                }
-                Ok(Edit::Write(lease))
-            })
-            .await?;
-        let name = lease.metadata.name.clone().unwrap_or_default();
-        let slot = slots::slot_of(&lease).ok_or_else(|| fenced(session))?;
-        // The proof: a write to the Lease that succeeds only if nobody changed it since it was
-        // read as held by this node.
-        match self
-            .inner
-            .leases
-            .replace(
-                &name,
-                &PostParams::default(),
-                &slots::renewed(&lease, now_millis()),
-            )
-            .await
-        {
-            Ok(written) if slots::holder(&written) == Some(session.node.as_str()) => Ok(slot),
-            Ok(_) => Err(fenced(session)),
-            Err(e) if is_conflict(&e) || crate::error::is_not_found(&e) => Err(fenced(session)),
-            Err(e) => Err(e).context("update", LEASES, self.lease_path(&name)),
-        }
+        let current = self.edit(session, false, |status, seen| {
+            if let Some(current) = status.session.as_mut() {
+                let deadline = seen.now.saturating_add(ttl_ms);
+                current.deadline = Timestamp(current.deadline.0.max(deadline));
+            }
+            Ok(Edit::Write(()))
+        });
+        // The two proofs are independent writes: both must succeed before the disruptive step,
+        // in whichever order they land.
+        let (current, slot) = tokio::join!(current, self.renew_lease(session));
+        current?;
+        slot
     }
 
     async fn slot_holders(&self) -> Result<Vec<SlotHolder>> {
@@ -1195,7 +1357,7 @@ impl Store for KubeStore {
     }
 
     async fn open_requests(&self, node: &NodeName) -> Result<Vec<RequestRecord>> {
-        let Some(object) = self.get_rota_node(node).await? else {
+        let Some(object) = self.own_object(node).await? else {
             return Ok(Vec::new());
         };
         let status = object.status.unwrap_or_default();
@@ -1314,16 +1476,34 @@ impl Store for KubeStore {
     }
 
     async fn node(&self, node: &NodeName) -> Result<Option<NodeRecord>> {
-        let Some(object) = self.get_rota_node(node).await? else {
+        // The agent reads its node before every step: right after its own write, that write's
+        // answer (see `own_object`), and else one round trip, not two.
+        if let Some(known) = self.recent(node).filter(|k| k.with_lease) {
+            let status = known.object.status.unwrap_or_default();
+            return Ok(Some(status::node_record(
+                node,
+                &status,
+                self.own_slot(node),
+            )));
+        }
+        let (object, leases) = tokio::try_join!(self.get_rota_node(node), self.list_leases())?;
+        let Some(object) = object else {
             return Ok(None);
         };
-        let leases = self.list_leases().await?;
+        if self.local_session(node).is_some() {
+            self.cache(node, &object, true);
+            match held_by(&leases, node) {
+                Some(lease) => self.cache_lease(node, lease),
+                None => self.forget_lease(node),
+            }
+        }
         self.record_of(&object, &leases).map(Some)
     }
 
     async fn nodes(&self) -> Result<Vec<NodeRecord>> {
-        let objects = self.list_rota_nodes(&self.selector()).await?;
-        let leases = self.list_leases().await?;
+        let selector = self.selector();
+        let (objects, leases) =
+            tokio::try_join!(self.list_rota_nodes(&selector), self.list_leases())?;
         let mut records = objects
             .iter()
             .map(|o| self.record_of(o, &leases))
@@ -1333,7 +1513,7 @@ impl Store for KubeStore {
     }
 
     async fn backoffs(&self, node: &NodeName) -> Result<Vec<BackoffRecord>> {
-        let Some(object) = self.get_rota_node(node).await? else {
+        let Some(object) = self.own_object(node).await? else {
             return Ok(Vec::new());
         };
         let status = object.status.unwrap_or_default();
@@ -1396,6 +1576,7 @@ impl Store for KubeStore {
             let Some(written) = self.replace(object).await? else {
                 continue;
             };
+            self.cache(node, &written, false);
             let status = written.status.unwrap_or_default();
             match &seen.held {
                 Some(lease) => {
@@ -1440,6 +1621,7 @@ impl Store for KubeStore {
             let Some(written) = self.replace(object).await? else {
                 continue;
             };
+            self.cache(node, &written, false);
             self.inner.changes.bump(1);
             self.emit(
                 node,
@@ -1540,6 +1722,20 @@ mod tests {
             1,
             "no free slot: wait for one release"
         );
+    }
+
+    #[test]
+    fn waiters_at_the_front_each_have_their_own_place() {
+        let waiters = [
+            waiter("a", NOW - 3),
+            waiter("b", NOW - 2),
+            waiter("c", NOW - 1),
+        ];
+        let places: Vec<usize> = waiters
+            .iter()
+            .map(|w| waiters_ahead(&w.node, w.queued_at, &waiters, NOW))
+            .collect();
+        assert_eq!(places, [0, 1, 2]);
     }
 
     #[test]

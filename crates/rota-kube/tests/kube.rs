@@ -117,6 +117,103 @@ async fn a_deleted_nodes_slot_is_freed_and_waiters_hear_of_it_through_the_watch(
     );
 }
 
+/// An agent's handle answers its reads of its own node from its last write for a moment; an
+/// operator's unlock from another process in that moment must still stop the agent's next
+/// step, and be what the agent reads after it.
+#[tokio::test]
+async fn an_unlock_elsewhere_stops_the_agents_next_write_and_then_shows() {
+    let Some(env) = common::env() else { return };
+    let (scope, store) = common::scoped_store(env, "unlocked").await;
+    let operator = KubeStore::connect(scope.client(), store.config().clone())
+        .await
+        .expect("second handle");
+    store.set_concurrency(1).await.expect("concurrency");
+    let node = name("agent");
+    let s = store.open_session(&node, TTL).await.expect("open");
+    enqueue(&store, &s).await;
+    assert_eq!(
+        store.try_acquire_slot(&s).await.expect("acquire"),
+        Acquire::Granted(0)
+    );
+    store
+        .transition(
+            &s,
+            Transition::new(NodeState::Queued, NodeState::Draining).window(WindowChange::Open),
+        )
+        .await
+        .expect("open the window");
+
+    operator.unlock(&node, "test").await.expect("unlock");
+    let next = store
+        .transition(
+            &s,
+            Transition::new(NodeState::Draining, NodeState::Maintaining),
+        )
+        .await;
+    assert!(
+        matches!(next, Err(rota_store::Error::Conflict { .. })),
+        "the step after the unlock is refused: {next:?}"
+    );
+    let record = store.node(&node).await.expect("read").expect("the node");
+    assert_eq!((record.state, record.slot), (NodeState::Idle, None));
+    assert!(
+        matches!(
+            store.fence(&s, TTL).await,
+            Err(rota_store::Error::Fenced { .. })
+        ),
+        "no slot, no fence"
+    );
+}
+
+/// The agent's handle keeps the Lease it last wrote, so that its steps need not list the Leases
+/// again; a slot taken away by another process must still stop its next fence, even when the
+/// node's RotaNode did not change.
+#[tokio::test]
+async fn a_slot_lost_elsewhere_fences_the_holder_that_remembers_it() {
+    let Some(env) = common::env() else { return };
+    let (scope, store) = common::scoped_store(env, "lost").await;
+    store.set_concurrency(1).await.expect("concurrency");
+    let node = name("holder");
+    let s = store.open_session(&node, TTL).await.expect("open");
+    enqueue(&store, &s).await;
+    assert_eq!(
+        store.try_acquire_slot(&s).await.expect("acquire"),
+        Acquire::Granted(0)
+    );
+    store
+        .transition(
+            &s,
+            Transition::new(NodeState::Queued, NodeState::Draining).window(WindowChange::Open),
+        )
+        .await
+        .expect("open the window");
+    assert_eq!(store.fence(&s, TTL).await.expect("fence"), 0);
+
+    // Taken behind the agent's back, with its RotaNode untouched: only the Lease can tell.
+    let leases = scope.api::<Lease>();
+    let mut lease = leases.get("rota-slot-0").await.expect("the slot Lease");
+    lease
+        .spec
+        .get_or_insert_with(Default::default)
+        .holder_identity = Some("other".into());
+    leases
+        .replace("rota-slot-0", &PostParams::default(), &lease)
+        .await
+        .expect("another node takes the slot");
+
+    let refused = store.fence(&s, TTL).await;
+    assert!(
+        matches!(refused, Err(rota_store::Error::Fenced { .. })),
+        "the fence refuses a slot lost elsewhere: {refused:?}"
+    );
+    let after = leases.get("rota-slot-0").await.expect("the slot Lease");
+    assert_eq!(
+        after.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("other"),
+        "the refused fence left the new holder's Lease alone"
+    );
+}
+
 #[tokio::test]
 async fn the_store_itself_frees_a_slot_whose_node_is_gone() {
     let Some(env) = common::env() else { return };

@@ -3,13 +3,15 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use rota_agent::{ActionError, NodeActions, RebootHandle};
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 /// The simulator's node actions: a reboot asks the harness to "power-cycle" the node (stop its
 /// agent, wait, restart it with a new boot id). Cordon, drain, uncordon and health go to the
 /// node's real actions when there are any (in a cluster), and succeed at once otherwise.
 pub(crate) struct SimulatedActions {
     pub(crate) node: usize,
-    pub(crate) reboots: mpsc::UnboundedSender<usize>,
+    /// The node and when its reboot command ran.
+    pub(crate) reboots: mpsc::UnboundedSender<(usize, Instant)>,
     pub(crate) real: Option<Arc<dyn NodeActions>>,
 }
 
@@ -37,10 +39,12 @@ impl NodeActions for SimulatedActions {
     }
 
     async fn reboot(&self) -> Result<RebootHandle, ActionError> {
-        self.reboots.send(self.node).map_err(|_| ActionError {
-            action: "reboot",
-            detail: "the simulator has stopped".into(),
-        })?;
+        self.reboots
+            .send((self.node, Instant::now()))
+            .map_err(|_| ActionError {
+                action: "reboot",
+                detail: "the simulator has stopped".into(),
+            })?;
         // Like `systemctl reboot`, the command "returns"; the machine going down is what
         // stops the agent.
         let (done, handle) = oneshot::channel();

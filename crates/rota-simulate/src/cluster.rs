@@ -9,6 +9,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{
     Container, Namespace, Node, NodeSpec, NodeStatus, Pod, PodSpec, ServiceAccount, Toleration,
 };
@@ -36,9 +37,8 @@ const RUN_LABEL: &str = "rota.dev/simulation";
 const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
 /// How long the cluster may take to make the nodes Ready and run their pods.
 const READY_TIMEOUT: Duration = Duration::from_secs(180);
-/// How often the drain looks whether the evicted pods are gone. kwok finishes a deletion
-/// within milliseconds; the agent's default (1 s) would add a second to every window.
-const DRAIN_POLL: Duration = Duration::from_millis(100);
+/// Nodes and pods created at once while preparing the run.
+const CREATE_CONCURRENCY: usize = 16;
 /// The agents' re-read of the store, as `rota agent --store kube` (the Lease watch wakes them).
 const STORE_POLL: Duration = Duration::from_secs(300);
 
@@ -79,15 +79,23 @@ impl Cluster {
         self.create_namespace().await?;
         install_crd(self.client.clone()).await?;
         let width = nodes.to_string().len();
-        let mut names = Vec::with_capacity(nodes);
-        for i in 0..nodes {
-            let name = NodeName::new(format!("{}-{i:0width$}", self.namespace))
-                .map_err(|e| Error::Invalid(format!("node name: {e}")))?;
-            self.create_node(name.as_str()).await?;
-            self.create_pod(&format!("work-{i:0width$}"), name.as_str())
-                .await?;
-            names.push(name);
-        }
+        let names = (0..nodes)
+            .map(|i| {
+                NodeName::new(format!("{}-{i:0width$}", self.namespace))
+                    .map_err(|e| Error::Invalid(format!("node name: {e}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        // One after another, a hundred nodes take minutes on a busy API server.
+        let this = &*self;
+        stream::iter(names.iter().enumerate())
+            .map(|(i, name)| async move {
+                this.create_node(name.as_str()).await?;
+                this.create_pod(&format!("work-{i:0width$}"), name.as_str())
+                    .await
+            })
+            .buffer_unordered(CREATE_CONCURRENCY)
+            .try_collect::<()>()
+            .await?;
         self.wait_running(nodes).await?;
         info!(nodes, namespace = %self.namespace, "kwok nodes ready");
         let store = KubeStore::connect(
@@ -102,7 +110,6 @@ impl Cluster {
         let drain = DrainOptions {
             // The pods have no controller.
             force: true,
-            poll_interval: DRAIN_POLL,
             ..DrainOptions::default()
         };
         let actions = names
@@ -125,7 +132,8 @@ impl Cluster {
             names,
             actions,
             store_poll: STORE_POLL,
-            check_every: Duration::from_millis(500),
+            // Each check lists every RotaNode twice: the API server has better things to do.
+            check_every: Duration::from_secs(1),
         })
     }
 

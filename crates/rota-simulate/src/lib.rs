@@ -1,7 +1,8 @@
 //! `rota simulate`: N real agents in one process against a real store, each with its own host
 //! root so that the real sentinel watcher sees its sentinel appear. Only node actions are
-//! simulated: a reboot stops the node's agent, waits the maintenance time, and starts it again
-//! with a new boot id and an empty `/run` (a tmpfs does not survive a reboot).
+//! simulated: a reboot stops the node's agent and starts it again the maintenance time after
+//! the reboot command, with a new boot id and an empty `/run` (a tmpfs does not survive a
+//! reboot).
 //!
 //! Only the setup depends on the store ([`StoreChoice`]): a SQL store with nothing else, or a
 //! Kubernetes cluster with kwok nodes, pods and real cordon/drain/uncordon (see `cluster`).
@@ -343,10 +344,25 @@ async fn simulate(
 
     let limit = ideal * 3 + Duration::from_secs(60);
     let deadline = tokio::time::Instant::now() + limit;
-    let mut tick = tokio::time::interval(fleet.check_every);
-    let (completed, failed) = loop {
+    // The store is read for the outcome in a task of its own: while this loop waited for it,
+    // reboots and restarts would wait too, and lengthen every window.
+    let (outcomes_tx, mut outcomes) = mpsc::channel(1);
+    let checker = {
+        let store = store.clone();
+        let every = fleet.check_every;
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                if outcomes_tx.send(outcome(&*store).await).await.is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    let finished = 'rollout: loop {
         tokio::select! {
-            Some(index) = reboots.recv() => {
+            Some((index, commanded)) = reboots.recv() => {
                     let node = &mut nodes[index];
                     let Some((cancel, agent)) = node.agent.take() else { continue };
                     node.boots += 1;
@@ -356,11 +372,14 @@ async fn simulate(
                     let back_up = back_up_tx.clone();
                     let down_for = options.maintenance_time;
                     let crashed = async move {
+                        // The node is down for the maintenance time from the reboot command
+                        // on: its agent stops while it goes down, as systemd stops services.
                         cancel.cancel();
-                        if let Ok(Err(source)) = agent.await {
+                        let up = tokio::time::sleep_until(commanded + down_for);
+                        let (stopped, ()) = tokio::join!(agent, up);
+                        if let Ok(Err(source)) = stopped {
                             return Err(Error::Agent { node: name, source });
                         }
-                        tokio::time::sleep(down_for).await;
                         let io = |source| Error::HostRoot { node: index, path: root.clone(), source };
                         clear_run(&root).map_err(io)?;
                         write_boot_id(&root, boot).map_err(io)?;
@@ -370,20 +389,23 @@ async fn simulate(
                     power_cycles.push(tokio::spawn(crashed));
             }
             Some(index) = back_up.recv() => start_agent(&mut nodes[index], index),
-            _ = tick.tick() => {
-                let (completed, failed) = outcome(&*store).await?;
+            Some(checked) = outcomes.recv() => {
+                let (completed, failed) = match checked {
+                    Ok(outcome) => outcome,
+                    Err(e) => break Err(e),
+                };
                 progress(completed, options.nodes);
                 if completed + failed >= options.nodes {
-                    break (completed, failed);
+                    break Ok((completed, failed));
                 }
                 if tokio::time::Instant::now() > deadline {
-                    return Err(Error::TimedOut { limit_s: limit.as_secs(), completed, nodes: options.nodes });
+                    break Err(Error::TimedOut { limit_s: limit.as_secs(), completed, nodes: options.nodes });
                 }
                 for cycle in std::mem::take(&mut power_cycles) {
                     if !cycle.is_finished() {
                         power_cycles.push(cycle);
                     } else if let Ok(Err(e)) = cycle.await {
-                        return Err(e);
+                        break 'rollout Err(e);
                     }
                 }
                 for node in &mut nodes {
@@ -392,13 +414,15 @@ async fn simulate(
                         && let Some((_, agent)) = node.agent.take()
                         && let Ok(Err(source)) = agent.await
                     {
-                        return Err(Error::Agent { node: node.name.to_string(), source });
+                        break 'rollout Err(Error::Agent { node: node.name.to_string(), source });
                     }
                 }
             }
         }
     };
-    Ok((started, written, completed, failed))
+    checker.abort();
+    let (completed, failed) = finished?;
+    Ok::<_, Error>((started, written, completed, failed))
     }
     .await;
     for node in &mut nodes {
