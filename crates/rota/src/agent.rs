@@ -7,9 +7,10 @@ use anyhow::{Context, Result, bail};
 use rota_agent::{Agent, AgentConfig, CommandActions, NodeActions};
 use rota_core::BackoffPolicy;
 use rota_drain::{DrainOptions, KubeActions};
+use rota_metrics::{Metrics, MetricsServer};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::cli::{AgentArgs, NodeActionsKind};
 use crate::store::StoreLocation;
@@ -129,10 +130,34 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         );
     }
     let actions = actions(&args).await?;
+    // Bound before the store is opened: a taken port stops the agent before it does anything.
+    let server = match args.metrics_addr {
+        Some(addr) => Some(MetricsServer::bind(addr).await?),
+        None => None,
+    };
     let store = crate::store::open(&args.store, true).await?;
     let cancel = CancellationToken::new();
     stop_on_signals(cancel.clone())?;
-    let agent = Agent::new(config(args), store, actions, cancel);
-    agent.run().await?;
+    let node = args.node.clone();
+    let mut agent = Agent::new(config(args), store, actions, cancel.clone());
+    let mut serving = None;
+    if let Some(server) = server {
+        let metrics = Arc::new(Metrics::new(node, None));
+        agent = agent.observe(metrics.clone());
+        info!(addr = %server.local_addr(), "serving /metrics, /healthz and /readyz");
+        // Its own token: the endpoints answer until the agent has stopped.
+        let stop = CancellationToken::new();
+        serving = Some((tokio::spawn(server.serve(metrics, stop.clone())), stop));
+    }
+    let result = agent.run().await;
+    if let Some((task, stop)) = serving {
+        stop.cancel();
+        match task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(error = %e, "the metrics endpoint failed"),
+            Err(e) => warn!(error = %e, "the metrics endpoint panicked"),
+        }
+    }
+    result?;
     Ok(())
 }

@@ -5,6 +5,7 @@
 //! talk to the store flatten [`StoreArgs`].
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
@@ -416,6 +417,10 @@ pub struct AgentArgs {
     /// How often to look for new procedures.
     #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "5s")]
     pub procedure_poll: Duration,
+    /// Serve /metrics (Prometheus), /healthz and /readyz on this address, such as
+    /// 127.0.0.1:9746 or 0.0.0.0:9746 (default: off).
+    #[arg(long, value_name = "IP:PORT")]
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 impl AgentArgs {
