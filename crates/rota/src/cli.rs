@@ -31,8 +31,22 @@ pub const DEFAULT_STORE: &str = "sqlite:///var/lib/rota/rota.db";
                   Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=debug) for more."
 )]
 pub struct Cli {
+    /// How log lines on stderr look: text for people, json (one object a line) for log
+    /// collectors.
+    #[arg(long, value_enum, global = true, env = "ROTA_LOG_FORMAT", default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The format of log lines.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line, with timestamp, level, fields and target.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
