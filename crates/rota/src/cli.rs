@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use rota_core::{HistoryEvent, NodeName, Priority, Process};
+use rota_notify::{EventKind, Template, Webhook};
 use rota_store::{Millis, StoreUrl};
 
 use crate::store::StoreLocation;
@@ -435,6 +436,38 @@ pub struct AgentArgs {
     /// 127.0.0.1:9746 or 0.0.0.0:9746 (default: off).
     #[arg(long, value_name = "IP:PORT")]
     pub metrics_addr: Option<SocketAddr>,
+    /// POST each notification (drain started, reboot, finished, failed) as a JSON object to
+    /// this http(s) URL (repeatable).
+    #[arg(long = "notify-webhook", value_name = "URL", value_parser = json_webhook)]
+    pub notify_webhooks: Vec<Webhook>,
+    /// POST each notification as a Slack-compatible {"text": …} message to this incoming
+    /// webhook URL (repeatable).
+    #[arg(long = "notify-slack", value_name = "URL", value_parser = slack_webhook)]
+    pub notify_slack: Vec<Webhook>,
+    /// The message of one event (drain-started, reboot, finished or failed), with {node},
+    /// {process}, {event}, {cause}, {slot} and {at} filled in (repeatable, one per event).
+    #[arg(long = "notify-template", value_name = "EVENT=TEMPLATE", value_parser = notify_template)]
+    pub notify_templates: Vec<(EventKind, Template)>,
+}
+
+fn json_webhook(value: &str) -> Result<Webhook, String> {
+    Webhook::json(value).map_err(|e| e.to_string())
+}
+
+fn slack_webhook(value: &str) -> Result<Webhook, String> {
+    Webhook::slack(value).map_err(|e| e.to_string())
+}
+
+/// `EVENT=TEMPLATE`, such as `failed=:x: {node}: {cause}`.
+fn notify_template(value: &str) -> Result<(EventKind, Template), String> {
+    let Some((event, template)) = value.split_once('=') else {
+        return Err(format!(
+            "expected EVENT=TEMPLATE, such as failed=\"{{node}} failed: {{cause}}\", not {value:?}"
+        ));
+    };
+    let event = event.parse::<EventKind>().map_err(|e| e.to_string())?;
+    let template = template.parse::<Template>().map_err(|e| e.to_string())?;
+    Ok((event, template))
 }
 
 impl AgentArgs {

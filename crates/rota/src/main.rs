@@ -6,6 +6,7 @@ mod bench;
 mod cli;
 mod history;
 mod mop;
+mod notify;
 mod operator;
 mod output;
 mod simulate;
