@@ -168,6 +168,9 @@ pub struct HistoryArgs {
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = Format::Table)]
     pub output: Format,
+    /// Also draw the entries as a rollout timeline (one lane per node) into this SVG file.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
