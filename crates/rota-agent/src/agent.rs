@@ -21,6 +21,7 @@ use tracing::{info, warn};
 use crate::actions::{NodeActions, RebootHandle};
 use crate::config::AgentConfig;
 use crate::error::{ActionError, Error, Result};
+use crate::observer::{AgentObserver, WorkOutcome};
 use crate::procedures::{ORPHAN_POLL, RunState, Runner, attempt_run};
 
 /// Pause before retrying a step whose store write or node action failed transiently.
@@ -31,6 +32,7 @@ pub struct Agent {
     store: Arc<dyn Store>,
     actions: Arc<dyn NodeActions>,
     cancel: CancellationToken,
+    observers: Vec<Arc<dyn AgentObserver>>,
 }
 
 /// What one agent incarnation needs while it runs.
@@ -113,6 +115,20 @@ impl Agent {
             store,
             actions,
             cancel,
+            observers: Vec::new(),
+        }
+    }
+
+    /// Adds an observer that is told about sessions, store accesses, transitions and work
+    /// results as they happen.
+    pub fn observe(mut self, observer: Arc<dyn AgentObserver>) -> Agent {
+        self.observers.push(observer);
+        self
+    }
+
+    fn tell(&self, what: impl Fn(&dyn AgentObserver)) {
+        for observer in &self.observers {
+            what(observer.as_ref());
         }
     }
 
@@ -146,6 +162,7 @@ impl Agent {
         configured?;
         let session = session?;
         info!(node = %self.config.node, session = session.id, boot_id, "agent started");
+        self.tell(|o| o.session(true));
         let superseded = Arc::new(Mutex::new(false));
         let heartbeat = tokio::spawn(heartbeat(
             self.store.clone(),
@@ -153,6 +170,7 @@ impl Agent {
             self.config.session_ttl,
             self.cancel.clone(),
             superseded.clone(),
+            self.observers.clone(),
         ));
         let runner = Runner::new(
             self.config.host_path(&self.config.state_dir).join("runs"),
@@ -177,6 +195,7 @@ impl Agent {
             pause_logged: None,
         };
         let result = self.run_steps(&mut running).await;
+        self.tell(|o| o.session(false));
         self.cancel.cancel();
         let _ = heartbeat.await;
         if *superseded.lock().unwrap_or_else(|e| e.into_inner()) {
@@ -219,6 +238,10 @@ impl Agent {
                     node: self.config.node.clone(),
                 }
             })?;
+            self.tell(|o| {
+                o.store_access(true);
+                o.record(&record);
+            });
             match self.step(running, &record).await {
                 Ok(()) => {}
                 Err(Error::Store(rota_store::Error::Conflict { .. })) => {
@@ -230,6 +253,7 @@ impl Agent {
                     self.pause(running).await?;
                 }
                 Err(Error::Store(e)) => {
+                    self.tell(|o| o.store_access(false));
                     warn!(node = %self.config.node, error = %e, "store error; retrying");
                     self.pause(running).await?;
                 }
@@ -319,8 +343,35 @@ impl Agent {
         transition.to = next.state;
         transition.fields.pre_cordoned = Some(next.pre_cordoned);
         transition.fields.cordoned_by_rota = Some(next.cordoned_by_rota);
+        let ending = match &transition.window {
+            WindowChange::Finish => Some((WorkOutcome::Finished, None)),
+            WindowChange::Fail { cause, .. } => Some((WorkOutcome::Failed, Some(cause.clone()))),
+            WindowChange::Cancel { reason } => Some((WorkOutcome::Canceled, Some(reason.clone()))),
+            _ => None,
+        };
+        // The store ends the window's active requests in the transition; read them first so
+        // that observers learn which work ended.
+        let ended: Vec<Process> = match ending {
+            Some(_) if !self.observers.is_empty() => self
+                .store
+                .open_requests(&self.config.node)
+                .await?
+                .into_iter()
+                .filter(|r| r.state == RequestState::Active)
+                .map(|r| r.process)
+                .collect(),
+            _ => Vec::new(),
+        };
         let updated = self.store.transition(&running.session, transition).await?;
         info!(node = %self.config.node, event = %event, from = %record.state, to = %updated.state, "transition");
+        self.tell(|o| o.transition(record, &updated, &event));
+        if let Some((outcome, cause)) = ending {
+            for process in &ended {
+                self.tell(|o| o.work_ended(process, outcome, cause.as_deref()));
+            }
+        }
+        // Last: observers see the work end while the node still holds the window's slot.
+        self.tell(|o| o.record(&updated));
         Ok(updated)
     }
 
@@ -352,7 +403,9 @@ impl Agent {
     ) -> Result<Vec<RequestRecord>> {
         self.enqueue_procedures(running).await?;
         if !running.sentinels_dirty {
-            return Ok(self.store.open_requests(&self.config.node).await?);
+            let open = self.store.open_requests(&self.config.node).await?;
+            self.tell(|o| o.requests(&open));
+            return Ok(open);
         }
         let snapshot = running.sentinels.borrow_and_update().clone();
         let mut wanted: Vec<(Process, String)> = Vec::new();
@@ -396,10 +449,18 @@ impl Agent {
                     .cancel_request(&running.session, &request.process)
                     .await?;
                 info!(node = %self.config.node, process = %request.process, "sentinel withdrawn");
+                self.tell(|o| {
+                    o.work_ended(
+                        &request.process,
+                        WorkOutcome::Canceled,
+                        Some("sentinel withdrawn"),
+                    );
+                });
                 withdrawn.push(request.id);
             }
         }
         open.retain(|r| !withdrawn.contains(&r.id));
+        self.tell(|o| o.requests(&open));
         // Only now: a failed write above leaves the flag set, so the next step tries again.
         running.sentinels_dirty = false;
         Ok(open)
@@ -456,6 +517,13 @@ impl Agent {
                     .cancel_request(&running.session, &request.process)
                     .await?;
                 info!(node = %self.config.node, process = %request.process, "procedure deleted; its pending request is canceled");
+                self.tell(|o| {
+                    o.work_ended(
+                        &request.process,
+                        WorkOutcome::Canceled,
+                        Some("procedure deleted"),
+                    );
+                });
             }
         }
         running.procedures_checked = Some(Instant::now());
@@ -657,6 +725,7 @@ impl Agent {
         self.store
             .fence(&running.session, self.config.session_ttl)
             .await?;
+        self.tell(|o| o.drain_started(&record));
         let drained = tokio::select! {
             () = self.cancel.cancelled() => return Ok(()),
             drained = tokio::time::timeout(self.config.drain_timeout, self.actions.drain()) => drained,
@@ -770,6 +839,7 @@ impl Agent {
             .fence(&running.session, self.config.session_ttl)
             .await?;
         info!(node = %self.config.node, "rebooting");
+        self.tell(|o| o.reboot_started(&record));
         match self.actions.reboot().await {
             Ok(handle) => running.reboot = Some(handle),
             Err(e) => self.reboot_failed(running, &record, &e).await?,
@@ -918,6 +988,7 @@ impl Agent {
             .await?;
         running.runner.finish(spec)?;
         info!(node = %self.config.node, procedure = spec.name, run, "procedure finished");
+        self.tell(|o| o.work_ended(&request.process, WorkOutcome::Finished, None));
         Ok(())
     }
 
@@ -936,7 +1007,10 @@ impl Agent {
             .complete_request(
                 &running.session,
                 &request.process,
-                &Outcome::Failed { cause, policy },
+                &Outcome::Failed {
+                    cause: cause.clone(),
+                    policy,
+                },
             )
             .await?;
         if let Some(run) = run {
@@ -945,6 +1019,7 @@ impl Agent {
         if let Some(procedure) = procedure {
             running.runner.finish(&procedure.spec)?;
         }
+        self.tell(|o| o.work_ended(&request.process, WorkOutcome::Failed, Some(&cause)));
         Ok(())
     }
 
@@ -1137,6 +1212,7 @@ async fn heartbeat(
     ttl: Duration,
     cancel: CancellationToken,
     superseded: Arc<Mutex<bool>>,
+    observers: Vec<Arc<dyn AgentObserver>>,
 ) {
     let period = ttl / 3;
     loop {
@@ -1145,13 +1221,18 @@ async fn heartbeat(
             () = tokio::time::sleep(period) => {}
         }
         match store.heartbeat(&session, ttl).await {
-            Ok(()) => {}
+            Ok(()) => observers.iter().for_each(|o| o.store_access(true)),
             Err(rota_store::Error::Fenced { .. }) => {
+                observers.iter().for_each(|o| o.session(false));
                 *superseded.lock().unwrap_or_else(|e| e.into_inner()) = true;
                 cancel.cancel();
                 return;
             }
-            Err(e) => warn!(error = %e, "heartbeat failed; retrying"),
+            Err(e) => {
+                // An agent whose session cannot be renewed is about to lose it: not ready.
+                observers.iter().for_each(|o| o.store_access(false));
+                warn!(error = %e, "heartbeat failed; retrying");
+            }
         }
     }
 }

@@ -6,6 +6,7 @@ mod actions;
 mod agent;
 mod config;
 mod error;
+mod observer;
 mod procedures;
 
 pub use actions::{CommandActions, NodeActions, RebootHandle};
@@ -15,3 +16,4 @@ pub use config::{
     MAINTENANCE_IN_PROGRESS, MAINTENANCE_REQUIRED, MARKER_DIR,
 };
 pub use error::{ActionError, Error, Result};
+pub use observer::{AgentObserver, WorkOutcome};

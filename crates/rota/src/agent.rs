@@ -7,11 +7,14 @@ use anyhow::{Context, Result, bail};
 use rota_agent::{Agent, AgentConfig, CommandActions, NodeActions};
 use rota_core::BackoffPolicy;
 use rota_drain::{DrainOptions, KubeActions};
+use rota_metrics::{Metrics, MetricsServer};
+use rota_notify::{Notifier, NotifierConfig};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::cli::{AgentArgs, NodeActionsKind};
+use crate::notify::NotifyObserver;
 use crate::store::StoreLocation;
 
 /// In a cluster the Lease watch reports releases; the slow re-read is only a safety net and
@@ -129,10 +132,55 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         );
     }
     let actions = actions(&args).await?;
+    // Bound before the store is opened: a taken port stops the agent before it does anything.
+    let server = match args.metrics_addr {
+        Some(addr) => Some(MetricsServer::bind(addr).await?),
+        None => None,
+    };
+    let notify = crate::notify::config(&args)?;
     let store = crate::store::open(&args.store, true).await?;
     let cancel = CancellationToken::new();
     stop_on_signals(cancel.clone())?;
-    let agent = Agent::new(config(args), store, actions, cancel);
-    agent.run().await?;
+    let node = args.node.clone();
+    let mut agent = Agent::new(config(args), store, actions, cancel.clone());
+    let mut counters = None;
+    let mut delivery = None;
+    if let Some(notify) = notify {
+        // Its own token: events queued when the agent stops still go out (see below).
+        let stop = CancellationToken::new();
+        let (notifier, task) = Notifier::start(notify, stop.clone())?;
+        counters = Some(notifier.counters());
+        agent = agent.observe(Arc::new(NotifyObserver::new(node.clone(), notifier)));
+        delivery = Some((task, stop));
+    }
+    let mut serving = None;
+    if let Some(server) = server {
+        let metrics = Arc::new(Metrics::new(node, counters));
+        agent = agent.observe(metrics.clone());
+        info!(addr = %server.local_addr(), "serving /metrics, /healthz and /readyz");
+        // Its own token: the endpoints answer until the agent has stopped.
+        let stop = CancellationToken::new();
+        serving = Some((tokio::spawn(server.serve(metrics, stop.clone())), stop));
+    }
+    let result = agent.run().await;
+    // The agent, and with it the notifier's last handle, is gone: the delivery task ends once
+    // the queue is empty, or is stopped after one request timeout.
+    if let Some((mut task, stop)) = delivery
+        && tokio::time::timeout(NotifierConfig::TIMEOUT, &mut task)
+            .await
+            .is_err()
+    {
+        stop.cancel();
+        let _ = task.await;
+    }
+    if let Some((task, stop)) = serving {
+        stop.cancel();
+        match task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(error = %e, "the metrics endpoint failed"),
+            Err(e) => warn!(error = %e, "the metrics endpoint panicked"),
+        }
+    }
+    result?;
     Ok(())
 }

@@ -5,12 +5,14 @@
 //! talk to the store flatten [`StoreArgs`].
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use rota_core::{HistoryEvent, NodeName, Priority, Process};
+use rota_notify::{EventKind, Template, Webhook};
 use rota_store::{Millis, StoreUrl};
 
 use crate::store::StoreLocation;
@@ -30,8 +32,22 @@ pub const DEFAULT_STORE: &str = "sqlite:///var/lib/rota/rota.db";
                   Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=debug) for more."
 )]
 pub struct Cli {
+    /// How log lines on stderr look: text for people, json (one object a line) for log
+    /// collectors.
+    #[arg(long, value_enum, global = true, env = "ROTA_LOG_FORMAT", default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The format of log lines.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line, with timestamp, level, fields and target.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -159,6 +175,9 @@ pub struct HistoryArgs {
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = Format::Table)]
     pub output: Format,
+    /// Also draw the entries as a rollout timeline (one lane per node) into this SVG file.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -438,6 +457,42 @@ pub struct AgentArgs {
     /// How often to look for new procedures.
     #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "5s")]
     pub procedure_poll: Duration,
+    /// Serve /metrics (Prometheus), /healthz and /readyz on this address, such as
+    /// 127.0.0.1:9746 or 0.0.0.0:9746 (default: off).
+    #[arg(long, value_name = "IP:PORT")]
+    pub metrics_addr: Option<SocketAddr>,
+    /// POST each notification (drain started, reboot, finished, failed) as a JSON object to
+    /// this http(s) URL (repeatable).
+    #[arg(long = "notify-webhook", value_name = "URL", value_parser = json_webhook)]
+    pub notify_webhooks: Vec<Webhook>,
+    /// POST each notification as a Slack-compatible {"text": …} message to this incoming
+    /// webhook URL (repeatable).
+    #[arg(long = "notify-slack", value_name = "URL", value_parser = slack_webhook)]
+    pub notify_slack: Vec<Webhook>,
+    /// The message of one event (drain-started, reboot, finished or failed), with {node},
+    /// {process}, {event}, {cause}, {slot} and {at} filled in (repeatable, one per event).
+    #[arg(long = "notify-template", value_name = "EVENT=TEMPLATE", value_parser = notify_template)]
+    pub notify_templates: Vec<(EventKind, Template)>,
+}
+
+fn json_webhook(value: &str) -> Result<Webhook, String> {
+    Webhook::json(value).map_err(|e| e.to_string())
+}
+
+fn slack_webhook(value: &str) -> Result<Webhook, String> {
+    Webhook::slack(value).map_err(|e| e.to_string())
+}
+
+/// `EVENT=TEMPLATE`, such as `failed=:x: {node}: {cause}`.
+fn notify_template(value: &str) -> Result<(EventKind, Template), String> {
+    let Some((event, template)) = value.split_once('=') else {
+        return Err(format!(
+            "expected EVENT=TEMPLATE, such as failed=\"{{node}} failed: {{cause}}\", not {value:?}"
+        ));
+    };
+    let event = event.parse::<EventKind>().map_err(|e| e.to_string())?;
+    let template = template.parse::<Template>().map_err(|e| e.to_string())?;
+    Ok((event, template))
 }
 
 impl AgentArgs {

@@ -1,6 +1,6 @@
 //! `rota history`: the append-only record of work events.
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use rota_core::{HistoryEvent, NodeName, Process};
 use rota_store::{HistoryEntry, HistoryFilter, Millis, now_millis};
 use serde::Serialize;
@@ -83,9 +83,18 @@ pub fn filter(args: &HistoryArgs, now: Millis) -> Result<HistoryFilter> {
 }
 
 pub async fn run(args: HistoryArgs) -> Result<()> {
-    let filter = filter(&args, now_millis())?;
+    let now = now_millis();
+    let filter = filter(&args, now)?;
     let store = crate::open_store(&args.store).await?;
-    let rows: Vec<HistoryRow> = store.history(&filter).await?.iter().map(row).collect();
+    let entries = store.history(&filter).await?;
+    if let Some(path) = &args.svg {
+        // A window still open is drawn up to the end of the filtered range.
+        let until = filter.until.map_or(now, |until| until.min(now));
+        let svg = rota_timeline::render_svg(&rota_timeline::from_history(&entries, until));
+        std::fs::write(path, svg)
+            .with_context(|| format!("--svg {}: writing the timeline", path.display()))?;
+    }
+    let rows: Vec<HistoryRow> = entries.iter().map(row).collect();
     let text = match args.output {
         Format::Table => render_table(&rows),
         Format::Json => output::json(&rows)?,

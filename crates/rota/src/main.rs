@@ -6,6 +6,7 @@ mod bench;
 mod cli;
 mod history;
 mod mop;
+mod notify;
 mod operator;
 mod output;
 mod simulate;
@@ -21,7 +22,7 @@ use clap::error::ErrorKind;
 use rota_store::Store;
 use tracing_subscriber::EnvFilter;
 
-use crate::cli::{Cli, Command, StoreArgs};
+use crate::cli::{Cli, Command, LogFormat, StoreArgs};
 
 /// Exit status for a command that failed.
 const EXIT_FAILURE: u8 = 1;
@@ -33,7 +34,7 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(err) => return usage_error(&err),
     };
-    init_tracing(cli.command.default_log_level());
+    init_tracing(cli.command.default_log_level(), cli.log_format);
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -110,15 +111,20 @@ fn usage_error(err: &clap::Error) -> ExitCode {
 }
 
 /// Logs to stderr; `RUST_LOG` overrides the command's default level.
-fn init_tracing(default_level: &str) {
+fn init_tracing(default_level: &str, format: LogFormat) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
-    // Fails only when a subscriber is already set, which then keeps logging.
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+        .with_writer(std::io::stderr);
+    // Either fails only when a subscriber is already set, which then keeps logging.
+    let _ = match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+        // Fields at the top level, as log collectors index them; no colour codes.
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
 }
 
 #[cfg(test)]

@@ -498,3 +498,35 @@ async fn a_paused_fleet_takes_no_slot_until_resumed() {
         .await;
     assert_eq!(rota(&["resume"]), "the fleet was not paused\n");
 }
+
+#[tokio::test]
+async fn log_format_json_writes_one_json_object_per_line() {
+    use std::io::Read;
+
+    let host = Host::new();
+    let mut agent = host.agent(&["--log-format", "json"]);
+    let mut stderr = agent.child.stderr.take().expect("piped stderr");
+    host.wait_for("registered", |_| true).await;
+    assert!(agent.terminate().success(), "SIGTERM is a clean shutdown");
+    let mut text = String::new();
+    stderr.read_to_string(&mut text).expect("read stderr");
+
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line:?}")))
+        .collect();
+    let started = lines
+        .iter()
+        .find(|l| l["message"] == "agent started")
+        .unwrap_or_else(|| panic!("no start line in {text}"));
+    assert_eq!(started["level"], "INFO");
+    assert_eq!(started["node"], "node-a");
+    assert_eq!(started["boot_id"], "boot-1");
+    assert!(started["timestamp"].is_string(), "{started}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["message"] == "SIGTERM: shutting down"),
+        "{text}"
+    );
+}

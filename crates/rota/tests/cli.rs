@@ -256,6 +256,71 @@ async fn history_lists_and_filters_entries() {
     assert_eq!(table.lines().count(), 3, "header and two entries: {table}");
 }
 
+/// The `data-node` of each lane of the SVG timeline at `path`, which must parse as SVG.
+fn svg_lanes(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).expect("the SVG file was written");
+    let doc = roxmltree::Document::parse(&text).expect("well-formed XML");
+    let root = doc.root_element();
+    assert_eq!(root.tag_name().name(), "svg");
+    assert_eq!(
+        root.tag_name().namespace(),
+        Some("http://www.w3.org/2000/svg")
+    );
+    root.descendants()
+        .filter(|n| n.attribute("class") == Some("lane"))
+        .filter_map(|n| n.attribute("data-node").map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn history_svg_draws_one_lane_per_node_of_the_filtered_history() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = fleet(dir.path()).await;
+
+    let all = dir.path().join("all.svg");
+    let table = ok(
+        &db,
+        &["history", "--svg", all.to_str().expect("utf-8 path")],
+    );
+    assert!(
+        table.contains("script exited 3"),
+        "the table is still printed: {table}"
+    );
+    let mut lanes = svg_lanes(&all);
+    lanes.sort();
+    // node-2 is only queued: it has no history, so no lane.
+    assert_eq!(lanes, ["node-1", "node-3", "node-4"]);
+
+    let one = dir.path().join("node-3.svg");
+    ok(
+        &db,
+        &[
+            "history",
+            "node-3",
+            "--svg",
+            one.to_str().expect("utf-8 path"),
+        ],
+    );
+    assert_eq!(svg_lanes(&one), ["node-3"]);
+
+    let missing = dir.path().join("no/such/dir/t.svg");
+    let url = store_url(&db);
+    let err = fails(
+        &[
+            "history",
+            "--svg",
+            missing.to_str().expect("utf-8 path"),
+            "--store",
+            &url,
+        ],
+        1,
+    );
+    assert!(
+        err.contains("--svg") && err.contains("no/such/dir/t.svg"),
+        "{err}"
+    );
+}
+
 #[tokio::test]
 async fn unlock_releases_a_failed_nodes_slot() {
     let dir = tempfile::tempdir().expect("tempdir");

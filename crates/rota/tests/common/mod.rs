@@ -177,6 +177,27 @@ impl Agent {
         self.child.wait().expect("reap");
     }
 
+    /// Waits for an agent that is to exit by itself: its status and stderr.
+    pub fn output(mut self) -> std::process::Output {
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                break status;
+            }
+            assert!(start.elapsed() < PATIENCE, "the agent did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut stderr = Vec::new();
+        if let Some(mut pipe) = self.child.stderr.take() {
+            std::io::Read::read_to_end(&mut pipe, &mut stderr).expect("read stderr");
+        }
+        std::process::Output {
+            status,
+            stdout: Vec::new(),
+            stderr,
+        }
+    }
+
     pub fn terminate(mut self) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();
         Command::new("kill")

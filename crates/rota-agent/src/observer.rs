@@ -1,0 +1,45 @@
+//! What the agent tells whoever watches it (metrics, notifications) without knowing who: the
+//! agent crate stays free of HTTP and of any metrics or webhook library.
+
+use rota_core::{Event, Process};
+use rota_store::{NodeRecord, RequestRecord};
+
+/// How one request's work ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WorkOutcome {
+    Finished,
+    Failed,
+    Canceled,
+}
+
+impl WorkOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkOutcome::Finished => "finished",
+            WorkOutcome::Failed => "failed",
+            WorkOutcome::Canceled => "canceled",
+        }
+    }
+}
+
+/// Called by the agent as it works. Every method must return at once: the agent calls them
+/// between its steps, and a slow observer would delay maintenance. Each has an empty default,
+/// so an observer implements only what it needs.
+pub trait AgentObserver: Send + Sync {
+    /// The agent's session opened (`true`), or ended: closed, or superseded (`false`).
+    fn session(&self, _current: bool) {}
+    /// Whether the agent's last store access succeeded.
+    fn store_access(&self, _ok: bool) {}
+    /// The node's record as read before a step, or as written by a transition.
+    fn record(&self, _record: &NodeRecord) {}
+    /// The node's open requests, each time the agent reads them.
+    fn requests(&self, _open: &[RequestRecord]) {}
+    /// A committed lifecycle transition, with the node's record before and after it.
+    fn transition(&self, _before: &NodeRecord, _after: &NodeRecord, _event: &Event) {}
+    /// The drain is about to start.
+    fn drain_started(&self, _record: &NodeRecord) {}
+    /// The reboot command is about to start.
+    fn reboot_started(&self, _record: &NodeRecord) {}
+    /// The work of one request ended (`cause` says why it failed or was canceled).
+    fn work_ended(&self, _process: &Process, _outcome: WorkOutcome, _cause: Option<&str>) {}
+}

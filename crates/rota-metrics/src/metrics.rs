@@ -1,0 +1,418 @@
+//! The numbers, kept up to date by the agent through [`AgentObserver`].
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+use rota_agent::{AgentObserver, WorkOutcome};
+use rota_core::{Event, NodeName, NodeState, Process};
+use rota_notify::Counters;
+use rota_store::{Millis, NodeRecord, RequestRecord};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeLabels {
+    node: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    node: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProcessLabels {
+    node: String,
+    process: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WorkLabels {
+    node: String,
+    process: String,
+    outcome: String,
+}
+
+/// Seconds from 1 s to about 2.3 h, doubling: drains and slot waits take seconds to hours.
+fn duration_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 14))
+}
+
+/// One agent's metrics, and whether it is ready. Every observer call only updates atomics
+/// or takes an uncontended lock, so it never delays the agent.
+#[derive(Debug)]
+pub struct Metrics {
+    node: NodeName,
+    registry: Registry,
+    state: Family<StateLabels, Gauge>,
+    slot_held: Family<NodeLabels, Gauge>,
+    requests_open: Family<ProcessLabels, Gauge>,
+    reboot_required: Family<NodeLabels, Gauge>,
+    maintenance_required: Family<NodeLabels, Gauge>,
+    work_results: Family<WorkLabels, Counter>,
+    drain: Histogram,
+    maintenance: Histogram,
+    reboot: Histogram,
+    verify: Histogram,
+    slot_wait: Histogram,
+    session_current: AtomicBool,
+    store_ok: AtomicBool,
+    /// The state the node entered and when, as this process saw it: a transition within one
+    /// state (requests joining a window) restarts the store's `since`, not the step.
+    entered: Mutex<Option<(NodeState, Millis)>>,
+}
+
+impl Metrics {
+    /// The metrics of `node`'s agent; `notifications` are the notifier's counters, when it
+    /// sends any.
+    pub fn new(node: NodeName, notifications: Option<Arc<Counters>>) -> Metrics {
+        let mut registry = Registry::with_prefix("rota");
+        let state = Family::<StateLabels, Gauge>::default();
+        registry.register(
+            "node_state",
+            "The node's lifecycle state: 1 for the current one, 0 for the others",
+            state.clone(),
+        );
+        let slot_held = Family::<NodeLabels, Gauge>::default();
+        registry.register(
+            "slot_held",
+            "Whether the node holds a maintenance slot",
+            slot_held.clone(),
+        );
+        let requests_open = Family::<ProcessLabels, Gauge>::default();
+        registry.register(
+            "requests_open",
+            "The node's open (pending or active) requests by process",
+            requests_open.clone(),
+        );
+        let reboot_required = Family::<NodeLabels, Gauge>::default();
+        registry.register(
+            "reboot_required",
+            "Whether a reboot request is open on the node",
+            reboot_required.clone(),
+        );
+        let maintenance_required = Family::<NodeLabels, Gauge>::default();
+        registry.register(
+            "maintenance_required",
+            "Whether any request (reboot, maintenance, procedure) is open on the node",
+            maintenance_required.clone(),
+        );
+        let work_results = Family::<WorkLabels, Counter>::default();
+        registry.register(
+            "work_results",
+            "Work that ended, by process and outcome (finished, failed, canceled)",
+            work_results.clone(),
+        );
+        let histograms = [
+            (
+                "drain_duration",
+                "How long drains took, failed ones included",
+            ),
+            (
+                "maintenance_duration",
+                "How long the maintenance step took (procedures, kustodian's script)",
+            ),
+            (
+                "reboot_duration",
+                "From the reboot command to the node back with a new boot id (or timed out)",
+            ),
+            ("verify_duration", "How long health verification took"),
+            (
+                "slot_wait",
+                "From the node being eligible in the queue to a slot being granted",
+            ),
+        ]
+        .map(|(name, help)| {
+            let histogram = duration_histogram();
+            registry.register_with_unit(name, help, Unit::Seconds, histogram.clone());
+            histogram
+        });
+        let [drain, maintenance, reboot, verify, slot_wait] = histograms;
+        registry.register_collector(Box::new(NotificationCounters(
+            notifications.unwrap_or_default(),
+        )));
+        Metrics {
+            node,
+            registry,
+            state,
+            slot_held,
+            requests_open,
+            reboot_required,
+            maintenance_required,
+            work_results,
+            drain,
+            maintenance,
+            reboot,
+            verify,
+            slot_wait,
+            session_current: AtomicBool::new(false),
+            store_ok: AtomicBool::new(false),
+            entered: Mutex::new(None),
+        }
+    }
+
+    /// Every metric in the OpenMetrics text format, which Prometheus reads.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)?;
+        Ok(text)
+    }
+
+    /// `Ok` when the agent has a current session and its last store access succeeded;
+    /// otherwise what is missing.
+    pub fn ready(&self) -> Result<(), String> {
+        let mut missing = String::new();
+        if !self.session_current.load(Ordering::Relaxed) {
+            missing.push_str("the agent has no current session");
+        }
+        if !self.store_ok.load(Ordering::Relaxed) {
+            if !missing.is_empty() {
+                missing.push_str("; ");
+            }
+            missing.push_str("the agent's last store access failed or none was made yet");
+        }
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(missing)
+        }
+    }
+
+    fn node_labels(&self) -> NodeLabels {
+        NodeLabels {
+            node: self.node.to_string(),
+        }
+    }
+
+    fn entered(&self) -> std::sync::MutexGuard<'_, Option<(NodeState, Millis)>> {
+        self.entered.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Seconds between two store times, never negative.
+fn seconds(from: Millis, to: Millis) -> f64 {
+    // Millisecond counts below 2^53 convert exactly.
+    let millis = to.saturating_sub(from).max(0) as f64;
+    millis / 1000.0
+}
+
+impl AgentObserver for Metrics {
+    fn session(&self, current: bool) {
+        self.session_current.store(current, Ordering::Relaxed);
+    }
+
+    fn store_access(&self, ok: bool) {
+        self.store_ok.store(ok, Ordering::Relaxed);
+    }
+
+    fn record(&self, record: &NodeRecord) {
+        for state in NodeState::ALL {
+            self.state
+                .get_or_create(&StateLabels {
+                    node: self.node.to_string(),
+                    state: state.as_str().to_owned(),
+                })
+                .set(i64::from(state == record.state));
+        }
+        self.slot_held
+            .get_or_create(&self.node_labels())
+            .set(i64::from(record.slot.is_some()));
+        let mut entered = self.entered();
+        if entered.is_none_or(|(state, _)| state != record.state) {
+            *entered = Some((record.state, record.since));
+        }
+    }
+
+    fn requests(&self, open: &[RequestRecord]) {
+        // Cleared first: a process whose requests all closed has no series left.
+        self.requests_open.clear();
+        for request in open {
+            self.requests_open
+                .get_or_create(&ProcessLabels {
+                    node: self.node.to_string(),
+                    process: request.process.to_string(),
+                })
+                .inc();
+        }
+        let reboot = open.iter().any(|r| r.process == Process::Reboot);
+        self.reboot_required
+            .get_or_create(&self.node_labels())
+            .set(i64::from(reboot));
+        self.maintenance_required
+            .get_or_create(&self.node_labels())
+            .set(i64::from(!open.is_empty()));
+    }
+
+    fn transition(&self, before: &NodeRecord, after: &NodeRecord, event: &Event) {
+        let mut entered = self.entered();
+        if before.state == after.state {
+            return;
+        }
+        let since = match *entered {
+            Some((state, at)) if state == before.state => at,
+            _ => before.since,
+        };
+        *entered = Some((after.state, after.since));
+        drop(entered);
+        let histogram = match (before.state, event) {
+            (NodeState::Queued, Event::SlotAcquired { .. }) => {
+                // Waiting for a slot starts when the backoff ends, not when the node queued.
+                let eligible = before.queued_at.map_or(since, |at| at.max(since));
+                self.slot_wait.observe(seconds(eligible, after.since));
+                return;
+            }
+            (NodeState::Draining, Event::Drained | Event::DrainFailed) => &self.drain,
+            (NodeState::Maintaining, _) => &self.maintenance,
+            (NodeState::Rebooting, _) => {
+                // The reboot restarts the agent: its start is in the store, not in memory.
+                let started = before.reboot_started_at.unwrap_or(since);
+                self.reboot.observe(seconds(started, after.since));
+                return;
+            }
+            (NodeState::Verifying, _) => &self.verify,
+            _ => return,
+        };
+        histogram.observe(seconds(since, after.since));
+    }
+
+    fn work_ended(&self, process: &Process, outcome: WorkOutcome, _cause: Option<&str>) {
+        self.work_results
+            .get_or_create(&WorkLabels {
+                node: self.node.to_string(),
+                process: process.to_string(),
+                outcome: outcome.as_str().to_owned(),
+            })
+            .inc();
+    }
+}
+
+/// rota-notify's counters, read at each scrape.
+#[derive(Debug)]
+struct NotificationCounters(Arc<Counters>);
+
+impl Collector for NotificationCounters {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let counters = [
+            ("sent", &self.0.sent),
+            ("failed", &self.0.failed),
+            ("dropped", &self.0.dropped),
+        ];
+        let first = ConstCounter::new(0_u64);
+        // The registry's "rota" prefix applies to collectors too.
+        let mut family = encoder.encode_descriptor(
+            "notifications",
+            "Webhook notifications: sent (accepted with 2xx, per webhook), failed (per webhook), \
+             dropped (per event: queue full or shutting down)",
+            None,
+            first.metric_type(),
+        )?;
+        for (outcome, counter) in counters {
+            let labels = [("outcome", outcome)];
+            let metric = family.encode_family(&labels)?;
+            ConstCounter::new(counter.load(Ordering::Relaxed)).encode(metric)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "a failed unwrap is a failed test")]
+mod tests {
+    use super::*;
+
+    fn record(state: NodeState, since: Millis) -> NodeRecord {
+        NodeRecord {
+            node: NodeName::new("node-1").unwrap(),
+            state,
+            since,
+            process: None,
+            slot: None,
+            pre_cordoned: false,
+            cordoned_by_rota: false,
+            boot_id: None,
+            reboot_started_at: None,
+            reboot_deadline: None,
+            last_reboot_at: None,
+            queued_at: None,
+            last_result: None,
+        }
+    }
+
+    fn line<'a>(text: &'a str, prefix: &str) -> &'a str {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in {text}"))
+    }
+
+    #[test]
+    fn state_durations_and_results_are_exposed() {
+        let metrics = Metrics::new(NodeName::new("node-1").unwrap(), None);
+        assert!(metrics.ready().is_err(), "no session yet");
+        metrics.session(true);
+        metrics.store_access(true);
+        assert_eq!(metrics.ready(), Ok(()));
+
+        let mut queued = record(NodeState::Queued, 1_000);
+        queued.queued_at = Some(3_000);
+        metrics.record(&queued);
+        let mut draining = record(NodeState::Draining, 5_000);
+        draining.slot = Some(0);
+        metrics.transition(
+            &queued,
+            &draining,
+            &Event::SlotAcquired {
+                pre_cordoned: false,
+            },
+        );
+        metrics.record(&draining);
+        // A request joining the window restarts the store's `since`, not the drain.
+        let mut joined = draining.clone();
+        joined.since = 6_000;
+        metrics.transition(&draining, &joined, &Event::Requested);
+        let mut maintaining = record(NodeState::Maintaining, 9_000);
+        maintaining.slot = Some(0);
+        metrics.transition(&joined, &maintaining, &Event::Drained);
+        metrics.record(&maintaining);
+        metrics.work_ended(&Process::Reboot, WorkOutcome::Finished, None);
+
+        let text = metrics.encode().unwrap();
+        assert_eq!(
+            line(
+                &text,
+                "rota_node_state{node=\"node-1\",state=\"maintaining\"}"
+            ),
+            "rota_node_state{node=\"node-1\",state=\"maintaining\"} 1"
+        );
+        assert!(text.contains("rota_node_state{node=\"node-1\",state=\"draining\"} 0"));
+        assert!(text.contains("rota_slot_held{node=\"node-1\"} 1"));
+        assert!(text.contains("rota_slot_wait_seconds_sum 2.0"), "{text}");
+        assert!(
+            text.contains("rota_drain_duration_seconds_sum 4.0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rota_drain_duration_seconds_count 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "rota_work_results_total{node=\"node-1\",process=\"reboot\",outcome=\"finished\"} 1"
+            ),
+            "{text}"
+        );
+        assert_eq!(
+            line(&text, "rota_notifications_total{outcome=\"dropped\"}"),
+            "rota_notifications_total{outcome=\"dropped\"} 0"
+        );
+        assert!(text.ends_with("# EOF\n"), "{text}");
+
+        metrics.store_access(false);
+        assert!(metrics.ready().unwrap_err().contains("store access failed"));
+    }
+}
