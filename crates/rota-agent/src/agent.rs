@@ -645,19 +645,16 @@ impl Agent {
         }
         // Read the counter before asking: a change in between then wakes this waiter at once.
         let seen = *running.changes.borrow_and_update();
-        // The cordon and the pause are read along with the request for a slot, so that a grant
-        // goes on to open the window without another round trip: that is most of a handoff.
-        let (paused, acquired, cordoned) = tokio::join!(
-            self.store.paused(),
+        // A paused fleet takes no slot, so the pause is read first; the cordon is read along
+        // with the request for a slot, so that a grant goes on to open the window without
+        // another round trip.
+        if self.paused(running, seen).await? {
+            return Ok(());
+        }
+        let (acquired, cordoned) = tokio::join!(
             self.store.try_acquire_slot(&running.session),
             self.actions.is_cordoned()
         );
-        if let Some(pause) = paused? {
-            // A slot granted meanwhile stays with this queued node, which does nothing
-            // disruptive, and is re-adopted after the pause.
-            return self.wait_out_pause(running, &pause, seen).await;
-        }
-        running.pause_logged = None;
         if let Acquire::Wait { changes } = acquired? {
             let target = seen.saturating_add(changes);
             return self.wait(running, None, Some(target)).await;

@@ -281,6 +281,8 @@ async fn the_agents_rbac_reads_procedures_and_writes_only_their_status() {
     .await
     .expect("create the ConfigMap");
     let mut spec = ProcedureSpec::new("kernel", "");
+    // Procedures are cluster-scoped: one for every node would reach other tests' agents.
+    spec.node_selector = scope.labels();
     spec.script = None;
     spec.script_config_map = Some(ConfigMapKey {
         name: "scripts".into(),
@@ -307,7 +309,11 @@ async fn the_agents_rbac_reads_procedures_and_writes_only_their_status() {
         .expect("the agent lists procedures");
     assert_eq!(procedures[0].script.as_deref(), Some("echo from the map"));
     let refused = store
-        .submit_procedure(&ProcedureSpec::new("sneaky", "true"))
+        .submit_procedure(&{
+            let mut sneaky = ProcedureSpec::new("sneaky", "true");
+            sneaky.node_selector = scope.labels();
+            sneaky
+        })
         .await
         .expect_err("an agent may not create procedures");
     assert!(

@@ -185,6 +185,8 @@ async fn a_script_comes_from_its_config_map_in_the_rota_namespace() {
     .expect("create the ConfigMap");
     let from_map = |name: &str, map: &str, key: &str| {
         let mut spec = ProcedureSpec::new(name, "");
+        // Procedures are cluster-scoped: one for every node would reach other tests' agents.
+        spec.node_selector = scope.labels();
         spec.script = None;
         spec.script_config_map = Some(ConfigMapKey {
             name: map.into(),

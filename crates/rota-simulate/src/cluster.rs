@@ -102,7 +102,9 @@ impl Cluster {
             self.client.clone(),
             KubeStoreConfig {
                 namespace: self.namespace.clone(),
-                name_prefix: String::new(),
+                // The run's own names: a simulation never sees (or runs the scripts of) the
+                // cluster's Procedures.
+                name_prefix: format!("{}-", self.namespace),
                 event_reporter: "rota-simulate".into(),
             },
         )
