@@ -151,6 +151,12 @@ pub struct StatusArgs {
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = Format::Table)]
     pub output: Format,
+    /// Keep the table live, with the rollout's progress and an ETA, until interrupted.
+    #[arg(long, conflicts_with = "output")]
+    pub watch: bool,
+    /// With --watch: time between refreshes.
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "2s")]
+    pub interval: Duration,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -12,6 +12,7 @@ mod output;
 mod simulate;
 mod status;
 mod store;
+mod watch;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -53,6 +54,7 @@ async fn run(command: Command) -> Result<()> {
     match command {
         Command::Agent(args) => agent::run(*args).await,
         Command::Simulate(args) => simulate::run(args).await,
+        Command::Status(args) if args.watch => watch::run(args).await,
         Command::Status(args) => status::run(args).await,
         Command::History(args) => history::run(args).await,
         Command::Unlock(args) => operator::unlock(args).await,

@@ -161,7 +161,7 @@ pub async fn run(args: StatusArgs) -> Result<()> {
     output::emit(&text)
 }
 
-async fn gather(store: &dyn Store) -> Result<(Vec<NodeFacts>, Summary)> {
+pub async fn gather(store: &dyn Store) -> Result<(Vec<NodeFacts>, Summary)> {
     let concurrency = store.concurrency().await?;
     let holders = store.slot_holders().await?;
     let mut facts = Vec::new();

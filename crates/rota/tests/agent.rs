@@ -530,3 +530,44 @@ async fn log_format_json_writes_one_json_object_per_line() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn status_watch_shows_the_rollout_live() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let host = Host::new();
+    let store = host.store().await;
+    take_the_only_slot(&store, &host.node, "/run/reboot-needed").await;
+    let mut watch = Command::new(ROTA)
+        .args([
+            "status",
+            "--watch",
+            "--interval",
+            "100ms",
+            "--store",
+            &host.store_url(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("rota status --watch");
+    let stdout = watch.stdout.take().expect("piped stdout");
+    let mut frames = 0;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.expect("a line");
+        if line.starts_with("rollout:") {
+            assert_eq!(
+                line,
+                "rollout: 0 of 1 nodes done, ETA unknown (no finished window in history yet)"
+            );
+            frames += 1;
+            if frames == 2 {
+                break;
+            }
+        }
+    }
+    assert_eq!(frames, 2, "it refreshes");
+    watch.kill().expect("stop the watch");
+    watch.wait().expect("reap");
+}
