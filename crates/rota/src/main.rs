@@ -30,8 +30,32 @@ const EXIT_FAILURE: u8 = 1;
 /// Exit status for invalid usage (clap's convention).
 const EXIT_USAGE: u8 = 2;
 
+/// The name under which kubectl finds rota as its plugin (`kubectl rota …`).
+const KUBECTL_PLUGIN: &str = "kubectl-rota";
+
+/// The command line, with `--store kube` added when rota runs as kubectl's plugin and no store
+/// was named (neither `--store` nor `ROTA_STORE`): as a plugin it talks to the cluster kubectl
+/// talks to.
+fn arguments() -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let plugin = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .is_some_and(|name| name == KUBECTL_PLUGIN);
+    let named = args
+        .iter()
+        .any(|a| a == "--store" || a.to_string_lossy().starts_with("--store="))
+        || std::env::var_os("ROTA_STORE").is_some();
+    let takes_a_store = args.get(1).is_some_and(|command| command != "bench");
+    if plugin && !named && takes_a_store {
+        args.push("--store".into());
+        args.push("kube".into());
+    }
+    args
+}
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(arguments()) {
         Ok(cli) => cli,
         Err(err) => return usage_error(&err),
     };

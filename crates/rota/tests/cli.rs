@@ -448,3 +448,34 @@ fn help_works() {
     assert!(out.status.success(), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("--since <TIME>"));
 }
+
+/// Installed as `kubectl-rota`, rota is kubectl's plugin and talks to the cluster by default.
+#[test]
+fn as_kubectl_rota_the_store_is_the_cluster() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plugin = dir.path().join("kubectl-rota");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_rota"), &plugin).expect("symlink");
+    let missing = dir.path().join("no-kubeconfig");
+    let output = std::process::Command::new(&plugin)
+        .args(["status", "--kubeconfig"])
+        .arg(&missing)
+        .env_remove("ROTA_STORE")
+        .output()
+        .expect("kubectl-rota");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--kubeconfig") && stderr.contains("no-kubeconfig"),
+        "the plugin went to the cluster: {stderr}"
+    );
+    let output = std::process::Command::new(&plugin)
+        .args(["status", "--store"])
+        .arg(format!("sqlite://{}", dir.path().join("none.db").display()))
+        .output()
+        .expect("kubectl-rota");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("none.db"),
+        "an explicit store wins: {stderr}"
+    );
+}
