@@ -1640,6 +1640,59 @@ impl Store for KubeStore {
         .into())
     }
 
+    async fn request(
+        &self,
+        node: &NodeName,
+        process: &Process,
+        source: &str,
+    ) -> Result<(RequestRecord, bool)> {
+        for _ in 0..CAS_ATTEMPTS {
+            let Some(mut object) = self.get_rota_node(node).await? else {
+                return Err(Error::NoSuchNode { node: node.clone() });
+            };
+            let mut status = object.status.take().unwrap_or_default();
+            let (request, created) =
+                status::add_request(&mut status, process, source, now_millis());
+            if !created {
+                return Ok((status::request_record(node, &request), false));
+            }
+            object.status = Some(status);
+            if let Some(written) = self.replace(object).await? {
+                self.cache(node, &written, false);
+                return Ok((status::request_record(node, &request), true));
+            }
+        }
+        Err(KubeError::Contended {
+            resource: ROTA_NODES,
+            name: self.object_name(node),
+            attempts: CAS_ATTEMPTS,
+        }
+        .into())
+    }
+
+    async fn cancel(&self, node: &NodeName, process: &Process) -> Result<bool> {
+        for _ in 0..CAS_ATTEMPTS {
+            let Some(mut object) = self.get_rota_node(node).await? else {
+                return Err(Error::NoSuchNode { node: node.clone() });
+            };
+            let mut status = object.status.take().unwrap_or_default();
+            if !status::cancel_request(&mut status, process, now_millis()) {
+                return Ok(false);
+            }
+            object.status = Some(status);
+            if let Some(written) = self.replace(object).await? {
+                self.cache(node, &written, false);
+                return Ok(true);
+            }
+        }
+        Err(KubeError::Contended {
+            resource: ROTA_NODES,
+            name: self.object_name(node),
+            attempts: CAS_ATTEMPTS,
+        }
+        .into())
+    }
+
     async fn pause(&self, reason: &str) -> Result<Pause> {
         let pause = Pause {
             reason: reason.to_string(),

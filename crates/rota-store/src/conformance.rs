@@ -55,6 +55,7 @@ macro_rules! conformance_tests {
             completing_a_request_keeps_the_window_open,
             a_failed_request_stays_active_and_backs_off,
             pause_is_recorded_and_resume_wakes_every_waiter,
+            an_operator_requests_and_cancels_without_a_session,
             concurrent_stress_never_double_grants_or_loses_history,
             sixty_four_sessions_never_double_grant_or_lose_history,
         );
@@ -939,6 +940,55 @@ pub async fn pause_is_recorded_and_resume_wakes_every_waiter(store: Arc<dyn Stor
     assert!(
         *store.changes().borrow() > changes.saturating_add(1000),
         "a resume wakes every waiter at once"
+    );
+}
+
+pub async fn an_operator_requests_and_cancels_without_a_session(store: Arc<dyn Store>) {
+    let unknown = store
+        .request(&node("ghost"), &Process::Reboot, "operator")
+        .await;
+    assert!(
+        matches!(unknown, Err(Error::NoSuchNode { .. })),
+        "{unknown:?}"
+    );
+    let s = session(&*store, "a").await;
+    let (request, created) = store
+        .request(&node("a"), &Process::Reboot, "operator")
+        .await
+        .expect("request");
+    assert!(created);
+    assert_eq!(request.source, "operator");
+    assert_eq!(request.state, RequestState::Pending);
+    let (again, created) = store
+        .request(&node("a"), &Process::Reboot, "operator")
+        .await
+        .expect("again");
+    assert!(!created, "an open request is returned as it is");
+    assert_eq!(again.id, request.id);
+    let (joined, created) = store
+        .add_request(&s, &Process::Reboot, "/run/reboot-needed")
+        .await
+        .expect("the agent's own");
+    assert!(!created, "the agent joins the operator's request");
+    assert_eq!(joined.id, request.id);
+    assert!(
+        store
+            .cancel(&node("a"), &Process::Reboot)
+            .await
+            .expect("cancel")
+    );
+    assert!(
+        !store
+            .cancel(&node("a"), &Process::Reboot)
+            .await
+            .expect("again")
+    );
+    assert!(
+        store
+            .open_requests(&node("a"))
+            .await
+            .expect("open")
+            .is_empty()
     );
 }
 

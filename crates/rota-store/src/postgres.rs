@@ -1292,6 +1292,63 @@ impl Store for PostgresStore {
         }
     }
 
+    async fn request(
+        &self,
+        node: &NodeName,
+        process: &Process,
+        source: &str,
+    ) -> Result<(RequestRecord, bool)> {
+        const CONTEXT: &str = "recording a request";
+        let mut conn = self.connections.lease(CONTEXT).await?;
+        let inserted = sqlx::query(&format!(
+            "INSERT INTO requests (node, process, source, created_at, state) \
+             SELECT $1, $2, $3, rota_now_ms(), 'pending' \
+             WHERE EXISTS (SELECT 1 FROM nodes WHERE node = $1) \
+             ON CONFLICT DO NOTHING RETURNING {REQUEST_COLUMNS}"
+        ))
+        .bind(node.as_str())
+        .bind(process.to_string())
+        .bind(source)
+        .fetch_optional(&mut *conn)
+        .await
+        .context(CONTEXT)?;
+        if let Some(row) = inserted {
+            conn.finish();
+            return Ok((request_record(&row)?, true));
+        }
+        let existing = sqlx::query(&format!(
+            "SELECT {REQUEST_COLUMNS} FROM requests WHERE node = $1 AND process = $2 \
+             AND (state IN ('pending', 'active') OR process LIKE 'mop/%') \
+             ORDER BY id DESC LIMIT 1"
+        ))
+        .bind(node.as_str())
+        .bind(process.to_string())
+        .fetch_optional(&mut *conn)
+        .await
+        .context(CONTEXT)?;
+        conn.finish();
+        match existing {
+            Some(row) => Ok((request_record(&row)?, false)),
+            None => Err(Error::NoSuchNode { node: node.clone() }),
+        }
+    }
+
+    async fn cancel(&self, node: &NodeName, process: &Process) -> Result<bool> {
+        const CONTEXT: &str = "canceling a request";
+        let mut conn = self.connections.lease(CONTEXT).await?;
+        let done = sqlx::query(
+            "UPDATE requests SET state = 'canceled', finished_at = rota_now_ms() \
+             WHERE node = $1 AND process = $2 AND state = 'pending'",
+        )
+        .bind(node.as_str())
+        .bind(process.to_string())
+        .execute(&mut *conn)
+        .await
+        .context(CONTEXT)?;
+        conn.finish();
+        Ok(done.rows_affected() > 0)
+    }
+
     async fn pause(&self, reason: &str) -> Result<Pause> {
         const CONTEXT: &str = "pausing the fleet";
         let mut conn = self.connections.lease(CONTEXT).await?;

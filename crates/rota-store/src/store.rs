@@ -88,6 +88,18 @@ pub trait Store: Send + Sync {
     /// Operator: lets a failed node try its window's work again (it keeps slot and cordon).
     async fn retry(&self, node: &NodeName) -> Result<NodeRecord>;
 
+    /// Operator: asks for `process` on a known `node` without a session (`rota request`); an
+    /// open request for it (for a procedure: any request ever) is returned as it is.
+    async fn request(
+        &self,
+        node: &NodeName,
+        process: &Process,
+        source: &str,
+    ) -> Result<(RequestRecord, bool)>;
+    /// Operator: withdraws the node's pending request for `process` (`rota cancel`); returns
+    /// whether there was one. Work already in a window is given up with `unlock`.
+    async fn cancel(&self, node: &NodeName, process: &Process) -> Result<bool>;
+
     /// Operator: pauses the whole fleet: no node takes a slot or starts a reboot until
     /// [`resume`](Store::resume); windows already open finish their other steps. A second pause
     /// replaces the reason.

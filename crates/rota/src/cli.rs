@@ -72,6 +72,10 @@ pub enum Command {
     ///
     /// The node keeps its slot and stays cordoned; its agent resumes the window's work.
     Retry(RetryArgs),
+    /// Ask for maintenance on a node as an operator: a reboot or a procedure, in its next window.
+    Request(RequestArgs),
+    /// Withdraw a node's pending request (work already in a window is given up with unlock).
+    Cancel(RequestArgs),
     /// Pause the whole fleet: no node takes a slot or starts a reboot until `rota resume`.
     /// Windows already open finish their other steps.
     Pause(PauseArgs),
@@ -96,6 +100,8 @@ impl Command {
             | Command::History(_)
             | Command::Unlock(_)
             | Command::Retry(_)
+            | Command::Request(_)
+            | Command::Cancel(_)
             | Command::Pause(_)
             | Command::Resume(_)
             | Command::Mop(_)
@@ -196,6 +202,32 @@ pub struct UnlockArgs {
     /// Why: recorded in the node's history with the cancellation.
     #[arg(long, value_name = "TEXT", value_parser = non_empty_reason)]
     pub reason: String,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["reboot", "procedure"])))]
+pub struct RequestArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The node.
+    #[arg(value_name = "NODE")]
+    pub node: NodeName,
+    /// A reboot.
+    #[arg(long)]
+    pub reboot: bool,
+    /// A procedure, by name (it runs at most once per node).
+    #[arg(long, value_name = "NAME")]
+    pub procedure: Option<String>,
+}
+
+impl RequestArgs {
+    /// The process asked for; an invalid procedure name is an error naming it.
+    pub fn process(&self) -> Result<Process, rota_core::NameError> {
+        match &self.procedure {
+            Some(name) => Process::mop(name.clone()),
+            None => Ok(Process::Reboot),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]

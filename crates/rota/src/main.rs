@@ -83,6 +83,8 @@ async fn run(command: Command) -> Result<()> {
         Command::History(args) => history::run(args).await,
         Command::Unlock(args) => operator::unlock(args).await,
         Command::Retry(args) => operator::retry(args).await,
+        Command::Request(args) => operator::request(args).await,
+        Command::Cancel(args) => operator::cancel(args).await,
         Command::Pause(args) => operator::pause(args).await,
         Command::Resume(args) => operator::resume(args).await,
         Command::Mop(command) => mop::run(command).await,

@@ -3,7 +3,7 @@
 use anyhow::Result;
 use rota_store::NodeRecord;
 
-use crate::cli::{PauseArgs, ResumeArgs, RetryArgs, UnlockArgs};
+use crate::cli::{PauseArgs, RequestArgs, ResumeArgs, RetryArgs, UnlockArgs};
 use crate::output;
 
 /// What `unlock` did, from the node before and after.
@@ -49,6 +49,40 @@ pub async fn retry(args: RetryArgs) -> Result<()> {
     let store = crate::open_store(&args.store).await?;
     let after = store.retry(&args.node).await?;
     output::emit(&describe_retry(&after))
+}
+
+pub async fn request(args: RequestArgs) -> Result<()> {
+    let process = args.process()?;
+    let store = crate::open_store(&args.store).await?;
+    let (request, created) = store.request(&args.node, &process, "operator").await?;
+    let text = if created {
+        format!(
+            "requested {process} on {}: its agent takes it into the next window\n",
+            args.node
+        )
+    } else {
+        format!(
+            "{process} on {} was already requested ({}, from {})\n",
+            args.node,
+            request.state.as_str(),
+            request.source
+        )
+    };
+    output::emit(&text)
+}
+
+pub async fn cancel(args: RequestArgs) -> Result<()> {
+    let process = args.process()?;
+    let store = crate::open_store(&args.store).await?;
+    let text = if store.cancel(&args.node, &process).await? {
+        format!("canceled the pending {process} request of {}\n", args.node)
+    } else {
+        format!(
+            "{} has no pending {process} request (work already in a window is given up with `rota unlock`)\n",
+            args.node
+        )
+    };
+    output::emit(&text)
 }
 
 pub async fn pause(args: PauseArgs) -> Result<()> {

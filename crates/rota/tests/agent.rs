@@ -571,3 +571,36 @@ async fn status_watch_shows_the_rollout_live() {
     watch.kill().expect("stop the watch");
     watch.wait().expect("reap");
 }
+
+#[tokio::test]
+async fn an_operator_request_reboots_the_node_and_a_cancel_withdraws_it() {
+    let host = Host::new();
+    let rota = |args: &[&str]| {
+        Command::new(ROTA)
+            .args(args)
+            .args(["--store", &host.store_url()])
+            .output()
+            .expect("run rota")
+    };
+    let _agent = host.agent(&[]);
+    host.wait_for("registered", |_| true).await;
+    let refused = rota(&["request", "node-a"]);
+    assert_eq!(
+        refused.status.code(),
+        Some(2),
+        "a request names what it asks for"
+    );
+    let refused = rota(&["request", "node-a", "--procedure", "Bad_Name"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("Bad_Name"));
+    let said = rota(&["request", "node-a", "--reboot"]);
+    assert!(said.status.success(), "{said:?}");
+    assert!(String::from_utf8_lossy(&said.stdout).contains("requested reboot on node-a"));
+    host.wait_for("rebooting", |r| r.state == NodeState::Rebooting)
+        .await;
+    let said = rota(&["cancel", "node-a", "--reboot"]);
+    assert!(
+        String::from_utf8_lossy(&said.stdout).contains("no pending reboot request"),
+        "work in a window is not canceled: {said:?}"
+    );
+}

@@ -516,6 +516,35 @@ impl Store for SqliteStore {
         self.write(|reply| Op::Retry { node, reply }).await
     }
 
+    async fn request(
+        &self,
+        node: &NodeName,
+        process: &Process,
+        source: &str,
+    ) -> Result<(RequestRecord, bool)> {
+        let node = node.clone();
+        let process = process.clone();
+        let source = source.to_string();
+        self.write(|reply| Op::OperatorRequest {
+            node,
+            process,
+            source,
+            reply,
+        })
+        .await
+    }
+
+    async fn cancel(&self, node: &NodeName, process: &Process) -> Result<bool> {
+        let node = node.clone();
+        let process = process.clone();
+        self.write(|reply| Op::OperatorCancel {
+            node,
+            process,
+            reply,
+        })
+        .await
+    }
+
     async fn pause(&self, reason: &str) -> Result<Pause> {
         let pause = Pause {
             reason: reason.to_string(),

@@ -69,6 +69,17 @@ pub(super) enum Op {
         process: Process,
         reply: Reply<bool>,
     },
+    OperatorRequest {
+        node: NodeName,
+        process: Process,
+        source: String,
+        reply: Reply<(RequestRecord, bool)>,
+    },
+    OperatorCancel {
+        node: NodeName,
+        process: Process,
+        reply: Reply<bool>,
+    },
     CompleteRequest {
         session: Session,
         process: Process,
@@ -187,6 +198,23 @@ async fn execute(conn: &mut SqliteConnection, op: Op) -> (Done, u64) {
             let result = writes::cancel_request(conn, &session, &process).await;
             (done(reply, result), 0)
         }
+        Op::OperatorRequest {
+            node,
+            process,
+            source,
+            reply,
+        } => {
+            let result = writes::operator_request(conn, &node, &process, &source).await;
+            (done(reply, result), 0)
+        }
+        Op::OperatorCancel {
+            node,
+            process,
+            reply,
+        } => (
+            done(reply, writes::operator_cancel(conn, &node, &process).await),
+            0,
+        ),
         Op::CompleteRequest {
             session,
             process,
@@ -299,6 +327,8 @@ fn refuse(op: Op) -> Done {
         Op::AddRequest { reply, .. } => skipped(reply),
         Op::CancelRequest { reply, .. } => skipped(reply),
         Op::CompleteRequest { reply, .. } => skipped(reply),
+        Op::OperatorRequest { reply, .. } => skipped(reply),
+        Op::OperatorCancel { reply, .. } => skipped(reply),
         Op::SubmitProcedure { reply, .. } => skipped(reply),
         Op::Transition { reply, .. } | Op::Unlock { reply, .. } | Op::Retry { reply, .. } => {
             skipped(reply)

@@ -890,3 +890,58 @@ pub(super) async fn submit_procedure(
         })
     }
 }
+
+/// An operator's request: like `add_request`, for a node the store knows, without a session.
+pub(super) async fn operator_request(
+    conn: &mut SqliteConnection,
+    node: &NodeName,
+    process: &Process,
+    source: &str,
+) -> Result<(RequestRecord, bool)> {
+    let inserted = sqlx::query(
+        "INSERT INTO requests (node, process, source, created_at, state) \
+         SELECT ?1, ?2, ?3, ?4, 'pending' WHERE EXISTS (SELECT 1 FROM nodes WHERE node = ?1) \
+         ON CONFLICT DO NOTHING RETURNING *",
+    )
+    .bind(node.as_str())
+    .bind(process.to_string())
+    .bind(source)
+    .bind(now_millis())
+    .fetch_optional(&mut *conn)
+    .await
+    .context("recording a request")?;
+    if let Some(row) = inserted {
+        return Ok((request_record(&row)?, true));
+    }
+    let existing = sqlx::query(
+        "SELECT * FROM requests WHERE node = ? AND process = ? \
+         AND (state IN ('pending', 'active') OR process LIKE 'mop/%') ORDER BY id DESC LIMIT 1",
+    )
+    .bind(node.as_str())
+    .bind(process.to_string())
+    .fetch_optional(&mut *conn)
+    .await
+    .context("reading requests")?;
+    match existing {
+        Some(row) => Ok((request_record(&row)?, false)),
+        None => Err(Error::NoSuchNode { node: node.clone() }),
+    }
+}
+
+pub(super) async fn operator_cancel(
+    conn: &mut SqliteConnection,
+    node: &NodeName,
+    process: &Process,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE requests SET state = 'canceled', finished_at = ? \
+         WHERE node = ? AND process = ? AND state = 'pending'",
+    )
+    .bind(now_millis())
+    .bind(node.as_str())
+    .bind(process.to_string())
+    .execute(&mut *conn)
+    .await
+    .context("canceling a request")?;
+    Ok(done.rows_affected() > 0)
+}
