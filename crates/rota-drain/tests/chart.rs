@@ -13,6 +13,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use rota_e2e::testenv::{SKIP_ENV, TestEnv, pod_is_running, testenv_dir, wait_for};
@@ -174,6 +175,45 @@ async fn the_chart_applies_and_its_rbac_is_enough_to_drain_and_no_more() -> Resu
         args.iter().any(|a| a == "--host-root=/host"),
         "args: {args:?}"
     );
+    // The API server accepts the default metrics port, probes and annotations as rendered.
+    for arg in ["--metrics-addr=0.0.0.0:9746", "--log-format=text"] {
+        ensure!(args.iter().any(|a| a == arg), "no {arg} in args: {args:?}");
+    }
+    let port = container
+        .ports
+        .iter()
+        .flatten()
+        .find(|p| p.name.as_deref() == Some("metrics"))
+        .context("no container port named metrics")?;
+    ensure!(port.container_port == 9746, "{port:?}");
+    for (probe, path) in [
+        (container.liveness_probe.as_ref(), "/healthz"),
+        (container.readiness_probe.as_ref(), "/readyz"),
+    ] {
+        let get = probe.and_then(|p| p.http_get.as_ref());
+        ensure!(
+            get.is_some_and(|g| g.path.as_deref() == Some(path)
+                && g.port == IntOrString::String("metrics".into())),
+            "no httpGet probe of {path} on the metrics port: {get:?}"
+        );
+    }
+    let annotations = daemonset
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.annotations.clone())
+        .unwrap_or_default();
+    for (key, value) in [
+        ("prometheus.io/scrape", "true"),
+        ("prometheus.io/port", "9746"),
+        ("prometheus.io/path", "/metrics"),
+    ] {
+        ensure!(
+            annotations.get(key).map(String::as_str) == Some(value),
+            "pod annotation {key}: {annotations:?}"
+        );
+    }
     let node_env = container
         .env
         .iter()
@@ -300,6 +340,34 @@ fn bad_values_fail_helm_template_with_a_clear_message() -> Result<()> {
             "agent.rebootSentinels=[\"/etc/reboot-now\"]",
             "host path /etc/reboot-now is not under any of hostMounts",
         ),
+        (
+            "agent.logFormat=\"yaml\"",
+            "at '/agent/logFormat': value must be one of 'text', 'json'",
+        ),
+        (
+            "metrics.port=0",
+            "at '/metrics/port': minimum: got 0, want 1",
+        ),
+        (
+            "metrics.port=65536",
+            "at '/metrics/port': maximum: got 65,536, want 65,535",
+        ),
+        (
+            "notifications.webhooks=[\"ftp://x\"]",
+            "at '/notifications/webhooks/0': 'ftp://x' does not match pattern",
+        ),
+        (
+            "notifications.slack=[\"https://ok\",\"hooks.slack.com/x\"]",
+            "at '/notifications/slack/1': 'hooks.slack.com/x' does not match pattern",
+        ),
+        (
+            "notifications.templates={\"failed\":\"{node}: {cause}\"}",
+            "notifications.templates [failed]: no webhook to send them to",
+        ),
+        (
+            "notifications.templates={\"rebooted\":\"{node}\"}",
+            "at '/notifications/templates': additional properties 'rebooted' not allowed",
+        ),
     ];
     for (set, expected) in cases {
         let out = helm_template("rota", &[set.to_string()])?;
@@ -310,6 +378,151 @@ fn bad_values_fail_helm_template_with_a_clear_message() -> Result<()> {
         ensure!(
             stderr.contains(expected),
             "helm template with {set}: expected {expected:?} in: {stderr}"
+        );
+    }
+    Ok(())
+}
+
+/// The rendered DaemonSet of `helm template` with `--set-json` arguments.
+fn rendered_daemonset(sets: &[String]) -> Result<String> {
+    let mut helm = Command::new(tool("helm")?);
+    helm.arg("template")
+        .arg("rota")
+        .arg(chart_dir())
+        .arg("--show-only")
+        .arg("templates/daemonset.yaml");
+    for set in sets {
+        helm.arg("--set-json").arg(set);
+    }
+    let out = helm
+        .stdin(Stdio::null())
+        .output()
+        .context("running helm template")?;
+    ensure!(
+        out.status.success(),
+        "helm template {sets:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// The agent's args in a rendered DaemonSet: the items of its `args:` list, each unquoted.
+fn agent_args(daemonset: &str) -> Result<Vec<String>> {
+    let mut lines = daemonset
+        .lines()
+        .skip_while(|l| l.trim() != "args:")
+        .skip(1);
+    let mut args = Vec::new();
+    for line in lines.by_ref() {
+        let Some(item) = line.trim().strip_prefix("- ") else {
+            break;
+        };
+        args.push(if item.starts_with('"') {
+            serde_json::from_str(item).with_context(|| format!("arg {item}"))?
+        } else {
+            item.to_string()
+        });
+    }
+    ensure!(!args.is_empty(), "no args in:\n{daemonset}");
+    Ok(args)
+}
+
+#[test]
+fn the_chart_renders_metrics_notifications_and_log_format_as_agent_flags() -> Result<()> {
+    if std::env::var(SKIP_ENV).is_ok_and(|v| v == "1") {
+        return Ok(());
+    }
+    let probes = |port: &str| {
+        [
+            format!("ports:\n            - name: metrics\n              containerPort: {port}\n"),
+            "livenessProbe:\n            httpGet:\n              path: /healthz\n              port: metrics\n".to_string(),
+            "readinessProbe:\n            httpGet:\n              path: /readyz\n              port: metrics\n".to_string(),
+            "prometheus.io/path: /metrics\n".to_string(),
+            format!("prometheus.io/port: \"{port}\"\n"),
+            "prometheus.io/scrape: \"true\"\n".to_string(),
+        ]
+    };
+
+    // Defaults: metrics on 9746 with probes and scrape annotations, text logs, no webhooks.
+    let default = rendered_daemonset(&[])?;
+    let args = agent_args(&default)?;
+    for arg in ["--metrics-addr=0.0.0.0:9746", "--log-format=text"] {
+        ensure!(args.iter().any(|a| a == arg), "no {arg} in {args:?}");
+    }
+    ensure!(
+        !args.iter().any(|a| a.starts_with("--notify-")),
+        "notification flags by default: {args:?}"
+    );
+    for snippet in probes("9746") {
+        ensure!(default.contains(&snippet), "no {snippet:?} in:\n{default}");
+    }
+
+    // Custom values: another port, JSON logs, webhooks, Slack URLs and templates in order,
+    // and the chart's own podAnnotations beside the scrape annotations.
+    let custom = rendered_daemonset(&[
+        "metrics.port=9999".to_string(),
+        "agent.logFormat=\"json\"".to_string(),
+        format!(
+            "notifications={}",
+            json!({
+                "webhooks": ["https://hooks.example/a", "http://10.0.0.1:8080/b"],
+                "slack": ["https://hooks.slack.com/services/T/B/X"],
+                "templates": {
+                    "reboot": "rebooting {node} \"now\"",
+                    "failed": "{node} failed {process}: {cause}",
+                },
+            })
+        ),
+        "podAnnotations={\"team\":\"ops\"}".to_string(),
+    ])?;
+    let args = agent_args(&custom)?;
+    let flags: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| {
+            ["--metrics-addr", "--log-format", "--notify-"]
+                .iter()
+                .any(|p| a.starts_with(p))
+        })
+        .collect();
+    ensure!(
+        flags
+            == [
+                "--log-format=json",
+                "--metrics-addr=0.0.0.0:9999",
+                "--notify-webhook=https://hooks.example/a",
+                "--notify-webhook=http://10.0.0.1:8080/b",
+                "--notify-slack=https://hooks.slack.com/services/T/B/X",
+                "--notify-template=failed={node} failed {process}: {cause}",
+                "--notify-template=reboot=rebooting {node} \"now\"",
+            ],
+        "flags: {flags:?}"
+    );
+    for snippet in probes("9999") {
+        ensure!(custom.contains(&snippet), "no {snippet:?} in:\n{custom}");
+    }
+    ensure!(
+        custom.contains("team: ops\n"),
+        "podAnnotations lost:\n{custom}"
+    );
+
+    // Metrics disabled: no address, port, probes or scrape annotations.
+    let disabled = rendered_daemonset(&["metrics.enabled=false".to_string()])?;
+    let args = agent_args(&disabled)?;
+    ensure!(
+        !args.iter().any(|a| a.starts_with("--metrics-addr")),
+        "{args:?}"
+    );
+    for absent in [
+        "containerPort",
+        "livenessProbe",
+        "readinessProbe",
+        "prometheus.io/",
+        "annotations:",
+    ] {
+        ensure!(
+            !disabled.contains(absent),
+            "{absent} with metrics disabled:\n{disabled}"
         );
     }
     Ok(())
