@@ -1713,7 +1713,7 @@ impl Store for KubeStore {
             })
             .await?;
         self.inner.changes.bump(CONCURRENCY_CHANGED);
-        Pause::decode("rota-config.data.paused", &previous)
+        Pause::decode("rota-config.data.paused", Some(&previous))
     }
 
     async fn paused(&self) -> Result<Option<Pause>> {
@@ -1722,7 +1722,7 @@ impl Store for KubeStore {
             .as_ref()
             .and_then(|c| c.data.as_ref())
             .and_then(|d| d.get(PAUSED_KEY))
-            .map_or("", String::as_str);
+            .map(String::as_str);
         Pause::decode("rota-config.data.paused", value)
     }
 

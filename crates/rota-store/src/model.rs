@@ -252,6 +252,32 @@ pub struct ProcedureRecord {
     pub script: Option<String>,
 }
 
+impl ProcedureRecord {
+    /// The stored form of a spec (the SQL stores' `procedures.spec`): rota-core's JSON.
+    pub fn stored_spec(spec: &ProcedureSpec) -> crate::Result<String> {
+        serde_json::to_string(spec).map_err(|e| crate::Error::Corrupt {
+            column: "procedures.spec",
+            value: spec.name.clone(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// A procedure read back from its stored spec; the script is the inline one.
+    pub fn from_stored(json: &str, submitted_at: Millis) -> crate::Result<ProcedureRecord> {
+        let spec: ProcedureSpec =
+            serde_json::from_str(json).map_err(|e| crate::Error::Corrupt {
+                column: "procedures.spec",
+                value: json.to_string(),
+                reason: e.to_string(),
+            })?;
+        Ok(ProcedureRecord {
+            script: spec.script.clone(),
+            spec,
+            submitted_at,
+        })
+    }
+}
+
 /// How one active request of an open window ended (see
 /// [`Store::complete_request`](crate::Store::complete_request)).
 #[derive(Clone, Debug, PartialEq)]
@@ -281,11 +307,11 @@ impl Pause {
         serde_json::to_string(self).unwrap_or_default()
     }
 
-    /// Reads a stored pause; an empty value means none.
-    pub fn decode(column: &'static str, value: &str) -> crate::Result<Option<Pause>> {
-        if value.is_empty() {
+    /// Reads a stored pause; a missing or empty value means none.
+    pub fn decode(column: &'static str, value: Option<&str>) -> crate::Result<Option<Pause>> {
+        let Some(value) = value.filter(|v| !v.is_empty()) else {
             return Ok(None);
-        }
+        };
         serde_json::from_str(value)
             .map(Some)
             .map_err(|e| crate::Error::Corrupt {

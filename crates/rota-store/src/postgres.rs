@@ -413,17 +413,7 @@ const REQUEST_COLUMNS: &str = "id, node, process, source, created_at, state";
 fn procedure_record(row: &PgRow) -> Result<ProcedureRecord> {
     let get = getter("reading a procedure");
     let json: String = row.try_get("spec").map_err(&get)?;
-    let spec: rota_core::ProcedureSpec =
-        serde_json::from_str(&json).map_err(|e| Error::Corrupt {
-            column: "procedures.spec",
-            reason: e.to_string(),
-            value: json.clone(),
-        })?;
-    Ok(ProcedureRecord {
-        script: spec.script.clone(),
-        spec,
-        submitted_at: row.try_get("submitted_at").map_err(&get)?,
-    })
+    ProcedureRecord::from_stored(&json, row.try_get("submitted_at").map_err(&get)?)
 }
 
 fn request_record(row: &PgRow) -> Result<RequestRecord> {
@@ -436,6 +426,25 @@ fn request_record(row: &PgRow) -> Result<RequestRecord> {
         created_at: row.try_get("created_at").map_err(&get)?,
         state: request_state(row.try_get("state").map_err(&get)?)?,
     })
+}
+
+/// The request that stands for `process` on `node`: its open one, or for a procedure any one
+/// ever made (a procedure's request is made once per node).
+async fn existing_request(
+    conn: &mut PgConnection,
+    node: &NodeName,
+    process: &Process,
+) -> Result<Option<PgRow>> {
+    sqlx::query(&format!(
+        "SELECT {REQUEST_COLUMNS} FROM requests WHERE node = $1 AND process = $2 \
+         AND (state IN ('pending', 'active') OR process LIKE 'mop/%') \
+         ORDER BY id DESC LIMIT 1"
+    ))
+    .bind(node.as_str())
+    .bind(process.to_string())
+    .fetch_optional(conn)
+    .await
+    .context("reading requests")
 }
 
 async fn fetch_node(conn: &mut PgConnection, node: &NodeName) -> Result<Option<NodeRecord>> {
@@ -816,16 +825,7 @@ impl Store for PostgresStore {
             conn.finish();
             return Ok((request_record(&row)?, true));
         }
-        let existing = sqlx::query(&format!(
-            "SELECT {REQUEST_COLUMNS} FROM requests WHERE node = $1 AND process = $2 \
-             AND (state IN ('pending', 'active') OR process LIKE 'mop/%') \
-             ORDER BY id DESC LIMIT 1"
-        ))
-        .bind(session.node.as_str())
-        .bind(process.to_string())
-        .fetch_optional(&mut *conn)
-        .await
-        .context("reading requests")?;
+        let existing = existing_request(&mut conn, &session.node, process).await?;
         let refused = refusal(&mut conn, session, NodeState::Idle).await;
         if !matches!(refused, Error::Database { .. }) {
             conn.finish();
@@ -978,11 +978,7 @@ impl Store for PostgresStore {
 
     async fn submit_procedure(&self, spec: &ProcedureSpec) -> Result<(ProcedureRecord, bool)> {
         spec.validate()?;
-        let json = serde_json::to_string(spec).map_err(|e| Error::Corrupt {
-            column: "procedures.spec",
-            value: spec.name.clone(),
-            reason: e.to_string(),
-        })?;
+        let json = ProcedureRecord::stored_spec(spec)?;
         const CONTEXT: &str = "submitting a procedure";
         let mut conn = self.connections.lease(CONTEXT).await?;
         let inserted = sqlx::query(
@@ -1316,16 +1312,7 @@ impl Store for PostgresStore {
             conn.finish();
             return Ok((request_record(&row)?, true));
         }
-        let existing = sqlx::query(&format!(
-            "SELECT {REQUEST_COLUMNS} FROM requests WHERE node = $1 AND process = $2 \
-             AND (state IN ('pending', 'active') OR process LIKE 'mop/%') \
-             ORDER BY id DESC LIMIT 1"
-        ))
-        .bind(node.as_str())
-        .bind(process.to_string())
-        .fetch_optional(&mut *conn)
-        .await
-        .context(CONTEXT)?;
+        let existing = existing_request(&mut conn, node, process).await?;
         conn.finish();
         match existing {
             Some(row) => Ok((request_record(&row)?, false)),
@@ -1384,10 +1371,7 @@ impl Store for PostgresStore {
         // Every waiter may go on now.
         self.commit(tx, CONCURRENCY_CHANGED, CONTEXT).await?;
         conn.finish();
-        Ok(match value {
-            Some(value) => Pause::decode("rota_meta.paused", &value)?,
-            None => None,
-        })
+        Pause::decode("rota_meta.paused", value.as_deref())
     }
 
     async fn paused(&self) -> Result<Option<Pause>> {
@@ -1398,10 +1382,7 @@ impl Store for PostgresStore {
                 .await
                 .context("reading the pause")?;
         conn.finish();
-        Ok(match value {
-            Some(value) => Pause::decode("rota_meta.paused", &value)?,
-            None => None,
-        })
+        Pause::decode("rota_meta.paused", value.as_deref())
     }
 
     fn changes(&self) -> watch::Receiver<u64> {

@@ -568,10 +568,7 @@ impl Store for SqliteStore {
                 reply,
             })
             .await?;
-        Ok(match previous {
-            Some(value) => Pause::decode("rota_meta.paused", &value)?,
-            None => None,
-        })
+        Pause::decode("rota_meta.paused", previous.as_deref())
     }
 
     async fn paused(&self) -> Result<Option<Pause>> {
@@ -580,10 +577,7 @@ impl Store for SqliteStore {
             .fetch_optional(&self.pool)
             .await
             .context("reading the pause")?;
-        Ok(match value {
-            Some(value) => Pause::decode("rota_meta.paused", &value)?,
-            None => None,
-        })
+        Pause::decode("rota_meta.paused", value.as_deref())
     }
 
     fn changes(&self) -> watch::Receiver<u64> {

@@ -159,15 +159,5 @@ pub(super) fn procedure_record(row: &SqliteRow) -> Result<ProcedureRecord> {
         source: e,
     };
     let json: String = row.try_get("spec").map_err(get)?;
-    let spec: rota_core::ProcedureSpec =
-        serde_json::from_str(&json).map_err(|e| Error::Corrupt {
-            column: "procedures.spec",
-            reason: e.to_string(),
-            value: json.clone(),
-        })?;
-    Ok(ProcedureRecord {
-        script: spec.script.clone(),
-        spec,
-        submitted_at: row.try_get("submitted_at").map_err(get)?,
-    })
+    ProcedureRecord::from_stored(&json, row.try_get("submitted_at").map_err(get)?)
 }

@@ -610,6 +610,24 @@ pub(super) async fn fence(
     })
 }
 
+/// The request that stands for `process` on `node`: its open one, or for a procedure any one
+/// ever made (a procedure's request is made once per node).
+async fn existing_request(
+    conn: &mut SqliteConnection,
+    node: &NodeName,
+    process: &Process,
+) -> Result<Option<sqlx::sqlite::SqliteRow>> {
+    sqlx::query(
+        "SELECT * FROM requests WHERE node = ? AND process = ? \
+         AND (state IN ('pending', 'active') OR process LIKE 'mop/%') ORDER BY id DESC LIMIT 1",
+    )
+    .bind(node.as_str())
+    .bind(process.to_string())
+    .fetch_optional(&mut *conn)
+    .await
+    .context("reading requests")
+}
+
 /// One statement: fenced by the session, and a no-op when the node already has an open
 /// request for the process (the partial unique index).
 pub(super) async fn add_request(
@@ -637,15 +655,7 @@ pub(super) async fn add_request(
     if let Some(row) = inserted {
         return Ok((request_record(&row)?, true));
     }
-    let existing = sqlx::query(
-        "SELECT * FROM requests WHERE node = ? AND process = ? \
-         AND (state IN ('pending', 'active') OR process LIKE 'mop/%') ORDER BY id DESC LIMIT 1",
-    )
-    .bind(session.node.as_str())
-    .bind(process.to_string())
-    .fetch_optional(&mut *conn)
-    .await
-    .context("reading requests")?;
+    let existing = existing_request(conn, &session.node, process).await?;
     match existing {
         Some(row) => {
             // Joining an open request still needs a current session.
@@ -852,11 +862,7 @@ pub(super) async fn submit_procedure(
     spec: &ProcedureSpec,
 ) -> Result<(ProcedureRecord, bool)> {
     spec.validate()?;
-    let json = serde_json::to_string(spec).map_err(|e| Error::Corrupt {
-        column: "procedures.spec",
-        value: spec.name.clone(),
-        reason: e.to_string(),
-    })?;
+    let json = ProcedureRecord::stored_spec(spec)?;
     let now = now_millis();
     let inserted = sqlx::query(
         "INSERT INTO procedures (name, spec, submitted_at) VALUES (?, ?, ?) \
@@ -913,15 +919,7 @@ pub(super) async fn operator_request(
     if let Some(row) = inserted {
         return Ok((request_record(&row)?, true));
     }
-    let existing = sqlx::query(
-        "SELECT * FROM requests WHERE node = ? AND process = ? \
-         AND (state IN ('pending', 'active') OR process LIKE 'mop/%') ORDER BY id DESC LIMIT 1",
-    )
-    .bind(node.as_str())
-    .bind(process.to_string())
-    .fetch_optional(&mut *conn)
-    .await
-    .context("reading requests")?;
+    let existing = existing_request(conn, node, process).await?;
     match existing {
         Some(row) => Ok((request_record(&row)?, false)),
         None => Err(Error::NoSuchNode { node: node.clone() }),
