@@ -54,6 +54,9 @@ struct Running {
     procedures_checked: Option<Instant>,
     /// The pause (by its start) this incarnation last reported, so that it logs each once.
     pause_logged: Option<Millis>,
+    /// The record (state and since) that this incarnation's last fenced transition wrote: the
+    /// disruptive step right after it needs no fence of its own.
+    fenced: Option<(NodeState, Millis)>,
 }
 
 /// A node's procedures by name.
@@ -193,6 +196,7 @@ impl Agent {
             ensured: HashSet::new(),
             procedures_checked: None,
             pause_logged: None,
+            fenced: None,
         };
         let result = self.run_steps(&mut running).await;
         self.tell(|o| o.session(false));
@@ -333,7 +337,47 @@ impl Agent {
         running: &Running,
         record: &NodeRecord,
         event: Event,
+        transition: Transition,
+    ) -> Result<NodeRecord> {
+        self.commit_as(running, record, event, transition, false)
+            .await
+    }
+
+    /// [`Agent::commit`] for a step that a disruptive one follows at once: the transition
+    /// carries the fence (see [`Store::fenced_transition`]).
+    async fn commit_fenced(
+        &self,
+        running: &mut Running,
+        record: &NodeRecord,
+        event: Event,
+        transition: Transition,
+    ) -> Result<NodeRecord> {
+        let updated = self
+            .commit_as(running, record, event, transition, true)
+            .await?;
+        running.fenced = Some((updated.state, updated.since));
+        Ok(updated)
+    }
+
+    /// Proves right before a disruptive step that this session still holds the node's slot,
+    /// unless the transition that led to `record` just proved it.
+    async fn fence(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
+        if running.fenced.take() == Some((record.state, record.since)) {
+            return Ok(());
+        }
+        self.store
+            .fence(&running.session, self.config.session_ttl)
+            .await?;
+        Ok(())
+    }
+
+    async fn commit_as(
+        &self,
+        running: &Running,
+        record: &NodeRecord,
+        event: Event,
         mut transition: Transition,
+        fenced: bool,
     ) -> Result<NodeRecord> {
         let (next, effects) = record.lifecycle().apply(&event)?;
         if effects.contains(&Effect::Uncordon) {
@@ -362,7 +406,13 @@ impl Agent {
                 .collect(),
             _ => Vec::new(),
         };
-        let updated = self.store.transition(&running.session, transition).await?;
+        let updated = if fenced {
+            self.store
+                .fenced_transition(&running.session, transition, self.config.session_ttl)
+                .await?
+        } else {
+            self.store.transition(&running.session, transition).await?
+        };
         info!(node = %self.config.node, event = %event, from = %record.state, to = %updated.state, "transition");
         self.tell(|o| o.transition(record, &updated, &event));
         if let Some((outcome, cause)) = ending {
@@ -667,7 +717,7 @@ impl Agent {
             }
         };
         let process = open.first().map(|r| r.process.clone());
-        self.commit(
+        self.commit_fenced(
             running,
             record,
             Event::SlotAcquired { pre_cordoned },
@@ -719,9 +769,7 @@ impl Agent {
             .await?;
             return Ok(());
         }
-        self.store
-            .fence(&running.session, self.config.session_ttl)
-            .await?;
+        self.fence(running, &record).await?;
         self.tell(|o| o.drain_started(&record));
         let drained = tokio::select! {
             () = self.cancel.cancelled() => return Ok(()),
@@ -815,7 +863,7 @@ impl Agent {
         // boot id proves that the reboot happened.
         let now = now_millis();
         let record = self
-            .commit(
+            .commit_fenced(
                 running,
                 &record,
                 Event::RebootStarted,
@@ -832,9 +880,7 @@ impl Agent {
                     }),
             )
             .await?;
-        self.store
-            .fence(&running.session, self.config.session_ttl)
-            .await?;
+        self.fence(running, &record).await?;
         info!(node = %self.config.node, "rebooting");
         self.tell(|o| o.reboot_started(&record));
         match self.actions.reboot().await {

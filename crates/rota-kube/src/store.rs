@@ -871,6 +871,60 @@ impl KubeStore {
         waits.remove(node.as_str());
     }
 
+    /// One transition of a node's agent; with `fence` (a session TTL) it also renews the
+    /// session as the fence does.
+    async fn apply(
+        &self,
+        session: &Session,
+        transition: Transition,
+        fence: Option<Duration>,
+    ) -> Result<NodeRecord> {
+        let fence = fence.map(|ttl| i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
+        self.forget_wait(&session.node);
+        let releases = transition.window.releases_slot();
+        // The Lease is read only where it matters: to give it back, and to name the slot (and
+        // date the history after it was taken) when the window opens. Other steps keep the
+        // slot recorded at the opening.
+        let with_lease = releases || transition.window == WindowChange::Open;
+        let (slot, status, seen) = self
+            .edit(session, with_lease, |status, seen| {
+                if status.state != transition.from {
+                    return Err(Error::Conflict {
+                        node: session.node.clone(),
+                        expected: transition.from,
+                        actual: status.state.to_string(),
+                    });
+                }
+                let slot = if with_lease { seen.slot() } else { status.slot };
+                status::apply_transition(status, &transition, slot, seen.history_time());
+                if let (Some(ttl), Some(current)) = (fence, status.session.as_mut()) {
+                    let deadline = seen.now.saturating_add(ttl);
+                    current.deadline = Timestamp(current.deadline.0.max(deadline));
+                }
+                Ok(Edit::Write(slot))
+            })
+            .await?;
+        let slot = if releases {
+            match &seen.held {
+                Some(lease) => {
+                    let released = status.history.last().map_or(seen.now, |h| h.at.0);
+                    self.release_lease(lease, &session.node, released).await?;
+                }
+                // Nothing to give back, but the release still counts, as in the SQLite store.
+                None => self.inner.changes.bump(1),
+            }
+            None
+        } else {
+            slot
+        };
+        if transition.from == NodeState::Queued && transition.to == NodeState::Idle {
+            self.inner.changes.bump(1);
+        }
+        let (type_, reason, note) = transition_event(&transition, &session.node);
+        self.emit(&session.node, type_, reason, note);
+        Ok(status::node_record(&session.node, &status, slot))
+    }
+
     fn record_of(&self, object: &RotaNode, leases: &[Lease]) -> Result<NodeRecord> {
         let node = node_name(object)?;
         let slot = held_by(leases, &node).and_then(slots::slot_of);
@@ -1434,45 +1488,28 @@ impl Store for KubeStore {
     }
 
     async fn transition(&self, session: &Session, transition: Transition) -> Result<NodeRecord> {
-        self.forget_wait(&session.node);
-        let releases = transition.window.releases_slot();
-        // The Lease is read only where it matters: to give it back, and to name the slot (and
-        // date the history after it was taken) when the window opens. Other steps keep the
-        // slot recorded at the opening.
-        let with_lease = releases || transition.window == WindowChange::Open;
-        let (slot, status, seen) = self
-            .edit(session, with_lease, |status, seen| {
-                if status.state != transition.from {
-                    return Err(Error::Conflict {
-                        node: session.node.clone(),
-                        expected: transition.from,
-                        actual: status.state.to_string(),
-                    });
-                }
-                let slot = if with_lease { seen.slot() } else { status.slot };
-                status::apply_transition(status, &transition, slot, seen.history_time());
-                Ok(Edit::Write(slot))
-            })
-            .await?;
-        let slot = if releases {
-            match &seen.held {
-                Some(lease) => {
-                    let released = status.history.last().map_or(seen.now, |h| h.at.0);
-                    self.release_lease(lease, &session.node, released).await?;
-                }
-                // Nothing to give back, but the release still counts, as in the SQLite store.
-                None => self.inner.changes.bump(1),
-            }
-            None
-        } else {
-            slot
-        };
-        if transition.from == NodeState::Queued && transition.to == NodeState::Idle {
-            self.inner.changes.bump(1);
+        self.apply(session, transition, None).await
+    }
+
+    /// The fence's two proofs, the session (the transition's own compare-and-swap on the
+    /// RotaNode, which renews the session as the fence does) and the slot (the Lease), go out
+    /// at once: the step that follows waits for one round trip instead of two.
+    async fn fenced_transition(
+        &self,
+        session: &Session,
+        transition: Transition,
+        ttl: Duration,
+    ) -> Result<NodeRecord> {
+        if transition.window.releases_slot() {
+            self.fence(session, ttl).await?;
+            return self.transition(session, transition).await;
         }
-        let (type_, reason, note) = transition_event(&transition, &session.node);
-        self.emit(&session.node, type_, reason, note);
-        Ok(status::node_record(&session.node, &status, slot))
+        let (record, slot) = tokio::join!(
+            self.apply(session, transition, Some(ttl)),
+            self.renew_lease(session)
+        );
+        slot?;
+        record
     }
 
     async fn node(&self, node: &NodeName) -> Result<Option<NodeRecord>> {

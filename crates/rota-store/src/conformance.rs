@@ -40,6 +40,7 @@ macro_rules! conformance_tests {
             superseded_session_is_fenced,
             expired_session_is_fenced,
             fence_requires_a_held_slot,
+            a_fenced_transition_needs_the_slot_and_the_session,
             transition_is_compare_and_swap,
             open_request_is_unique_per_process,
             racing_requests_create_one_open_request,
@@ -279,6 +280,54 @@ pub async fn fence_requires_a_held_slot(store: Arc<dyn Store>) {
         matches!(refused, Err(Error::Fenced { .. })),
         "after losing the slot the fence refuses: {refused:?}"
     );
+}
+
+pub async fn a_fenced_transition_needs_the_slot_and_the_session(store: Arc<dyn Store>) {
+    store.set_concurrency(1).await.expect("set concurrency");
+    let open = || {
+        Transition::new(NodeState::Queued, NodeState::Draining)
+            .process(Some(Process::Reboot))
+            .window(WindowChange::Open)
+    };
+    let a = session(&*store, "a").await;
+    let b = session(&*store, "b").await;
+    enqueue(&*store, &a, now_millis() - 2000).await;
+    enqueue(&*store, &b, now_millis() - 1000).await;
+    assert_eq!(
+        store.try_acquire_slot(&a).await.expect("acquire").slot(),
+        Some(0)
+    );
+    let refused = store.fenced_transition(&b, open(), TTL).await;
+    assert!(
+        matches!(refused, Err(Error::Fenced { .. })),
+        "a node without a slot is refused: {refused:?}"
+    );
+    let opened = store
+        .fenced_transition(&a, open(), TTL)
+        .await
+        .expect("the holder's fenced transition");
+    assert_eq!((opened.state, opened.slot), (NodeState::Draining, Some(0)));
+    let superseding = session(&*store, "a").await;
+    let refused = store
+        .fenced_transition(
+            &a,
+            Transition::new(NodeState::Draining, NodeState::Maintaining),
+            TTL,
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(Error::Fenced { .. })),
+        "a superseded session is refused: {refused:?}"
+    );
+    let moved = store
+        .fenced_transition(
+            &superseding,
+            Transition::new(NodeState::Draining, NodeState::Maintaining),
+            TTL,
+        )
+        .await
+        .expect("the current session re-adopts the slot and goes on");
+    assert_eq!((moved.state, moved.slot), (NodeState::Maintaining, Some(0)));
 }
 
 pub async fn transition_is_compare_and_swap(store: Arc<dyn Store>) {

@@ -75,6 +75,19 @@ pub trait Store: Send + Sync {
 
     /// Applies one lifecycle step atomically (see [`Transition`]) and returns the new record.
     async fn transition(&self, session: &Session, transition: Transition) -> Result<NodeRecord>;
+    /// A transition that a disruptive step follows at once (the window's first cordon, the
+    /// reboot): the transition and the fence's proof (see [`Store::fence`]), which must both
+    /// succeed before the step. Substrates whose writes are round trips send both at once, so a
+    /// refused fence may leave the transition written, as a fence refused right after it would.
+    async fn fenced_transition(
+        &self,
+        session: &Session,
+        transition: Transition,
+        ttl: Duration,
+    ) -> Result<NodeRecord> {
+        self.fence(session, ttl).await?;
+        self.transition(session, transition).await
+    }
 
     async fn node(&self, node: &NodeName) -> Result<Option<NodeRecord>>;
     async fn nodes(&self) -> Result<Vec<NodeRecord>>;
