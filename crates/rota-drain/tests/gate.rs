@@ -169,7 +169,7 @@ async fn the_gate_waits_for_the_evicted_workloads_to_be_whole_again() -> Result<
         Ok((!left.contains(&web)).then_some(left))
     })
     .await?;
-    assert_eq!(web_back, [db.clone()]);
+    assert_eq!(web_back, std::slice::from_ref(&db));
     scope
         .api::<StatefulSet>()
         .delete("db", &DeleteParams::default())
