@@ -2,9 +2,9 @@
 //! watch reports each deletion as it happens; a slow re-list is the safety net).
 //!
 //! All state lives in the API server (the cordon, the record of what is evicted, the
-//! evictions, the pods' deletion), none in this process, so [`drain`] is idempotent and cancel-safe: dropping its future at any await
-//! (the caller's timeout) leaves nothing to clean up but the cordon, and calling it again
-//! carries on where the cluster is. It spawns no task that could outlive the future.
+//! evictions, the pods' deletion), none in this process, so [`drain`] is idempotent and
+//! cancel-safe: dropping its future at any await (the caller's timeout) leaves nothing to clean
+//! up but the cordon, and calling it again carries on where the cluster is. It spawns no task that could outlive the future.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;

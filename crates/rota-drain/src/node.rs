@@ -18,6 +18,9 @@ async fn get(client: &Client, node: &str) -> Result<Node> {
         })
 }
 
+/// Merge patches only the fields concerned: it cannot overwrite a concurrent change to anything
+/// else on the Node, and setting the value a field already has is a no-op, so repeating one is
+/// safe.
 async fn patch_node(client: &Client, node: &str, patch: serde_json::Value) -> Result<()> {
     match Api::<Node>::all(client.clone())
         .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
@@ -30,10 +33,6 @@ async fn patch_node(client: &Client, node: &str, patch: serde_json::Value) -> Re
         Err(e) => Err(Error::api("patch", "nodes", node, e)),
     }
 }
-
-// Merge patches of the fields concerned: they cannot overwrite a concurrent change to anything
-// else on the Node, and setting the value a field already has is a no-op, so repeating one is
-// safe.
 
 /// Marks the node unschedulable, as `kubectl cordon` does.
 pub async fn cordon(client: &Client, node: &str) -> Result<()> {

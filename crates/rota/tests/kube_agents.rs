@@ -833,7 +833,9 @@ async fn evicted_pods_that_are_not_ready_again_hold_the_slot() -> Result<()> {
 }
 
 /// `--health-pdbs`: a PodDisruptionBudget elsewhere in the cluster that is not satisfied keeps
-/// the node in `verifying` with its slot; once it is satisfied, the node finishes.
+/// the node in `verifying` with its slot; once it is satisfied, the node finishes. The gate
+/// reads every budget of the cluster, so an unsatisfied one left behind by another test (one
+/// that was killed before its cleanup) holds this node too.
 #[tokio::test]
 async fn an_unsatisfied_disruption_budget_holds_the_release_with_health_pdbs() -> Result<()> {
     let Some(env) = env() else {
