@@ -57,6 +57,9 @@ struct Running {
     /// The record (state and since) that this incarnation's last fenced transition wrote: the
     /// disruptive step right after it needs no fence of its own.
     fenced: Option<(NodeState, Millis)>,
+    /// When the node's current verification (by its start) was first found healthy, for the
+    /// release delay. Not persisted: a restart starts the delay again, the safe direction.
+    healthy_since: Option<(Millis, Instant)>,
 }
 
 /// A node's procedures by name.
@@ -197,6 +200,7 @@ impl Agent {
             procedures_checked: None,
             pause_logged: None,
             fenced: None,
+            healthy_since: None,
         };
         let result = self.run_steps(&mut running).await;
         self.tell(|o| o.session(false));
@@ -1192,6 +1196,10 @@ impl Agent {
         let deadline = record.since.saturating_add(ms(self.config.verify_timeout));
         match self.actions.health().await {
             Ok(()) => {
+                if let Some(until) = self.release_delayed(running, record) {
+                    let next = until.min(Instant::now() + self.config.health_interval);
+                    return self.wait(running, Some(next), None).await;
+                }
                 self.commit(
                     running,
                     record,
@@ -1204,11 +1212,32 @@ impl Agent {
             }
             Err(e) if now_millis() >= deadline => self.unhealthy(running, record, &e).await,
             Err(e) => {
+                running.healthy_since = None;
                 info!(node = %self.config.node, error = %e, "not healthy yet");
                 let next = Instant::now() + self.config.health_interval;
                 self.wait(running, Some(next), None).await
             }
         }
+    }
+
+    /// While the release delay runs, when it ends: from the first of an unbroken series of
+    /// passed health checks in this verification. `None` once it has passed, or without one.
+    fn release_delayed(&self, running: &mut Running, record: &NodeRecord) -> Option<Instant> {
+        let delay = self.config.release_delay;
+        if delay.is_zero() {
+            return None;
+        }
+        let since = match running.healthy_since {
+            Some((verification, since)) if verification == record.since => since,
+            _ => {
+                info!(node = %self.config.node, delay_s = delay.as_secs_f64(), "healthy; the slot goes back after the release delay");
+                let now = Instant::now();
+                running.healthy_since = Some((record.since, now));
+                now
+            }
+        };
+        let until = since + delay;
+        (Instant::now() < until).then_some(until)
     }
 
     async fn unhealthy(

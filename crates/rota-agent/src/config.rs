@@ -36,6 +36,9 @@ pub struct AgentConfig {
     pub verify_timeout: Duration,
     /// Pause between failed health checks.
     pub health_interval: Duration,
+    /// How long a node stays healthy in `verifying`, still holding its slot, before it hands
+    /// the slot on (time for the workloads it moved to settle).
+    pub release_delay: Duration,
     pub session_ttl: Duration,
     pub backoff: BackoffPolicy,
     pub safety_recheck: Duration,
@@ -71,6 +74,7 @@ impl AgentConfig {
             reboot_timeout: Duration::from_secs(900),
             verify_timeout: Duration::from_secs(600),
             health_interval: Duration::from_secs(5),
+            release_delay: Duration::ZERO,
             session_ttl: Duration::from_secs(30),
             backoff: BackoffPolicy {
                 initial: Duration::from_secs(60),

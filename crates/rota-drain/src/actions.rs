@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 use crate::drain::{DrainOptions, Progress, drain_with_progress};
 use crate::error::Error;
-use crate::node;
+use crate::{gate, node};
 
 /// Reboots the host from a pod with `hostPID: true`: enter PID 1's namespaces and ask systemd.
 pub const DEFAULT_REBOOT_COMMAND: &str = "nsenter -t 1 -m -u -i -n -p -- systemctl reboot";
@@ -23,6 +23,7 @@ pub struct KubeActions {
     drain: DrainOptions,
     progress: watch::Sender<Progress>,
     commands: CommandActions,
+    health_pdbs: bool,
 }
 
 impl KubeActions {
@@ -50,7 +51,15 @@ impl KubeActions {
             drain,
             progress: watch::Sender::default(),
             commands,
+            health_pdbs: false,
         }
+    }
+
+    /// With `check`, the health check also waits until every PodDisruptionBudget of the
+    /// cluster is satisfied again (see [`crate::check_gate`]).
+    pub fn health_pdbs(mut self, check: bool) -> KubeActions {
+        self.health_pdbs = check;
+        self
     }
 
     /// What the current or last drain waits for: when the caller's timeout ends a drain, this
@@ -97,9 +106,14 @@ impl NodeActions for KubeActions {
     }
 
     /// The node's Ready condition first: a health command on a node that Kubernetes does not
-    /// consider Ready would return it to service too early.
+    /// consider Ready would return it to service too early. Then the gate: the workloads the
+    /// drain evicted are whole again (and, optionally, every PodDisruptionBudget is satisfied),
+    /// so that the next node's drain does not take down what this one's has not yet restored.
     async fn health(&self) -> Result<(), ActionError> {
         node::check_ready(&self.client, self.node.as_str())
+            .await
+            .map_err(|e| failed("health check", e))?;
+        gate::check_gate(&self.client, self.node.as_str(), self.health_pdbs)
             .await
             .map_err(|e| failed("health check", e))?;
         self.commands.health().await

@@ -1,10 +1,10 @@
 //! Drain: cordon, evict through the Eviction API, wait until the evicted pods are gone (a
 //! watch reports each deletion as it happens; a slow re-list is the safety net).
 //!
-//! All state lives in the API server (the cordon, the evictions, the pods' deletion), none in
-//! this process, so [`drain`] is idempotent and cancel-safe: dropping its future at any await
-//! (the caller's timeout) leaves nothing to clean up but the cordon, and calling it again
-//! carries on where the cluster is. It spawns no task that could outlive the future.
+//! All state lives in the API server (the cordon, the record of what is evicted, the
+//! evictions, the pods' deletion), none in this process, so [`drain`] is idempotent and
+//! cancel-safe: dropping its future at any await (the caller's timeout) leaves nothing to clean
+//! up but the cordon, and calling it again carries on where the cluster is. It spawns no task that could outlive the future.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::error::{Error, Refusal, RefusalReason, Result};
+use crate::gate::{self, Leaving};
 use crate::node;
 
 /// Marks a static pod's mirror in the API server; the kubelet owns it, eviction cannot move it.
@@ -180,10 +181,15 @@ pub async fn drain_with_progress(
     let mut evict = Vec::new();
     let mut wait = Vec::new();
     let mut refusals = Vec::new();
+    let mut leaving = Vec::new();
     let (pods, version) = pods_on(client, node).await?;
     for pod in pods {
         let pod_ref = pod_ref(&pod);
-        match plan(&pod, options) {
+        let planned = plan(&pod, options);
+        if matches!(planned, Ok(Plan::Wait | Plan::Evict)) {
+            leaving.push(Leaving::of(&pod));
+        }
+        match planned {
             Ok(Plan::Leave) => debug!(node, pod = %pod_ref, "leaving the pod on the node"),
             Ok(Plan::Wait) => wait.push(pod_ref),
             Ok(Plan::Evict) => evict.push(pod_ref),
@@ -199,6 +205,9 @@ pub async fn drain_with_progress(
             refusals,
         });
     }
+    // Pods already terminating count too: an interrupted drain of this window may have
+    // evicted them, and the health gate waits for their workloads all the same.
+    gate::record(client, node, &leaving).await?;
     info!(
         node,
         evicting = evict.len(),

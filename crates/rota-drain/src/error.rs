@@ -69,6 +69,20 @@ pub enum Error {
     NodeNotFound { node: String },
     #[error("node {node} is not Ready: {detail}")]
     NodeNotReady { node: String, detail: String },
+    #[error(
+        "node {node} is not ready to hand its slot on: {}",
+        .reasons.join("; ")
+    )]
+    NotRestored { node: String, reasons: Vec<String> },
+    #[error(
+        "node {node}: annotation {annotation} is not what rota wrote ({detail}); remove it with \
+         kubectl annotate node {node} {annotation}- to stop waiting for what it lists"
+    )]
+    BadAnnotation {
+        node: String,
+        annotation: &'static str,
+        detail: String,
+    },
     #[error("node {node} cannot be drained safely: {}", list(.refusals))]
     Refused {
         node: String,

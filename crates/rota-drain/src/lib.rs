@@ -5,11 +5,16 @@
 mod actions;
 mod drain;
 mod error;
+mod gate;
 mod node;
 
 pub use actions::{DEFAULT_REBOOT_COMMAND, KubeActions};
 pub use drain::{DrainOptions, MIRROR_ANNOTATION, Progress, drain, drain_with_progress};
 pub use error::{Error, Refusal, RefusalReason, Result};
+pub use gate::{
+    EVICTED_ANNOTATION, Evicted, Workload, check_gate, evicted, unsatisfied_pdbs,
+    workloads_not_restored,
+};
 pub use node::{check_ready, cordon, is_cordoned, uncordon};
 
 /// A client for the drain: `config` with kube's default retry of 429, 503 and 504 turned off.

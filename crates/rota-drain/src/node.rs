@@ -6,6 +6,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use crate::error::{Error, Result};
+use crate::gate::EVICTED_ANNOTATION;
 
 async fn get(client: &Client, node: &str) -> Result<Node> {
     Api::<Node>::all(client.clone())
@@ -17,10 +18,10 @@ async fn get(client: &Client, node: &str) -> Result<Node> {
         })
 }
 
-async fn set_unschedulable(client: &Client, node: &str, unschedulable: bool) -> Result<()> {
-    // A merge patch of the one field: it cannot overwrite a concurrent change to anything else
-    // on the Node, and setting the value it already has is a no-op, so repeating it is safe.
-    let patch = json!({ "spec": { "unschedulable": unschedulable } });
+/// Merge patches only the fields concerned: it cannot overwrite a concurrent change to anything
+/// else on the Node, and setting the value a field already has is a no-op, so repeating one is
+/// safe.
+async fn patch_node(client: &Client, node: &str, patch: serde_json::Value) -> Result<()> {
     match Api::<Node>::all(client.clone())
         .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
         .await
@@ -35,12 +36,17 @@ async fn set_unschedulable(client: &Client, node: &str, unschedulable: bool) -> 
 
 /// Marks the node unschedulable, as `kubectl cordon` does.
 pub async fn cordon(client: &Client, node: &str) -> Result<()> {
-    set_unschedulable(client, node, true).await
+    patch_node(client, node, json!({ "spec": { "unschedulable": true } })).await
 }
 
-/// Makes the node schedulable again, as `kubectl uncordon` does.
+/// Makes the node schedulable again, as `kubectl uncordon` does. In the same write it forgets
+/// what rota's drain evicted ([`EVICTED_ANNOTATION`]): rota uncordons when a window ends.
 pub async fn uncordon(client: &Client, node: &str) -> Result<()> {
-    set_unschedulable(client, node, false).await
+    let patch = json!({
+        "metadata": { "annotations": { EVICTED_ANNOTATION: null } },
+        "spec": { "unschedulable": false },
+    });
+    patch_node(client, node, patch).await
 }
 
 /// Whether the node is marked unschedulable.

@@ -269,8 +269,33 @@ async fn the_chart_applies_and_its_rbac_is_enough_to_drain_and_no_more() -> Resu
         "the drain evicted its own agent"
     );
     rota_drain::check_ready(&agent_client, &node).await?;
+    // The health gate reads what it needs: the drain recorded the Deployment, whose replacement
+    // pod cannot run on the cordoned node, and the PodDisruptionBudgets can be listed.
+    let evicted = rota_drain::evicted(&agent_client, &node)
+        .await?
+        .context("the drain recorded no evictions")?;
+    ensure!(
+        evicted
+            .controllers
+            .iter()
+            .any(|w| w.kind == "Deployment" && w.namespace == scope.namespace() && w.name == "api"),
+        "{evicted:?}"
+    );
+    let expected = format!(
+        "1 of 1 pods of Deployment {}/api are not Ready",
+        scope.namespace()
+    );
+    match rota_drain::check_gate(&agent_client, &node, true).await {
+        Err(rota_drain::Error::NotRestored { reasons, .. })
+            if reasons.iter().any(|r| r == &expected) => {}
+        other => bail!("the gate as the agent: {other:?}"),
+    }
     rota_drain::uncordon(&agent_client, &node).await?;
     ensure!(!rota_drain::is_cordoned(&agent_client, &node).await?);
+    ensure!(
+        rota_drain::evicted(&agent_client, &node).await?.is_none(),
+        "the uncordon kept the record of evictions"
+    );
 
     // ...Leases in its own namespace too, but nothing beyond what it needs.
     let lease = Lease {
@@ -339,6 +364,14 @@ fn bad_values_fail_helm_template_with_a_clear_message() -> Result<()> {
         (
             "agent.rebootSentinels=[\"/etc/reboot-now\"]",
             "host path /etc/reboot-now is not under any of hostMounts",
+        ),
+        (
+            "agent.releaseDelay=30",
+            "at '/agent/releaseDelay': got number, want string",
+        ),
+        (
+            "agent.healthPdbs=\"yes\"",
+            "at '/agent/healthPdbs': got string, want boolean",
         ),
         (
             "agent.logFormat=\"yaml\"",
@@ -525,5 +558,28 @@ fn the_chart_renders_metrics_notifications_and_log_format_as_agent_flags() -> Re
             "{absent} with metrics disabled:\n{disabled}"
         );
     }
+    Ok(())
+}
+
+#[test]
+fn the_chart_renders_the_health_gate_values_as_agent_flags() -> Result<()> {
+    if std::env::var(SKIP_ENV).is_ok_and(|v| v == "1") {
+        return Ok(());
+    }
+    let gate_flags = |args: Vec<String>| -> Vec<String> {
+        args.into_iter()
+            .filter(|a| a.starts_with("--release-delay") || a.starts_with("--health-pdbs"))
+            .collect()
+    };
+    let default = gate_flags(agent_args(&rendered_daemonset(&[])?)?);
+    ensure!(default == ["--release-delay=0s"], "defaults: {default:?}");
+    let custom = gate_flags(agent_args(&rendered_daemonset(&[
+        "agent.releaseDelay=\"2m\"".to_string(),
+        "agent.healthPdbs=true".to_string(),
+    ])?)?);
+    ensure!(
+        custom == ["--release-delay=2m", "--health-pdbs"],
+        "custom: {custom:?}"
+    );
     Ok(())
 }

@@ -43,6 +43,7 @@ fn config(args: AgentArgs) -> AgentConfig {
     config.reboot_timeout = args.reboot_timeout;
     config.verify_timeout = args.verify_timeout;
     config.health_interval = args.health_interval;
+    config.release_delay = args.release_delay;
     config.session_ttl = args.session_ttl;
     config.backoff = BackoffPolicy {
         initial: args.backoff_initial,
@@ -84,11 +85,12 @@ async fn actions(args: &AgentArgs) -> Result<Arc<dyn NodeActions>> {
                     args.drain_delete_emptydir_data,
                 ),
                 ("--drain-grace-period", args.drain_grace_period.is_some()),
+                ("--health-pdbs", args.health_pdbs),
             ];
             if let Some((flag, _)) = kube_only.iter().find(|(_, given)| *given) {
                 bail!(
-                    "{flag} needs --node-actions kube; with --node-actions command the \
-                     --drain-command drains the node"
+                    "{flag} needs --node-actions kube; with --node-actions command rota does \
+                     not use the Kubernetes API for the node (the --drain-command drains it)"
                 );
             }
             Arc::new(CommandActions {
@@ -107,19 +109,22 @@ async fn actions(args: &AgentArgs) -> Result<Arc<dyn NodeActions>> {
                 );
             }
             let client = crate::store::client(args.store.kubeconfig.as_ref()).await?;
-            Arc::new(KubeActions::new(
-                client,
-                args.node.clone(),
-                DrainOptions {
-                    concurrency: args.drain_concurrency.unwrap_or(DEFAULT_DRAIN_CONCURRENCY),
-                    force: args.drain_force,
-                    delete_emptydir_data: args.drain_delete_emptydir_data,
-                    grace_period: args.drain_grace_period,
-                    ..DrainOptions::default()
-                },
-                args.reboot_command.clone(),
-                command(&args.health_command),
-            ))
+            Arc::new(
+                KubeActions::new(
+                    client,
+                    args.node.clone(),
+                    DrainOptions {
+                        concurrency: args.drain_concurrency.unwrap_or(DEFAULT_DRAIN_CONCURRENCY),
+                        force: args.drain_force,
+                        delete_emptydir_data: args.drain_delete_emptydir_data,
+                        grace_period: args.drain_grace_period,
+                        ..DrainOptions::default()
+                    },
+                    args.reboot_command.clone(),
+                    command(&args.health_command),
+                )
+                .health_pdbs(args.health_pdbs),
+            )
         }
     })
 }

@@ -446,6 +446,14 @@ pub struct AgentArgs {
     /// Pause between health checks.
     #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "5s")]
     pub health_interval: Duration,
+    /// Once the node is healthy, keep its slot this long before handing it on; health checks
+    /// go on meanwhile, and a failed one starts the delay again.
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "0s")]
+    pub release_delay: Duration,
+    /// With --node-actions kube: also wait, before the slot goes back, until every
+    /// PodDisruptionBudget in the cluster is satisfied again.
+    #[arg(long)]
+    pub health_pdbs: bool,
     /// A session not renewed for this long is expired and its writes are refused.
     #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "30s")]
     pub session_ttl: Duration,

@@ -334,6 +334,19 @@ fn bad_input_is_refused_with_one_clear_line() {
             "--drain-force needs --node-actions kube",
         ),
         (
+            vec!["--node".into(), "n".into(), "--health-pdbs".into()],
+            "--health-pdbs needs --node-actions kube",
+        ),
+        (
+            vec![
+                "--node".into(),
+                "n".into(),
+                "--release-delay".into(),
+                "a while".into(),
+            ],
+            "a while",
+        ),
+        (
             vec![
                 "--node".into(),
                 "n".into(),
@@ -602,5 +615,57 @@ async fn an_operator_request_reboots_the_node_and_a_cancel_withdraws_it() {
     assert!(
         String::from_utf8_lossy(&said.stdout).contains("no pending reboot request"),
         "work in a window is not canceled: {said:?}"
+    );
+}
+
+/// `--release-delay`: the node keeps its slot for the delay after its health check first
+/// passed, and checks go on meanwhile. Timestamps from the health command and the history, not
+/// the test's clock, show the order.
+#[tokio::test]
+async fn the_slot_goes_back_no_earlier_than_the_release_delay_after_the_node_is_healthy() {
+    const DELAY_MS: i64 = 3000;
+    let host = Host::new();
+    let checks = host.path("health.log");
+    let health = format!("date +%s%3N >> {}", checks.display());
+    let flags = ["--health-command", &health, "--release-delay", "3s"];
+    let agent = host.agent(&flags);
+    host.wait_for("registered", |_| true).await;
+    touch(&host.root("run/reboot-needed"));
+    host.wait_until("the reboot command", || host.count("reboot") == 1)
+        .await;
+    agent.kill();
+    host.reboot_host("boot-2");
+    let _agent = host.agent(&flags);
+    let record = host
+        .wait_for("idle after the reboot", |r| {
+            r.state == NodeState::Idle && r.last_result.as_deref() == Some("finished")
+        })
+        .await;
+    assert_eq!(record.slot, None, "the slot was released");
+
+    let passes: Vec<i64> = std::fs::read_to_string(&checks)
+        .expect("health log")
+        .lines()
+        .map(|l| l.trim().parse().expect("a timestamp in ms"))
+        .collect();
+    let first_pass = *passes.first().expect("a passed health check");
+    let entries = host
+        .store()
+        .await
+        .history(&rota_store::HistoryFilter::default())
+        .await
+        .expect("history");
+    let released = entries
+        .iter()
+        .find(|e| e.event == HistoryEvent::Finished && e.released)
+        .expect("a finished entry that released the slot");
+    assert!(
+        released.at >= first_pass + DELAY_MS,
+        "released at {} but healthy since {first_pass}: less than the delay of {DELAY_MS} ms",
+        released.at
+    );
+    assert!(
+        passes.len() >= 2,
+        "the health checks went on during the delay: {passes:?}"
     );
 }

@@ -11,8 +11,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{Node, PodSpec, PodTemplateSpec};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -675,5 +675,223 @@ async fn procedures_run_once_per_node_in_priority_order_in_one_window() -> Resul
     for name in [&low, &high] {
         api.delete(name, &DeleteParams::default()).await?;
     }
+    scope.cleanup().await
+}
+
+/// A Deployment `app` of `replicas` pods kept by the scheduler on this scope's nodes that also
+/// carry the label `pool=<pool>`.
+async fn deployment_in_pool(scope: &Scope, app: &str, replicas: i32, pool: &str) -> Result<()> {
+    let mut selector = scope.labels();
+    selector.insert(POOL_LABEL.into(), pool.into());
+    let deployment = Deployment {
+        metadata: ObjectMeta {
+            name: Some(app.into()),
+            ..ObjectMeta::default()
+        },
+        spec: DeploymentSpec {
+            replicas: Some(replicas),
+            selector: LabelSelector {
+                match_labels: Some(app_labels(app)),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(app_labels(app)),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    node_selector: Some(selector),
+                    ..testenv::pod_spec()
+                }),
+            },
+            ..DeploymentSpec::default()
+        },
+        ..Deployment::default()
+    };
+    scope
+        .api::<Deployment>()
+        .create(&PostParams::default(), &deployment)
+        .await?;
+    Ok(())
+}
+
+const POOL_LABEL: &str = "rota-e2e/pool";
+
+async fn join_pool(scope: &Scope, node: &str, pool: &str) -> Result<()> {
+    let patch = serde_json::json!({ "metadata": { "labels": { POOL_LABEL: pool } } });
+    scope
+        .nodes()
+        .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// The health gate: the Deployment pods that the first node's drain evicted can run nowhere
+/// else (only that node is in their pool), so the node stays in `verifying` with the only slot
+/// after its reboot, and the second node does not start. What was evicted is on the Node, and
+/// outlives the agent crashing and the node rebooting. Once the pods can run elsewhere, the
+/// first node finishes, and only then does the second one start.
+#[tokio::test]
+async fn evicted_pods_that_are_not_ready_again_hold_the_slot() -> Result<()> {
+    let Some(env) = env() else {
+        return Ok(());
+    };
+    let scope = env.scope("kube-gate-pods").await?;
+    let nodes = scope.create_ready_nodes(2).await?;
+    let (first, second) = (&nodes[0], &nodes[1]);
+    join_pool(&scope, first, "web").await?;
+    deployment_in_pool(&scope, "web", 2, "web").await?;
+    let deployments = scope.api::<Deployment>();
+    testenv::wait_for("2 ready replicas of web", PATIENCE, || async {
+        let d = deployments.get("web").await?;
+        Ok((d.status.and_then(|s| s.ready_replicas) == Some(2)).then_some(()))
+    })
+    .await?;
+
+    let fleet = fleet(
+        env,
+        &scope,
+        &nodes,
+        args(&["--concurrency", "1", "--health-interval", "200ms"]),
+    )
+    .await;
+    let store = fleet.store().await?;
+    let watch = DisruptionWatch::start(&scope, 1, BTreeSet::new());
+    fleet.hold_reboots(first, true)?;
+    fleet.start_all()?;
+    wait_started(&fleet, &store).await;
+    fleet.request_reboot(first)?;
+    wait_state(&fleet, &store, first, NodeState::Rebooting).await;
+    fleet.request_reboot(second)?;
+    wait_state(&fleet, &store, second, NodeState::Queued).await;
+
+    let web = rota_drain::Workload {
+        kind: "Deployment".into(),
+        namespace: scope.namespace().into(),
+        name: "web".into(),
+    };
+    let evicted = rota_drain::evicted(&scope.client(), first)
+        .await?
+        .context("no record of the evictions on the Node")?;
+    assert_eq!(evicted.controllers, BTreeSet::from([web.clone()]));
+    // The agent dies before the machine goes down; then the reboot kills it again.
+    fleet.crash_and_restart(first)?;
+    fleet.hold_reboots(first, false)?;
+    wait_state(&fleet, &store, first, NodeState::Verifying).await;
+    let reason = format!("2 of 2 pods of {web} are not Ready");
+    wait(&fleet, "the gate's reason in the agent's log", || async {
+        Ok(fleet.logs(400).contains(&reason).then_some(()))
+    })
+    .await;
+    // Held: the gate keeps failing, so nothing moves.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let held = record(&store, first).await?.context("no record")?;
+    assert_eq!(held.state, NodeState::Verifying, "{held:?}");
+    assert!(held.slot.is_some(), "{held:?}");
+    let waiting = record(&store, second).await?.context("no record")?;
+    assert_eq!(waiting.state, NodeState::Queued, "{waiting:?}");
+    assert!(!unschedulable(&scope, second).await?, "{second} started");
+    assert_eq!(
+        rota_drain::evicted(&scope.client(), first)
+            .await?
+            .map(|e| e.controllers),
+        Some(BTreeSet::from([web.clone()])),
+        "the record outlived the crash and the reboot"
+    );
+
+    join_pool(&scope, second, "web").await?;
+    wait_finished(&fleet, &store, first, 1).await;
+    wait_finished(&fleet, &store, second, 1).await;
+    let released = history(&store, first)
+        .await?
+        .into_iter()
+        .find(|e| e.event == HistoryEvent::Finished && e.released)
+        .context("no release of the first node")?;
+    let started = history(&store, second)
+        .await?
+        .into_iter()
+        .find(|e| e.event == HistoryEvent::Started)
+        .context("the second node never started")?;
+    assert!(
+        started.at >= released.at,
+        "{second} started at {} before {first} released at {}",
+        started.at,
+        released.at
+    );
+    let seen = watch.seen()?;
+    assert!(seen.over_limit.is_empty(), "{seen:?}");
+    for node in &nodes {
+        assert_rebooted_once(&fleet, &store, node).await?;
+        assert!(!unschedulable(&scope, node).await?, "{node} left cordoned");
+        assert!(
+            rota_drain::evicted(&scope.client(), node).await?.is_none(),
+            "{node} kept its record of evictions after its window"
+        );
+    }
+    fleet.shutdown().await?;
+    scope.cleanup().await
+}
+
+/// `--health-pdbs`: a PodDisruptionBudget elsewhere in the cluster that is not satisfied keeps
+/// the node in `verifying` with its slot; once it is satisfied, the node finishes. The gate
+/// reads every budget of the cluster, so an unsatisfied one left behind by another test (one
+/// that was killed before its cleanup) holds this node too.
+#[tokio::test]
+async fn an_unsatisfied_disruption_budget_holds_the_release_with_health_pdbs() -> Result<()> {
+    let Some(env) = env() else {
+        return Ok(());
+    };
+    let scope = env.scope("kube-gate-pdbs").await?;
+    let nodes = scope.create_ready_nodes(2).await?;
+    // The budget's pod is on the node without an agent: only the budget's state matters.
+    let (node, other) = (&nodes[0], &nodes[1]);
+    pods_on(&scope, "guarded", std::slice::from_ref(other)).await?;
+    create_pdb(&scope, "guarded", Some(2), None, 0).await?;
+    let fleet = fleet(
+        env,
+        &scope,
+        std::slice::from_ref(node),
+        args(&[
+            "--concurrency",
+            "1",
+            "--drain-force",
+            "--health-pdbs",
+            "--health-interval",
+            "200ms",
+        ]),
+    )
+    .await;
+    let store = fleet.store().await?;
+    fleet.start_all()?;
+    wait_started(&fleet, &store).await;
+    fleet.request_reboot(node)?;
+    wait_state(&fleet, &store, node, NodeState::Verifying).await;
+    let reason = format!(
+        "{}/guarded (1 of 2 required pods healthy)",
+        scope.namespace()
+    );
+    wait(
+        &fleet,
+        "the unsatisfied budget in the agent's log",
+        || async { Ok(fleet.logs(400).contains(&reason).then_some(())) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let held = record(&store, node).await?.context("no record")?;
+    assert_eq!(held.state, NodeState::Verifying, "{held:?}");
+    assert!(held.slot.is_some(), "{held:?}");
+
+    scope
+        .api::<PodDisruptionBudget>()
+        .patch(
+            "guarded",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "spec": { "minAvailable": 1 } })),
+        )
+        .await?;
+    wait_finished(&fleet, &store, node, 1).await;
+    assert_rebooted_once(&fleet, &store, node).await?;
+    assert!(!unschedulable(&scope, node).await?, "{node} left cordoned");
+    fleet.shutdown().await?;
     scope.cleanup().await
 }
