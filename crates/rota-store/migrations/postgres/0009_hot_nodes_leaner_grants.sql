@@ -165,6 +165,21 @@ BEGIN
         IF p_w_to IS NULL THEN
             SELECT array_agg(process ORDER BY id) INTO v_processes FROM requests
             WHERE node = p_node AND state = p_w_from;
+        ELSIF p_w_releases THEN
+            -- A window that ends: one statement moves the requests, clears their backoff and
+            -- gives the slot back.
+            WITH moved AS (
+                UPDATE requests SET state = p_w_to,
+                    finished_at = CASE WHEN p_w_to IN ('done', 'canceled') THEN v_now END
+                WHERE node = p_node AND state = p_w_from RETURNING id, process
+            ), cleared AS (
+                DELETE FROM backoff
+                WHERE p_w_clears_backoff AND node = p_node
+                  AND process IN (SELECT process FROM moved)
+            ), freed AS (
+                DELETE FROM slots WHERE holder = p_node
+            )
+            SELECT array_agg(process ORDER BY id) INTO v_processes FROM moved;
         ELSE
             WITH moved AS (
                 UPDATE requests SET state = p_w_to,
@@ -176,7 +191,7 @@ BEGIN
                 DELETE FROM backoff WHERE node = p_node AND process = ANY (v_processes);
             END IF;
         END IF;
-        IF p_w_releases THEN
+        IF p_w_releases AND p_w_to IS NULL THEN
             DELETE FROM slots WHERE holder = p_node;
         END IF;
         IF v_processes IS NULL AND p_w_fallback IS NOT NULL THEN
