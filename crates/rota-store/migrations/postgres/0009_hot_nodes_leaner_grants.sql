@@ -97,11 +97,14 @@ END
 $$;
 
 -- 0004's transition with the window change inline (rota_write_window of 0006, which unlock
--- still calls) and the session check in the node's UPDATE: after the row lock, one statement
--- checks the session, compares the state, writes the node and reads its slot, and the reason
--- for a refusal is worked out only when there is one. The slot is read before the window
--- change (the history entries carry it) and the node's slot afterwards is the same unless the
--- change released it: a node's slot is taken and given back only under its row lock.
+-- still calls) and the session check in the node's UPDATE: one statement locks the row, checks
+-- the session, compares the state, writes the node and reads its slot, and the reason for a
+-- refusal is worked out only when there is one. A session superseded while the UPDATE waited
+-- for the row lock is seen: superseding also points the node's row at the new session, and the
+-- UPDATE re-checks the row's new version (`n.session_id = p_session`). The slot is read before
+-- the window change (the history entries carry it) and the node's slot afterwards is the same
+-- unless the change released it: a node's slot is taken and given back only under its row
+-- lock.
 CREATE OR REPLACE FUNCTION rota_transition(
     p_node TEXT, p_session BIGINT, p_from TEXT, p_to TEXT,
     p_clears_process BOOLEAN, p_process TEXT, p_resets_cordon BOOLEAN,
@@ -124,8 +127,12 @@ DECLARE
     v_processes TEXT[];
     v_event     TEXT := p_w_event;
 BEGIN
-    SELECT n.state, n.process, n.session_id INTO v_state, v_process, v_session
-    FROM nodes n WHERE n.node = p_node FOR UPDATE;
+    -- A window change locks the row first, so that the UPDATE's snapshot, which gives the
+    -- history entries their slot, is taken after every earlier grant or release of the node;
+    -- it also needs the node's process from before. Without one the UPDATE locks the row.
+    IF p_w_event IS NOT NULL THEN
+        SELECT n.process INTO v_process FROM nodes n WHERE n.node = p_node FOR UPDATE;
+    END IF;
     v_now := rota_now_ms();
     UPDATE nodes n SET state = p_to, since = v_now,
         process = CASE WHEN p_clears_process THEN NULL ELSE COALESCE(p_process, n.process) END,
@@ -149,6 +156,7 @@ BEGIN
         n.last_result, (SELECT h.slot FROM slots h WHERE h.holder = p_node)
     INTO v_result;
     IF NOT FOUND THEN
+        SELECT n.state, n.session_id INTO v_state, v_session FROM nodes n WHERE n.node = p_node;
         IF v_session IS DISTINCT FROM p_session OR NOT EXISTS (
             SELECT 1 FROM sessions s
             WHERE s.id = p_session AND NOT s.superseded AND s.deadline > v_now
