@@ -7,7 +7,10 @@
 -- index grew by a page per few hundred transitions (54 pages for 32 nodes after 10 s of
 -- `rota bench`), which every queue count then scanned. The planner chose a sequential scan of
 -- the nodes for the queue count anyway; without the index every update of a node is HOT, and
--- free space left in each page (fillfactor) keeps the new versions on the same page.
+-- free space left in each page (fillfactor) keeps the new versions on the same page. The cost
+-- moves to large fleets: there a queue count reads the whole nodes table (a few hundred pages
+-- for thousands of hosts), but only for a queued node, once when it queues and once per change
+-- that may be its turn, while every transition of every node was paying for the index.
 DROP INDEX nodes_queued_at;
 ALTER TABLE nodes SET (fillfactor = 50);
 
