@@ -820,7 +820,9 @@ impl Agent {
             && self.kustodian_starting(running)
             && !self.window_open(running)
         {
-            return self.postpone(running, &record, "kustodian's maintenance").await;
+            return self
+                .postpone(running, &record, "kustodian's maintenance")
+                .await;
         }
         if active.contains(&Process::Maintenance) && !self.kustodian_done(running).await? {
             return self.wait(running, None, None).await;

@@ -1071,7 +1071,11 @@ pub async fn a_postponed_window_requeues_its_work_without_backoff(store: Arc<dyn
     );
     assert!(store.slot_holders().await.expect("holders").is_empty());
     assert!(
-        store.backoffs(&node("a")).await.expect("backoffs").is_empty(),
+        store
+            .backoffs(&node("a"))
+            .await
+            .expect("backoffs")
+            .is_empty(),
         "a postponement is no failure"
     );
     let open = store.open_requests(&node("a")).await.expect("open");
@@ -1109,7 +1113,12 @@ pub async fn a_postponed_window_requeues_its_work_without_backoff(store: Arc<dyn
     let b = session(&*store, "b").await;
     enqueue(&*store, &b, now_millis() - 2000).await;
     assert!(
-        store.try_acquire_slot(&b).await.expect("acquire").slot().is_some(),
+        store
+            .try_acquire_slot(&b)
+            .await
+            .expect("acquire")
+            .slot()
+            .is_some(),
         "the released slot is free for the next node"
     );
 }
@@ -1117,7 +1126,10 @@ pub async fn a_postponed_window_requeues_its_work_without_backoff(store: Arc<dyn
 /// Every resume records when the rollout began, paused or not; the latest one counts.
 pub async fn resume_starts_a_new_rollout(store: Arc<dyn Store>) {
     assert_eq!(store.resumed_at().await.expect("resumed at"), None);
-    store.pause("failure budget exhausted").await.expect("pause");
+    store
+        .pause("failure budget exhausted")
+        .await
+        .expect("pause");
     // Two pauses at once (two agents exhausting the budget together) both succeed.
     let (first, second) = tokio::join!(store.pause("budget one"), store.pause("budget two"));
     first.expect("first pause");

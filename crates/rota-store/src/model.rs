@@ -329,7 +329,10 @@ impl Pause {
 
 /// Reads the stored time of the last resume (decimal milliseconds, one value in the store's
 /// key-value settings); a missing or empty value means the fleet was never resumed.
-pub fn decode_resumed_at(column: &'static str, value: Option<&str>) -> crate::Result<Option<Millis>> {
+pub fn decode_resumed_at(
+    column: &'static str,
+    value: Option<&str>,
+) -> crate::Result<Option<Millis>> {
     let Some(value) = value.filter(|v| !v.is_empty()) else {
         return Ok(None);
     };

@@ -106,7 +106,14 @@ async fn a_window_closing_during_the_drain_postpones_the_reboot_to_the_next_wind
         log = log.display(),
         once = once.display()
     );
-    let flags = ["--window", &first, "--window", &next, "--drain-command", &drain];
+    let flags = [
+        "--window",
+        &first,
+        "--window",
+        &next,
+        "--drain-command",
+        &drain,
+    ];
     let agent = host.agent(&flags);
     host.wait_for("registered", |_| true).await;
     touch(&host.root("run/reboot-needed"));
@@ -122,11 +129,19 @@ async fn a_window_closing_during_the_drain_postpones_the_reboot_to_the_next_wind
     assert_eq!(record.state, NodeState::Queued, "{record:?}");
     assert_eq!(record.slot, None, "the slot went back");
     assert!(!record.cordoned_by_rota);
-    assert_eq!(host.log(), ["drain", "uncordon"], "no reboot after the close");
+    assert_eq!(
+        host.log(),
+        ["drain", "uncordon"],
+        "no reboot after the close"
+    );
     let store = host.store().await;
     assert!(store.slot_holders().await.expect("holders").is_empty());
     assert!(
-        store.backoffs(&host.node).await.expect("backoffs").is_empty(),
+        store
+            .backoffs(&host.node)
+            .await
+            .expect("backoffs")
+            .is_empty(),
         "a postponement is no failure"
     );
     assert!(entries(&host, HistoryEvent::Failed).await.is_empty());
@@ -268,7 +283,11 @@ async fn an_exhausted_failure_budget_pauses_the_fleet_until_resumed() {
     second
         .wait_until("the second reboot", || second.count("reboot") == 1)
         .await;
-    assert_eq!(store.paused().await.expect("paused"), None, "not paused again");
+    assert_eq!(
+        store.paused().await.expect("paused"),
+        None,
+        "not paused again"
+    );
     let failed = store
         .history(&HistoryFilter {
             event: Some(HistoryEvent::Failed),

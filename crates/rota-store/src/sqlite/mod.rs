@@ -29,8 +29,7 @@ use self::writer::{Op, Reply};
 use crate::error::{Context, Error, Result};
 use crate::model::{
     Acquire, BackoffRecord, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome, Pause,
-    ProcedureRecord, RequestRecord, Session, SlotHolder, Transition, decode_resumed_at,
-    now_millis,
+    ProcedureRecord, RequestRecord, Session, SlotHolder, Transition, decode_resumed_at, now_millis,
 };
 use crate::store::Store;
 

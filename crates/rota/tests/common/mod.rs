@@ -117,9 +117,7 @@ impl Host {
     }
 
     pub async fn store(&self) -> SqliteStore {
-        SqliteStore::open(&self.db)
-            .await
-            .expect("open store")
+        SqliteStore::open(&self.db).await.expect("open store")
     }
 
     pub async fn record(&self) -> Option<NodeRecord> {
