@@ -91,6 +91,46 @@ async fn a_closed_window_keeps_the_node_queued_until_it_opens() {
 }
 
 #[tokio::test]
+async fn a_node_already_in_the_queue_waits_for_its_window_without_a_slot() {
+    let host = Host::new();
+    host.store().await;
+    // Queued while the fleet was paused, with no window: its place in the queue is now.
+    rota(&host, &["pause", "--reason", "queue first"]);
+    let agent = host.agent(&[]);
+    host.wait_for("registered", |_| true).await;
+    touch(&host.root("run/reboot-needed"));
+    let queued = host
+        .wait_for("queued", |r| {
+            r.state == NodeState::Queued && r.queued_at.is_some()
+        })
+        .await;
+    agent.kill();
+    rota(&host, &["resume"]);
+
+    let opens = now_s() + 5;
+    let spec = window(opens, opens + 3600);
+    let _agent = host.agent(&["--window", &spec]);
+    let moved = host
+        .wait_for("its place moved to the opening", |r| {
+            r.queued_at.is_some_and(|q| q >= opens * 1000)
+        })
+        .await;
+    assert_eq!(moved.state, NodeState::Queued);
+    assert!(moved.queued_at > queued.queued_at);
+    while now_s() < opens - 1 {
+        let record = host.record().await.expect("record");
+        assert_eq!(record.slot, None, "no slot outside the window: {record:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(host.count("drain"), 0);
+    assert!(entries(&host, HistoryEvent::Started).await.is_empty());
+    host.wait_until("the reboot", || host.count("reboot") == 1)
+        .await;
+    let started = entries(&host, HistoryEvent::Started).await;
+    assert!(started[0].at >= opens * 1000, "{started:?}");
+}
+
+#[tokio::test]
 async fn a_window_closing_during_the_drain_postpones_the_reboot_to_the_next_window() {
     let host = Host::new();
     let now = now_s();
