@@ -374,3 +374,115 @@ fn bad_windows_and_budgets_are_refused_at_start() {
         assert!(!host.db.exists(), "the agent did not start: no store");
     }
 }
+
+/// `rota mop submit` of `script` as procedure `name` with `priority`.
+fn submit(host: &Host, name: &str, priority: &str, script: &str) {
+    let file = host.path(&format!("{name}.sh"));
+    std::fs::write(&file, script).expect("script file");
+    let file = file.display().to_string();
+    rota(
+        host,
+        &[
+            "mop",
+            "submit",
+            "--name",
+            name,
+            "--priority",
+            priority,
+            "--script",
+            &file,
+        ],
+    );
+}
+
+fn script_log(host: &Host) -> Vec<String> {
+    std::fs::read_to_string(host.path("scripts.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_running_procedure_finishes_after_the_close_and_the_next_one_waits() {
+    let host = Host::new();
+    host.store().await;
+    let log = host.path("scripts.log");
+    let release = host.path("release-first");
+    submit(
+        &host,
+        "first",
+        "10",
+        &format!(
+            "echo start first >> {log}\nwhile [ ! -e {release} ]; do sleep 0.05; done\necho end first >> {log}\n",
+            log = log.display(),
+            release = release.display()
+        ),
+    );
+    submit(
+        &host,
+        "second",
+        "20",
+        &format!("echo start second >> {}\n", log.display()),
+    );
+    let now = now_s();
+    let closes = now + 4;
+    let next_opens = now + 12;
+    let first = window(now - 60, closes);
+    let next = window(next_opens, next_opens + 3600);
+    let _agent = host.agent(&[
+        "--window",
+        &first,
+        "--window",
+        &next,
+        "--procedure-poll",
+        "100ms",
+    ]);
+    host.wait_until("the first procedure", || {
+        script_log(&host).contains(&"start first".to_string())
+    })
+    .await;
+    while now_s() <= closes {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The window closed while it ran: it is not stopped, and ends when its script says so.
+    std::fs::write(&release, b"").expect("release");
+    let record = host
+        .wait_for("postponed", |r| {
+            r.last_result
+                .as_deref()
+                .is_some_and(|l| l.starts_with("postponed"))
+        })
+        .await;
+    assert_eq!(record.state, NodeState::Queued, "{record:?}");
+    assert_eq!(record.slot, None);
+    assert_eq!(script_log(&host), ["start first", "end first"]);
+    assert_eq!(host.log(), ["drain", "uncordon"]);
+    let finished = entries(&host, HistoryEvent::Finished).await;
+    assert_eq!(finished.len(), 1, "{finished:?}");
+    assert_eq!(finished[0].process, Process::mop("first").expect("process"));
+    let postponed = entries(&host, HistoryEvent::Postponed).await;
+    assert_eq!(postponed.len(), 1, "{postponed:?}");
+    assert_eq!(
+        postponed[0].process,
+        Process::mop("second").expect("process")
+    );
+    let cause = postponed[0].cause.as_deref().unwrap_or_default();
+    assert!(cause.contains("before procedure second"), "{cause}");
+
+    // The next window runs the rest, and only the rest.
+    host.wait_for("idle after the next window", |r| {
+        r.state == NodeState::Idle && r.slot.is_none()
+    })
+    .await;
+    assert_eq!(
+        script_log(&host),
+        ["start first", "end first", "start second"]
+    );
+    let started = entries(&host, HistoryEvent::Started).await;
+    assert!(
+        started.iter().any(|e| e.at >= next_opens * 1000),
+        "{started:?}"
+    );
+    assert!(entries(&host, HistoryEvent::Failed).await.is_empty());
+}
