@@ -24,6 +24,8 @@ use crate::error::{ActionError, Error, Result};
 use crate::observer::{AgentObserver, WorkOutcome};
 use crate::procedures::{ORPHAN_POLL, RunState, Runner, attempt_run};
 
+mod gate;
+
 /// Pause before retrying a step whose store write or node action failed transiently.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
 
@@ -60,6 +62,9 @@ struct Running {
     /// When the node's current verification (by its start) was first found healthy, for the
     /// release delay. Not persisted: a restart starts the delay again, the safe direction.
     healthy_since: Option<(Millis, Instant)>,
+    /// Whether the maintenance window was open at the last check, so that each opening and
+    /// closing is logged once.
+    window_seen: Option<bool>,
 }
 
 /// A node's procedures by name.
@@ -201,6 +206,7 @@ impl Agent {
             pause_logged: None,
             fenced: None,
             healthy_since: None,
+            window_seen: None,
         };
         let result = self.run_steps(&mut running).await;
         self.tell(|o| o.session(false));
@@ -395,6 +401,9 @@ impl Agent {
             WindowChange::Finish => Some((WorkOutcome::Finished, None)),
             WindowChange::Fail { cause, .. } => Some((WorkOutcome::Failed, Some(cause.clone()))),
             WindowChange::Cancel { reason } => Some((WorkOutcome::Canceled, Some(reason.clone()))),
+            WindowChange::Postpone { reason } => {
+                Some((WorkOutcome::Postponed, Some(reason.clone())))
+            }
             _ => None,
         };
         // The store ends the window's active requests in the transition; read them first so
@@ -616,7 +625,8 @@ impl Agent {
             .any(|p| p.as_os_str() == source)
     }
 
-    /// When the node may take a slot: now, or when the backoff of its requests ends.
+    /// When the node may take a slot: now, or when the backoff of its requests ends, or, with
+    /// maintenance windows, when the next one opens after that.
     async fn eligible_at(&self, open: &[RequestRecord]) -> Result<Millis> {
         let backoffs = self.store.backoffs(&self.config.node).await?;
         let until = backoffs
@@ -625,7 +635,7 @@ impl Agent {
             .map(|b| b.until)
             .max()
             .unwrap_or(0);
-        Ok(until.max(now_millis()))
+        Ok(self.window_eligible(until.max(now_millis())))
     }
 
     async fn idle(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
@@ -697,12 +707,20 @@ impl Agent {
         if queued_at > now_millis() {
             return self.wait(running, Some(instant_at(queued_at)), None).await;
         }
+        if !self.window_open(running) {
+            if record.slot.is_some() {
+                // Granted just before a restart, never cordoned: the slot goes back at once.
+                return self.postpone_grant(running).await;
+            }
+            return self.wait_for_window(running, record).await;
+        }
         // Read the counter before asking: a change in between then wakes this waiter at once.
         let seen = *running.changes.borrow_and_update();
         // A paused fleet takes no slot, so the pause is read first; the cordon is read along
         // with the request for a slot, so that a grant goes on to open the window without
         // another round trip.
-        if self.paused(running, seen).await? {
+        if self.paused(running, seen).await? || self.failure_budget_exhausted(running, seen).await?
+        {
             return Ok(());
         }
         let (acquired, cordoned) = tokio::join!(
@@ -736,7 +754,8 @@ impl Agent {
     /// Lets requests that arrived during the window join it (one drain serves them all).
     async fn join_pending(&self, running: &mut Running, record: &NodeRecord) -> Result<NodeRecord> {
         let open = self.sync_requests(running, record).await?;
-        if !open.iter().any(|r| r.state == RequestState::Pending) {
+        // Outside the window, new work waits for the next one.
+        if !open.iter().any(|r| r.state == RequestState::Pending) || !self.window_open(running) {
             return Ok(record.clone());
         }
         if record.state != NodeState::Draining && !drained(record) {
@@ -759,6 +778,9 @@ impl Agent {
     }
 
     async fn draining(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
+        if !self.window_open(running) {
+            return self.postpone(running, record, "the drain").await;
+        }
         let record = self.join_pending(running, record).await?;
         // A node cordoned beforehand is always drained: afterwards, rota could not tell
         // whether its window drained it.
@@ -843,9 +865,17 @@ impl Agent {
             .filter(|r| matches!(r.process, Process::Mop(_)))
             .collect();
         if !procedures.is_empty() {
-            return self.run_procedures(running, &procedures).await;
+            return self.run_procedures(running, &record, &procedures).await;
         }
         let active: Vec<Process> = active.into_iter().map(|r| r.process).collect();
+        if active.contains(&Process::Maintenance)
+            && self.kustodian_starting(running)
+            && !self.window_open(running)
+        {
+            return self
+                .postpone(running, &record, "kustodian's maintenance")
+                .await;
+        }
         if active.contains(&Process::Maintenance) && !self.kustodian_done(running).await? {
             return self.wait(running, None, None).await;
         }
@@ -858,6 +888,9 @@ impl Agent {
             )
             .await?;
             return Ok(());
+        }
+        if !self.window_open(running) {
+            return self.postpone(running, &record, "the reboot").await;
         }
         let seen = *running.changes.borrow_and_update();
         if self.paused(running, seen).await? {
@@ -899,6 +932,7 @@ impl Agent {
     async fn run_procedures(
         &self,
         running: &mut Running,
+        record: &NodeRecord,
         requests: &[&RequestRecord],
     ) -> Result<()> {
         let procedures = self.procedure_map().await?;
@@ -983,6 +1017,15 @@ impl Agent {
                 return self
                     .procedure_failed(running, request, Some(procedure), None, e.to_string())
                     .await;
+            }
+            // Running scripts are never stopped; outside the window no new one starts, and
+            // once none runs, the rest waits for the next window.
+            if !self.window_open(running) {
+                if anything_running {
+                    break;
+                }
+                let step = format!("procedure {}", spec.name);
+                return self.postpone(running, record, &step).await;
             }
             self.store
                 .fence(&running.session, self.config.session_ttl)

@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
-use rota_core::{BackoffPolicy, NodeName};
+use rota_core::{BackoffPolicy, MaintenanceWindows, NodeName};
 
 /// The reboot sentinels watched by default (kured's and the reboot coordinator's).
 pub const DEFAULT_REBOOT_SENTINELS: [&str; 2] = ["/run/reboot-needed", "/var/run/reboot-required"];
@@ -57,6 +57,11 @@ pub struct AgentConfig {
     pub node_labels: BTreeMap<String, String>,
     /// How often to look for new procedures.
     pub procedure_poll: Duration,
+    /// When disruptive steps may start; `None`: at any time.
+    pub windows: Option<MaintenanceWindows>,
+    /// Pause the fleet before taking a slot once this many nodes failed in the rollout;
+    /// `None`: no budget.
+    pub failure_budget: Option<u32>,
 }
 
 impl AgentConfig {
@@ -88,6 +93,8 @@ impl AgentConfig {
             exec_prefix: Vec::new(),
             node_labels: BTreeMap::new(),
             procedure_poll: Duration::from_secs(5),
+            windows: None,
+            failure_budget: None,
         }
     }
 

@@ -10,6 +10,8 @@ pub enum WorkOutcome {
     Finished,
     Failed,
     Canceled,
+    /// The maintenance window closed first: the work waits for the next one.
+    Postponed,
 }
 
 impl WorkOutcome {
@@ -18,6 +20,7 @@ impl WorkOutcome {
             WorkOutcome::Finished => "finished",
             WorkOutcome::Failed => "failed",
             WorkOutcome::Canceled => "canceled",
+            WorkOutcome::Postponed => "postponed",
         }
     }
 }
@@ -42,4 +45,10 @@ pub trait AgentObserver: Send + Sync {
     fn reboot_started(&self, _record: &NodeRecord) {}
     /// The work of one request ended (`cause` says why it failed or was canceled).
     fn work_ended(&self, _process: &Process, _outcome: WorkOutcome, _cause: Option<&str>) {}
+    /// Whether a maintenance window is open (always `true` without configured windows), each
+    /// time the agent checks before a disruptive step.
+    fn window_open(&self, _open: bool) {}
+    /// The failure budget as counted before taking a slot: nodes that failed since the rollout
+    /// began, and the budget.
+    fn failure_budget(&self, _failed: u32, _budget: u32) {}
 }

@@ -145,6 +145,10 @@ pub enum Event {
     Retry,
     /// An operator releases a node's slot, abandoning its window.
     Unlock,
+    /// The maintenance window closed before the next disruptive step (the drain, a
+    /// procedure, the reboot) could start: the node gives its slot back and waits for the next
+    /// window, with nothing failed and no backoff.
+    WindowClosed,
 }
 
 impl Event {
@@ -166,11 +170,12 @@ impl Event {
             Event::Unhealthy => "unhealthy",
             Event::Retry => "retry",
             Event::Unlock => "unlock",
+            Event::WindowClosed => "window_closed",
         }
     }
 
     /// One event of each kind (`SlotAcquired` with `pre_cordoned: false`).
-    pub const KINDS: [Event; 15] = [
+    pub const KINDS: [Event; 16] = [
         Event::Requested,
         Event::Canceled,
         Event::SlotAcquired {
@@ -188,6 +193,7 @@ impl Event {
         Event::Unhealthy,
         Event::Retry,
         Event::Unlock,
+        Event::WindowClosed,
     ];
 }
 
@@ -213,6 +219,9 @@ pub enum Effect {
     RecordFailed,
     /// Append `canceled` to the history.
     RecordCanceled,
+    /// Append `postponed` (with the reason) to the history; the window's work waits for the
+    /// next maintenance window.
+    RecordPostponed,
     /// Store the next backoff for the failed process.
     BackOff,
 }
@@ -336,6 +345,9 @@ impl Lifecycle {
             (S::Draining, Event::DrainFailed) => {
                 this.release(S::Queued, Effect::RecordFailed, true)
             }
+            (S::Draining | S::Maintaining, Event::WindowClosed) => {
+                this.release(S::Queued, Effect::RecordPostponed, false)
+            }
             (S::Maintaining, Event::RebootStarted) => (this.to(S::Rebooting), Vec::new()),
             (S::Maintaining, Event::WorkDone) => (this.to(S::Verifying), Vec::new()),
             (S::Maintaining, Event::WorkFailed) => fail_closed(),
@@ -392,6 +404,10 @@ mod tests {
             (S::Draining, Event::DrainFailed) => Some((
                 S::Queued,
                 uncordon_if(by_rota, &[E::ReleaseSlot, E::RecordFailed, E::BackOff]),
+            )),
+            (S::Draining | S::Maintaining, Event::WindowClosed) => Some((
+                S::Queued,
+                uncordon_if(by_rota, &[E::ReleaseSlot, E::RecordPostponed]),
             )),
             (S::Maintaining, Event::RebootStarted) => Some((S::Rebooting, vec![])),
             (S::Maintaining, Event::WorkDone) => Some((S::Verifying, vec![])),
@@ -477,7 +493,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(checked, (1 + 1 + 5 * 2) * 16);
+        assert_eq!(checked, (1 + 1 + 5 * 2) * 17);
     }
 
     #[test]
@@ -517,6 +533,51 @@ mod tests {
             all_effects,
             vec![E::Cordon, E::Uncordon, E::ReleaseSlot, E::RecordFinished]
         );
+    }
+
+    #[test]
+    fn a_window_closing_after_the_drain_postpones_without_failure() {
+        let mut node = Lifecycle::idle();
+        let mut all_effects = Vec::new();
+        for event in [
+            Event::Requested,
+            Event::SlotAcquired {
+                pre_cordoned: false,
+            },
+            Event::Drained,
+            Event::WindowClosed,
+        ] {
+            let (next, effects) = match node.apply(&event) {
+                Ok(ok) => ok,
+                Err(err) => panic!("{err}"),
+            };
+            node = next;
+            all_effects.extend(effects);
+        }
+        assert_eq!(node.state, S::Queued);
+        assert!(!node.cordoned_by_rota && !node.pre_cordoned);
+        assert_eq!(
+            all_effects,
+            vec![E::Cordon, E::Uncordon, E::ReleaseSlot, E::RecordPostponed],
+            "no failure and no backoff"
+        );
+        // A node cordoned by someone else stays cordoned.
+        let pre = Lifecycle {
+            state: S::Draining,
+            pre_cordoned: true,
+            cordoned_by_rota: false,
+        };
+        let (after, effects) = match pre.apply(&Event::WindowClosed) {
+            Ok(ok) => ok,
+            Err(err) => panic!("{err}"),
+        };
+        assert_eq!(after.state, S::Queued);
+        assert_eq!(effects, vec![E::ReleaseSlot, E::RecordPostponed]);
+        // Once the reboot started, the window no longer matters.
+        for state in [S::Rebooting, S::Verifying, S::Failed, S::Queued, S::Idle] {
+            let node = Lifecycle { state, ..pre };
+            assert!(node.apply(&Event::WindowClosed).is_err(), "{state}");
+        }
     }
 
     #[test]

@@ -25,7 +25,9 @@ pub enum NameError {
         value: String,
     },
     /// Not a valid history event.
-    #[error("invalid history event {value:?}: expected started, finished, failed or canceled")]
+    #[error(
+        "invalid history event {value:?}: expected started, finished, failed, canceled, released or postponed"
+    )]
     HistoryEvent {
         /// The rejected value.
         value: String,
@@ -201,16 +203,20 @@ pub enum HistoryEvent {
     /// A window closed successfully with none of its requests left open (each procedure
     /// already has its own `finished`): the slot went back.
     Released,
+    /// The maintenance window closed before the work's next disruptive step: the request waits
+    /// for the next window (the cause says why), the slot went back, nothing failed.
+    Postponed,
 }
 
 impl HistoryEvent {
     /// Every history event, in lifecycle order.
-    pub const ALL: [HistoryEvent; 5] = [
+    pub const ALL: [HistoryEvent; 6] = [
         HistoryEvent::Started,
         HistoryEvent::Finished,
         HistoryEvent::Failed,
         HistoryEvent::Canceled,
         HistoryEvent::Released,
+        HistoryEvent::Postponed,
     ];
 
     /// The lowercase name used in storage and output.
@@ -221,6 +227,7 @@ impl HistoryEvent {
             HistoryEvent::Failed => "failed",
             HistoryEvent::Canceled => "canceled",
             HistoryEvent::Released => "released",
+            HistoryEvent::Postponed => "postponed",
         }
     }
 }

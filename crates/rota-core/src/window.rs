@@ -1,7 +1,7 @@
 //! Maintenance windows: the days and hours in which new maintenance may start (design §2).
 //!
 //! A window is written `[DAYS] HH:MM-HH:MM [TIME ZONE]`, for example
-//! `mon-fri 22:00-04:00 Europe/Berlin`:
+//! `mon-fri 22:00-04:00 Europe/Berlin`; either time may carry seconds (`HH:MM:SS`):
 //! - DAYS is one day (`mon`), a range (`mon-fri`, or `fri-mon` wrapping over the weekend), a
 //!   comma-separated list of days and ranges (`mon,wed,fri-sat`), or `*` / `daily`. Left out, it
 //!   means every day. Names are the first three letters of the English day, in any case.
@@ -78,7 +78,7 @@ pub enum WindowProblem {
     },
     /// A time range that is not `HH:MM-HH:MM`.
     #[error(
-        "invalid times {value:?}; expected HH:MM-HH:MM with times from 00:00 to 23:59, like 22:00-04:00"
+        "invalid times {value:?}; expected HH:MM-HH:MM (or HH:MM:SS) with times from 00:00 to 23:59:59, like 22:00-04:00"
     )]
     Times {
         /// The rejected time range.
@@ -228,8 +228,8 @@ impl fmt::Display for MaintenanceWindow {
         write!(
             f,
             " {}-{} {}",
-            self.start.strftime("%H:%M"),
-            self.end.strftime("%H:%M"),
+            clock(self.start),
+            clock(self.end),
             self.zone_name
         )
     }
@@ -307,6 +307,15 @@ fn closes_at(windows: &[MaintenanceWindow], at: Timestamp) -> Option<Timestamp> 
 
 const ALL_DAYS: u8 = 0b111_1111;
 
+/// `HH:MM`, or `HH:MM:SS` when the time has seconds, as windows are written.
+fn clock(time: Time) -> String {
+    if time.second() == 0 {
+        time.strftime("%H:%M").to_string()
+    } else {
+        time.strftime("%H:%M:%S").to_string()
+    }
+}
+
 fn day_bit(day: Weekday) -> u8 {
     1 << day.to_monday_zero_offset()
 }
@@ -383,14 +392,21 @@ fn parse_times(times: &str) -> Result<(Time, Time), WindowProblem> {
     Ok((start, end))
 }
 
-/// `HH:MM`, exactly two digits each.
+/// `HH:MM` or `HH:MM:SS`, exactly two digits each.
 fn parse_time(time: &str) -> Option<Time> {
-    let (hour, minute) = time.split_once(':')?;
+    let mut parts = time.split(':');
+    let (hour, minute, second) = (parts.next()?, parts.next()?, parts.next().unwrap_or("00"));
     let two_digits = |s: &str| s.len() == 2 && s.bytes().all(|b| b.is_ascii_digit());
-    if !two_digits(hour) || !two_digits(minute) {
+    if parts.next().is_some() || ![hour, minute, second].into_iter().all(two_digits) {
         return None;
     }
-    Time::new(hour.parse().ok()?, minute.parse().ok()?, 0, 0).ok()
+    Time::new(
+        hour.parse().ok()?,
+        minute.parse().ok()?,
+        second.parse().ok()?,
+        0,
+    )
+    .ok()
 }
 
 #[cfg(test)]
@@ -456,12 +472,16 @@ mod tests {
             "22:60-23:00",
             "22:00-",
             "aa:bb-cc:dd",
+            "22:00:60-23:00",
+            "22:00:5-23:00",
+            "22:00:00:00-23:00",
+            "22:00:-23:00",
         ] {
             assert_eq!(
                 error(&format!("mon {bad}")),
                 format!(
                     "invalid window \"mon {bad}\": invalid times {bad:?}; expected HH:MM-HH:MM \
-                     with times from 00:00 to 23:59, like 22:00-04:00"
+                     (or HH:MM:SS) with times from 00:00 to 23:59:59, like 22:00-04:00"
                 )
             );
         }
@@ -482,6 +502,31 @@ mod tests {
             MaintenanceWindows::parse(["mon 01:00-02:00", "mon-fry 01:00-02:00"]),
             Err(WindowError::Invalid { window, .. }) if window == "mon-fry 01:00-02:00"
         ));
+    }
+
+    #[test]
+    fn seconds_are_optional_and_count() {
+        let w = window("12:00:30-12:00:45");
+        assert_eq!(w.to_string(), "* 12:00:30-12:00:45 UTC");
+        assert_eq!(window(&w.to_string()), w, "parses back");
+        assert_eq!(window("12:00:00-13:00").to_string(), "* 12:00-13:00 UTC");
+        assert_eq!(window("12:00:00-13:00"), window("12:00-13:00"));
+        assert!(!w.is_open(ts("2026-11-27T12:00:29.999Z")));
+        assert!(w.is_open(ts("2026-11-27T12:00:30Z")));
+        assert!(w.is_open(ts("2026-11-27T12:00:44.999Z")));
+        assert!(!w.is_open(ts("2026-11-27T12:00:45Z")));
+        assert_eq!(
+            w.next_open(ts("2026-11-27T12:00:00Z")),
+            Some(ts("2026-11-27T12:00:30Z"))
+        );
+        assert_eq!(
+            w.closes_at(ts("2026-11-27T12:00:31Z")),
+            Some(ts("2026-11-27T12:00:45Z"))
+        );
+        // Crossing midnight by a few seconds.
+        let late = window("23:59:50-00:00:10");
+        assert!(late.is_open(ts("2026-11-28T00:00:05Z")));
+        assert!(!late.is_open(ts("2026-11-28T00:00:10Z")));
     }
 
     #[test]

@@ -398,6 +398,14 @@ fn bad_values_fail_helm_template_with_a_clear_message() -> Result<()> {
             "notifications.templates [failed]: no webhook to send them to",
         ),
         (
+            "agent.windows=[\"mon-fri 22-04\"]",
+            "at '/agent/windows/0': 'mon-fri 22-04' does not match pattern",
+        ),
+        (
+            "agent.failureBudget=0",
+            "at '/agent/failureBudget': minimum: got 0, want 1",
+        ),
+        (
             "notifications.templates={\"rebooted\":\"{node}\"}",
             "at '/notifications/templates': additional properties 'rebooted' not allowed",
         ),
@@ -413,6 +421,38 @@ fn bad_values_fail_helm_template_with_a_clear_message() -> Result<()> {
             "helm template with {set}: expected {expected:?} in: {stderr}"
         );
     }
+    Ok(())
+}
+
+#[test]
+fn the_chart_renders_windows_and_the_failure_budget_as_agent_flags() -> Result<()> {
+    if std::env::var(SKIP_ENV).is_ok_and(|v| v == "1") {
+        return Ok(());
+    }
+    let default = agent_args(&rendered_daemonset(&[])?)?;
+    ensure!(
+        !default
+            .iter()
+            .any(|a| a.starts_with("--window") || a.starts_with("--failure-budget")),
+        "no window and no budget by default: {default:?}"
+    );
+    let args = agent_args(&rendered_daemonset(&[
+        "agent.windows=[\"mon-fri 22:00-04:00 Europe/Berlin\",\"sat 08:00:30-10:00\"]".to_string(),
+        "agent.failureBudget=2".to_string(),
+    ])?)?;
+    let ours: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| a.starts_with("--window") || a.starts_with("--failure-budget"))
+        .collect();
+    ensure!(
+        ours == [
+            "--window=mon-fri 22:00-04:00 Europe/Berlin",
+            "--window=sat 08:00:30-10:00",
+            "--failure-budget=2",
+        ],
+        "{args:?}"
+    );
     Ok(())
 }
 

@@ -238,6 +238,7 @@ fn apply_window(
         WindowChange::Finish => Some("finished".to_string()),
         WindowChange::Fail { cause, .. } => Some(format!("failed: {cause}")),
         WindowChange::Cancel { reason } => Some(format!("canceled: {reason}")),
+        WindowChange::Postpone { reason } => Some(format!("postponed: {reason}")),
         _ => None,
     };
     if result.is_some() {
@@ -325,6 +326,22 @@ fn apply_window(
                 &canceled,
                 &fallback,
                 HistoryEvent::Canceled,
+                Some(reason),
+                true,
+            );
+        }
+        WindowChange::Postpone { reason } => {
+            let postponed = move_requests(
+                status,
+                RequestStateName::Active,
+                RequestStateName::Pending,
+                now,
+            );
+            record.each(
+                status,
+                &postponed,
+                &fallback,
+                HistoryEvent::Postponed,
                 Some(reason),
                 true,
             );

@@ -38,6 +38,8 @@ const NODES: &str = "nodes";
 pub const CONFIG_MAP: &str = "rota-config";
 /// The rota-config key that holds the fleet's pause (empty: none).
 const PAUSED_KEY: &str = "paused";
+/// The rota-config key that holds when the fleet was last resumed (the start of the rollout).
+const RESUMED_KEY: &str = "resumedAt";
 const CONCURRENCY_KEY: &str = "concurrency";
 const NEXT_TAG_KEY: &str = "nextNodeTag";
 /// Label on every RotaNode: the namespace of the installation (its slots) it belongs to.
@@ -1029,6 +1031,7 @@ fn transition_event(transition: &Transition, node: &NodeName) -> (EventType, &'s
         (WindowChange::Finish, _) => "MaintenanceFinished",
         (WindowChange::Fail { .. }, _) => "MaintenanceFailed",
         (WindowChange::Cancel { .. }, _) => "MaintenanceCanceled",
+        (WindowChange::Postpone { .. }, _) => "MaintenancePostponed",
         (_, NodeState::Idle) => "Idle",
         (_, NodeState::Queued) => "Queued",
         (_, NodeState::Draining) => "Draining",
@@ -1040,7 +1043,9 @@ fn transition_event(transition: &Transition, node: &NodeName) -> (EventType, &'s
     let mut note = format!("rota: node {node} {} → {}", transition.from, transition.to);
     match &transition.window {
         WindowChange::Fail { cause, .. } => note.push_str(&format!(": {cause}")),
-        WindowChange::Cancel { reason } => note.push_str(&format!(": {reason}")),
+        WindowChange::Cancel { reason } | WindowChange::Postpone { reason } => {
+            note.push_str(&format!(": {reason}"));
+        }
         _ => {}
     }
     (type_, reason, note)
@@ -1742,6 +1747,11 @@ impl Store for KubeStore {
     }
 
     async fn resume(&self) -> Result<Option<Pause>> {
+        // The new rollout first: a resume that fails halfway leaves the fleet paused, never
+        // resumed into the old rollout (whose failures would pause it again).
+        let now = now_millis().to_string();
+        self.update_config(RESUMED_KEY, |_| Ok((now.clone(), ())))
+            .await?;
         // An empty value is no pause: the ConfigMap keeps the key, and a replace never races
         // with a delete of it.
         let previous = self
@@ -1761,6 +1771,16 @@ impl Store for KubeStore {
             .and_then(|d| d.get(PAUSED_KEY))
             .map(String::as_str);
         Pause::decode("rota-config.data.paused", value)
+    }
+
+    async fn resumed_at(&self) -> Result<Option<Millis>> {
+        let map = self.config_map().await?;
+        let value = map
+            .as_ref()
+            .and_then(|c| c.data.as_ref())
+            .and_then(|d| d.get(RESUMED_KEY))
+            .map(String::as_str);
+        rota_store::decode_resumed_at("rota-config.data.resumedAt", value)
     }
 
     fn changes(&self) -> watch::Receiver<u64> {

@@ -56,6 +56,9 @@ pub struct Metrics {
     reboot_required: Family<NodeLabels, Gauge>,
     maintenance_required: Family<NodeLabels, Gauge>,
     work_results: Family<WorkLabels, Counter>,
+    window_open: Family<NodeLabels, Gauge>,
+    budget_failed: Family<NodeLabels, Gauge>,
+    budget: Family<NodeLabels, Gauge>,
     drain: Histogram,
     maintenance: Histogram,
     reboot: Histogram,
@@ -109,6 +112,24 @@ impl Metrics {
             "Work that ended, by process and outcome (finished, failed, canceled)",
             work_results.clone(),
         );
+        let window_open = Family::<NodeLabels, Gauge>::default();
+        registry.register(
+            "window_open",
+            "Whether a maintenance window is open for the node (1 without configured windows)",
+            window_open.clone(),
+        );
+        let budget_failed = Family::<NodeLabels, Gauge>::default();
+        registry.register(
+            "failure_budget_failed_nodes",
+            "Nodes that failed since the rollout began (the last rota resume), as last counted",
+            budget_failed.clone(),
+        );
+        let budget = Family::<NodeLabels, Gauge>::default();
+        registry.register(
+            "failure_budget",
+            "Failed nodes at which the agent pauses the fleet (only with a failure budget)",
+            budget.clone(),
+        );
         let histograms = [
             (
                 "drain_duration",
@@ -146,6 +167,9 @@ impl Metrics {
             reboot_required,
             maintenance_required,
             work_results,
+            window_open,
+            budget_failed,
+            budget,
             drain,
             maintenance,
             reboot,
@@ -290,6 +314,21 @@ impl AgentObserver for Metrics {
             })
             .inc();
     }
+
+    fn window_open(&self, open: bool) {
+        self.window_open
+            .get_or_create(&self.node_labels())
+            .set(i64::from(open));
+    }
+
+    fn failure_budget(&self, failed: u32, budget: u32) {
+        self.budget_failed
+            .get_or_create(&self.node_labels())
+            .set(i64::from(failed));
+        self.budget
+            .get_or_create(&self.node_labels())
+            .set(i64::from(budget));
+    }
 }
 
 /// rota-notify's counters, read at each scrape.
@@ -414,5 +453,27 @@ mod tests {
 
         metrics.store_access(false);
         assert!(metrics.ready().unwrap_err().contains("store access failed"));
+    }
+
+    #[test]
+    fn the_window_and_the_failure_budget_are_exposed() {
+        let metrics = Metrics::new(NodeName::new("node-1").unwrap(), None);
+        metrics.window_open(true);
+        metrics.window_open(false);
+        metrics.failure_budget(1, 2);
+        metrics.failure_budget(2, 2);
+        let text = metrics.encode().unwrap();
+        assert_eq!(
+            line(&text, "rota_window_open{"),
+            "rota_window_open{node=\"node-1\"} 0"
+        );
+        assert_eq!(
+            line(&text, "rota_failure_budget_failed_nodes{"),
+            "rota_failure_budget_failed_nodes{node=\"node-1\"} 2"
+        );
+        assert_eq!(
+            line(&text, "rota_failure_budget{"),
+            "rota_failure_budget{node=\"node-1\"} 2"
+        );
     }
 }

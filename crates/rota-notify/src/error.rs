@@ -36,7 +36,7 @@ pub enum NotifyError {
     },
     /// An event kind name that is not one of the four.
     #[error(
-        "unknown notification event {value:?}; expected drain-started, reboot, finished or failed"
+        "unknown notification event {value:?}; expected drain-started, reboot, finished, failed or postponed"
     )]
     EventKind {
         /// The rejected name.

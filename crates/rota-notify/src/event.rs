@@ -19,15 +19,19 @@ pub enum EventKind {
     Finished,
     /// The work failed (the event's cause says why).
     Failed,
+    /// The maintenance window closed before the work's next step: the slot went back and the
+    /// work waits for the next window (the cause says which step).
+    Postponed,
 }
 
 impl EventKind {
     /// Every kind, in lifecycle order.
-    pub const ALL: [EventKind; 4] = [
+    pub const ALL: [EventKind; 5] = [
         EventKind::DrainStarted,
         EventKind::Reboot,
         EventKind::Finished,
         EventKind::Failed,
+        EventKind::Postponed,
     ];
 
     /// The name used in payloads, templates and configuration.
@@ -37,6 +41,7 @@ impl EventKind {
             EventKind::Reboot => "reboot",
             EventKind::Finished => "finished",
             EventKind::Failed => "failed",
+            EventKind::Postponed => "postponed",
         }
     }
 }

@@ -136,6 +136,7 @@ pub struct Templates {
     reboot: Template,
     finished: Template,
     failed: Template,
+    postponed: Template,
 }
 
 impl Templates {
@@ -146,6 +147,7 @@ impl Templates {
             EventKind::Reboot => "rota: rebooting {node} for {process}",
             EventKind::Finished => "rota: {node} finished {process}",
             EventKind::Failed => "rota: {node} failed {process}: {cause}",
+            EventKind::Postponed => "rota: {node} postponed {process}: {cause}",
         }
     }
 
@@ -156,6 +158,7 @@ impl Templates {
             EventKind::Reboot => &self.reboot,
             EventKind::Finished => &self.finished,
             EventKind::Failed => &self.failed,
+            EventKind::Postponed => &self.postponed,
         }
     }
 
@@ -166,6 +169,7 @@ impl Templates {
             EventKind::Reboot => &mut self.reboot,
             EventKind::Finished => &mut self.finished,
             EventKind::Failed => &mut self.failed,
+            EventKind::Postponed => &mut self.postponed,
         };
         *slot = template;
     }
@@ -188,6 +192,7 @@ impl Default for Templates {
             reboot: parse(EventKind::Reboot),
             finished: parse(EventKind::Finished),
             failed: parse(EventKind::Failed),
+            postponed: parse(EventKind::Postponed),
         }
     }
 }
@@ -287,6 +292,10 @@ mod tests {
             templates.render(&event(EventKind::Failed)),
             "rota: node-1 failed mop/kernel: script exited 3"
         );
+        assert_eq!(
+            templates.render(&event(EventKind::Postponed)),
+            "rota: node-1 postponed mop/kernel: script exited 3"
+        );
         templates.set(EventKind::Failed, ":x: {node}".parse().unwrap());
         assert_eq!(templates.render(&event(EventKind::Failed)), ":x: node-1");
         assert_eq!(
@@ -302,8 +311,8 @@ mod tests {
         }
         assert_eq!(
             "drained".parse::<EventKind>().unwrap_err().to_string(),
-            "unknown notification event \"drained\"; expected drain-started, reboot, finished \
-             or failed"
+            "unknown notification event \"drained\"; expected drain-started, reboot, finished, \
+             failed or postponed"
         );
     }
 }

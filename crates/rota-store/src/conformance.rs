@@ -51,6 +51,8 @@ macro_rules! conformance_tests {
             unlock_frees_a_failed_node,
             retry_resumes_a_failed_node,
             drain_failure_releases_slot_and_requeues_requests,
+            a_postponed_window_requeues_its_work_without_backoff,
+            resume_starts_a_new_rollout,
             procedures_are_stored_once_and_immutable,
             a_procedure_is_requested_once_per_node_ever,
             completing_a_request_keeps_the_window_open,
@@ -1067,6 +1069,140 @@ pub async fn drain_failure_releases_slot_and_requeues_requests(store: Arc<dyn St
         crate::RequestState::Pending,
         "nothing is lost"
     );
+}
+
+/// A maintenance window that closes mid-way: active requests go back to pending (a completed
+/// one stays done), the slot goes back, no backoff, and one `postponed` entry per request.
+pub async fn a_postponed_window_requeues_its_work_without_backoff(store: Arc<dyn Store>) {
+    store.set_concurrency(1).await.expect("set concurrency");
+    let s = session(&*store, "a").await;
+    let done = Process::mop("first").expect("process");
+    store
+        .add_request(&s, &done, "conformance")
+        .await
+        .expect("request");
+    enqueue(&*store, &s, now_millis() - 1000).await;
+    let slot = store.try_acquire_slot(&s).await.expect("acquire").slot();
+    assert!(slot.is_some(), "the only node gets the slot");
+    open_window(&*store, &s).await;
+    store
+        .transition(
+            &s,
+            Transition::new(NodeState::Draining, NodeState::Maintaining),
+        )
+        .await
+        .expect("drained");
+    store
+        .complete_request(&s, &done, &Outcome::Succeeded { detail: None })
+        .await
+        .expect("one request done");
+    let reason = "the maintenance window closed at 2026-11-29T04:00:00Z";
+    let record = store
+        .transition(
+            &s,
+            Transition::new(NodeState::Maintaining, NodeState::Queued)
+                .window(WindowChange::Postpone {
+                    reason: reason.into(),
+                })
+                .fields(NodeFields {
+                    cordoned_by_rota: Some(false),
+                    ..NodeFields::default()
+                }),
+        )
+        .await
+        .expect("postpone");
+    assert_eq!(record.state, NodeState::Queued);
+    assert_eq!(record.slot, None, "the slot went back");
+    assert!(!record.cordoned_by_rota);
+    assert_eq!(
+        record.last_result.as_deref(),
+        Some(format!("postponed: {reason}").as_str())
+    );
+    assert!(store.slot_holders().await.expect("holders").is_empty());
+    assert!(
+        store
+            .backoffs(&node("a"))
+            .await
+            .expect("backoffs")
+            .is_empty(),
+        "a postponement is no failure"
+    );
+    let open = store.open_requests(&node("a")).await.expect("open");
+    assert_eq!(
+        open.iter()
+            .map(|r| (r.process.clone(), r.state))
+            .collect::<Vec<_>>(),
+        [(Process::Reboot, RequestState::Pending)],
+        "the reboot waits for the next window; the finished procedure stays done"
+    );
+    let postponed = store
+        .history(&HistoryFilter {
+            event: Some(HistoryEvent::Postponed),
+            ..HistoryFilter::default()
+        })
+        .await
+        .expect("history");
+    assert_eq!(postponed.len(), 1, "{postponed:?}");
+    assert_eq!(postponed[0].process, Process::Reboot);
+    assert_eq!(postponed[0].cause.as_deref(), Some(reason));
+    assert_eq!(postponed[0].slot, slot);
+    assert!(postponed[0].released);
+    assert!(
+        store
+            .history(&HistoryFilter {
+                event: Some(HistoryEvent::Failed),
+                ..HistoryFilter::default()
+            })
+            .await
+            .expect("history")
+            .is_empty()
+    );
+
+    // The next window opens the same request again, and another node can take the slot.
+    let b = session(&*store, "b").await;
+    enqueue(&*store, &b, now_millis() - 2000).await;
+    assert!(
+        store
+            .try_acquire_slot(&b)
+            .await
+            .expect("acquire")
+            .slot()
+            .is_some(),
+        "the released slot is free for the next node"
+    );
+}
+
+/// Every resume records when the rollout began, paused or not; the latest one counts.
+pub async fn resume_starts_a_new_rollout(store: Arc<dyn Store>) {
+    assert_eq!(store.resumed_at().await.expect("resumed at"), None);
+    store
+        .pause("failure budget exhausted")
+        .await
+        .expect("pause");
+    // Two pauses at once (two agents exhausting the budget together) both succeed.
+    let (first, second) = tokio::join!(store.pause("budget one"), store.pause("budget two"));
+    first.expect("first pause");
+    second.expect("second pause");
+    let before = now_millis();
+    assert!(store.resume().await.expect("resume").is_some());
+    let first = store
+        .resumed_at()
+        .await
+        .expect("resumed at")
+        .expect("recorded");
+    assert!(
+        (before - 5_000..=now_millis() + 5_000).contains(&first),
+        "{first} near {before}"
+    );
+    assert_eq!(store.paused().await.expect("paused"), None);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(store.resume().await.expect("resume again"), None);
+    let second = store
+        .resumed_at()
+        .await
+        .expect("resumed at")
+        .expect("recorded");
+    assert!(second > first, "a later resume starts a later rollout");
 }
 
 /// Many sessions race for few slots; afterwards the counts must add up exactly.

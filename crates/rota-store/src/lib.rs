@@ -14,7 +14,7 @@ pub use error::{Error, Result};
 pub use model::{
     Acquire, BackoffRecord, HistoryEntry, HistoryFilter, Millis, NodeFields, NodeRecord, Outcome,
     Pause, ProcedureRecord, RequestRecord, RequestState, Session, SlotHolder, Transition,
-    WindowChange, now_millis,
+    WindowChange, decode_resumed_at, now_millis,
 };
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;

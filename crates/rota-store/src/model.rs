@@ -147,6 +147,10 @@ pub enum WindowChange {
     /// An operator canceled the window: active requests are canceled (`canceled` each, with the
     /// reason) and the slot is released.
     Cancel { reason: String },
+    /// The maintenance window closed before the next disruptive step: active requests go back
+    /// to pending (each gets `postponed`, with the reason), the slot is released, and no
+    /// backoff is recorded: the work waits for the next window. Requests already done stay done.
+    Postpone { reason: String },
 }
 
 impl WindowChange {
@@ -155,6 +159,7 @@ impl WindowChange {
             self,
             WindowChange::Finish
                 | WindowChange::Cancel { .. }
+                | WindowChange::Postpone { .. }
                 | WindowChange::Fail {
                     keep_slot: false,
                     ..
@@ -320,4 +325,23 @@ impl Pause {
                 reason: e.to_string(),
             })
     }
+}
+
+/// Reads the stored time of the last resume (decimal milliseconds, one value in the store's
+/// key-value settings); a missing or empty value means the fleet was never resumed.
+pub fn decode_resumed_at(
+    column: &'static str,
+    value: Option<&str>,
+) -> crate::Result<Option<Millis>> {
+    let Some(value) = value.filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    value
+        .parse()
+        .map(Some)
+        .map_err(|e: std::num::ParseIntError| crate::Error::Corrupt {
+            column,
+            value: value.to_string(),
+            reason: e.to_string(),
+        })
 }

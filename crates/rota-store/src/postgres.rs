@@ -38,6 +38,7 @@ use crate::error::{Context, Error, Result};
 use crate::model::{
     Acquire, BackoffRecord, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome, Pause,
     ProcedureRecord, RequestRecord, RequestState, Session, SlotHolder, Transition, WindowChange,
+    decode_resumed_at,
 };
 use crate::store::Store;
 
@@ -519,6 +520,7 @@ fn window_result(window: &WindowChange) -> Option<String> {
         WindowChange::Finish => Some("finished".to_string()),
         WindowChange::Fail { cause, .. } => Some(format!("failed: {cause}")),
         WindowChange::Cancel { reason } => Some(format!("canceled: {reason}")),
+        WindowChange::Postpone { reason } => Some(format!("postponed: {reason}")),
         _ => None,
     }
 }
@@ -578,6 +580,16 @@ fn window_write(window: &WindowChange) -> Option<WindowWrite> {
             from: RequestState::Active,
             to: Some(RequestState::Canceled),
             event: HistoryEvent::Canceled,
+            cause: Some(reason.clone()),
+            fallback: true,
+            clears_backoff: false,
+            releases: true,
+            backoff: None,
+        },
+        WindowChange::Postpone { reason } => WindowWrite {
+            from: RequestState::Active,
+            to: Some(RequestState::Pending),
+            event: HistoryEvent::Postponed,
             cause: Some(reason.clone()),
             fallback: true,
             clears_backoff: false,
@@ -1363,6 +1375,14 @@ impl Store for PostgresStore {
         const CONTEXT: &str = "resuming the fleet";
         let mut conn = self.connections.lease(CONTEXT).await?;
         let mut tx = conn.begin().await.context(CONTEXT)?;
+        // A new rollout starts now, by the database's clock like every history entry.
+        sqlx::query(
+            "INSERT INTO rota_meta (key, value) VALUES ('resumed_at', rota_now_ms()::TEXT) \
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        )
+        .execute(&mut *tx)
+        .await
+        .context(CONTEXT)?;
         let value: Option<String> =
             sqlx::query_scalar("DELETE FROM rota_meta WHERE key = 'paused' RETURNING value")
                 .fetch_optional(&mut *tx)
@@ -1383,6 +1403,18 @@ impl Store for PostgresStore {
                 .context("reading the pause")?;
         conn.finish();
         Pause::decode("rota_meta.paused", value.as_deref())
+    }
+
+    async fn resumed_at(&self) -> Result<Option<Millis>> {
+        const CONTEXT: &str = "reading the last resume";
+        let mut conn = self.connections.lease(CONTEXT).await?;
+        let value: Option<String> =
+            sqlx::query_scalar("SELECT value FROM rota_meta WHERE key = 'resumed_at'")
+                .fetch_optional(&mut *conn)
+                .await
+                .context(CONTEXT)?;
+        conn.finish();
+        decode_resumed_at("rota_meta.resumed_at", value.as_deref())
     }
 
     fn changes(&self) -> watch::Receiver<u64> {

@@ -6,7 +6,7 @@ use tokio::sync::watch;
 
 use crate::error::Result;
 use crate::model::{
-    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, NodeRecord, Outcome, Pause,
+    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome, Pause,
     ProcedureRecord, RequestRecord, Session, SlotHolder, Transition,
 };
 
@@ -117,8 +117,12 @@ pub trait Store: Send + Sync {
     /// [`resume`](Store::resume); windows already open finish their other steps. A second pause
     /// replaces the reason.
     async fn pause(&self, reason: &str) -> Result<Pause>;
-    /// Operator: lifts the pause; returns the one lifted, if any. Wakes every waiter.
+    /// Operator: lifts the pause; returns the one lifted, if any. Wakes every waiter. Every
+    /// resume, of a paused fleet or not, starts a new rollout: its time is recorded (see
+    /// [`resumed_at`](Store::resumed_at)) before the pause is lifted.
     async fn resume(&self) -> Result<Option<Pause>>;
+    /// When the fleet was last resumed (the start of the current rollout), if ever.
+    async fn resumed_at(&self) -> Result<Option<Millis>>;
     /// The fleet's pause, if any.
     async fn paused(&self) -> Result<Option<Pause>>;
 

@@ -3,8 +3,8 @@
 //! History records, per request, when work started and how it ended, and whether that event
 //! gave the slot back. That gives each node's maintenance windows (slot taken to slot
 //! released) but not the drain, maintenance, reboot and verify steps inside them, so each
-//! window becomes one [`SegmentKind::Window`] segment; failures and cancellations become
-//! markers.
+//! window becomes one [`SegmentKind::Window`] segment; failures, cancellations and windows
+//! postponed by a closing maintenance window become markers.
 
 use std::collections::BTreeMap;
 
@@ -45,6 +45,7 @@ pub fn from_history(entries: &[HistoryEntry], until: Millis) -> Timeline {
         let marker = match entry.event {
             HistoryEvent::Failed => Some(MarkerKind::Failed),
             HistoryEvent::Canceled => Some(MarkerKind::Canceled),
+            HistoryEvent::Postponed => Some(MarkerKind::Postponed),
             HistoryEvent::Started | HistoryEvent::Finished | HistoryEvent::Released => None,
         };
         if let Some(kind) = marker {
@@ -171,6 +172,29 @@ mod tests {
                 ("a", MarkerKind::Failed, 350, Some("cause 4")),
                 ("a", MarkerKind::Canceled, 900, None),
             ]
+        );
+    }
+
+    #[test]
+    fn a_postponed_window_ends_at_its_release_with_a_marker() {
+        let mut postponed = entry(2, "a", HistoryEvent::Postponed, 150, true);
+        postponed.cause = Some("the maintenance window closed".into());
+        let entries = [
+            entry(1, "a", Started, 100, false),
+            postponed,
+            entry(3, "a", Started, 300, false),
+            entry(4, "a", Finished, 400, true),
+        ];
+        let timeline = from_history(&entries, 1000);
+        assert_eq!(spans(&timeline), [("a", 100, 150), ("a", 300, 400)]);
+        assert_eq!(
+            marks(&timeline),
+            [(
+                "a",
+                MarkerKind::Postponed,
+                150,
+                Some("the maintenance window closed")
+            )]
         );
     }
 

@@ -57,16 +57,23 @@ pub enum MarkerKind {
     Failed,
     /// Work was canceled by an operator or a withdrawn request.
     Canceled,
+    /// The maintenance window closed before the work's next step: it waits for the next one.
+    Postponed,
 }
 
 impl MarkerKind {
     /// Every kind, in legend order.
-    pub const ALL: [MarkerKind; 2] = [MarkerKind::Failed, MarkerKind::Canceled];
+    pub const ALL: [MarkerKind; 3] = [
+        MarkerKind::Failed,
+        MarkerKind::Canceled,
+        MarkerKind::Postponed,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             MarkerKind::Failed => "failed",
             MarkerKind::Canceled => "canceled",
+            MarkerKind::Postponed => "postponed",
         }
     }
 }

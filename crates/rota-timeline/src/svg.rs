@@ -34,6 +34,7 @@ fn colour(kind: SegmentKind) -> &'static str {
 
 const FAILED_COLOUR: &str = "#d62728";
 const CANCELED_COLOUR: &str = "#444444";
+const POSTPONED_COLOUR: &str = "#e6a700";
 
 /// The timeline as a standalone SVG document. Segments and markers carry a `<title>` with
 /// their times (and a failure's cause), which viewers show on hover.
@@ -228,7 +229,8 @@ fn legend_label(kind: SegmentKind) -> &'static str {
     }
 }
 
-/// A failure is a red diamond, a cancellation a dark circle; `title` must be escaped.
+/// A failure is a red diamond, a cancellation a dark circle, a postponement an amber triangle;
+/// `title` must be escaped.
 fn marker(kind: MarkerKind, x: f64, y: f64, title: &str) -> String {
     match kind {
         MarkerKind::Failed => format!(
@@ -240,6 +242,14 @@ fn marker(kind: MarkerKind, x: f64, y: f64, title: &str) -> String {
         ),
         MarkerKind::Canceled => format!(
             r##"<circle class="marker canceled" cx="{x:.1}" cy="{y:.1}" r="5" fill="{CANCELED_COLOUR}" stroke="#ffffff"><title>{title}</title></circle>"##
+        ),
+        MarkerKind::Postponed => format!(
+            r##"<path class="marker postponed" d="M {x:.1} {:.1} L {:.1} {:.1} L {:.1} {:.1} Z" fill="{POSTPONED_COLOUR}" stroke="#ffffff"><title>{title}</title></path>"##,
+            y - 6.0,
+            x + 6.0,
+            y + 5.0,
+            x - 6.0,
+            y + 5.0,
         ),
     }
 }

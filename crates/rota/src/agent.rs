@@ -33,6 +33,9 @@ fn config(args: AgentArgs) -> AgentConfig {
         .map(String::from)
         .collect();
     config.procedure_poll = args.procedure_poll;
+    // The flag's parser already refused malformed windows; no flag is no window.
+    config.windows = rota_core::MaintenanceWindows::new(args.windows).ok();
+    config.failure_budget = args.failure_budget;
     config.host_root = args.host_root;
     config.reboot_sentinels = args.reboot_sentinels;
     config.maintenance_required = args.maintenance_sentinel;

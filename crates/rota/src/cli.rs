@@ -11,7 +11,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use rota_core::{HistoryEvent, NodeName, Priority, Process};
+use rota_core::{HistoryEvent, MaintenanceWindow, NodeName, Priority, Process};
 use rota_notify::{EventKind, Template, Webhook};
 use rota_store::{Millis, StoreUrl};
 
@@ -60,7 +60,8 @@ pub enum Command {
     Simulate(SimulateArgs),
     /// Show every node: state, slot, process, queue, backoff, last result.
     Status(StatusArgs),
-    /// Show the history of work events (started, finished, failed, canceled), oldest first.
+    /// Show the history of work events (started, finished, failed, canceled, postponed), oldest
+    /// first.
     History(HistoryArgs),
     /// Release a node's slot and return it to idle, canceling its window.
     ///
@@ -175,7 +176,7 @@ pub struct HistoryArgs {
     /// Only entries of this process: reboot, maintenance or mop/<name>.
     #[arg(long, value_name = "PROCESS")]
     pub process: Option<Process>,
-    /// Only entries of this event: started, finished, failed or canceled.
+    /// Only entries of this event: started, finished, failed, canceled, released or postponed.
     #[arg(long, value_name = "EVENT")]
     pub event: Option<HistoryEvent>,
     /// Only entries at or after TIME: an RFC 3339 timestamp or a duration ago (30m, 2h, 1d).
@@ -515,10 +516,36 @@ pub struct AgentArgs {
     /// webhook URL (repeatable).
     #[arg(long = "notify-slack", value_name = "URL", value_parser = slack_webhook)]
     pub notify_slack: Vec<Webhook>,
-    /// The message of one event (drain-started, reboot, finished or failed), with {node},
+    /// The message of one event (drain-started, reboot, finished, failed or postponed), with {node},
     /// {process}, {event}, {cause}, {slot} and {at} filled in (repeatable, one per event).
     #[arg(long = "notify-template", value_name = "EVENT=TEMPLATE", value_parser = notify_template)]
     pub notify_templates: Vec<(EventKind, Template)>,
+    /// A maintenance window, "[DAYS] HH:MM[:SS]-HH:MM[:SS] [TIME ZONE]" such as
+    /// "mon-fri 22:00-04:00 Europe/Berlin" (repeatable: any open window lets disruptive steps
+    /// start). Checked before the slot, the drain, each procedure and the reboot; work whose
+    /// window closes waits for the next one. Default: always open.
+    #[arg(long = "window", value_name = "WINDOW", value_parser = window)]
+    pub windows: Vec<MaintenanceWindow>,
+    /// Pause the whole fleet before taking a slot once this many nodes failed since the last
+    /// `rota resume` (or ever). Default: no budget.
+    #[arg(long, value_name = "F", value_parser = failure_budget)]
+    pub failure_budget: Option<u32>,
+}
+
+/// One maintenance window; the error names the value and what is allowed.
+fn window(value: &str) -> Result<MaintenanceWindow, String> {
+    value.parse().map_err(|e: rota_core::WindowError| {
+        format!(
+            "{e}; the syntax is [DAYS] HH:MM[:SS]-HH:MM[:SS] [TIME ZONE], like \"mon-fri 22:00-04:00 Europe/Berlin\""
+        )
+    })
+}
+
+fn failure_budget(value: &str) -> Result<u32, String> {
+    match value.parse::<u32>() {
+        Ok(f) if f >= 1 => Ok(f),
+        _ => Err("expected a whole number of failed nodes ≥ 1, such as 1 or 3".into()),
+    }
 }
 
 fn json_webhook(value: &str) -> Result<Webhook, String> {

@@ -111,9 +111,12 @@ impl AgentObserver for NotifyObserver {
     }
 
     fn work_ended(&self, process: &Process, outcome: WorkOutcome, cause: Option<&str>) {
-        if outcome == WorkOutcome::Failed {
-            let slot = *self.slot();
-            self.send(EventKind::Failed, process.clone(), cause, slot);
-        }
+        let kind = match outcome {
+            WorkOutcome::Failed => EventKind::Failed,
+            WorkOutcome::Postponed => EventKind::Postponed,
+            WorkOutcome::Finished | WorkOutcome::Canceled => return,
+        };
+        let slot = *self.slot();
+        self.send(kind, process.clone(), cause, slot);
     }
 }

@@ -28,13 +28,15 @@ use self::rows::{
 use self::writer::{Op, Reply};
 use crate::error::{Context, Error, Result};
 use crate::model::{
-    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, NodeRecord, Outcome, Pause,
-    ProcedureRecord, RequestRecord, Session, SlotHolder, Transition, now_millis,
+    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome, Pause,
+    ProcedureRecord, RequestRecord, Session, SlotHolder, Transition, decode_resumed_at, now_millis,
 };
 use crate::store::Store;
 
 /// The setting that holds the fleet's pause.
 const PAUSED_KEY: &str = "paused";
+/// The setting that holds when the fleet was last resumed (the start of the rollout).
+const RESUMED_KEY: &str = "resumed_at";
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
@@ -561,6 +563,15 @@ impl Store for SqliteStore {
     }
 
     async fn resume(&self) -> Result<Option<Pause>> {
+        // The new rollout first: a resume that fails halfway leaves the fleet paused, never
+        // resumed into the old rollout (whose failures would pause it again).
+        let now = Some(now_millis().to_string());
+        self.write(|reply| Op::SetMeta {
+            key: RESUMED_KEY,
+            value: now,
+            reply,
+        })
+        .await?;
         let previous = self
             .write(|reply| Op::SetMeta {
                 key: PAUSED_KEY,
@@ -578,6 +589,15 @@ impl Store for SqliteStore {
             .await
             .context("reading the pause")?;
         Pause::decode("rota_meta.paused", value.as_deref())
+    }
+
+    async fn resumed_at(&self) -> Result<Option<Millis>> {
+        let value: Option<String> = sqlx::query_scalar("SELECT value FROM rota_meta WHERE key = ?")
+            .bind(RESUMED_KEY)
+            .fetch_optional(&self.pool)
+            .await
+            .context("reading the last resume")?;
+        decode_resumed_at("rota_meta.resumed_at", value.as_deref())
     }
 
     fn changes(&self) -> watch::Receiver<u64> {

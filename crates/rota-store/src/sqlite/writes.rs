@@ -231,6 +231,7 @@ pub(super) async fn apply_window(
         WindowChange::Finish => Some("finished".to_string()),
         WindowChange::Fail { cause, .. } => Some(format!("failed: {cause}")),
         WindowChange::Cancel { reason } => Some(format!("canceled: {reason}")),
+        WindowChange::Postpone { reason } => Some(format!("postponed: {reason}")),
         _ => None,
     };
     if let Some(result) = result {
@@ -329,6 +330,23 @@ pub(super) async fn apply_window(
                 &canceled,
                 &fallback,
                 HistoryEvent::Canceled,
+                Some(reason),
+                slot,
+                true,
+                now,
+            )
+            .await?;
+            release_slot(tx, node).await?;
+        }
+        WindowChange::Postpone { reason } => {
+            let postponed =
+                move_requests(tx, node, RequestState::Active, RequestState::Pending, now).await?;
+            record_each(
+                tx,
+                node,
+                &postponed,
+                &fallback,
+                HistoryEvent::Postponed,
                 Some(reason),
                 slot,
                 true,

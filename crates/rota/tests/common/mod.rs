@@ -17,17 +17,30 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 pub struct Host {
     pub dir: tempfile::TempDir,
     pub node: NodeName,
+    /// The SQLite store its agent uses: its own, or a fleet's shared with other hosts.
+    pub db: PathBuf,
 }
 
 impl Host {
     pub fn new() -> Host {
+        Host::named("node-a", None)
+    }
+
+    /// Another host of `fleet`'s store, for tests with several nodes.
+    pub fn sharing(node: &str, fleet: &Host) -> Host {
+        Host::named(node, Some(fleet.db.clone()))
+    }
+
+    fn named(node: &str, db: Option<PathBuf>) -> Host {
         let dir = tempfile::tempdir().expect("tempdir");
         for sub in ["root/run", "root/var/run"] {
             std::fs::create_dir_all(dir.path().join(sub)).expect("mkdir");
         }
+        let db = db.unwrap_or_else(|| dir.path().join("rota.db"));
         let host = Host {
             dir,
-            node: NodeName::new("node-a").expect("name"),
+            node: NodeName::new(node).expect("name"),
+            db,
         };
         host.set_boot_id("boot-1");
         host
@@ -46,7 +59,7 @@ impl Host {
     }
 
     pub fn store_url(&self) -> String {
-        format!("sqlite://{}", self.path("rota.db").display())
+        format!("sqlite://{}", self.db.display())
     }
 
     pub fn log(&self) -> Vec<String> {
@@ -104,9 +117,7 @@ impl Host {
     }
 
     pub async fn store(&self) -> SqliteStore {
-        SqliteStore::open(&self.path("rota.db"))
-            .await
-            .expect("open store")
+        SqliteStore::open(&self.db).await.expect("open store")
     }
 
     pub async fn record(&self) -> Option<NodeRecord> {
