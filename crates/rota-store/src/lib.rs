@@ -12,7 +12,7 @@ pub mod conformance;
 
 pub use error::{Error, Result};
 pub use model::{
-    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, Millis, NodeFields, NodeRecord, Outcome,
+    Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeFields, NodeRecord, Outcome,
     Pause, ProcedureRecord, RequestRecord, RequestState, Session, SlotHolder, Transition,
     WindowChange, now_millis,
 };

@@ -28,7 +28,7 @@ use self::rows::{
 use self::writer::{Op, Reply};
 use crate::error::{Context, Error, Result};
 use crate::model::{
-    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, NodeRecord, Outcome, Pause,
+    Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, NodeRecord, Outcome, Pause,
     ProcedureRecord, RequestRecord, Session, SlotHolder, Transition, now_millis,
 };
 use crate::store::Store;
@@ -342,6 +342,17 @@ impl Store for SqliteStore {
             session,
             process,
             source,
+            reply,
+        })
+        .await
+    }
+
+    async fn set_blocked(&self, session: &Session, blocked: Option<&Blocked>) -> Result<bool> {
+        let session = session.clone();
+        let blocked = blocked.cloned();
+        self.write(|reply| Op::SetBlocked {
+            session,
+            blocked,
             reply,
         })
         .await
