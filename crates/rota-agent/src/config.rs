@@ -54,6 +54,8 @@ pub struct AgentConfig {
     pub node_labels: BTreeMap<String, String>,
     /// How often to look for new procedures.
     pub procedure_poll: Duration,
+    /// How often a blocked node asks its blockers again (and how long an answer is reused).
+    pub blocker_interval: Duration,
 }
 
 impl AgentConfig {
@@ -84,6 +86,7 @@ impl AgentConfig {
             exec_prefix: Vec::new(),
             node_labels: BTreeMap::new(),
             procedure_poll: Duration::from_secs(5),
+            blocker_interval: Duration::from_secs(60),
         }
     }
 

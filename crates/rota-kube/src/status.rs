@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use rota_core::{BackoffPolicy, HistoryEvent, NodeName, NodeState, Process};
 use rota_store::{
-    Blocked, BackoffRecord, HistoryEntry, Millis, NodeRecord, Outcome, RequestRecord, RequestState,
+    BackoffRecord, Blocked, HistoryEntry, Millis, NodeRecord, Outcome, RequestRecord, RequestState,
     Transition, WindowChange,
 };
 

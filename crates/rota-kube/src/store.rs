@@ -13,9 +13,9 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client};
 use rota_core::{NodeName, NodeState, ProcedureSpec, Process};
 use rota_store::{
-    Acquire, BackoffRecord, Blocked, Error, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome, Pause,
-    ProcedureRecord, RequestRecord, Result, Session, SlotHolder, Store, Transition, WindowChange,
-    now_millis,
+    Acquire, BackoffRecord, Blocked, Error, HistoryEntry, HistoryFilter, Millis, NodeRecord,
+    Outcome, Pause, ProcedureRecord, RequestRecord, Result, Session, SlotHolder, Store, Transition,
+    WindowChange, now_millis,
 };
 use tokio::sync::watch;
 use tokio::task::AbortHandle;

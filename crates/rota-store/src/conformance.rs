@@ -11,8 +11,8 @@ use rota_core::{BackoffPolicy, HistoryEvent, NodeName, NodeState, ProcedureSpec,
 
 use crate::error::Error;
 use crate::model::{
-    Acquire, Blocked, HistoryFilter, NodeFields, NodeRecord, Outcome, RequestState, Session, Transition,
-    WindowChange, now_millis,
+    Acquire, Blocked, HistoryFilter, NodeFields, NodeRecord, Outcome, RequestState, Session,
+    Transition, WindowChange, now_millis,
 };
 use crate::store::Store;
 
@@ -964,7 +964,10 @@ pub async fn a_blocked_reason_is_written_once_per_change_and_fenced(store: Arc<d
         ..pod.clone()
     };
     assert!(
-        !store.set_blocked(&s, Some(&later)).await.expect("same reason"),
+        !store
+            .set_blocked(&s, Some(&later))
+            .await
+            .expect("same reason"),
         "the same reason again writes nothing"
     );
     assert_eq!(
@@ -976,16 +979,30 @@ pub async fn a_blocked_reason_is_written_once_per_change_and_fenced(store: Arc<d
         reason: "alerts firing: Watchdog".into(),
         since: 10_000,
     };
-    assert!(store.set_blocked(&s, Some(&alert)).await.expect("new reason"));
+    assert!(
+        store
+            .set_blocked(&s, Some(&alert))
+            .await
+            .expect("new reason")
+    );
     assert_eq!(read().await.blocked, Some(alert.clone()));
     assert!(
-        store.nodes().await.expect("nodes").iter().any(|n| n.blocked == Some(alert.clone())),
+        store
+            .nodes()
+            .await
+            .expect("nodes")
+            .iter()
+            .any(|n| n.blocked == Some(alert.clone())),
         "every node listing shows it"
     );
     let new = session(&*store, "a").await;
     let refused = store.set_blocked(&s, None).await;
     assert!(matches!(refused, Err(Error::Fenced { .. })), "{refused:?}");
-    assert_eq!(read().await.blocked, Some(alert), "the refused write left it");
+    assert_eq!(
+        read().await.blocked,
+        Some(alert),
+        "the refused write left it"
+    );
     assert!(store.set_blocked(&new, None).await.expect("unblock"));
     assert_eq!(read().await.blocked, None);
 }
@@ -998,7 +1015,10 @@ pub async fn a_blocked_node_keeps_its_place_without_holding_the_queue_up(store: 
     enqueue(&*store, &a, now - 2000).await;
     enqueue(&*store, &b, now - 1000).await;
     assert!(
-        matches!(store.try_acquire_slot(&b).await.expect("acquire"), Acquire::Wait { .. }),
+        matches!(
+            store.try_acquire_slot(&b).await.expect("acquire"),
+            Acquire::Wait { .. }
+        ),
         "b waits behind a"
     );
     let changes = *store.changes().borrow();
@@ -1006,7 +1026,12 @@ pub async fn a_blocked_node_keeps_its_place_without_holding_the_queue_up(store: 
         reason: "alerts firing: Watchdog".into(),
         since: now,
     };
-    assert!(store.set_blocked(&a, Some(&blocked)).await.expect("block a"));
+    assert!(
+        store
+            .set_blocked(&a, Some(&blocked))
+            .await
+            .expect("block a")
+    );
     assert!(
         *store.changes().borrow() > changes,
         "blocking a wakes the waiters behind it"
@@ -1017,7 +1042,12 @@ pub async fn a_blocked_node_keeps_its_place_without_holding_the_queue_up(store: 
         "a blocked node does not hold the queue up"
     );
     assert_eq!(
-        store.node(&node("a")).await.expect("node").expect("a").queued_at,
+        store
+            .node(&node("a"))
+            .await
+            .expect("node")
+            .expect("a")
+            .queued_at,
         Some(now - 2000),
         "a keeps its place"
     );

@@ -36,8 +36,9 @@ use tracing::{debug, warn};
 
 use crate::error::{Context, Error, Result};
 use crate::model::{
-    Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome, Pause,
-    ProcedureRecord, RequestRecord, RequestState, Session, SlotHolder, Transition, WindowChange,
+    Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome,
+    Pause, ProcedureRecord, RequestRecord, RequestState, Session, SlotHolder, Transition,
+    WindowChange,
 };
 use crate::store::Store;
 
@@ -405,7 +406,10 @@ fn node_record(row: &PgRow) -> Result<NodeRecord> {
         last_reboot_at: row.try_get("last_reboot_at").map_err(&get)?,
         queued_at: row.try_get("queued_at").map_err(&get)?,
         last_result: row.try_get("last_result").map_err(&get)?,
-        blocked: match row.try_get::<Option<String>, _>("blocked_reason").map_err(&get)? {
+        blocked: match row
+            .try_get::<Option<String>, _>("blocked_reason")
+            .map_err(&get)?
+        {
             Some(reason) => Some(Blocked {
                 reason,
                 since: row

@@ -13,8 +13,8 @@ use super::rows::{
 };
 use crate::error::{Context, Error, Result};
 use crate::model::{
-    Acquire, Blocked, Millis, NodeRecord, Outcome, ProcedureRecord, RequestRecord, RequestState, Session,
-    Transition, WindowChange, now_millis,
+    Acquire, Blocked, Millis, NodeRecord, Outcome, ProcedureRecord, RequestRecord, RequestState,
+    Session, Transition, WindowChange, now_millis,
 };
 
 fn typed<T>(result: Result<T>) -> Result<T> {
