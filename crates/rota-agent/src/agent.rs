@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rota_core::{Effect, Event, NodeState, ProcedureEntry, Process};
 use rota_sentinel::{SentinelWatcher, Snapshot, WatcherOptions};
 use rota_store::{
-    Acquire, Millis, NodeFields, NodeRecord, Outcome, Pause, ProcedureRecord, RequestRecord,
+    Acquire, Blocked, Millis, NodeFields, NodeRecord, Outcome, ProcedureRecord, RequestRecord,
     RequestState, Session, Store, Transition, WindowChange, now_millis,
 };
 use tokio::sync::{Notify, watch};
@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::actions::{NodeActions, RebootHandle};
+use crate::blockers::{Block, BlockKind, Blocker};
 use crate::config::AgentConfig;
 use crate::error::{ActionError, Error, Result};
 use crate::observer::{AgentObserver, WorkOutcome};
@@ -35,6 +36,7 @@ pub struct Agent {
     actions: Arc<dyn NodeActions>,
     cancel: CancellationToken,
     observers: Vec<Arc<dyn AgentObserver>>,
+    blockers: Vec<Arc<dyn Blocker>>,
 }
 
 /// What one agent incarnation needs while it runs.
@@ -54,8 +56,6 @@ struct Running {
     ensured: HashSet<String>,
     /// When procedures were last looked for.
     procedures_checked: Option<Instant>,
-    /// The pause (by its start) this incarnation last reported, so that it logs each once.
-    pause_logged: Option<Millis>,
     /// The record (state and since) that this incarnation's last fenced transition wrote: the
     /// disruptive step right after it needs no fence of its own.
     fenced: Option<(NodeState, Millis)>,
@@ -65,6 +65,16 @@ struct Running {
     /// Whether the maintenance window was open at the last check, so that each opening and
     /// closing is logged once.
     window_seen: Option<bool>,
+    /// The blockers' last answer: asked again after `blocker_interval`, or at once in another
+    /// state (the check right before the reboot never reuses the one before the slot).
+    checked: Option<Checked>,
+}
+
+/// What the blockers said, when, and in which state.
+struct Checked {
+    at: Instant,
+    state: NodeState,
+    blocks: Vec<Block>,
 }
 
 /// A node's procedures by name.
@@ -127,7 +137,14 @@ impl Agent {
             actions,
             cancel,
             observers: Vec::new(),
+            blockers: Vec::new(),
         }
+    }
+
+    /// Adds a blocker, asked before the node takes a slot and again right before its reboot.
+    pub fn block_with(mut self, blocker: Arc<dyn Blocker>) -> Agent {
+        self.blockers.push(blocker);
+        self
     }
 
     /// Adds an observer that is told about sessions, store accesses, transitions and work
@@ -203,10 +220,10 @@ impl Agent {
             runner,
             ensured: HashSet::new(),
             procedures_checked: None,
-            pause_logged: None,
             fenced: None,
             healthy_since: None,
             window_seen: None,
+            checked: None,
         };
         let result = self.run_steps(&mut running).await;
         self.tell(|o| o.session(false));
@@ -326,6 +343,13 @@ impl Agent {
     }
 
     async fn step(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
+        if record.blocked.is_some()
+            && !matches!(record.state, NodeState::Queued | NodeState::Maintaining)
+        {
+            // Blocks are asked about only in those two states: one left behind is stale.
+            self.tell(|o| o.blocked(None));
+            return self.unblock(running, record).await;
+        }
         match record.state {
             NodeState::Idle => self.idle(running, record).await,
             NodeState::Queued => self.queued(running, record).await,
@@ -716,11 +740,12 @@ impl Agent {
         }
         // Read the counter before asking: a change in between then wakes this waiter at once.
         let seen = *running.changes.borrow_and_update();
-        // A paused fleet takes no slot, so the pause is read first; the cordon is read along
+        // A failure budget that is used up pauses the fleet; a blocked node (a paused fleet
+        // included) takes no slot, so the blockers are asked first; the cordon is read along
         // with the request for a slot, so that a grant goes on to open the window without
         // another round trip.
-        if self.paused(running, seen).await? || self.failure_budget_exhausted(running, seen).await?
-        {
+        self.enforce_failure_budget().await?;
+        if self.blocked(running, record, seen).await? {
             return Ok(());
         }
         let (acquired, cordoned) = tokio::join!(
@@ -892,8 +917,9 @@ impl Agent {
         if !self.window_open(running) {
             return self.postpone(running, &record, "the reboot").await;
         }
+        // Like kured holding its lock: a blocked node keeps its slot and cordon, and waits.
         let seen = *running.changes.borrow_and_update();
-        if self.paused(running, seen).await? {
+        if self.blocked(running, &record, seen).await? {
             return Ok(());
         }
         // The boot id goes to the store before the reboot starts: after it, only a different
@@ -1113,28 +1139,77 @@ impl Agent {
         Ok(())
     }
 
-    /// Whether the fleet is paused; if so, waits it out (see [`Agent::wait_out_pause`]).
-    async fn paused(&self, running: &mut Running, seen: u64) -> Result<bool> {
-        match self.store.paused().await? {
-            Some(pause) => {
-                self.wait_out_pause(running, &pause, seen).await?;
-                Ok(true)
-            }
-            None => {
-                running.pause_logged = None;
-                Ok(false)
-            }
+    /// Whether anything holds the node back before a disruptive step: the fleet's pause or a
+    /// blocker. If so, records the reasons (a write only when they change, logged once each
+    /// time), and waits for the next check: `blocker_interval`, or a store change (a resume).
+    /// If not, clears a recorded reason first, so that the node holds the queue again.
+    async fn blocked(&self, running: &mut Running, record: &NodeRecord, seen: u64) -> Result<bool> {
+        let mut blocks = Vec::new();
+        if let Some(pause) = self.store.paused().await? {
+            blocks.push(Block {
+                kind: BlockKind::Paused,
+                reason: format!("the fleet is paused: {}", pause.reason),
+            });
         }
+        blocks.extend(self.ask_blockers(running, record.state).await);
+        let Some(first) = blocks.first() else {
+            self.tell(|o| o.blocked(None));
+            self.unblock(running, record).await?;
+            return Ok(false);
+        };
+        let block = Block {
+            kind: first.kind,
+            reason: blocks
+                .iter()
+                .map(|b| b.reason.as_str())
+                .collect::<Vec<_>>()
+                .join("; "),
+        };
+        self.tell(|o| o.blocked(Some(&block)));
+        if record.blocked.as_ref().map(|b| &b.reason) != Some(&block.reason) {
+            let blocked = Blocked {
+                reason: block.reason.clone(),
+                since: now_millis(),
+            };
+            self.store
+                .set_blocked(&running.session, Some(&blocked))
+                .await?;
+            info!(node = %self.config.node, state = %record.state, kind = block.kind.as_str(), reason = block.reason, "blocked; waiting");
+        }
+        let next = running.checked.as_ref().map_or_else(Instant::now, |c| c.at)
+            + self.config.blocker_interval;
+        self.wait(running, Some(next), Some(seen.saturating_add(1)))
+            .await?;
+        Ok(true)
     }
 
-    /// Says once per pause that the fleet is paused, then waits for a resume (which wakes every
-    /// waiter) or the slow re-read.
-    async fn wait_out_pause(&self, running: &mut Running, pause: &Pause, seen: u64) -> Result<()> {
-        if running.pause_logged != Some(pause.since) {
-            info!(node = %self.config.node, reason = pause.reason, "the fleet is paused; waiting for rota resume");
-            running.pause_logged = Some(pause.since);
+    /// The blockers' answer: asked again after `blocker_interval` or in another state, else
+    /// the last one (the agent steps far more often than blockers need asking).
+    async fn ask_blockers(&self, running: &mut Running, state: NodeState) -> Vec<Block> {
+        if let Some(checked) = &running.checked
+            && checked.state == state
+            && checked.at.elapsed() < self.config.blocker_interval
+        {
+            return checked.blocks.clone();
         }
-        self.wait(running, None, Some(seen.saturating_add(1))).await
+        let answers =
+            futures::future::join_all(self.blockers.iter().map(|blocker| blocker.blocks())).await;
+        let blocks: Vec<Block> = answers.into_iter().flatten().collect();
+        running.checked = Some(Checked {
+            at: Instant::now(),
+            state,
+            blocks: blocks.clone(),
+        });
+        blocks
+    }
+
+    /// Clears the node's recorded blocked reason, if it has one.
+    async fn unblock(&self, running: &Running, record: &NodeRecord) -> Result<()> {
+        if record.blocked.is_some() {
+            self.store.set_blocked(&running.session, None).await?;
+            info!(node = %self.config.node, state = %record.state, "no longer blocked");
+        }
+        Ok(())
     }
 
     /// kustodian's protocol: announce `/var/maintenance-in-progress` once drained, and consider

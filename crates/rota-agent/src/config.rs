@@ -62,6 +62,8 @@ pub struct AgentConfig {
     /// Pause the fleet before taking a slot once this many nodes failed in the rollout;
     /// `None`: no budget.
     pub failure_budget: Option<u32>,
+    /// How often a blocked node asks its blockers again (and how long an answer is reused).
+    pub blocker_interval: Duration,
 }
 
 impl AgentConfig {
@@ -95,6 +97,7 @@ impl AgentConfig {
             procedure_poll: Duration::from_secs(5),
             windows: None,
             failure_budget: None,
+            blocker_interval: Duration::from_secs(60),
         }
     }
 

@@ -4,6 +4,7 @@
 
 mod actions;
 mod agent;
+mod blockers;
 mod config;
 mod error;
 mod observer;
@@ -11,6 +12,7 @@ mod procedures;
 
 pub use actions::{CommandActions, NodeActions, RebootHandle};
 pub use agent::{Agent, read_boot_id};
+pub use blockers::{Block, BlockKind, Blocker};
 pub use config::{
     AgentConfig, DEFAULT_BOOT_ID_FILE, DEFAULT_REBOOT_SENTINELS, DEFAULT_STATE_DIR,
     MAINTENANCE_IN_PROGRESS, MAINTENANCE_REQUIRED, MARKER_DIR,

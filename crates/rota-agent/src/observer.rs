@@ -4,6 +4,8 @@
 use rota_core::{Event, Process};
 use rota_store::{NodeRecord, RequestRecord};
 
+use crate::blockers::Block;
+
 /// How one request's work ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WorkOutcome {
@@ -43,6 +45,9 @@ pub trait AgentObserver: Send + Sync {
     fn drain_started(&self, _record: &NodeRecord) {}
     /// The reboot command is about to start.
     fn reboot_started(&self, _record: &NodeRecord) {}
+    /// What holds the node back before a disruptive step (every reason in one text, the first
+    /// one's kind), or `None` once nothing does; told at each check.
+    fn blocked(&self, _block: Option<&Block>) {}
     /// The work of one request ended (`cause` says why it failed or was canceled).
     fn work_ended(&self, _process: &Process, _outcome: WorkOutcome, _cause: Option<&str>) {}
     /// Whether a maintenance window is open (always `true` without configured windows), each

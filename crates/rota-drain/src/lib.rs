@@ -3,12 +3,14 @@
 //! the agent together with the reboot and health commands.
 
 mod actions;
+mod blockers;
 mod drain;
 mod error;
 mod gate;
 mod node;
 
 pub use actions::{DEFAULT_REBOOT_COMMAND, KubeActions};
+pub use blockers::{KubeBlocker, PAUSE_ANNOTATION, SelectorError, parse_selector};
 pub use drain::{DrainOptions, MIRROR_ANNOTATION, Progress, drain, drain_with_progress};
 pub use error::{Error, Refusal, RefusalReason, Result};
 pub use gate::{

@@ -406,6 +406,18 @@ fn bad_values_fail_helm_template_with_a_clear_message() -> Result<()> {
             "at '/agent/failureBudget': minimum: got 0, want 1",
         ),
         (
+            "blockers.prometheus.url=\"prometheus:9090\"",
+            "at '/blockers/prometheus/url'",
+        ),
+        (
+            "blockers.prometheus.alertFiringOnly=true",
+            "alert filters need blockers.prometheus.url",
+        ),
+        (
+            "blockers.interval=60",
+            "at '/blockers/interval': got number, want string",
+        ),
+        (
             "notifications.templates={\"rebooted\":\"{node}\"}",
             "at '/notifications/templates': additional properties 'rebooted' not allowed",
         ),
@@ -577,6 +589,55 @@ fn the_chart_renders_metrics_notifications_and_log_format_as_agent_flags() -> Re
     ensure!(
         custom.contains("team: ops\n"),
         "podAnnotations lost:\n{custom}"
+    );
+
+    // Blockers: none but the interval by default; every value a flag.
+    let blockers = |args: &[String]| -> Vec<String> {
+        args.iter()
+            .filter(|a| {
+                [
+                    "--blocking-pod-selector",
+                    "--prometheus-url",
+                    "--alert-",
+                    "--blocker-interval",
+                ]
+                .iter()
+                .any(|p| a.starts_with(p))
+            })
+            .cloned()
+            .collect()
+    };
+    ensure!(
+        blockers(&agent_args(&default)?) == ["--blocker-interval=1m"],
+        "default blocker flags: {:?}",
+        blockers(&agent_args(&default)?)
+    );
+    let custom = rendered_daemonset(&[format!(
+        "blockers={}",
+        json!({
+            "podSelectors": ["app=backup", "tier in (db,cache)"],
+            "prometheus": {
+                "url": "http://prometheus.monitoring:9090",
+                "alertFilterRegexp": "^(Watchdog|InfoInhibitor)$",
+                "alertFilterMatchOnly": true,
+                "alertFiringOnly": true,
+            },
+            "interval": "30s",
+        })
+    )])?;
+    let flags = blockers(&agent_args(&custom)?);
+    ensure!(
+        flags
+            == [
+                "--blocking-pod-selector=app=backup",
+                "--blocking-pod-selector=tier in (db,cache)",
+                "--prometheus-url=http://prometheus.monitoring:9090",
+                "--alert-filter-regexp=^(Watchdog|InfoInhibitor)$",
+                "--alert-filter-match-only",
+                "--alert-firing-only",
+                "--blocker-interval=30s",
+            ],
+        "blocker flags: {flags:?}"
     );
 
     // Metrics disabled: no address, port, probes or scrape annotations.

@@ -31,7 +31,8 @@ pub const CLOSED_REQUEST_LIMIT: usize = 20;
     printcolumn = r#"{"name":"Slot","type":"integer","jsonPath":".status.slot"}"#,
     printcolumn = r#"{"name":"Process","type":"string","jsonPath":".status.process"}"#,
     printcolumn = r#"{"name":"Since","type":"date","jsonPath":".status.since"}"#,
-    printcolumn = r#"{"name":"Last Result","type":"string","jsonPath":".status.lastResult"}"#
+    printcolumn = r#"{"name":"Last Result","type":"string","jsonPath":".status.lastResult"}"#,
+    printcolumn = r#"{"name":"Blocked","type":"string","jsonPath":".status.blocked.reason"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct RotaNodeSpec {
@@ -74,6 +75,9 @@ pub struct RotaNodeStatus {
     pub queued_at: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_result: Option<String>,
+    /// Why the node's agent holds back (a blocker, the fleet's pause), while it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked: Option<BlockedStatus>,
     /// This node's part of every history and request id (see `ids`); unique per installation.
     #[serde(default)]
     #[schemars(range(max = 16383))]
@@ -110,6 +114,7 @@ impl Default for RotaNodeStatus {
             last_reboot_at: None,
             queued_at: None,
             last_result: None,
+            blocked: None,
             tag: 0,
             requests: Vec::new(),
             backoff: Vec::new(),
@@ -117,6 +122,13 @@ impl Default for RotaNodeStatus {
             procedure_requests: Vec::new(),
         }
     }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct BlockedStatus {
+    pub reason: String,
+    pub since: Timestamp,
 }
 
 /// The node's current agent incarnation. Writes from any other are refused.

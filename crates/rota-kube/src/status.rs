@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use rota_core::{BackoffPolicy, HistoryEvent, NodeName, NodeState, Process};
 use rota_store::{
-    BackoffRecord, HistoryEntry, Millis, NodeRecord, Outcome, RequestRecord, RequestState,
+    BackoffRecord, Blocked, HistoryEntry, Millis, NodeRecord, Outcome, RequestRecord, RequestState,
     Transition, WindowChange,
 };
 
@@ -57,6 +57,10 @@ pub fn node_record(node: &NodeName, status: &RotaNodeStatus, slot: Option<u32>) 
         last_reboot_at: status.last_reboot_at.map(|t| t.0),
         queued_at: status.queued_at.map(|t| t.0),
         last_result: status.last_result.clone(),
+        blocked: status.blocked.as_ref().map(|b| Blocked {
+            reason: b.reason.clone(),
+            since: b.since.0,
+        }),
     }
 }
 

@@ -13,16 +13,16 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client};
 use rota_core::{NodeName, NodeState, ProcedureSpec, Process};
 use rota_store::{
-    Acquire, BackoffRecord, Error, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome, Pause,
-    ProcedureRecord, RequestRecord, Result, Session, SlotHolder, Store, Transition, WindowChange,
-    now_millis,
+    Acquire, BackoffRecord, Blocked, Error, HistoryEntry, HistoryFilter, Millis, NodeRecord,
+    Outcome, Pause, ProcedureRecord, RequestRecord, Result, Session, SlotHolder, Store, Transition,
+    WindowChange, now_millis,
 };
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tracing::warn;
 
 use crate::changes::{Changes, watch_leases};
-use crate::crd::{RotaNode, RotaNodeSpec, RotaNodeStatus, SessionStatus, Timestamp};
+use crate::crd::{BlockedStatus, RotaNode, RotaNodeSpec, RotaNodeStatus, SessionStatus, Timestamp};
 use crate::error::{Context, KubeError, is_conflict};
 use crate::ids::TAG_LIMIT;
 use crate::procedure_status::{self, StatusReporter};
@@ -1287,7 +1287,8 @@ impl Store for KubeStore {
                 queued
                     .iter()
                     .filter_map(|o| {
-                        let s = o.status.as_ref()?;
+                        // A blocked node keeps its place without holding the queue up.
+                        let s = o.status.as_ref().filter(|s| s.blocked.is_none())?;
                         Some(Waiter {
                             node: o.spec.node.clone(),
                             queued_at: s.queued_at?.0,
@@ -1400,6 +1401,26 @@ impl Store for KubeStore {
             })
             .await?;
         Ok((status::request_record(&session.node, &request), created))
+    }
+
+    async fn set_blocked(&self, session: &Session, blocked: Option<&Blocked>) -> Result<bool> {
+        let (changed, _, _) = self
+            .edit(session, false, |status, _| {
+                if status.blocked.as_ref().map(|b| &b.reason) == blocked.map(|b| &b.reason) {
+                    return Ok(Edit::Keep(false));
+                }
+                status.blocked = blocked.map(|b| BlockedStatus {
+                    reason: b.reason.clone(),
+                    since: Timestamp(b.since),
+                });
+                Ok(Edit::Write(true))
+            })
+            .await?;
+        if changed {
+            // Nodes queued behind a node now blocked may go on.
+            self.inner.changes.bump(1);
+        }
+        Ok(changed)
     }
 
     async fn cancel_request(&self, session: &Session, process: &Process) -> Result<bool> {

@@ -53,7 +53,14 @@ fn the_crd_is_cluster_scoped_without_status_subresource_and_has_printer_columns(
         .collect();
     assert_eq!(
         columns,
-        ["State", "Slot", "Process", "Since", "Last Result"]
+        [
+            "State",
+            "Slot",
+            "Process",
+            "Since",
+            "Last Result",
+            "Blocked"
+        ]
     );
 }
 

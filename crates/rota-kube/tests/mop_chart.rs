@@ -132,6 +132,9 @@ async fn the_chart_refers_to_a_config_map() {
         format!("mop.name={}", json!(format!("{}-firmware", scope.id()))),
         r#"mop.scriptConfigMap={"name":"firmware","key":"run.sh"}"#.to_string(),
         "mop.drain=false".to_string(),
+        // Procedures are cluster-scoped: without a selector, other tests' agents would take
+        // this one up and fail on its missing ConfigMap.
+        format!("mop.nodeSelector={}", json!(scope.labels())),
     ];
     let rendered = helm_template("firmware", &sets);
     assert!(

@@ -33,8 +33,16 @@ fn dynamic(scope: &Scope) -> Api<DynamicObject> {
     )
 }
 
-/// Creates a Procedure from raw JSON, as `kubectl apply` would send it.
-async fn create_raw(scope: &Scope, name: &str, spec: serde_json::Value) -> kube::Result<()> {
+/// Creates a Procedure from raw JSON, as `kubectl apply` would send it. Procedures are
+/// cluster-scoped and agents of other tests run at the same time: a spec that names no nodes
+/// and no selector gets a node list of nobody, so that no agent takes it up.
+async fn create_raw(scope: &Scope, name: &str, mut spec: serde_json::Value) -> kube::Result<()> {
+    if let Some(fields) = spec.as_object_mut()
+        && !fields.contains_key("nodes")
+        && !fields.contains_key("nodeSelector")
+    {
+        fields.insert("nodes".into(), json!([format!("{}-nobody", scope.id())]));
+    }
     let object: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "rota.dev/v1alpha1",
         "kind": "Procedure",
@@ -139,13 +147,14 @@ async fn the_api_server_refuses_what_rota_would_refuse() {
     }
 
     let object = format!("{id}-kept");
+    let nobody = format!("{id}-nobody");
     create_raw(&scope, &object, json!({ "script": "true" }))
         .await
         .expect("a valid procedure");
     let created = dynamic(&scope).get(&object).await.expect("read back");
     assert_eq!(
         created.data["spec"],
-        json!({ "script": "true", "priority": "99", "drain": true, "reboot": false, "timeout": "1h" }),
+        json!({ "script": "true", "nodes": [nobody], "priority": "99", "drain": true, "reboot": false, "timeout": "1h" }),
         "the defaults are filled in"
     );
     let err = dynamic(&scope)

@@ -10,7 +10,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
-use rota_agent::{AgentObserver, WorkOutcome};
+use rota_agent::{AgentObserver, Block, BlockKind, WorkOutcome};
 use rota_core::{Event, NodeName, NodeState, Process};
 use rota_notify::Counters;
 use rota_store::{Millis, NodeRecord, RequestRecord};
@@ -30,6 +30,12 @@ struct StateLabels {
 struct ProcessLabels {
     node: String,
     process: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BlockedLabels {
+    node: String,
+    reason: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -59,6 +65,7 @@ pub struct Metrics {
     window_open: Family<NodeLabels, Gauge>,
     budget_failed: Family<NodeLabels, Gauge>,
     budget: Family<NodeLabels, Gauge>,
+    blocked: Family<BlockedLabels, Gauge>,
     drain: Histogram,
     maintenance: Histogram,
     reboot: Histogram,
@@ -130,6 +137,21 @@ impl Metrics {
             "Failed nodes at which the agent pauses the fleet (only with a failure budget)",
             budget.clone(),
         );
+        let blocked = Family::<BlockedLabels, Gauge>::default();
+        registry.register(
+            "blocked",
+            "Whether the node holds back before a slot or its reboot, by the kind of the first \
+             reason (pod, alert, prometheus-unreachable, node-annotation, paused)",
+            blocked.clone(),
+        );
+        for kind in BlockKind::ALL {
+            blocked
+                .get_or_create(&BlockedLabels {
+                    node: node.to_string(),
+                    reason: kind.as_str().to_owned(),
+                })
+                .set(0);
+        }
         let histograms = [
             (
                 "drain_duration",
@@ -170,6 +192,7 @@ impl Metrics {
             window_open,
             budget_failed,
             budget,
+            blocked,
             drain,
             maintenance,
             reboot,
@@ -305,6 +328,17 @@ impl AgentObserver for Metrics {
         histogram.observe(seconds(since, after.since));
     }
 
+    fn blocked(&self, block: Option<&Block>) {
+        for kind in BlockKind::ALL {
+            self.blocked
+                .get_or_create(&BlockedLabels {
+                    node: self.node.to_string(),
+                    reason: kind.as_str().to_owned(),
+                })
+                .set(i64::from(block.is_some_and(|b| b.kind == kind)));
+        }
+    }
+
     fn work_ended(&self, process: &Process, outcome: WorkOutcome, _cause: Option<&str>) {
         self.work_results
             .get_or_create(&WorkLabels {
@@ -380,6 +414,7 @@ mod tests {
             last_reboot_at: None,
             queued_at: None,
             last_result: None,
+            blocked: None,
         }
     }
 
@@ -387,6 +422,29 @@ mod tests {
         text.lines()
             .find(|l| l.starts_with(prefix))
             .unwrap_or_else(|| panic!("no {prefix} in {text}"))
+    }
+
+    #[test]
+    fn the_blocked_reason_kind_is_one_series_set_to_one() {
+        let metrics = Metrics::new(NodeName::new("node-1").unwrap(), None);
+        let text = metrics.encode().unwrap();
+        for kind in BlockKind::ALL {
+            let series = format!(
+                "rota_blocked{{node=\"node-1\",reason=\"{}\"}} 0",
+                kind.as_str()
+            );
+            assert!(text.contains(&series), "{series} before any check: {text}");
+        }
+        metrics.blocked(Some(&Block {
+            kind: BlockKind::PrometheusUnreachable,
+            reason: "prometheus at http://127.0.0.1:1/ unreachable: connection refused".into(),
+        }));
+        let text = metrics.encode().unwrap();
+        assert!(text.contains("rota_blocked{node=\"node-1\",reason=\"prometheus-unreachable\"} 1"));
+        assert!(text.contains("rota_blocked{node=\"node-1\",reason=\"alert\"} 0"));
+        metrics.blocked(None);
+        let text = metrics.encode().unwrap();
+        assert!(text.contains("rota_blocked{node=\"node-1\",reason=\"prometheus-unreachable\"} 0"));
     }
 
     #[test]

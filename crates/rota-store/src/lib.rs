@@ -12,8 +12,8 @@ pub mod conformance;
 
 pub use error::{Error, Result};
 pub use model::{
-    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, Millis, NodeFields, NodeRecord, Outcome,
-    Pause, ProcedureRecord, RequestRecord, RequestState, Session, SlotHolder, Transition,
+    Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeFields, NodeRecord,
+    Outcome, Pause, ProcedureRecord, RequestRecord, RequestState, Session, SlotHolder, Transition,
     WindowChange, decode_resumed_at, now_millis,
 };
 pub use postgres::PostgresStore;

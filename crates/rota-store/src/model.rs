@@ -39,6 +39,15 @@ pub struct NodeRecord {
     pub last_reboot_at: Option<Millis>,
     pub queued_at: Option<Millis>,
     pub last_result: Option<String>,
+    /// Why the node's agent holds back (a blocker, the fleet's pause), while it does.
+    pub blocked: Option<Blocked>,
+}
+
+/// Why a node's agent waits instead of taking a slot or rebooting, and since when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Blocked {
+    pub reason: String,
+    pub since: Millis,
 }
 
 impl NodeRecord {

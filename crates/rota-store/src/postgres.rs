@@ -36,9 +36,9 @@ use tracing::{debug, warn};
 
 use crate::error::{Context, Error, Result};
 use crate::model::{
-    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome, Pause,
-    ProcedureRecord, RequestRecord, RequestState, Session, SlotHolder, Transition, WindowChange,
-    decode_resumed_at,
+    Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome,
+    Pause, ProcedureRecord, RequestRecord, RequestState, Session, SlotHolder, Transition,
+    WindowChange, decode_resumed_at,
 };
 use crate::store::Store;
 
@@ -384,7 +384,7 @@ fn getter(context: &'static str) -> impl Fn(sqlx::Error) -> Error {
 
 const NODE_COLUMNS: &str = "n.node, n.state, n.since, n.process, n.pre_cordoned, \
     n.cordoned_by_rota, n.boot_id, n.reboot_started_at, n.reboot_deadline, n.last_reboot_at, \
-    n.queued_at, n.last_result, s.slot";
+    n.queued_at, n.last_result, n.blocked_reason, n.blocked_since, s.slot";
 
 fn node_record(row: &PgRow) -> Result<NodeRecord> {
     let get = getter("reading a node");
@@ -406,6 +406,19 @@ fn node_record(row: &PgRow) -> Result<NodeRecord> {
         last_reboot_at: row.try_get("last_reboot_at").map_err(&get)?,
         queued_at: row.try_get("queued_at").map_err(&get)?,
         last_result: row.try_get("last_result").map_err(&get)?,
+        blocked: match row
+            .try_get::<Option<String>, _>("blocked_reason")
+            .map_err(&get)?
+        {
+            Some(reason) => Some(Blocked {
+                reason,
+                since: row
+                    .try_get::<Option<i64>, _>("blocked_since")
+                    .map_err(&get)?
+                    .unwrap_or_default(),
+            }),
+            None => None,
+        },
     })
 }
 
@@ -849,6 +862,43 @@ impl Store for PostgresStore {
             }
             _ => Err(refused),
         }
+    }
+
+    async fn set_blocked(&self, session: &Session, blocked: Option<&Blocked>) -> Result<bool> {
+        const CONTEXT: &str = "recording why the node is blocked";
+        let mut conn = self.connections.lease(CONTEXT).await?;
+        let mut tx = conn.begin().await.context(CONTEXT)?;
+        let row = sqlx::query(
+            "WITH current AS ( \
+               SELECT 1 FROM nodes n JOIN sessions s ON s.id = n.session_id \
+               WHERE n.node = $1 AND s.id = $2 AND NOT s.superseded \
+                 AND s.deadline > rota_now_ms() \
+             ), changed AS ( \
+               UPDATE nodes SET blocked_reason = $3, blocked_since = $4 \
+               WHERE node = $1 AND blocked_reason IS DISTINCT FROM $3 \
+                 AND EXISTS (SELECT 1 FROM current) RETURNING node) \
+             SELECT EXISTS (SELECT 1 FROM current) AS current, \
+               EXISTS (SELECT 1 FROM changed) AS changed",
+        )
+        .bind(session.node.as_str())
+        .bind(session.id)
+        .bind(blocked.map(|b| b.reason.as_str()))
+        .bind(blocked.map(|b| b.since))
+        .fetch_one(&mut *tx)
+        .await
+        .context(CONTEXT)?;
+        let get = getter(CONTEXT);
+        if !row.try_get::<bool, _>("current").map_err(&get)? {
+            return Err(Error::Fenced {
+                node: session.node.clone(),
+                session: session.id,
+            });
+        }
+        let changed: bool = row.try_get("changed").map_err(&get)?;
+        // A node blocked no longer holds the queue up behind it.
+        self.commit(tx, u64::from(changed), CONTEXT).await?;
+        conn.finish();
+        Ok(changed)
     }
 
     async fn cancel_request(&self, session: &Session, process: &Process) -> Result<bool> {

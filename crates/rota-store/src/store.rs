@@ -6,7 +6,7 @@ use tokio::sync::watch;
 
 use crate::error::Result;
 use crate::model::{
-    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome, Pause,
+    Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome, Pause,
     ProcedureRecord, RequestRecord, Session, SlotHolder, Transition,
 };
 
@@ -88,6 +88,11 @@ pub trait Store: Send + Sync {
         self.fence(session, ttl).await?;
         self.transition(session, transition).await
     }
+
+    /// Records why the session's node holds back (`Some`), or that nothing holds it any more
+    /// (`None`). Writes nothing when the stored reason is already that one (its `since` then
+    /// stays); returns whether it wrote. Fenced like every write of an agent.
+    async fn set_blocked(&self, session: &Session, blocked: Option<&Blocked>) -> Result<bool>;
 
     async fn node(&self, node: &NodeName) -> Result<Option<NodeRecord>>;
     async fn nodes(&self) -> Result<Vec<NodeRecord>>;

@@ -4,9 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use rota_agent::{Agent, AgentConfig, CommandActions, NodeActions};
+use rota_agent::{Agent, AgentConfig, Blocker, CommandActions, NodeActions};
+use rota_blockers::{AlertFilter, PrometheusBlocker};
 use rota_core::BackoffPolicy;
-use rota_drain::{DrainOptions, KubeActions};
+use rota_drain::{DrainOptions, KubeActions, KubeBlocker};
 use rota_metrics::{Metrics, MetricsServer};
 use rota_notify::{Notifier, NotifierConfig};
 use tokio::signal::unix::{SignalKind, signal};
@@ -36,6 +37,7 @@ fn config(args: AgentArgs) -> AgentConfig {
     // The flag's parser already refused malformed windows; no flag is no window.
     config.windows = rota_core::MaintenanceWindows::new(args.windows).ok();
     config.failure_budget = args.failure_budget;
+    config.blocker_interval = args.blocker_interval;
     config.host_root = args.host_root;
     config.reboot_sentinels = args.reboot_sentinels;
     config.maintenance_required = args.maintenance_sentinel;
@@ -132,6 +134,56 @@ async fn actions(args: &AgentArgs) -> Result<Arc<dyn NodeActions>> {
     })
 }
 
+/// The blockers the flags ask for, each checked before anything starts: the agent never runs
+/// with a half-understood configuration. In a cluster, the Node's pause annotation always
+/// counts.
+async fn blockers(args: &AgentArgs) -> Result<Vec<Arc<dyn Blocker>>> {
+    let filter = AlertFilter::new(
+        args.alert_filter_regexp.as_deref(),
+        args.alert_filter_match_only,
+        args.alert_firing_only,
+    )?;
+    let prometheus = match &args.prometheus_url {
+        Some(url) => Some(PrometheusBlocker::new(url, filter)?),
+        None => {
+            let alert_flags = [
+                ("--alert-filter-regexp", args.alert_filter_regexp.is_some()),
+                ("--alert-filter-match-only", args.alert_filter_match_only),
+                ("--alert-firing-only", args.alert_firing_only),
+            ];
+            if let Some((flag, _)) = alert_flags.iter().find(|(_, given)| *given) {
+                bail!("{flag} needs --prometheus-url (the Prometheus whose alerts it filters)");
+            }
+            None
+        }
+    };
+    let mut blockers: Vec<Arc<dyn Blocker>> = Vec::new();
+    let selectors = args
+        .blocking_pod_selectors
+        .iter()
+        .map(|s| rota_drain::parse_selector(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    match args.node_actions {
+        NodeActionsKind::Kube => {
+            let client = crate::store::client(args.store.kubeconfig.as_ref()).await?;
+            blockers.push(Arc::new(KubeBlocker::new(
+                client,
+                args.node.clone(),
+                selectors,
+            )));
+        }
+        NodeActionsKind::Command if !selectors.is_empty() => bail!(
+            "--blocking-pod-selector needs --node-actions kube: pods are found through the \
+             Kubernetes API"
+        ),
+        NodeActionsKind::Command => {}
+    }
+    if let Some(prometheus) = prometheus {
+        blockers.push(Arc::new(prometheus));
+    }
+    Ok(blockers)
+}
+
 pub async fn run(args: AgentArgs) -> Result<()> {
     if !args.host_root.is_dir() {
         bail!(
@@ -139,6 +191,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
             args.host_root.display()
         );
     }
+    let blockers = blockers(&args).await?;
     let actions = actions(&args).await?;
     // Bound before the store is opened: a taken port stops the agent before it does anything.
     let server = match args.metrics_addr {
@@ -151,6 +204,9 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     stop_on_signals(cancel.clone())?;
     let node = args.node.clone();
     let mut agent = Agent::new(config(args), store, actions, cancel.clone());
+    for blocker in blockers {
+        agent = agent.block_with(blocker);
+    }
     let mut counters = None;
     let mut delivery = None;
     if let Some(notify) = notify {

@@ -530,6 +530,28 @@ pub struct AgentArgs {
     /// `rota resume` (or ever). Default: no budget.
     #[arg(long, value_name = "F", value_parser = failure_budget)]
     pub failure_budget: Option<u32>,
+    /// A pod running on this node that matches this label selector (such as `app=backup`)
+    /// holds the node back before it takes a slot and before its reboot (repeatable; any
+    /// match blocks). Needs --node-actions kube.
+    #[arg(long = "blocking-pod-selector", value_name = "SELECTOR")]
+    pub blocking_pod_selectors: Vec<String>,
+    /// While this Prometheus (http(s) base URL) reports active alerts, the node holds back
+    /// before it takes a slot and before its reboot; an unreachable Prometheus holds it back too.
+    #[arg(long, value_name = "URL")]
+    pub prometheus_url: Option<String>,
+    /// Alerts whose name matches this regular expression do not hold the node back (with
+    /// --alert-filter-match-only: only they do).
+    #[arg(long, value_name = "REGEXP")]
+    pub alert_filter_regexp: Option<String>,
+    /// Only alerts matching --alert-filter-regexp hold the node back.
+    #[arg(long)]
+    pub alert_filter_match_only: bool,
+    /// Only firing alerts hold the node back, not pending ones.
+    #[arg(long)]
+    pub alert_firing_only: bool,
+    /// How often a blocked node asks its blockers again (a resume of the fleet is seen at once).
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "1m")]
+    pub blocker_interval: Duration,
 }
 
 /// One maintenance window; the error names the value and what is allowed.

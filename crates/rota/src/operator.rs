@@ -129,6 +129,7 @@ mod tests {
             last_reboot_at: None,
             queued_at: None,
             last_result: None,
+            blocked: None,
         }
     }
 

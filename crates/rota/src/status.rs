@@ -24,10 +24,20 @@ pub struct StatusRow {
     /// The latest backoff deadline, RFC 3339 UTC, if it lies in the future.
     pub backoff: Option<String>,
     pub last_result: Option<String>,
+    /// Why the node's agent holds back (a blocker, the fleet's pause), while it does.
+    pub blocked: Option<BlockedRow>,
     #[serde(skip)]
     since_millis: Millis,
     #[serde(skip)]
     backoff_millis: Option<Millis>,
+}
+
+/// A node's blocked reason in the JSON output.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BlockedRow {
+    pub reason: String,
+    /// Since when, RFC 3339 UTC.
+    pub since: String,
 }
 
 /// Everything the store says about one node that `status` shows.
@@ -72,6 +82,10 @@ pub fn row(facts: &NodeFacts, holders: &[SlotHolder], now: Millis) -> StatusRow 
         queue: facts.open_requests,
         backoff: backoff_millis.map(output::rfc3339),
         last_result: record.last_result.clone(),
+        blocked: record.blocked.as_ref().map(|b| BlockedRow {
+            reason: b.reason.clone(),
+            since: output::rfc3339(b.since),
+        }),
         since_millis: record.since,
         backoff_millis,
     }
@@ -130,6 +144,7 @@ pub fn render_table(summary: &Summary, rows: &[StatusRow], now: Millis) -> Strin
         "QUEUE",
         "BACKOFF",
         "LAST RESULT",
+        "BLOCKED",
     ];
     text.push_str(&output::table(
         &header,
@@ -143,6 +158,7 @@ pub fn render_table(summary: &Summary, rows: &[StatusRow], now: Millis) -> Strin
                 r.queue.to_string(),
                 output::cell(r.backoff_millis.map(|b| output::relative(b, now))),
                 output::cell(r.last_result.as_deref()),
+                output::cell(r.blocked.as_ref().map(|b| b.reason.as_str())),
             ]
         }),
     ));
@@ -211,6 +227,7 @@ mod tests {
             last_reboot_at: None,
             queued_at: None,
             last_result: None,
+            blocked: None,
         }
     }
 
@@ -241,6 +258,10 @@ mod tests {
         let queued = NodeRecord {
             queued_at: Some(NOW - 600_000),
             last_result: Some("failed: drain timed out".into()),
+            blocked: Some(rota_store::Blocked {
+                reason: "pods matching app=backup run on the node: default/backup-0".into(),
+                since: NOW - 120_000,
+            }),
             ..record("node-2", NodeState::Queued, 600)
         };
         let idle = NodeRecord {

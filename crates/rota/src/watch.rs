@@ -156,6 +156,7 @@ mod tests {
                 last_reboot_at: None,
                 queued_at: None,
                 last_result: None,
+                blocked: None,
             },
             open_requests: open,
             backoffs: Vec::new(),

@@ -112,15 +112,11 @@ impl Agent {
     }
 
     /// With a failure budget: counts the nodes that failed since the rollout began (the last
-    /// `rota resume`, or ever), and at the budget pauses the whole fleet and waits out the
-    /// pause. Returns whether the budget is exhausted.
-    pub(super) async fn failure_budget_exhausted(
-        &self,
-        running: &mut Running,
-        seen: u64,
-    ) -> Result<bool> {
+    /// `rota resume`, or ever), and at the budget pauses the whole fleet (the pause then holds
+    /// every node back, this one included, as a blocker).
+    pub(super) async fn enforce_failure_budget(&self) -> Result<()> {
         let Some(budget) = self.config.failure_budget else {
-            return Ok(false);
+            return Ok(());
         };
         let since = self.store.resumed_at().await?;
         let failed: BTreeSet<String> = self
@@ -137,7 +133,7 @@ impl Agent {
         let count = u32::try_from(failed.len()).unwrap_or(u32::MAX);
         self.tell(|o| o.failure_budget(count, budget));
         if count < budget {
-            return Ok(false);
+            return Ok(());
         }
         let began = since.map_or_else(
             || "the beginning".to_string(),
@@ -149,17 +145,13 @@ impl Agent {
             if count == 1 { "" } else { "s" },
             names.join(", ")
         );
-        // Several agents may reach the budget at once: each pause replaces the last, and the
-        // first one stands if it is already there.
-        let pause = match self.store.paused().await? {
-            Some(pause) => pause,
-            None => {
-                warn!(node = %self.config.node, reason, "pausing the fleet");
-                self.store.pause(&reason).await?
-            }
-        };
-        self.wait_out_pause(running, &pause, seen).await?;
-        Ok(true)
+        // Several agents may reach the budget at once: the first pause stands if it is already
+        // there.
+        if self.store.paused().await?.is_none() {
+            warn!(node = %self.config.node, reason, "pausing the fleet");
+            self.store.pause(&reason).await?;
+        }
+        Ok(())
     }
 
     /// Whether kustodian's maintenance is about to start: its host script asked for it and

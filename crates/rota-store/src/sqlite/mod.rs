@@ -28,8 +28,9 @@ use self::rows::{
 use self::writer::{Op, Reply};
 use crate::error::{Context, Error, Result};
 use crate::model::{
-    Acquire, BackoffRecord, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome, Pause,
-    ProcedureRecord, RequestRecord, Session, SlotHolder, Transition, decode_resumed_at, now_millis,
+    Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome,
+    Pause, ProcedureRecord, RequestRecord, Session, SlotHolder, Transition, decode_resumed_at,
+    now_millis,
 };
 use crate::store::Store;
 
@@ -344,6 +345,17 @@ impl Store for SqliteStore {
             session,
             process,
             source,
+            reply,
+        })
+        .await
+    }
+
+    async fn set_blocked(&self, session: &Session, blocked: Option<&Blocked>) -> Result<bool> {
+        let session = session.clone();
+        let blocked = blocked.cloned();
+        self.write(|reply| Op::SetBlocked {
+            session,
+            blocked,
             reply,
         })
         .await

@@ -8,7 +8,7 @@ use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
 use crate::error::{Context, Error, Result};
-use crate::model::{NodeRecord, ProcedureRecord, RequestRecord, RequestState, now_millis};
+use crate::model::{Blocked, NodeRecord, ProcedureRecord, RequestRecord, RequestState, now_millis};
 
 pub(super) fn parse<T: FromStr>(column: &'static str, value: String) -> Result<T>
 where
@@ -41,7 +41,7 @@ pub(super) fn slot_index(value: Option<i64>) -> Option<u32> {
 
 pub(super) const NODE_COLUMNS: &str = "n.node, n.state, n.since, n.process, n.pre_cordoned, \
     n.cordoned_by_rota, n.boot_id, n.reboot_started_at, n.reboot_deadline, n.last_reboot_at, \
-    n.queued_at, n.last_result, s.slot";
+    n.queued_at, n.last_result, n.blocked_reason, n.blocked_since, s.slot";
 
 pub(super) fn node_record(row: &SqliteRow) -> Result<NodeRecord> {
     let get = |e: sqlx::Error| Error::Database {
@@ -66,6 +66,18 @@ pub(super) fn node_record(row: &SqliteRow) -> Result<NodeRecord> {
         last_reboot_at: row.try_get("last_reboot_at").map_err(get)?,
         queued_at: row.try_get("queued_at").map_err(get)?,
         last_result: row.try_get("last_result").map_err(get)?,
+        blocked: blocked(
+            row.try_get("blocked_reason").map_err(get)?,
+            row.try_get("blocked_since").map_err(get)?,
+        ),
+    })
+}
+
+/// A stored blocked reason: both columns are set together, or neither.
+pub(super) fn blocked(reason: Option<String>, since: Option<i64>) -> Option<Blocked> {
+    Some(Blocked {
+        reason: reason?,
+        since: since.unwrap_or_default(),
     })
 }
 
@@ -113,7 +125,8 @@ pub(super) async fn read_concurrency(conn: &mut sqlx::SqliteConnection) -> Resul
 
 /// How many wake-ups of `Store::changes` must happen at least before `node` can take a slot:
 /// 0 when it may take one now (queued, eligible, and fewer live waiters ahead of it than free
-/// slots). Queued nodes whose session has expired do not hold the queue up. A node that is not
+/// slots). Queued nodes whose session has expired, or that are blocked, do not hold the queue
+/// up. A node that is not
 /// queued or still in backoff waits for its own timer, counted as one.
 pub(super) async fn changes_before_turn(
     conn: &mut sqlx::SqliteConnection,
@@ -127,7 +140,7 @@ pub(super) async fn changes_before_turn(
            (SELECT COUNT(*) FROM nodes n JOIN sessions s ON s.id = n.session_id \
               WHERE n.state = 'queued' AND n.queued_at IS NOT NULL AND n.queued_at <= ?2 \
                 AND (n.queued_at < me.queued_at OR (n.queued_at = me.queued_at AND n.node < me.node)) \
-                AND s.superseded = 0 AND s.deadline > ?2 \
+                AND s.superseded = 0 AND s.deadline > ?2 AND n.blocked_reason IS NULL \
                 AND n.node NOT IN (SELECT holder FROM slots)) AS ahead \
          FROM nodes me WHERE me.node = ?1 AND me.state = 'queued'",
     )

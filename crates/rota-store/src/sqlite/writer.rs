@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::writes;
 use crate::error::{Error, Result};
 use crate::model::{
-    Acquire, NodeRecord, Outcome, ProcedureRecord, RequestRecord, Session, Transition,
+    Acquire, Blocked, NodeRecord, Outcome, ProcedureRecord, RequestRecord, Session, Transition,
 };
 
 /// Most operations in one transaction: bounds how long another process waits for the lock.
@@ -95,6 +95,11 @@ pub(super) enum Op {
         transition: Transition,
         reply: Reply<NodeRecord>,
     },
+    SetBlocked {
+        session: Session,
+        blocked: Option<Blocked>,
+        reply: Reply<bool>,
+    },
     Unlock {
         node: NodeName,
         reason: String,
@@ -128,7 +133,8 @@ fn wakes(op: &Op) -> u64 {
         Op::SetConcurrency { .. } => CONCURRENCY_CHANGED,
         // A pause lifted may let every waiter go on.
         Op::SetMeta { value: None, .. } => CONCURRENCY_CHANGED,
-        Op::Unlock { .. } | Op::Retry { .. } => 1,
+        // A node blocked no longer holds the queue up behind it.
+        Op::Unlock { .. } | Op::Retry { .. } | Op::SetBlocked { .. } => 1,
         // Taking a slot never lets another waiter go on (one free slot fewer, one waiter
         // ahead fewer); a release, or a waiter leaving the queue without one, may.
         Op::Transition { transition, .. } => u64::from(
@@ -236,6 +242,15 @@ async fn execute(conn: &mut SqliteConnection, op: Op) -> (Done, u64) {
             let wake = counted(result.is_ok());
             (done(reply, result), wake)
         }
+        Op::SetBlocked {
+            session,
+            blocked,
+            reply,
+        } => {
+            let result = writes::set_blocked(conn, &session, blocked.as_ref()).await;
+            let wake = counted(result.as_ref().is_ok_and(|written| *written));
+            (done(reply, result), wake)
+        }
         Op::Unlock {
             node,
             reason,
@@ -325,7 +340,7 @@ fn refuse(op: Op) -> Done {
         Op::SetMeta { reply, .. } => skipped(reply),
         Op::Fence { reply, .. } => skipped(reply),
         Op::AddRequest { reply, .. } => skipped(reply),
-        Op::CancelRequest { reply, .. } => skipped(reply),
+        Op::CancelRequest { reply, .. } | Op::SetBlocked { reply, .. } => skipped(reply),
         Op::CompleteRequest { reply, .. } => skipped(reply),
         Op::OperatorRequest { reply, .. } => skipped(reply),
         Op::OperatorCancel { reply, .. } => skipped(reply),

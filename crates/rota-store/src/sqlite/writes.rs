@@ -13,8 +13,8 @@ use super::rows::{
 };
 use crate::error::{Context, Error, Result};
 use crate::model::{
-    Acquire, Millis, NodeRecord, Outcome, ProcedureRecord, RequestRecord, RequestState, Session,
-    Transition, WindowChange, now_millis,
+    Acquire, Blocked, Millis, NodeRecord, Outcome, ProcedureRecord, RequestRecord, RequestState,
+    Session, Transition, WindowChange, now_millis,
 };
 
 fn typed<T>(result: Result<T>) -> Result<T> {
@@ -391,6 +391,7 @@ pub(super) async fn update_node(
            SELECT 1 FROM sessions s WHERE s.id = ?19 AND s.superseded = 0 AND s.deadline > ?2) \
          RETURNING node, state, since, process, pre_cordoned, cordoned_by_rota, boot_id, \
            reboot_started_at, reboot_deadline, last_reboot_at, queued_at, last_result, \
+           blocked_reason, blocked_since, \
            (SELECT slot FROM slots WHERE holder = ?17) AS slot",
     )
     .bind(transition.to.to_string())
@@ -704,6 +705,27 @@ pub(super) async fn cancel_request(
         .execute(&mut *tx)
         .await
         .context("canceling a request")?;
+        Ok(done.rows_affected() > 0)
+    })
+}
+
+pub(super) async fn set_blocked(
+    tx: &mut SqliteConnection,
+    session: &Session,
+    blocked: Option<&Blocked>,
+) -> Result<bool> {
+    atomically!(tx, {
+        check_session(tx, session).await?;
+        let done = sqlx::query(
+            "UPDATE nodes SET blocked_reason = ?1, blocked_since = ?2 \
+             WHERE node = ?3 AND blocked_reason IS NOT ?1",
+        )
+        .bind(blocked.map(|b| b.reason.as_str()))
+        .bind(blocked.map(|b| b.since))
+        .bind(session.node.as_str())
+        .execute(&mut *tx)
+        .await
+        .context("recording why the node is blocked")?;
         Ok(done.rows_affected() > 0)
     })
 }
