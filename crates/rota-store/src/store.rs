@@ -6,8 +6,8 @@ use tokio::sync::watch;
 
 use crate::error::Result;
 use crate::model::{
-    Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome, Pause,
-    ProcedureRecord, RequestRecord, Session, SlotHolder, Transition,
+    Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome,
+    Pause, ProcedureRecord, RequestRecord, Session, SlotHolder, Transition,
 };
 
 /// rota's state, on any substrate. Every method that changes a node's state takes the writer's
