@@ -1046,6 +1046,15 @@ pub async fn a_blocked_reason_is_written_once_per_change_and_fenced(store: Arc<d
             .any(|n| n.blocked == Some(alert.clone())),
         "every node listing shows it"
     );
+    let queued = store
+        .transition(&s, Transition::new(NodeState::Idle, NodeState::Queued))
+        .await
+        .expect("a transition of the blocked node");
+    assert_eq!(
+        queued.blocked,
+        Some(alert.clone()),
+        "a transition's record shows it"
+    );
     let new = session(&*store, "a").await;
     let refused = store.set_blocked(&s, None).await;
     assert!(matches!(refused, Err(Error::Fenced { .. })), "{refused:?}");

@@ -30,7 +30,8 @@ DECLARE
     v_state     TEXT;
     v_queued_at BIGINT;
 BEGIN
-    -- rota_changes_before_turn's rule; a node that holds a slot goes on to the fenced read.
+    -- rota_changes_before_turn's rule (0007's: a blocked node does not hold the queue up); a
+    -- node that holds a slot goes on to the fenced read.
     SELECT CASE
         WHEN x.held IS NOT NULL THEN 0
         -- No such node: it waits like any node that is not queued.
@@ -42,6 +43,7 @@ BEGIN
                 AND (n.queued_at < me.queued_at
                      OR (n.queued_at = me.queued_at AND n.node < me.node))
                 AND NOT s.superseded AND s.deadline > x.now
+                AND n.blocked_reason IS NULL
                 AND n.node <> ALL (x.holders))
             - (COALESCE((SELECT value FROM rota_meta WHERE key = 'concurrency'), '1')::BIGINT
                - cardinality(x.holders))
@@ -99,7 +101,7 @@ BEGIN
 END
 $$;
 
--- 0004's transition with the window change inline (rota_write_window of 0006, which unlock
+-- 0004's transition (with 0007's blocked reason in its result) with the window change inline (rota_write_window of 0006, which unlock
 -- still calls) and the session check in the node's UPDATE: one statement locks the row, checks
 -- the session, compares the state, writes the node and reads its slot, and the reason for a
 -- refusal is worked out only when there is one. A session superseded while the UPDATE waited
@@ -156,7 +158,8 @@ BEGIN
                   WHERE s.id = p_session AND NOT s.superseded AND s.deadline > v_now)
     RETURNING 'ok', n.node, n.state, n.since, n.process, n.pre_cordoned, n.cordoned_by_rota,
         n.boot_id, n.reboot_started_at, n.reboot_deadline, n.last_reboot_at, n.queued_at,
-        n.last_result, (SELECT h.slot FROM slots h WHERE h.holder = p_node)
+        n.last_result, (SELECT h.slot FROM slots h WHERE h.holder = p_node),
+        n.blocked_reason, n.blocked_since
     INTO v_result;
     IF NOT FOUND THEN
         SELECT n.state, n.session_id INTO v_state, v_session FROM nodes n WHERE n.node = p_node;
