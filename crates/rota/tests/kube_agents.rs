@@ -120,9 +120,11 @@ async fn wait_finished(fleet: &Fleet, store: &KubeStore, node: &str, finished: u
         fleet,
         &format!("{node} to finish {finished} reboot(s)"),
         || async {
+            // The RotaNode goes idle a moment before the Lease is given back (two objects, the
+            // release last): a finished window is idle and without its slot.
             let idle = record(store, node)
                 .await?
-                .is_some_and(|r| r.state == NodeState::Idle);
+                .is_some_and(|r| r.state == NodeState::Idle && r.slot.is_none());
             let done = count(
                 &history(store, node).await?,
                 &Process::Reboot,
