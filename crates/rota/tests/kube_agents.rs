@@ -7,74 +7,24 @@
 //! except in the fleet test, whose pods belong to a Deployment.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
-use k8s_openapi::api::core::v1::{Node, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use rota_core::{HistoryEvent, NodeState, Process};
 use rota_e2e::fleet::{DisruptionWatch, Fleet, FleetOptions};
-use rota_e2e::testenv::{self, Scope, TestEnv, app_labels};
+use rota_e2e::testenv::{self, Scope, app_labels};
 use rota_kube::KubeStore;
 use rota_store::{HistoryEntry, HistoryFilter, NodeRecord, Store, now_millis};
 
-const ROTA: &str = env!("CARGO_BIN_EXE_rota");
-/// How long any one thing may take to happen. Generous: the machine is small and shared.
-const PATIENCE: Duration = Duration::from_secs(240);
+mod kube_common;
 
-/// The environment, or `None` when `ROTA_E2E_SKIP=1`; panics (the test fails) otherwise when
-/// no control plane can be had.
-fn env() -> Option<&'static TestEnv> {
-    match TestEnv::get() {
-        Ok(env) => env,
-        Err(e) => panic!("{e:#}"),
-    }
-}
-
-fn args(list: &[&str]) -> Vec<String> {
-    list.iter().map(|s| s.to_string()).collect()
-}
-
-/// A fleet of agents on `nodes`, with `args` for every agent.
-async fn fleet(env: &TestEnv, scope: &Scope, nodes: &[String], args: Vec<String>) -> Fleet {
-    Fleet::new(
-        env,
-        scope,
-        nodes,
-        FleetOptions {
-            binary: ROTA.into(),
-            args,
-        },
-        &BTreeMap::new(),
-    )
-    .await
-    .expect("prepare the fleet")
-}
-
-/// Waits for `check`, and on failure panics with the agents' recent logs.
-async fn wait<T, F, Fut>(fleet: &Fleet, what: &str, check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Option<T>>>,
-{
-    match testenv::wait_for(what, PATIENCE, check).await {
-        Ok(v) => v,
-        Err(e) => panic!(
-            "{e:#}\nsupervisor errors: {:?}\n{}",
-            fleet.supervisor_errors(),
-            fleet.logs(40)
-        ),
-    }
-}
-
-async fn record(store: &KubeStore, node: &str) -> Result<Option<NodeRecord>> {
-    Ok(store.node(&Fleet::node_name(node)?).await?)
-}
+use kube_common::{PATIENCE, ROTA, args, env, fleet, record, unschedulable, wait};
 
 async fn history(store: &KubeStore, node: &str) -> Result<Vec<HistoryEntry>> {
     Ok(store
@@ -90,11 +40,6 @@ fn count(entries: &[HistoryEntry], process: &Process, event: HistoryEvent) -> us
         .iter()
         .filter(|e| &e.process == process && e.event == event)
         .count()
-}
-
-async fn unschedulable(scope: &Scope, node: &str) -> Result<bool> {
-    let node: Node = scope.nodes().get(node).await?;
-    Ok(node.spec.and_then(|s| s.unschedulable).unwrap_or(false))
 }
 
 /// Waits until every agent has opened its session (its RotaNode exists).

@@ -4,73 +4,26 @@
 //! slot (the others go on) and, appearing after the drain, before its reboot (slot and cordon
 //! kept). Each test has its own namespace and nodes.
 
-use std::collections::BTreeMap;
-use std::future::Future;
 use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use rota_core::{HistoryEvent, NodeState, Process};
-use rota_e2e::fleet::{Fleet, FleetOptions};
-use rota_e2e::testenv::{self, Scope, TestEnv, app_labels};
+use rota_e2e::fleet::Fleet;
+use rota_e2e::testenv::{Scope, TestEnv, app_labels};
 use rota_kube::KubeStore;
 use rota_store::{HistoryFilter, NodeRecord, Store};
 use serde_json::json;
 
-const ROTA: &str = env!("CARGO_BIN_EXE_rota");
-/// How long any one thing may take to happen. Generous: the machine is small and shared.
-const PATIENCE: Duration = Duration::from_secs(240);
 const PAUSE: &str = "rota.dev/pause";
 
-fn env() -> Option<&'static TestEnv> {
-    match TestEnv::get() {
-        Ok(env) => env,
-        Err(e) => panic!("{e:#}"),
-    }
-}
+mod kube_common;
 
-fn args(list: &[&str]) -> Vec<String> {
-    list.iter().map(|s| s.to_string()).collect()
-}
-
-async fn fleet(env: &TestEnv, scope: &Scope, nodes: &[String], args: Vec<String>) -> Fleet {
-    Fleet::new(
-        env,
-        scope,
-        nodes,
-        FleetOptions {
-            binary: ROTA.into(),
-            args,
-        },
-        &BTreeMap::new(),
-    )
-    .await
-    .expect("prepare the fleet")
-}
-
-async fn wait<T, F, Fut>(fleet: &Fleet, what: &str, check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Option<T>>>,
-{
-    match testenv::wait_for(what, PATIENCE, check).await {
-        Ok(v) => v,
-        Err(e) => panic!(
-            "{e:#}\nsupervisor errors: {:?}\n{}",
-            fleet.supervisor_errors(),
-            fleet.logs(40)
-        ),
-    }
-}
-
-async fn record(store: &KubeStore, node: &str) -> Result<Option<NodeRecord>> {
-    Ok(store.node(&Fleet::node_name(node)?).await?)
-}
+use kube_common::{PATIENCE, ROTA, args, env, fleet, record, unschedulable, wait};
 
 async fn finished_reboots(store: &KubeStore, node: &str) -> Result<usize> {
     let entries = store
@@ -119,11 +72,6 @@ async fn wait_blocked(fleet: &Fleet, store: &KubeStore, node: &str, reason: &str
         },
     )
     .await
-}
-
-async fn unschedulable(scope: &Scope, node: &str) -> Result<bool> {
-    let node: Node = scope.nodes().get(node).await?;
-    Ok(node.spec.and_then(|s| s.unschedulable).unwrap_or(false))
 }
 
 /// Sets (or with `None` removes) the pause annotation on the Node.

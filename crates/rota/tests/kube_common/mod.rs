@@ -1,0 +1,71 @@
+//! What the end-to-end tests of Kubernetes mode share: the control plane, a fleet of real
+//! `rota agent` processes on kwok nodes, and waiting with the agents' logs at hand.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
+
+use anyhow::Result;
+use k8s_openapi::api::core::v1::Node;
+use rota_e2e::fleet::{Fleet, FleetOptions};
+use rota_e2e::testenv::{self, Scope, TestEnv};
+use rota_kube::KubeStore;
+use rota_store::{NodeRecord, Store};
+
+pub const ROTA: &str = env!("CARGO_BIN_EXE_rota");
+/// How long any one thing may take to happen. Generous: the machine is small and shared.
+pub const PATIENCE: Duration = Duration::from_secs(240);
+
+/// The environment, or `None` when `ROTA_E2E_SKIP=1`; panics (the test fails) otherwise when
+/// no control plane can be had.
+pub fn env() -> Option<&'static TestEnv> {
+    match TestEnv::get() {
+        Ok(env) => env,
+        Err(e) => panic!("{e:#}"),
+    }
+}
+
+pub fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+/// A fleet of agents on `nodes`, with `args` for every agent.
+pub async fn fleet(env: &TestEnv, scope: &Scope, nodes: &[String], args: Vec<String>) -> Fleet {
+    Fleet::new(
+        env,
+        scope,
+        nodes,
+        FleetOptions {
+            binary: ROTA.into(),
+            args,
+        },
+        &BTreeMap::new(),
+    )
+    .await
+    .expect("prepare the fleet")
+}
+
+/// Waits for `check`, and on failure panics with the agents' recent logs.
+pub async fn wait<T, F, Fut>(fleet: &Fleet, what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>>>,
+{
+    match testenv::wait_for(what, PATIENCE, check).await {
+        Ok(v) => v,
+        Err(e) => panic!(
+            "{e:#}\nsupervisor errors: {:?}\n{}",
+            fleet.supervisor_errors(),
+            fleet.logs(40)
+        ),
+    }
+}
+
+pub async fn record(store: &KubeStore, node: &str) -> Result<Option<NodeRecord>> {
+    Ok(store.node(&Fleet::node_name(node)?).await?)
+}
+
+pub async fn unschedulable(scope: &Scope, node: &str) -> Result<bool> {
+    let node: Node = scope.nodes().get(node).await?;
+    Ok(node.spec.and_then(|s| s.unschedulable).unwrap_or(false))
+}
