@@ -80,26 +80,6 @@ async fn set_min_available(scope: &Scope, app: &str, min_available: i32) -> Resu
     Ok(())
 }
 
-/// Waits until the disruption controller reports `allowed` for the budget's current spec.
-async fn wait_pdb(scope: &Scope, app: &str, allowed: i32) -> Result<()> {
-    let pdbs = scope.api::<PodDisruptionBudget>();
-    wait_for(
-        &format!("PDB {app} to allow {allowed} disruption(s)"),
-        TIMEOUT,
-        || async {
-            let pdb = pdbs.get(app).await?;
-            let generation = pdb.metadata.generation;
-            Ok(pdb
-                .status
-                .is_some_and(|s| {
-                    s.observed_generation == generation && s.disruptions_allowed == Some(allowed)
-                })
-                .then_some(()))
-        },
-    )
-    .await
-}
-
 /// `n` bare pods `<app>-<i>` on `node`, Running.
 async fn bare_pods(scope: &Scope, app: &str, node: &str, n: usize) -> Result<Vec<Pod>> {
     let mut pods = Vec::new();
@@ -142,7 +122,7 @@ async fn pdb_refusals_are_retried_until_the_budget_is_relaxed() -> Result<()> {
     let node = scope.create_ready_nodes(1).await?.remove(0);
     let pods = bare_pods(&scope, "web", &node, 2).await?;
     create_pdb(&scope, "web", 2).await?;
-    wait_pdb(&scope, "web", 0).await?;
+    scope.wait_pdb("web", 0, TIMEOUT).await?;
 
     let client = scope.client();
     let progress = watch::Sender::default();
@@ -209,7 +189,7 @@ async fn a_budget_that_never_allows_lets_the_callers_timeout_fire_and_the_node_b
     let node = scope.create_ready_nodes(1).await?.remove(0);
     let pods = bare_pods(&scope, "db", &node, 1).await?;
     create_pdb(&scope, "db", 1).await?;
-    wait_pdb(&scope, "db", 0).await?;
+    scope.wait_pdb("db", 0, TIMEOUT).await?;
     let client = scope.client();
 
     let progress = watch::Sender::default();

@@ -219,25 +219,6 @@ async fn a_repeated_drain_keeps_the_first_drains_record() -> Result<()> {
     scope.cleanup().await
 }
 
-async fn wait_pdb_observed(scope: &Scope, name: &str, allowed: i32) -> Result<()> {
-    let pdbs = scope.api::<PodDisruptionBudget>();
-    wait_for(
-        &format!("PDB {name} to allow {allowed}"),
-        TIMEOUT,
-        || async {
-            let pdb = pdbs.get(name).await?;
-            let generation = pdb.metadata.generation;
-            Ok(pdb
-                .status
-                .is_some_and(|s| {
-                    s.observed_generation == generation && s.disruptions_allowed == Some(allowed)
-                })
-                .then_some(()))
-        },
-    )
-    .await
-}
-
 #[tokio::test]
 async fn unsatisfied_disruption_budgets_are_named_until_they_are_satisfied() -> Result<()> {
     let Some(env) = TestEnv::get()? else {
@@ -270,7 +251,7 @@ async fn unsatisfied_disruption_budgets_are_named_until_they_are_satisfied() -> 
         .api::<PodDisruptionBudget>()
         .create(&PostParams::default(), &pdb)
         .await?;
-    wait_pdb_observed(&scope, "solo", 0).await?;
+    scope.wait_pdb("solo", 0, TIMEOUT).await?;
 
     // Other tests' budgets share the cluster: look for this one only.
     let ours = format!("{}/solo (1 of 2 required pods healthy)", scope.namespace());
@@ -296,7 +277,7 @@ async fn unsatisfied_disruption_budgets_are_named_until_they_are_satisfied() -> 
             &Patch::Merge(json!({ "spec": { "minAvailable": 1 } })),
         )
         .await?;
-    wait_pdb_observed(&scope, "solo", 0).await?;
+    scope.wait_pdb("solo", 0, TIMEOUT).await?;
     let unsatisfied = rota_drain::unsatisfied_pdbs(&client).await?;
     let prefix = format!("{}/", scope.namespace());
     assert!(

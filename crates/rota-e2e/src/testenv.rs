@@ -26,6 +26,7 @@ use k8s_openapi::api::core::v1::{
     Container, Namespace, Node, NodeSpec, NodeStatus, Pod, PodSpec, PodTemplateSpec,
     ServiceAccount, Toleration, Volume,
 };
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -444,6 +445,34 @@ impl Scope {
             let pod = pods.get(name).await?;
             Ok(pod_is_running(&pod).then_some(pod))
         })
+        .await
+    }
+
+    /// Waits until the disruption controller has seen the PodDisruptionBudget `name` as it is
+    /// now (its generation) and reports `allowed` disruptions.
+    pub async fn wait_pdb(
+        &self,
+        name: &str,
+        allowed: i32,
+        timeout: Duration,
+    ) -> Result<PodDisruptionBudget> {
+        let pdbs = self.api::<PodDisruptionBudget>();
+        wait_for(
+            &format!("PDB {name} to allow {allowed} disruption(s)"),
+            timeout,
+            || async {
+                let pdb = pdbs.get(name).await?;
+                let generation = pdb.metadata.generation;
+                Ok(pdb
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| {
+                        s.observed_generation == generation
+                            && s.disruptions_allowed == Some(allowed)
+                    })
+                    .then_some(pdb))
+            },
+        )
         .await
     }
 

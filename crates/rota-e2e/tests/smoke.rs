@@ -10,9 +10,7 @@ use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec}
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{EvictParams, ListParams, Patch, PatchParams, PostParams};
-use rota_e2e::testenv::{
-    self, Scope, TestEnv, api_error_code, app_labels, pod_is_running, wait_for,
-};
+use rota_e2e::testenv::{self, TestEnv, api_error_code, app_labels, pod_is_running, wait_for};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -20,28 +18,6 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 /// failure).
 fn step(start: Instant, what: &str) {
     println!("[{:>6.1}s] {what}", start.elapsed().as_secs_f64());
-}
-
-/// Waits until the disruption controller has caught up with the budget's spec and reports
-/// `allowed` permitted disruptions.
-async fn wait_pdb(scope: &Scope, name: &str, allowed: i32) -> Result<PodDisruptionBudget> {
-    let pdbs = scope.api::<PodDisruptionBudget>();
-    wait_for(
-        &format!("PDB {name} to allow {allowed} disruption(s)"),
-        TIMEOUT,
-        || async {
-            let pdb = pdbs.get(name).await?;
-            let generation = pdb.metadata.generation;
-            Ok(pdb
-                .status
-                .as_ref()
-                .is_some_and(|s| {
-                    s.observed_generation == generation && s.disruptions_allowed == Some(allowed)
-                })
-                .then_some(pdb))
-        },
-    )
-    .await
 }
 
 #[tokio::test]
@@ -101,7 +77,8 @@ async fn pdb_blocks_eviction_until_relaxed() -> Result<()> {
     };
     let pdbs = scope.api::<PodDisruptionBudget>();
     pdbs.create(&PostParams::default(), &pdb).await?;
-    let status = wait_pdb(&scope, "web", 0)
+    let status = scope
+        .wait_pdb("web", 0, TIMEOUT)
         .await?
         .status
         .context("no PDB status")?;
@@ -135,7 +112,7 @@ async fn pdb_blocks_eviction_until_relaxed() -> Result<()> {
         &Patch::Merge(serde_json::json!({ "spec": { "minAvailable": 2 } })),
     )
     .await?;
-    wait_pdb(&scope, "web", 1).await?;
+    scope.wait_pdb("web", 1, TIMEOUT).await?;
     step(t, "PDB relaxed to minAvailable=2, 1 disruption allowed");
     pods.evict(victim, &EvictParams::default())
         .await

@@ -24,7 +24,7 @@ use rota_store::{HistoryEntry, HistoryFilter, NodeRecord, Store, now_millis};
 
 mod kube_common;
 
-use kube_common::{PATIENCE, ROTA, args, env, fleet, record, unschedulable, wait};
+use kube_common::{PATIENCE, ROTA, args, env, fleet, record, unschedulable, wait, wait_started};
 
 async fn history(store: &KubeStore, node: &str) -> Result<Vec<HistoryEntry>> {
     Ok(store
@@ -40,16 +40,6 @@ fn count(entries: &[HistoryEntry], process: &Process, event: HistoryEvent) -> us
         .iter()
         .filter(|e| &e.process == process && e.event == event)
         .count()
-}
-
-/// Waits until every agent has opened its session (its RotaNode exists).
-async fn wait_started(fleet: &Fleet, store: &KubeStore) {
-    for node in fleet.nodes() {
-        wait(fleet, &format!("the agent of {node} to start"), || async {
-            Ok(record(store, &node).await?.map(|_| ()))
-        })
-        .await;
-    }
 }
 
 async fn wait_state(fleet: &Fleet, store: &KubeStore, node: &str, state: NodeState) -> NodeRecord {
@@ -137,26 +127,8 @@ async fn create_pdb(
         ..PodDisruptionBudget::default()
     };
     pdbs.create(&PostParams::default(), &pdb).await?;
-    wait_pdb(scope, app, allowed).await
-}
-
-async fn wait_pdb(scope: &Scope, name: &str, allowed: i32) -> Result<()> {
-    let pdbs = scope.api::<PodDisruptionBudget>();
-    testenv::wait_for(
-        &format!("PDB {name} to allow {allowed} disruption(s)"),
-        PATIENCE,
-        || async {
-            let pdb = pdbs.get(name).await?;
-            let generation = pdb.metadata.generation;
-            Ok(pdb
-                .status
-                .is_some_and(|s| {
-                    s.observed_generation == generation && s.disruptions_allowed == Some(allowed)
-                })
-                .then_some(()))
-        },
-    )
-    .await
+    scope.wait_pdb(app, allowed, PATIENCE).await?;
+    Ok(())
 }
 
 /// One bare pod per node, `<app>-<i>`, all labelled `app`; waits until they run.

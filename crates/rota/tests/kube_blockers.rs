@@ -23,7 +23,7 @@ const PAUSE: &str = "rota.dev/pause";
 
 mod kube_common;
 
-use kube_common::{PATIENCE, ROTA, args, env, fleet, record, unschedulable, wait};
+use kube_common::{PATIENCE, ROTA, args, env, fleet, record, unschedulable, wait, wait_started};
 
 async fn finished_reboots(store: &KubeStore, node: &str) -> Result<usize> {
     let entries = store
@@ -36,15 +36,6 @@ async fn finished_reboots(store: &KubeStore, node: &str) -> Result<usize> {
         .iter()
         .filter(|e| e.process == Process::Reboot && e.event == HistoryEvent::Finished)
         .count())
-}
-
-async fn wait_started(fleet: &Fleet, store: &KubeStore) {
-    for node in fleet.nodes() {
-        wait(fleet, &format!("the agent of {node} to start"), || async {
-            Ok(record(store, &node).await?.map(|_| ()))
-        })
-        .await;
-    }
 }
 
 /// Waits until `node` is idle with one finished reboot and no blocked reason.

@@ -69,3 +69,13 @@ pub async fn unschedulable(scope: &Scope, node: &str) -> Result<bool> {
     let node: Node = scope.nodes().get(node).await?;
     Ok(node.spec.and_then(|s| s.unschedulable).unwrap_or(false))
 }
+
+/// Waits until every agent has opened its session (its RotaNode exists).
+pub async fn wait_started(fleet: &Fleet, store: &KubeStore) {
+    for node in fleet.nodes() {
+        wait(fleet, &format!("the agent of {node} to start"), || async {
+            Ok(record(store, &node).await?.map(|_| ()))
+        })
+        .await;
+    }
+}
