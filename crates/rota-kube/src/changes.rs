@@ -1,4 +1,5 @@
-//! `Store::changes` on Kubernetes: one watch on the slot Leases.
+//! `Store::changes` on Kubernetes, and the slot Leases as this process sees them: one watch on
+//! the slot Leases.
 //!
 //! Every release of a slot — by this process or any other, or by the garbage collector deleting
 //! a Lease whose Node went away — moves the counter by one, so waiting agents learn of it from
@@ -6,11 +7,20 @@
 //! the write returns (callers rely on that), and the watch event for the same write is then
 //! recognised by its resourceVersion and not counted again.
 //!
+//! The same events keep a view of the Leases, so that the store does not list them at every
+//! look at the queue. A list is a consistent read: the API server answers it only once its watch
+//! cache has caught up with etcd, which on a Lease's quiet cache takes until etcd's next progress
+//! report (tens of milliseconds, on the path of every slot handoff). The view is as fresh as the
+//! wake-up it answers: the release that woke a waiter came through this watch. Where it is
+//! behind, the compare-and-swap of every Lease write refuses, as it does for a racing writer.
+//! Until the watch has listed the Leases (and after it failed, until it is back), the store
+//! lists them itself.
+//!
 //! Wake-ups that do not show in the Leases (another process's agent leaving the queue without a
 //! slot, an operator's retry, a new concurrency) are counted at once in the process that made
 //! them; other processes see them at their agent's periodic re-read of the store.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
@@ -22,25 +32,52 @@ use tracing::warn;
 
 use crate::slots::{SLOT_LABEL, holder};
 
-/// What is known of one Lease: the resourceVersion last seen, and whether it was held.
-#[derive(Clone, Copy, Debug)]
+/// What is known of one Lease: the resourceVersion last seen, and the Lease as of then (`None`
+/// once deleted, so that an older event does not bring it back).
+#[derive(Clone, Debug)]
 struct Seen {
     version: u64,
-    held: bool,
+    lease: Option<Lease>,
 }
 
-/// The change counter and the Lease states behind it, shared by the store and its watch.
+impl Seen {
+    fn held(&self) -> bool {
+        self.lease.as_ref().is_some_and(|l| holder(l).is_some())
+    }
+}
+
+#[derive(Debug, Default)]
+struct View {
+    leases: HashMap<String, Seen>,
+    /// Whether `leases` holds every slot Lease: the watch has listed them and not failed since.
+    synced: bool,
+    /// The names listed since the watch began a (re)list; the others were deleted meanwhile.
+    listing: Option<HashSet<String>>,
+}
+
+/// The change counter and the Lease view behind it, shared by the store and its watch.
 #[derive(Debug)]
 pub(crate) struct Changes {
     counter: watch::Sender<u64>,
-    leases: Mutex<HashMap<String, Seen>>,
+    view: Mutex<View>,
+}
+
+/// resourceVersions are etcd revisions: integers that grow with every write. One that does not
+/// parse cannot be ordered, and is taken as newer than anything seen.
+fn version_of(lease: &Lease) -> u64 {
+    lease
+        .metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(u64::MAX)
 }
 
 impl Changes {
     pub(crate) fn new() -> Arc<Changes> {
         Arc::new(Changes {
             counter: watch::channel(0).0,
-            leases: Mutex::new(HashMap::new()),
+            view: Mutex::new(View::default()),
         })
     }
 
@@ -58,27 +95,94 @@ impl Changes {
         }
     }
 
-    /// Records that Lease `name` is at `version` and `held` (or not). A held → free step is
-    /// one change; a version already seen (the watch echoing this process's own write, or an
-    /// event older than one seen) is ignored. `was_held` is what the writer read before its
-    /// write, for Leases this handle has not seen yet.
-    pub(crate) fn observe(&self, name: &str, version: Option<&str>, held: bool, was_held: bool) {
-        // resourceVersions are etcd revisions: integers that grow with every write. One that
-        // does not parse cannot be ordered, and is counted as a new state.
-        let version = version
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(u64::MAX);
-        let mut leases = self.leases.lock().unwrap_or_else(|e| e.into_inner());
-        let before = match leases.get(name) {
+    fn view(&self) -> std::sync::MutexGuard<'_, View> {
+        self.view.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every slot Lease, if the view holds them all.
+    pub(crate) fn leases(&self) -> Option<Vec<Lease>> {
+        let view = self.view();
+        view.synced.then(|| {
+            view.leases
+                .values()
+                .filter_map(|s| s.lease.clone())
+                .collect()
+        })
+    }
+
+    /// Records `lease` as read or written (`None`: deleted) at its resourceVersion. A held →
+    /// free step is one change; a version already seen (the watch echoing this process's own
+    /// write, or an event older than one seen) is ignored. `was_held` is what the writer read
+    /// before its write, for Leases this handle has not seen yet.
+    pub(crate) fn observe(&self, lease: &Lease, was_held: bool) {
+        self.record(lease, Some(lease), was_held);
+    }
+
+    fn record(&self, lease: &Lease, now: Option<&Lease>, was_held: bool) {
+        let name = lease.metadata.name.clone().unwrap_or_default();
+        let version = version_of(lease);
+        let mut view = self.view();
+        let before = match view.leases.get(&name) {
             Some(seen) if seen.version >= version && version != u64::MAX => return,
-            Some(seen) => seen.held,
+            Some(seen) => seen.held(),
             None => was_held,
         };
-        leases.insert(name.to_string(), Seen { version, held });
-        drop(leases);
-        if before && !held {
+        let seen = Seen {
+            version,
+            lease: now.cloned(),
+        };
+        let after = seen.held();
+        view.leases.insert(name, seen);
+        drop(view);
+        if before && !after {
             self.bump(1);
         }
+    }
+
+    /// Applies one event of the watch.
+    fn apply(&self, event: watcher::Event<Lease>) {
+        match event {
+            watcher::Event::Init => self.view().listing = Some(HashSet::new()),
+            watcher::Event::InitApply(lease) => {
+                {
+                    let mut view = self.view();
+                    if let (Some(listing), Some(name)) =
+                        (view.listing.as_mut(), lease.metadata.name.clone())
+                    {
+                        listing.insert(name);
+                    }
+                }
+                self.observe(&lease, false);
+            }
+            watcher::Event::InitDone => {
+                let mut view = self.view();
+                let mut released = 0;
+                if let Some(listed) = view.listing.take() {
+                    for (name, seen) in &mut view.leases {
+                        if !listed.contains(name) && seen.lease.is_some() {
+                            released += u64::from(seen.held());
+                            seen.lease = None;
+                        }
+                    }
+                }
+                view.synced = true;
+                drop(view);
+                self.bump(released);
+            }
+            watcher::Event::Apply(lease) => {
+                self.observe(&lease, false);
+                self.view().synced = true;
+            }
+            watcher::Event::Delete(lease) => {
+                self.record(&lease, None, false);
+                self.view().synced = true;
+            }
+        }
+    }
+
+    /// The watch failed: until it is back, the view may miss changes.
+    fn lost(&self) {
+        self.view().synced = false;
     }
 }
 
@@ -88,27 +192,11 @@ pub(crate) async fn watch_leases(api: Api<Lease>, changes: Arc<Changes>) {
     let mut events = watcher(api, config).default_backoff().boxed();
     while let Some(event) = events.next().await {
         match event {
-            Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) => {
-                let name = lease.metadata.name.clone().unwrap_or_default();
-                let held = holder(&lease).is_some();
-                changes.observe(
-                    &name,
-                    lease.metadata.resource_version.as_deref(),
-                    held,
-                    false,
-                );
+            Ok(event) => changes.apply(event),
+            Err(e) => {
+                changes.lost();
+                warn!(error = %e, "watching the slot Leases failed; retrying");
             }
-            Ok(watcher::Event::Delete(lease)) => {
-                let name = lease.metadata.name.clone().unwrap_or_default();
-                changes.observe(
-                    &name,
-                    lease.metadata.resource_version.as_deref(),
-                    false,
-                    false,
-                );
-            }
-            Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
-            Err(e) => warn!(error = %e, "watching the slot Leases failed; retrying"),
         }
     }
 }
@@ -116,36 +204,138 @@ pub(crate) async fn watch_leases(api: Api<Lease>, changes: Arc<Changes>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::slots::{released, taken};
+
+    fn at(lease: Lease, version: u64) -> Lease {
+        let mut lease = lease;
+        lease.metadata.resource_version = Some(version.to_string());
+        lease
+    }
+
+    fn held(slot: u32, node: &str, version: u64) -> Lease {
+        at(taken(slot, None, node, None, 1), version)
+    }
+
+    fn free(slot: u32, version: u64) -> Lease {
+        at(released(&taken(slot, None, "x", None, 1), 2), version)
+    }
+
+    fn count(changes: &Changes) -> u64 {
+        *changes.subscribe().borrow()
+    }
+
+    fn holders(changes: &Changes) -> Option<Vec<(String, Option<String>)>> {
+        let mut all: Vec<_> = changes
+            .leases()?
+            .iter()
+            .map(|l| {
+                (
+                    l.metadata.name.clone().unwrap_or_default(),
+                    holder(l).map(String::from),
+                )
+            })
+            .collect();
+        all.sort();
+        Some(all)
+    }
 
     #[test]
     fn a_release_counts_once_whichever_side_sees_it_first() {
         let changes = Changes::new();
-        changes.observe("rota-slot-0", Some("10"), true, false);
-        changes.observe("rota-slot-0", Some("11"), false, true);
-        changes.observe("rota-slot-0", Some("11"), false, false);
-        assert_eq!(*changes.subscribe().borrow(), 1);
+        changes.observe(&held(0, "a", 10), false);
+        changes.observe(&free(0, 11), true);
+        changes.observe(&free(0, 11), false);
+        assert_eq!(count(&changes), 1);
 
-        changes.observe("rota-slot-1", Some("20"), false, false);
-        assert_eq!(
-            *changes.subscribe().borrow(),
-            1,
-            "a free Lease first seen is no change"
-        );
-        changes.observe("rota-slot-1", Some("21"), true, false);
-        changes.observe("rota-slot-1", Some("22"), false, true);
-        changes.observe("rota-slot-1", Some("21"), true, false);
-        assert_eq!(
-            *changes.subscribe().borrow(),
-            2,
-            "an old event does not undo a release"
-        );
+        changes.observe(&free(1, 20), false);
+        assert_eq!(count(&changes), 1, "a free Lease first seen is no change");
+        changes.observe(&held(1, "b", 21), false);
+        changes.observe(&free(1, 22), true);
+        changes.observe(&held(1, "b", 21), false);
+        assert_eq!(count(&changes), 2, "an old event does not undo a release");
     }
 
     #[test]
     fn a_grant_is_no_change() {
         let changes = Changes::new();
-        changes.observe("rota-slot-0", Some("5"), false, false);
-        changes.observe("rota-slot-0", Some("6"), true, false);
-        assert_eq!(*changes.subscribe().borrow(), 0);
+        changes.observe(&free(0, 5), false);
+        changes.observe(&held(0, "a", 6), false);
+        assert_eq!(count(&changes), 0);
+    }
+
+    #[test]
+    fn the_view_is_used_only_once_the_watch_has_listed_the_leases() {
+        let changes = Changes::new();
+        changes.observe(&held(0, "a", 3), false);
+        assert_eq!(
+            holders(&changes),
+            None,
+            "own writes alone are not every Lease"
+        );
+        changes.apply(watcher::Event::Init);
+        changes.apply(watcher::Event::InitApply(held(0, "a", 3)));
+        changes.apply(watcher::Event::InitApply(free(1, 4)));
+        assert_eq!(holders(&changes), None, "halfway through the list");
+        changes.apply(watcher::Event::InitDone);
+        assert_eq!(
+            holders(&changes),
+            Some(vec![
+                ("rota-slot-0".into(), Some("a".into())),
+                ("rota-slot-1".into(), None)
+            ])
+        );
+        changes.lost();
+        assert_eq!(holders(&changes), None, "a failed watch may miss changes");
+        changes.apply(watcher::Event::Apply(free(0, 9)));
+        assert_eq!(
+            holders(&changes),
+            Some(vec![
+                ("rota-slot-0".into(), None),
+                ("rota-slot-1".into(), None)
+            ])
+        );
+        assert_eq!(count(&changes), 1);
+    }
+
+    #[test]
+    fn the_view_follows_own_writes_and_ignores_older_events() {
+        let changes = Changes::new();
+        changes.apply(watcher::Event::Init);
+        changes.apply(watcher::Event::InitApply(free(0, 3)));
+        changes.apply(watcher::Event::InitDone);
+        changes.observe(&held(0, "a", 7), false);
+        changes.apply(watcher::Event::Apply(free(0, 3)));
+        assert_eq!(
+            holders(&changes),
+            Some(vec![("rota-slot-0".into(), Some("a".into()))])
+        );
+    }
+
+    #[test]
+    fn a_lease_deleted_while_the_watch_was_away_is_dropped_and_counts_if_held() {
+        let changes = Changes::new();
+        changes.apply(watcher::Event::Init);
+        changes.apply(watcher::Event::InitApply(held(0, "a", 3)));
+        changes.apply(watcher::Event::InitApply(held(1, "b", 4)));
+        changes.apply(watcher::Event::InitDone);
+        changes.lost();
+        changes.apply(watcher::Event::Init);
+        changes.apply(watcher::Event::InitApply(held(1, "b", 4)));
+        changes.apply(watcher::Event::InitDone);
+        assert_eq!(
+            holders(&changes),
+            Some(vec![("rota-slot-1".into(), Some("b".into()))])
+        );
+        assert_eq!(count(&changes), 1, "the deleted Lease was held");
+
+        changes.apply(watcher::Event::Delete(held(1, "b", 8)));
+        assert_eq!(holders(&changes), Some(vec![]));
+        assert_eq!(count(&changes), 2);
+        changes.apply(watcher::Event::Apply(held(1, "b", 4)));
+        assert_eq!(
+            holders(&changes),
+            Some(vec![]),
+            "no older event brings it back"
+        );
     }
 }

@@ -282,7 +282,16 @@ impl KubeStore {
         Ok(list.items)
     }
 
+    /// The slot Leases, from the watch's view when it holds them all (see `changes`).
     async fn list_leases(&self) -> Result<Vec<Lease>> {
+        match self.inner.changes.leases() {
+            Some(leases) => Ok(leases),
+            None => self.list_leases_fresh().await,
+        }
+    }
+
+    /// The slot Leases, read from the API server.
+    async fn list_leases_fresh(&self) -> Result<Vec<Lease>> {
         let list = self
             .inner
             .leases
@@ -293,12 +302,15 @@ impl KubeStore {
                 LEASES,
                 format!("in namespace {}", self.inner.config.namespace),
             )?;
+        for lease in &list.items {
+            self.inner.changes.observe(lease, false);
+        }
         Ok(list.items)
     }
 
     /// The slot Lease `node` holds, read from the API server.
     async fn held_lease(&self, node: &NodeName) -> Result<Option<Lease>> {
-        let held = held_by(&self.list_leases().await?, node).cloned();
+        let held = held_by(&self.list_leases_fresh().await?, node).cloned();
         match &held {
             Some(lease) => self.cache_lease(node, lease),
             None => self.forget_lease(node),
@@ -575,12 +587,7 @@ impl KubeStore {
                 .await
             {
                 Ok(written) => {
-                    self.inner.changes.observe(
-                        &name,
-                        written.metadata.resource_version.as_deref(),
-                        false,
-                        true,
-                    );
+                    self.inner.changes.observe(&written, true);
                     return Ok(());
                 }
                 Err(e) if is_conflict(&e) => {
@@ -763,12 +770,7 @@ impl KubeStore {
         };
         match written {
             Ok(written) => {
-                self.inner.changes.observe(
-                    &name,
-                    written.metadata.resource_version.as_deref(),
-                    true,
-                    false,
-                );
+                self.inner.changes.observe(&written, false);
                 self.cache_lease(node, &written);
                 Ok(true)
             }
@@ -806,6 +808,7 @@ impl KubeStore {
                 .await
             {
                 Ok(written) if slots::holder(&written) == Some(session.node.as_str()) => {
+                    self.inner.changes.observe(&written, true);
                     self.cache_lease(&session.node, &written);
                     return Ok(slot);
                 }
