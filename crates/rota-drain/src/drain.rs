@@ -177,7 +177,7 @@ pub async fn drain_with_progress(
     progress: &watch::Sender<Progress>,
 ) -> Result<()> {
     progress.send_replace(Progress::default());
-    node::cordon(client, node).await?;
+    let cordoned = node::cordon(client, node).await?;
     let mut evict = Vec::new();
     let mut wait = Vec::new();
     let mut refusals = Vec::new();
@@ -207,7 +207,7 @@ pub async fn drain_with_progress(
     }
     // Pods already terminating count too: an interrupted drain of this window may have
     // evicted them, and the health gate waits for their workloads all the same.
-    gate::record(client, node, &leaving).await?;
+    gate::record(client, node, &cordoned, &leaving).await?;
     info!(
         node,
         evicting = evict.len(),

@@ -150,8 +150,14 @@ async fn workload(client: &Client, namespace: &str, owner: &OwnerReference) -> R
 
 /// Records on `node` what the drain is about to move off it (merged with what an earlier,
 /// interrupted drain of the same window recorded). Called before the first eviction, so that
-/// an agent killed in the middle still knows afterwards.
-pub(crate) async fn record(client: &Client, node: &str, leaving: &[Leaving]) -> Result<()> {
+/// an agent killed in the middle still knows afterwards. `cordoned` is the Node as the drain's
+/// cordon left it, which holds the earlier record.
+pub(crate) async fn record(
+    client: &Client,
+    node: &str,
+    cordoned: &Node,
+    leaving: &[Leaving],
+) -> Result<()> {
     let mut fresh = Evicted {
         count: u32::try_from(leaving.len()).unwrap_or(u32::MAX),
         ..Evicted::default()
@@ -173,7 +179,7 @@ pub(crate) async fn record(client: &Client, node: &str, leaving: &[Leaving]) -> 
             }
         }
     }
-    let known = evicted(client, node).await?.unwrap_or_default();
+    let known = parse(node, cordoned)?.unwrap_or_default();
     let merged = known.merge(&fresh);
     if merged == known {
         return Ok(());

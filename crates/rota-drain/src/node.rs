@@ -21,12 +21,12 @@ async fn get(client: &Client, node: &str) -> Result<Node> {
 /// Merge patches only the fields concerned: it cannot overwrite a concurrent change to anything
 /// else on the Node, and setting the value a field already has is a no-op, so repeating one is
 /// safe.
-async fn patch_node(client: &Client, node: &str, patch: serde_json::Value) -> Result<()> {
+async fn patch_node(client: &Client, node: &str, patch: serde_json::Value) -> Result<Node> {
     match Api::<Node>::all(client.clone())
         .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
         .await
     {
-        Ok(_) => Ok(()),
+        Ok(patched) => Ok(patched),
         Err(kube::Error::Api(status)) if status.code == 404 => Err(Error::NodeNotFound {
             node: node.to_owned(),
         }),
@@ -34,8 +34,9 @@ async fn patch_node(client: &Client, node: &str, patch: serde_json::Value) -> Re
     }
 }
 
-/// Marks the node unschedulable, as `kubectl cordon` does.
-pub async fn cordon(client: &Client, node: &str) -> Result<()> {
+/// Marks the node unschedulable, as `kubectl cordon` does; returns the Node as the cordon left
+/// it.
+pub async fn cordon(client: &Client, node: &str) -> Result<Node> {
     patch_node(client, node, json!({ "spec": { "unschedulable": true } })).await
 }
 
@@ -46,7 +47,7 @@ pub async fn uncordon(client: &Client, node: &str) -> Result<()> {
         "metadata": { "annotations": { EVICTED_ANNOTATION: null } },
         "spec": { "unschedulable": false },
     });
-    patch_node(client, node, patch).await
+    patch_node(client, node, patch).await.map(drop)
 }
 
 /// Whether the node is marked unschedulable.
