@@ -61,6 +61,8 @@ const WAIT_CACHE: Millis = 5_000;
 /// How long an agent's reads of its own node are answered from the RotaNode this process last
 /// wrote or read (see `own_object`).
 const OWN_READ_CACHE: Millis = 1_000;
+/// How old a read of `rota-config` may be for the concurrency at a look at the queue.
+const CONFIG_REUSE: Millis = 250;
 
 /// Where the store keeps its objects.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,6 +114,8 @@ struct Inner {
     held: Mutex<HashMap<String, Lease>>,
     /// The last `Wait` answered to each node's session, by node.
     waits: Mutex<HashMap<String, CachedWait>>,
+    /// The `rota-config` ConfigMap as last read, and when (see `recent_config_map`).
+    config_read: Mutex<Option<(Millis, Option<ConfigMap>)>>,
     watch: AbortHandle,
     procedures: Procedures,
     /// Writes the Procedures' status after this process's RotaNode writes (see
@@ -240,6 +244,7 @@ impl KubeStore {
                 objects: Mutex::new(HashMap::new()),
                 held: Mutex::new(HashMap::new()),
                 waits: Mutex::new(HashMap::new()),
+                config_read: Mutex::new(None),
                 watch,
                 config,
             }),
@@ -613,11 +618,39 @@ impl KubeStore {
     }
 
     async fn config_map(&self) -> Result<Option<ConfigMap>> {
-        self.inner.config_maps.get_opt(CONFIG_MAP).await.context(
+        let map = self.inner.config_maps.get_opt(CONFIG_MAP).await.context(
             "get",
             CONFIG_MAPS,
             self.lease_path(CONFIG_MAP),
-        )
+        )?;
+        let mut read = self
+            .inner
+            .config_read
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *read = Some((now_millis(), map.clone()));
+        Ok(map)
+    }
+
+    /// `rota-config` as read less than `CONFIG_REUSE` ago, else read now. Only for the
+    /// concurrency at a look at the queue, which follows the agent's own read of the pause in
+    /// the same step: a concurrency that changed since costs a compare-and-swap or a wake-up
+    /// at most (a new concurrency wakes every waiter). The pause is always read afresh.
+    async fn recent_config_map(&self) -> Result<Option<ConfigMap>> {
+        let recent = {
+            let read = self
+                .inner
+                .config_read
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            read.as_ref()
+                .filter(|(at, _)| now_millis() - at < CONFIG_REUSE)
+                .map(|(_, map)| map.clone())
+        };
+        match recent {
+            Some(map) => Ok(map),
+            None => self.config_map().await,
+        }
     }
 
     /// Changes one key of `rota-config` with a compare-and-swap; `change` gets the current
@@ -695,8 +728,10 @@ impl KubeStore {
         .await
     }
 
+    /// The concurrency for a look at the queue (see `recent_config_map`).
     async fn read_concurrency(&self) -> Result<u32> {
-        Ok(self.concurrency().await?.unwrap_or(1))
+        let map = self.recent_config_map().await?;
+        Ok(concurrency_of(map.as_ref())?.unwrap_or(1))
     }
 
     /// Frees every held slot Lease whose holder's Node object is gone (deleted, or replaced by
@@ -970,6 +1005,14 @@ fn held_by<'a>(leases: &'a [Lease], node: &NodeName) -> Option<&'a Lease> {
         .find(|l| slots::holder(l) == Some(node.as_str()))
 }
 
+fn concurrency_of(map: Option<&ConfigMap>) -> Result<Option<u32>> {
+    let value = map
+        .and_then(|c| c.data.as_ref())
+        .and_then(|d| d.get(CONCURRENCY_KEY))
+        .map(String::as_str);
+    parse_config("rota-config.data.concurrency", value)
+}
+
 fn parse_config(key: &'static str, value: Option<&str>) -> Result<Option<u32>> {
     value
         .map(|v| {
@@ -1225,13 +1268,7 @@ impl Store for KubeStore {
     }
 
     async fn concurrency(&self) -> Result<Option<u32>> {
-        let map = self.config_map().await?;
-        let value = map
-            .as_ref()
-            .and_then(|c| c.data.as_ref())
-            .and_then(|d| d.get(CONCURRENCY_KEY))
-            .map(String::as_str);
-        parse_config("rota-config.data.concurrency", value)
+        concurrency_of(self.config_map().await?.as_ref())
     }
 
     async fn set_concurrency(&self, concurrency: u32) -> Result<()> {
@@ -1262,13 +1299,21 @@ impl Store for KubeStore {
             // most of a handoff. The agent only asks while queued, so the queue and the Node
             // (for the Lease's owner) are nearly always needed.
             let (object, leases, concurrency, queued, owner) = tokio::try_join!(
-                self.get_rota_node(&session.node),
+                self.own_object(&session.node),
                 self.list_leases(),
                 self.read_concurrency(),
                 self.list_rota_nodes(&queue),
                 self.node_owner(&session.node),
             )?;
             let now = now_millis();
+            // The node's own object may come from this process's last write (see
+            // `own_object`); a refusal is only ever given on a fresh read.
+            let mut object = object;
+            if !object.as_ref().is_some_and(|o| {
+                self.session_ok(&o.status.clone().unwrap_or_default(), session, now)
+            }) {
+                object = self.get_rota_node(&session.node).await?;
+            }
             let Some(object) = object else {
                 return Err(fenced(session));
             };
