@@ -16,6 +16,7 @@ use rota_store::{
 use tokio::task::JoinSet;
 
 use crate::cli::{BenchArgs, Workload};
+use crate::output;
 
 const TTL: Duration = Duration::from_secs(60);
 
@@ -45,14 +46,14 @@ pub async fn run(args: BenchArgs) -> Result<()> {
             foreign.join(", ")
         );
     }
-    println!(
-        "store {} ({}), {} sessions over {} handle(s), {} s per workload",
+    output::emit(&format!(
+        "store {} ({}), {} sessions over {} handle(s), {} s per workload\n",
         args.store,
         store.kind(),
         args.sessions,
         args.handles,
         args.seconds
-    );
+    ))?;
     let run = now_millis();
     let mut clean = true;
     if matches!(args.workload, Workload::All | Workload::Slots) {
@@ -124,27 +125,27 @@ async fn slots(stores: &[Arc<dyn Store>], args: &BenchArgs, run: i64) -> Result<
     let double_grants = replay.slot_held_twice
         + replay.most_open.saturating_sub(args.concurrency as usize)
         + holder_faults;
-    println!(
-        "slots: {cycles} acquire+release cycles in {:.2} s = {:.0} cycles/s (concurrency {})",
+    output::emit(&format!(
+        "slots: {cycles} acquire+release cycles in {:.2} s = {:.0} cycles/s (concurrency {})\n",
         elapsed.as_secs_f64(),
         rate(cycles, elapsed),
         args.concurrency
-    );
-    println!(
+    ))?;
+    output::emit(&format!(
         "  double grants: {double_grants} (history replay: at most {} windows open, {} grants \
          of a slot still held; holder probe: at most {most_holders} holders in {samples} \
-         samples, {holder_faults} faulty; in-process: at most {} holders)",
+         samples, {holder_faults} faulty; in-process: at most {} holders)\n",
         replay.most_open,
         replay.slot_held_twice,
         peak.load(Ordering::SeqCst)
-    );
-    println!(
+    ))?;
+    output::emit(&format!(
         "  lost history rows: {lost} (expected {expected}: a started and a finished per cycle; \
-         counted {}: {} started, {} finished)",
+         counted {}: {} started, {} finished)\n",
         rows.len(),
         replay.started,
         replay.finished
-    );
+    ))?;
     Ok(double_grants == 0 && lost == 0 && replay.started == cycles && replay.finished == cycles)
 }
 
@@ -330,13 +331,15 @@ async fn history(stores: &[Arc<dyn Store>], args: &BenchArgs, run: i64) -> Resul
         .filter(|e| e.event == HistoryEvent::Failed)
         .count();
     let lost = appends.abs_diff(counted);
-    println!(
+    output::emit(&format!(
         "history: {appends} appends in {:.2} s = {:.0} appends/s (each a fail-closed \
-         transition, then an operator retry)",
+         transition, then an operator retry)\n",
         elapsed.as_secs_f64(),
         rate(appends, elapsed)
-    );
-    println!("  lost history rows: {lost} (expected {appends}, counted {counted})");
+    ))?;
+    output::emit(&format!(
+        "  lost history rows: {lost} (expected {appends}, counted {counted})\n"
+    ))?;
     Ok(lost == 0)
 }
 

@@ -7,6 +7,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rota_simulate::{KubeTarget, Options, StoreChoice, Summary};
 
 use crate::cli::SimulateArgs;
+use crate::output;
 use crate::store::StoreLocation;
 
 fn progress_bar(nodes: u64) -> ProgressBar {
@@ -74,9 +75,9 @@ pub async fn run(args: SimulateArgs) -> Result<()> {
     .await?;
     bar.finish_and_clear();
     if args.json {
-        println!("{}", serde_json::to_string(&summary)?);
+        output::emit(&format!("{}\n", serde_json::to_string(&summary)?))?;
     } else {
-        println!("{}", render(&summary));
+        output::emit(&format!("{}\n", render(&summary)))?;
     }
     Ok(())
 }

@@ -479,3 +479,45 @@ fn as_kubectl_rota_the_store_is_the_cluster() {
         "an explicit store wins: {stderr}"
     );
 }
+
+/// `rota bench … | head -n 1`: the reader goes away after the first line while the bench still
+/// has lines to print, which must end the output, not the process with a panic.
+#[test]
+fn a_reader_that_goes_away_ends_the_output_not_the_bench() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::Stdio;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = store_url(&dir.path().join("bench.db"));
+    let mut bench = Command::new(env!("CARGO_BIN_EXE_rota"))
+        .args([
+            "bench",
+            "--store",
+            &url,
+            "--sessions",
+            "2",
+            "--seconds",
+            "1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run rota bench");
+    let stdout = bench.stdout.take().expect("piped stdout");
+    let mut first = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut first)
+        .expect("first line");
+    assert!(first.starts_with("store "), "{first}");
+    // The pipe's reading end is closed here, before the workloads' lines are printed.
+    let status = bench.wait().expect("wait for rota bench");
+    let mut stderr = String::new();
+    bench
+        .stderr
+        .take()
+        .expect("piped stderr")
+        .read_to_string(&mut stderr)
+        .expect("stderr");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(status.success(), "{status:?}: {stderr}");
+}
