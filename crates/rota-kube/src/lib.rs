@@ -81,6 +81,7 @@ mod changes;
 mod error;
 mod procedure_status;
 mod procedures;
+mod queue_labels;
 mod status;
 mod store;
 

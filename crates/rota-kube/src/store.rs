@@ -27,6 +27,7 @@ use crate::error::{Context, KubeError, is_conflict};
 use crate::ids::TAG_LIMIT;
 use crate::procedure_status::{self, StatusReporter};
 use crate::procedures::Procedures;
+use crate::queue_labels;
 use crate::slots::{self, SLOT_LABEL};
 use crate::status;
 
@@ -277,6 +278,18 @@ impl KubeStore {
             .context("get", ROTA_NODES, name)
     }
 
+    /// The metadata of the RotaNodes with `selector`: for a look at the queue, whose labels
+    /// hold all it needs (see `queue_labels`).
+    async fn list_queue_metadata(&self, selector: &str) -> Result<Vec<ObjectMeta>> {
+        let list = self
+            .inner
+            .rota_nodes
+            .list_metadata(&ListParams::default().labels(selector).match_any())
+            .await
+            .context("list", ROTA_NODES, format!("with labels {selector}"))?;
+        Ok(list.items.into_iter().map(|o| o.metadata).collect())
+    }
+
     async fn list_rota_nodes(&self, selector: &str) -> Result<Vec<RotaNode>> {
         let list = self
             .inner
@@ -351,11 +364,11 @@ impl KubeStore {
     async fn replace(&self, mut object: RotaNode) -> Result<Option<RotaNode>> {
         let name = object.metadata.name.clone().unwrap_or_default();
         let state = object.status.as_ref().map_or(NodeState::Idle, |s| s.state);
-        object
-            .metadata
-            .labels
-            .get_or_insert_with(BTreeMap::new)
-            .extend(self.labels(state));
+        let labels = object.metadata.labels.get_or_insert_with(BTreeMap::new);
+        labels.extend(self.labels(state));
+        if let Some(status) = &object.status {
+            queue_labels::mirror(labels, status);
+        }
         match self
             .inner
             .rota_nodes
@@ -1302,7 +1315,7 @@ impl Store for KubeStore {
                 self.own_object(&session.node),
                 self.list_leases(),
                 self.read_concurrency(),
-                self.list_rota_nodes(&queue),
+                self.list_queue_metadata(&queue),
                 self.node_owner(&session.node),
             )?;
             let now = now_millis();
@@ -1332,19 +1345,25 @@ impl Store for KubeStore {
                 .flatten();
             let holders: Vec<&str> = leases.iter().filter_map(slots::holder).collect();
             let waiters: Vec<Waiter> = if queued_at.is_some_and(|q| q <= now) {
-                queued
-                    .iter()
-                    .filter_map(|o| {
-                        // A blocked node keeps its place without holding the queue up.
-                        let s = o.status.as_ref().filter(|s| s.blocked.is_none())?;
-                        Some(Waiter {
-                            node: o.spec.node.clone(),
-                            queued_at: s.queued_at?.0,
-                            alive: s.session.as_ref().is_some_and(|x| x.deadline.0 > now),
-                            holds_slot: holders.contains(&o.spec.node.as_str()),
+                let prefix = &self.inner.config.name_prefix;
+                match queue_labels::waiters(&queued, prefix, &holders, now) {
+                    Some(waiters) => waiters,
+                    None => self
+                        .list_rota_nodes(&queue)
+                        .await?
+                        .iter()
+                        .filter_map(|o| {
+                            // A blocked node keeps its place without holding the queue up.
+                            let s = o.status.as_ref().filter(|s| s.blocked.is_none())?;
+                            Some(Waiter {
+                                node: o.spec.node.clone(),
+                                queued_at: s.queued_at?.0,
+                                alive: s.session.as_ref().is_some_and(|x| x.deadline.0 > now),
+                                holds_slot: holders.contains(&o.spec.node.as_str()),
+                            })
                         })
-                    })
-                    .collect()
+                        .collect(),
+                }
             } else {
                 Vec::new()
             };
