@@ -47,15 +47,21 @@
 //!
 //! # Watches
 //!
-//! One: on the slot Leases (see `changes`). A release wakes waiting agents through it.
+//! One: on the slot Leases (see `changes`). A release wakes waiting agents through it, and
+//! its events keep the view of the Leases that a look at the queue reads instead of listing
+//! them (a consistent list waits for the API server's cache to catch up with etcd).
 //!
 //! # Round trips
 //!
 //! A maintenance window is a chain of steps, each waiting for the API server, so the store
 //! keeps the chain short without giving up a compare-and-swap:
 //!
-//! - reads that do not depend on each other are sent at once (the queue, the Leases, the
-//!   concurrency and the Node when asking for a slot; the object and the Leases of a node);
+//! - reads that do not depend on each other are sent at once (the queue, the concurrency and
+//!   the Node when asking for a slot; the object and the Leases of a node);
+//! - a look at the queue lists the queued RotaNodes' metadata only, from the API server's
+//!   cache: their place, session deadline and blocked mark are mirrored into labels
+//!   (`rota.dev/queued-at`, `rota.dev/session-deadline`, `rota.dev/blocked`) at every write
+//!   (see `queue_labels`), and its concurrency is the one read with the pause a moment before;
 //! - a write of an agent starts from the RotaNode as this process last wrote or read it, and
 //!   the Lease as it last took or renewed it; a stale one fails its compare-and-swap and is
 //!   read again, so only a fresh read ever refuses;
