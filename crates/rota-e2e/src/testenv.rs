@@ -406,6 +406,20 @@ impl Scope {
         replicas: i32,
         volumes: Option<Vec<Volume>>,
     ) -> Result<()> {
+        self.create_deployment_on(app, replicas, volumes, BTreeMap::new())
+            .await
+    }
+
+    /// [`Scope::create_deployment`] on the scope's nodes that also carry `node_labels`.
+    pub async fn create_deployment_on(
+        &self,
+        app: &str,
+        replicas: i32,
+        volumes: Option<Vec<Volume>>,
+        node_labels: BTreeMap<String, String>,
+    ) -> Result<()> {
+        let mut node_selector = self.labels();
+        node_selector.extend(node_labels);
         let deployment = Deployment {
             metadata: ObjectMeta {
                 name: Some(app.into()),
@@ -423,7 +437,7 @@ impl Scope {
                         ..ObjectMeta::default()
                     }),
                     spec: Some(PodSpec {
-                        node_selector: Some(self.labels()),
+                        node_selector: Some(node_selector),
                         volumes,
                         ..pod_spec()
                     }),

@@ -10,8 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
-use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -24,7 +23,9 @@ use rota_store::{HistoryEntry, HistoryFilter, NodeRecord, Store, now_millis};
 
 mod kube_common;
 
-use kube_common::{PATIENCE, ROTA, args, env, fleet, record, unschedulable, wait, wait_started};
+use kube_common::{
+    PATIENCE, ROTA, args, env, fleet, record, start, unschedulable, wait, wait_started,
+};
 
 async fn history(store: &KubeStore, node: &str) -> Result<Vec<HistoryEntry>> {
     Ok(store
@@ -223,9 +224,7 @@ async fn a_drain_that_times_out_gives_the_slot_back_and_backs_off() -> Result<()
         &BTreeMap::from([(blocked.clone(), blocked_args)]),
     )
     .await?;
-    let store = fleet.store().await?;
-    fleet.start_all()?;
-    wait_started(&fleet, &store).await;
+    let store = start(&fleet).await?;
     fleet.request_reboot(blocked)?;
     wait_state(&fleet, &store, blocked, NodeState::Draining).await;
     for node in others {
@@ -300,9 +299,7 @@ async fn an_agent_killed_during_the_drain_resumes_it() -> Result<()> {
         args(&["--concurrency", "1", "--drain-force"]),
     )
     .await;
-    let store = fleet.store().await?;
-    fleet.start_all()?;
-    wait_started(&fleet, &store).await;
+    let store = start(&fleet).await?;
     fleet.request_reboot(node)?;
     wait_state(&fleet, &store, node, NodeState::Draining).await;
     wait(&fleet, "the node cordoned", || async {
@@ -402,9 +399,7 @@ async fn an_agent_killed_during_verification_verifies_again() -> Result<()> {
         ]),
     )
     .await;
-    let store = fleet.store().await?;
-    fleet.start_all()?;
-    wait_started(&fleet, &store).await;
+    let store = start(&fleet).await?;
     fleet.request_reboot(node)?;
     let health_checks = || {
         std::fs::read_to_string(&checks)
@@ -493,9 +488,7 @@ async fn a_node_cordoned_beforehand_stays_cordoned() -> Result<()> {
         args(&["--concurrency", "1", "--drain-force"]),
     )
     .await;
-    let store = fleet.store().await?;
-    fleet.start_all()?;
-    wait_started(&fleet, &store).await;
+    let store = start(&fleet).await?;
     for node in &nodes {
         fleet.request_reboot(node)?;
     }
@@ -597,43 +590,6 @@ async fn procedures_run_once_per_node_in_priority_order_in_one_window() -> Resul
     scope.cleanup().await
 }
 
-/// A Deployment `app` of `replicas` pods kept by the scheduler on this scope's nodes that also
-/// carry the label `pool=<pool>`.
-async fn deployment_in_pool(scope: &Scope, app: &str, replicas: i32, pool: &str) -> Result<()> {
-    let mut selector = scope.labels();
-    selector.insert(POOL_LABEL.into(), pool.into());
-    let deployment = Deployment {
-        metadata: ObjectMeta {
-            name: Some(app.into()),
-            ..ObjectMeta::default()
-        },
-        spec: DeploymentSpec {
-            replicas: Some(replicas),
-            selector: LabelSelector {
-                match_labels: Some(app_labels(app)),
-                ..LabelSelector::default()
-            },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(app_labels(app)),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    node_selector: Some(selector),
-                    ..testenv::pod_spec()
-                }),
-            },
-            ..DeploymentSpec::default()
-        },
-        ..Deployment::default()
-    };
-    scope
-        .api::<Deployment>()
-        .create(&PostParams::default(), &deployment)
-        .await?;
-    Ok(())
-}
-
 const POOL_LABEL: &str = "rota-e2e/pool";
 
 async fn join_pool(scope: &Scope, node: &str, pool: &str) -> Result<()> {
@@ -659,7 +615,14 @@ async fn evicted_pods_that_are_not_ready_again_hold_the_slot() -> Result<()> {
     let nodes = scope.create_ready_nodes(2).await?;
     let (first, second) = (&nodes[0], &nodes[1]);
     join_pool(&scope, first, "web").await?;
-    deployment_in_pool(&scope, "web", 2, "web").await?;
+    scope
+        .create_deployment_on(
+            "web",
+            2,
+            None,
+            BTreeMap::from([(POOL_LABEL.into(), "web".into())]),
+        )
+        .await?;
     let deployments = scope.api::<Deployment>();
     testenv::wait_for("2 ready replicas of web", PATIENCE, || async {
         let d = deployments.get("web").await?;
@@ -780,9 +743,7 @@ async fn an_unsatisfied_disruption_budget_holds_the_release_with_health_pdbs() -
         ]),
     )
     .await;
-    let store = fleet.store().await?;
-    fleet.start_all()?;
-    wait_started(&fleet, &store).await;
+    let store = start(&fleet).await?;
     fleet.request_reboot(node)?;
     wait_state(&fleet, &store, node, NodeState::Verifying).await;
     let reason = format!(

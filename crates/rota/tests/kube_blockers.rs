@@ -23,7 +23,7 @@ const PAUSE: &str = "rota.dev/pause";
 
 mod kube_common;
 
-use kube_common::{PATIENCE, ROTA, args, env, fleet, record, unschedulable, wait, wait_started};
+use kube_common::{PATIENCE, ROTA, args, env, fleet, record, start, unschedulable, wait};
 
 async fn finished_reboots(store: &KubeStore, node: &str) -> Result<usize> {
     let entries = store
@@ -120,9 +120,7 @@ async fn a_blocking_pod_holds_its_node_queued_until_it_is_deleted() -> Result<()
         ]),
     )
     .await;
-    let store = fleet.store().await?;
-    fleet.start_all()?;
-    wait_started(&fleet, &store).await;
+    let store = start(&fleet).await?;
     fleet.request_reboot(held)?;
     let blocked = wait_blocked(&fleet, &store, held, "backup-0").await;
     assert_eq!(blocked.state, NodeState::Queued, "{blocked:?}");
@@ -165,9 +163,7 @@ async fn the_pause_annotation_holds_one_node_while_the_others_go_on() -> Result<
         args(&["--concurrency", "1", "--blocker-interval", "1s"]),
     )
     .await;
-    let store = fleet.store().await?;
-    fleet.start_all()?;
-    wait_started(&fleet, &store).await;
+    let store = start(&fleet).await?;
     for node in &nodes {
         fleet.request_reboot(node)?;
     }
@@ -233,9 +229,7 @@ async fn a_blocker_that_appears_after_the_drain_holds_the_reboot_with_the_slot()
         ]),
     )
     .await;
-    let store = fleet.store().await?;
-    fleet.start_all()?;
-    wait_started(&fleet, &store).await;
+    let store = start(&fleet).await?;
     fleet.request_reboot(node)?;
     wait(&fleet, &format!("{node} to drain"), || async {
         Ok(record(&store, node)

@@ -71,6 +71,15 @@ pub async fn unschedulable(scope: &Scope, node: &str) -> Result<bool> {
 }
 
 /// Waits until every agent has opened its session (its RotaNode exists).
+/// Starts every agent of `fleet` and waits until each has opened its session; returns the
+/// fleet's store.
+pub async fn start(fleet: &Fleet) -> Result<KubeStore> {
+    let store = fleet.store().await?;
+    fleet.start_all()?;
+    wait_started(fleet, &store).await;
+    Ok(store)
+}
+
 pub async fn wait_started(fleet: &Fleet, store: &KubeStore) {
     for node in fleet.nodes() {
         wait(fleet, &format!("the agent of {node} to start"), || async {
