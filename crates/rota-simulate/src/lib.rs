@@ -167,6 +167,12 @@ pub struct Summary {
     /// Slot released → the next node's window opened.
     pub handoff_p50_ms: Millis,
     pub handoff_p99_ms: Millis,
+    /// Sentinels written → the first window opened: what the start of a rollout costs once.
+    pub first_window_ms: Millis,
+    /// Window opened → its slot released, the maintenance time included: what each window
+    /// adds to the maintenance (cordon, drain, the agent's restart, health check, uncordon).
+    pub window_p50_ms: Millis,
+    pub window_p99_ms: Millis,
 }
 
 struct Node {
@@ -481,6 +487,10 @@ async fn summarize(
     }
     let detection: Vec<Millis> = detection.into_iter().map(|(_, d)| d).collect();
     let handoffs = metrics::handoffs(&history, options.concurrency as usize);
+    let windows = metrics::window_lengths(&history);
+    let first_window_ms = metrics::window_opens(&history)
+        .first()
+        .map_or(0, |opened| opened - started);
     let ideal_s = ideal.as_secs_f64();
     Ok(Summary {
         store: fleet.label,
@@ -500,5 +510,8 @@ async fn summarize(
         detection_p99_ms: metrics::percentile(&detection, 99),
         handoff_p50_ms: metrics::percentile(&handoffs, 50),
         handoff_p99_ms: metrics::percentile(&handoffs, 99),
+        first_window_ms,
+        window_p50_ms: metrics::percentile(&windows, 50),
+        window_p99_ms: metrics::percentile(&windows, 99),
     })
 }

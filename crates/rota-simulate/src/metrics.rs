@@ -1,7 +1,7 @@
 //! The numbers of a rollout, computed from the store's records alone (not from the agents'
 //! own counters), so that they check the agents rather than repeat them.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use rota_core::HistoryEvent;
 use rota_store::{HistoryEntry, Millis};
@@ -36,6 +36,24 @@ pub fn window_opens(history: &[HistoryEntry]) -> Vec<Millis> {
         }
     }
     opens
+}
+
+/// How long each window was open: from its opening to the entry that released its slot, the
+/// maintenance itself included. A window still open at the end is left out.
+pub fn window_lengths(history: &[HistoryEntry]) -> Vec<Millis> {
+    let mut open = BTreeMap::new();
+    let mut lengths = Vec::new();
+    for entry in history {
+        if entry.event == HistoryEvent::Started {
+            open.entry(&entry.node).or_insert(entry.at);
+        }
+        if entry.released
+            && let Some(opened) = open.remove(&entry.node)
+        {
+            lengths.push(entry.at - opened);
+        }
+    }
+    lengths
 }
 
 /// Slot handoffs: the i-th release lets the (k+i)-th window open, since only k can be open.
@@ -97,6 +115,11 @@ mod tests {
         ];
         assert_eq!(max_concurrent(&history), 3);
         assert_eq!(window_opens(&history), vec![0, 5, 12, 21]);
+        assert_eq!(
+            window_lengths(&history),
+            vec![10, 25],
+            "a's and b's windows; c's and d's are still open"
+        );
         assert_eq!(
             handoffs(&history, 3),
             vec![11],

@@ -28,6 +28,15 @@ async fn every_node_reboots_once_and_never_more_than_k_at_once() {
         summary.ideal_s > 0.0 && summary.makespan_s >= summary.ideal_s,
         "{summary:?}"
     );
+    // Every window holds a whole simulated reboot, and the first opens within the rollout.
+    assert!(
+        summary.window_p50_ms >= 300 && summary.window_p99_ms >= summary.window_p50_ms,
+        "{summary:?}"
+    );
+    assert!(
+        (summary.first_window_ms as f64) < summary.makespan_s * 1000.0,
+        "{summary:?}"
+    );
 }
 
 #[tokio::test]

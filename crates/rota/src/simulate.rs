@@ -30,7 +30,9 @@ pub fn render(summary: &Summary) -> String {
          at most {max} out at once (from the store's history)\n\
          makespan {makespan:.2}s, ideal {ideal:.2}s, efficiency {efficiency:.3}\n\
          detection p50 {d50} ms, p99 {d99} ms (sentinel written → node queued)\n\
-         handoff p50 {h50} ms, p99 {h99} ms (slot released → next window open)",
+         handoff p50 {h50} ms, p99 {h99} ms (slot released → next window open)\n\
+         first window open {first} ms after the sentinels; windows p50 {w50} ms, p99 {w99} ms \
+         (window open → slot released)",
         completed = summary.completed,
         nodes = summary.nodes,
         failed = summary.failed,
@@ -44,6 +46,9 @@ pub fn render(summary: &Summary) -> String {
         d99 = summary.detection_p99_ms,
         h50 = summary.handoff_p50_ms,
         h99 = summary.handoff_p99_ms,
+        first = summary.first_window_ms,
+        w50 = summary.window_p50_ms,
+        w99 = summary.window_p99_ms,
     )
 }
 
