@@ -56,6 +56,10 @@ struct Running {
     ensured: HashSet<String>,
     /// When procedures were last looked for.
     procedures_checked: Option<Instant>,
+    /// The change count at which the queue's last answer said this node's turn may come.
+    /// Before it, another look almost always says "wait" again (a store may answer it from
+    /// memory), so the look reads nothing else that only a grant needs.
+    turn_at: Option<u64>,
     /// The record (state and since) that this incarnation's last fenced transition wrote: the
     /// disruptive step right after it needs no fence of its own.
     fenced: Option<(NodeState, Millis)>,
@@ -220,6 +224,7 @@ impl Agent {
             runner,
             ensured: HashSet::new(),
             procedures_checked: None,
+            turn_at: None,
             fenced: None,
             healthy_since: None,
             window_seen: None,
@@ -741,21 +746,31 @@ impl Agent {
         // Read the counter before asking: a change in between then wakes this waiter at once.
         let seen = *running.changes.borrow_and_update();
         // A failure budget that is used up pauses the fleet; a blocked node (a paused fleet
-        // included) takes no slot, so the blockers are asked first; the cordon is read along
-        // with the request for a slot, so that a grant goes on to open the window without
-        // another round trip.
+        // included) takes no slot, so the blockers are asked first.
         self.enforce_failure_budget().await?;
         if self.blocked(running, record, seen).await? {
             return Ok(());
         }
-        let (acquired, cordoned) = tokio::join!(
-            self.store.try_acquire_slot(&running.session),
-            self.actions.is_cordoned()
-        );
-        if let Acquire::Wait { changes } = acquired? {
+        // When the turn may have come, the cordon is read along with the request for a slot,
+        // so that a grant goes on to open the window without another round trip; a waiter woken
+        // for anything else (a timer) reads it only after a grant.
+        let acquire = self.store.try_acquire_slot(&running.session);
+        let (acquired, cordoned) = if running.turn_at.is_none_or(|turn| seen >= turn) {
+            let (acquired, cordoned) = tokio::join!(acquire, self.actions.is_cordoned());
+            (acquired?, Some(cordoned))
+        } else {
+            (acquire.await?, None)
+        };
+        if let Acquire::Wait { changes } = acquired {
             let target = seen.saturating_add(changes);
+            running.turn_at = Some(target);
             return self.wait(running, None, Some(target)).await;
         }
+        running.turn_at = None;
+        let cordoned = match cordoned {
+            Some(cordoned) => cordoned,
+            None => self.actions.is_cordoned().await,
+        };
         let pre_cordoned = match cordoned {
             Ok(cordoned) => cordoned,
             Err(e) => {
