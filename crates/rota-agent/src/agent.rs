@@ -486,8 +486,7 @@ impl Agent {
     }
 
     /// Turns present sentinels into requests and withdraws pending sentinel requests whose
-    /// files are gone. A reboot sentinel older than the node's last reboot was satisfied by
-    /// it and asks for nothing (so a sentinel that survives the reboot cannot loop).
+    /// files are gone (see `wanted`).
     async fn sync_requests(
         &self,
         running: &mut Running,
@@ -499,6 +498,30 @@ impl Agent {
             self.tell(|o| o.requests(&open));
             return Ok(open);
         }
+        let wanted = self.wanted(running, record);
+        // Record first, read after: recording is idempotent (an open request for the process
+        // is returned as it is), and a new sentinel's request is then never behind a read.
+        for (process, source) in &wanted {
+            let (_, created) = self
+                .store
+                .add_request(&running.session, process, source)
+                .await?;
+            if created {
+                info!(node = %self.config.node, %process, source, "request recorded");
+            }
+        }
+        let mut open = self.store.open_requests(&self.config.node).await?;
+        self.withdraw(running, &mut open, &wanted).await?;
+        self.tell(|o| o.requests(&open));
+        // Only now: a failed write above leaves the flag set, so the next step tries again.
+        running.sentinels_dirty = false;
+        Ok(open)
+    }
+
+    /// The requests the sentinels ask for now. A reboot sentinel older than the node's last
+    /// reboot was satisfied by it and asks for nothing (so a sentinel that survives the reboot
+    /// cannot loop).
+    fn wanted(&self, running: &mut Running, record: &NodeRecord) -> Vec<(Process, String)> {
         let snapshot = running.sentinels.borrow_and_update().clone();
         let mut wanted: Vec<(Process, String)> = Vec::new();
         for path in &self.config.reboot_sentinels {
@@ -520,20 +543,18 @@ impl Agent {
         {
             wanted.push((Process::Maintenance, maintenance.display().to_string()));
         }
-        // Record first, read after: recording is idempotent (an open request for the process
-        // is returned as it is), and a new sentinel's request is then never behind a read.
-        for (process, source) in &wanted {
-            let (_, created) = self
-                .store
-                .add_request(&running.session, process, source)
-                .await?;
-            if created {
-                info!(node = %self.config.node, %process, source, "request recorded");
-            }
-        }
-        let mut open = self.store.open_requests(&self.config.node).await?;
+        wanted
+    }
+
+    /// Cancels the pending sentinel requests whose sentinel is gone, and drops them from `open`.
+    async fn withdraw(
+        &self,
+        running: &Running,
+        open: &mut Vec<RequestRecord>,
+        wanted: &[(Process, String)],
+    ) -> Result<()> {
         let mut withdrawn = Vec::new();
-        for request in &open {
+        for request in open.iter() {
             let from_sentinel = self.sentinel_source(&request.source);
             let still_wanted = wanted.iter().any(|(p, _)| p == &request.process);
             if request.state == RequestState::Pending && from_sentinel && !still_wanted {
@@ -552,10 +573,7 @@ impl Agent {
             }
         }
         open.retain(|r| !withdrawn.contains(&r.id));
-        self.tell(|o| o.requests(&open));
-        // Only now: a failed write above leaves the flag set, so the next step tries again.
-        running.sentinels_dirty = false;
-        Ok(open)
+        Ok(())
     }
 
     /// Every `procedure_poll`: makes this node's request for each procedure that matches it
@@ -656,11 +674,11 @@ impl Agent {
 
     /// When the node may take a slot: now, or when the backoff of its requests ends, or, with
     /// maintenance windows, when the next one opens after that.
-    async fn eligible_at(&self, open: &[RequestRecord]) -> Result<Millis> {
+    async fn eligible_at(&self, processes: &[&Process]) -> Result<Millis> {
         let backoffs = self.store.backoffs(&self.config.node).await?;
         let until = backoffs
             .iter()
-            .filter(|b| open.iter().any(|r| r.process == b.process))
+            .filter(|b| processes.contains(&&b.process))
             .map(|b| b.until)
             .max()
             .unwrap_or(0);
@@ -682,20 +700,48 @@ impl Agent {
                 .await?;
             return Ok(());
         }
-        let open = self.sync_requests(running, record).await?;
-        if open.is_empty() {
+        // New sentinels' requests are recorded by the write that queues the node: one write
+        // per node when a whole fleet finds its sentinels at once.
+        self.enqueue_procedures(running).await?;
+        let dirty = running.sentinels_dirty;
+        let wanted = if dirty {
+            self.wanted(running, record)
+        } else {
+            Vec::new()
+        };
+        let mut open = self.store.open_requests(&self.config.node).await?;
+        if dirty {
+            self.withdraw(running, &mut open, &wanted).await?;
+        }
+        let new: Vec<(Process, String)> = wanted
+            .into_iter()
+            .filter(|(process, _)| !open.iter().any(|r| &r.process == process))
+            .collect();
+        self.tell(|o| o.requests(&open));
+        if open.is_empty() && new.is_empty() {
+            running.sentinels_dirty = false;
             return self.wait(running, None, None).await;
         }
-        let queued_at = self.eligible_at(&open).await?;
-        self.commit(
-            running,
-            record,
-            Event::Requested,
+        let processes: Vec<&Process> = open
+            .iter()
+            .map(|r| &r.process)
+            .chain(new.iter().map(|(process, _)| process))
+            .collect();
+        let queued_at = self.eligible_at(&processes).await?;
+        let mut queue =
             Transition::new(NodeState::Idle, NodeState::Queued).window(WindowChange::Queue {
                 queued_at: Some(queued_at),
-            }),
-        )
-        .await?;
+            });
+        for (process, source) in &new {
+            queue = queue.request(process.clone(), source.clone());
+        }
+        self.commit(running, record, Event::Requested, queue)
+            .await?;
+        for (process, source) in &new {
+            info!(node = %self.config.node, %process, source, "request recorded");
+        }
+        // Only now: a failed write above leaves the flag set, so the next step tries again.
+        running.sentinels_dirty = false;
         Ok(())
     }
 
@@ -720,7 +766,8 @@ impl Agent {
             return Ok(());
         }
         let Some(queued_at) = record.queued_at else {
-            let queued_at = self.eligible_at(&open).await?;
+            let processes: Vec<&Process> = open.iter().map(|r| &r.process).collect();
+            let queued_at = self.eligible_at(&processes).await?;
             self.store
                 .transition(
                     &running.session,

@@ -975,6 +975,9 @@ impl KubeStore {
                 }
                 let slot = if with_lease { seen.slot() } else { status.slot };
                 status::apply_transition(status, &transition, slot, seen.history_time());
+                for (process, source) in &transition.requests {
+                    status::add_request(status, process, source, seen.now);
+                }
                 if let (Some(ttl), Some(current)) = (fence, status.session.as_mut()) {
                     let deadline = seen.now.saturating_add(ttl);
                     current.deadline = Timestamp(current.deadline.0.max(deadline));

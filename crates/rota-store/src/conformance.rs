@@ -43,6 +43,7 @@ macro_rules! conformance_tests {
             a_fenced_transition_needs_the_slot_and_the_session,
             transition_is_compare_and_swap,
             open_request_is_unique_per_process,
+            a_transition_records_its_requests_only_when_written,
             racing_requests_create_one_open_request,
             backoff_follows_the_policy_and_success_clears_it,
             history_is_ordered_and_filterable,
@@ -383,6 +384,79 @@ pub async fn open_request_is_unique_per_process(store: Arc<dyn Store>) {
         store.open_requests(&node("a")).await.expect("open").len(),
         1
     );
+}
+
+/// Queueing with the request in the same write (an agent that finds a new sentinel): the
+/// requests are recorded with the transition, an open one is kept, and a refused transition
+/// records none.
+pub async fn a_transition_records_its_requests_only_when_written(store: Arc<dyn Store>) {
+    let s = session(&*store, "a").await;
+    let (maintenance, _) = store
+        .add_request(&s, &Process::Maintenance, "/var/maintenance-required")
+        .await
+        .expect("add maintenance");
+    let queue = || {
+        Transition::new(NodeState::Idle, NodeState::Queued)
+            .window(WindowChange::Queue {
+                queued_at: Some(now_millis()),
+            })
+            .request(Process::Reboot, "/run/reboot-needed")
+            .request(Process::Maintenance, "/var/maintenance-required")
+    };
+    let queued = store.transition(&s, queue()).await.expect("queued");
+    assert_eq!(queued.state, NodeState::Queued);
+    let open = store.open_requests(&node("a")).await.expect("open");
+    assert_eq!(open.len(), 2, "{open:?}");
+    assert!(
+        open.iter()
+            .any(|r| r.process == Process::Reboot && r.source == "/run/reboot-needed")
+    );
+    assert!(
+        open.iter().any(|r| r.id == maintenance.id),
+        "the open maintenance request is kept: {open:?}"
+    );
+
+    // From the wrong state, nothing is recorded.
+    let other = session(&*store, "b").await;
+    let refused = store
+        .transition(
+            &other,
+            Transition::new(NodeState::Queued, NodeState::Idle)
+                .request(Process::Reboot, "/run/reboot-needed"),
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(Error::Conflict { .. })),
+        "{refused:?}"
+    );
+    assert!(
+        store
+            .open_requests(&node("b"))
+            .await
+            .expect("open")
+            .is_empty(),
+        "a refused transition records no request"
+    );
+
+    // A superseded session records nothing either.
+    let newer = store
+        .open_session(&node("a"), TTL)
+        .await
+        .expect("a newer session");
+    let fenced = store
+        .transition(
+            &s,
+            Transition::new(NodeState::Queued, NodeState::Queued)
+                .request(Process::Mop("kernel".into()), "procedure"),
+        )
+        .await;
+    assert!(matches!(fenced, Err(Error::Fenced { .. })), "{fenced:?}");
+    assert_eq!(
+        store.open_requests(&node("a")).await.expect("open").len(),
+        2,
+        "a fenced transition records no request"
+    );
+    store.close_session(&newer).await.expect("closed");
 }
 
 /// Work uniqueness under a race: many concurrent claims of the same work create one request.

@@ -198,6 +198,10 @@ pub struct Transition {
     pub process: Option<Process>,
     pub window: WindowChange,
     pub fields: NodeFields,
+    /// Requests (process, source) recorded in the same write, after the window change, as
+    /// [`Store::add_request`](crate::Store::add_request) records them: an open request of the
+    /// same process is kept. A refused transition records none.
+    pub requests: Vec<(Process, String)>,
 }
 
 impl Transition {
@@ -208,7 +212,14 @@ impl Transition {
             process: None,
             window: WindowChange::None,
             fields: NodeFields::default(),
+            requests: Vec::new(),
         }
+    }
+
+    /// Records a request for `process` from `source` with this transition.
+    pub fn request(mut self, process: Process, source: impl Into<String>) -> Transition {
+        self.requests.push((process, source.into()));
+        self
     }
 
     pub fn process(mut self, process: Option<Process>) -> Transition {

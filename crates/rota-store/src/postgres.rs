@@ -1126,48 +1126,63 @@ impl Store for PostgresStore {
         let w = window.as_ref();
         let backoff = w.and_then(|w| w.backoff);
         let mut conn = self.connections.lease("recording a transition").await?;
-        let row = sqlx::query(
+        // With requests, migration 0010's overload also records them in the same call.
+        let sql = if transition.requests.is_empty() {
             "SELECT * FROM rota_transition($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
              $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, \
-             $29, $30, $31)",
-        )
-        .bind(session.node.as_str())
-        .bind(session.id)
-        .bind(transition.from.as_str())
-        .bind(transition.to.as_str())
-        .bind(clears_process)
-        .bind(transition.process.as_ref().map(ToString::to_string))
-        .bind(clears_process && f.cordoned_by_rota.is_none())
-        .bind(f.pre_cordoned)
-        .bind(f.cordoned_by_rota)
-        .bind(f.boot_id.is_some())
-        .bind(f.boot_id.clone().flatten())
-        .bind(f.reboot_started_at.is_some())
-        .bind(f.reboot_started_at.flatten())
-        .bind(f.reboot_deadline.is_some())
-        .bind(f.reboot_deadline.flatten())
-        .bind(f.last_reboot_at)
-        .bind(queued_at.is_some())
-        .bind(queued_at.flatten())
-        .bind(window_result(&transition.window))
-        .bind(w.map(|w| w.from.as_str()))
-        .bind(w.and_then(|w| w.to.map(RequestState::as_str)))
-        .bind(w.map(|w| w.event.as_str()))
-        .bind(w.and_then(|w| w.cause.as_deref()))
-        .bind(
-            w.filter(|w| w.fallback)
-                .map(|_| Process::Reboot.to_string()),
-        )
-        .bind(w.is_some_and(|w| w.clears_backoff))
-        .bind(w.is_some_and(|w| w.releases))
-        .bind(backoff.map(|b| b.0))
-        .bind(backoff.map(|b| b.1))
-        .bind(backoff.map(|b| b.2))
-        .bind(CHANNEL)
-        .bind(self.payload(wakes))
-        .fetch_one(&mut *conn)
-        .await
-        .context("recording a transition")?;
+             $29, $30, $31)"
+        } else {
+            "SELECT * FROM rota_transition($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
+             $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, \
+             $29, $30, $31, $32, $33)"
+        };
+        let mut query = sqlx::query(sql)
+            .bind(session.node.as_str())
+            .bind(session.id)
+            .bind(transition.from.as_str())
+            .bind(transition.to.as_str())
+            .bind(clears_process)
+            .bind(transition.process.as_ref().map(ToString::to_string))
+            .bind(clears_process && f.cordoned_by_rota.is_none())
+            .bind(f.pre_cordoned)
+            .bind(f.cordoned_by_rota)
+            .bind(f.boot_id.is_some())
+            .bind(f.boot_id.clone().flatten())
+            .bind(f.reboot_started_at.is_some())
+            .bind(f.reboot_started_at.flatten())
+            .bind(f.reboot_deadline.is_some())
+            .bind(f.reboot_deadline.flatten())
+            .bind(f.last_reboot_at)
+            .bind(queued_at.is_some())
+            .bind(queued_at.flatten())
+            .bind(window_result(&transition.window))
+            .bind(w.map(|w| w.from.as_str()))
+            .bind(w.and_then(|w| w.to.map(RequestState::as_str)))
+            .bind(w.map(|w| w.event.as_str()))
+            .bind(w.and_then(|w| w.cause.as_deref()))
+            .bind(
+                w.filter(|w| w.fallback)
+                    .map(|_| Process::Reboot.to_string()),
+            )
+            .bind(w.is_some_and(|w| w.clears_backoff))
+            .bind(w.is_some_and(|w| w.releases))
+            .bind(backoff.map(|b| b.0))
+            .bind(backoff.map(|b| b.1))
+            .bind(backoff.map(|b| b.2))
+            .bind(CHANNEL)
+            .bind(self.payload(wakes));
+        if !transition.requests.is_empty() {
+            let (processes, sources): (Vec<String>, Vec<&str>) = transition
+                .requests
+                .iter()
+                .map(|(process, source)| (process.to_string(), source.as_str()))
+                .unzip();
+            query = query.bind(processes).bind(sources);
+        }
+        let row = query
+            .fetch_one(&mut *conn)
+            .await
+            .context("recording a transition")?;
         conn.finish();
         match written(&row)? {
             Written::Record(record) => {

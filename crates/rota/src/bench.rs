@@ -81,8 +81,9 @@ async fn rows_of(store: &dyn Store, prefix: &str) -> Result<Vec<HistoryEntry>> {
         .collect())
 }
 
-/// Slot cycles: each session requests a reboot, queues, waits for a slot, opens its window and
-/// finishes it (releasing the slot), over and over.
+/// Slot cycles: each session requests a reboot and queues (one write, as an agent that finds a
+/// sentinel does), waits for a slot, opens its window and finishes it (releasing the slot),
+/// over and over.
 async fn slots(stores: &[Arc<dyn Store>], args: &BenchArgs, run: i64) -> Result<bool> {
     let store = stores[0].clone();
     store.set_concurrency(args.concurrency).await?;
@@ -157,13 +158,14 @@ async fn slot_cycle(
     holding: &AtomicUsize,
     peak: &AtomicUsize,
 ) -> Result<bool> {
-    store.add_request(s, &Process::Reboot, "bench").await?;
     store
         .transition(
             s,
-            Transition::new(NodeState::Idle, NodeState::Queued).window(WindowChange::Queue {
-                queued_at: Some(now_millis()),
-            }),
+            Transition::new(NodeState::Idle, NodeState::Queued)
+                .window(WindowChange::Queue {
+                    queued_at: Some(now_millis()),
+                })
+                .request(Process::Reboot, "bench"),
         )
         .await?;
     let mut changes = store.changes();

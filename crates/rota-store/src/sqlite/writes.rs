@@ -735,10 +735,12 @@ pub(super) async fn transition(
     session: &Session,
     transition: &Transition,
 ) -> Result<NodeRecord> {
-    if matches!(
-        transition.window,
-        WindowChange::None | WindowChange::Queue { .. }
-    ) {
+    if transition.requests.is_empty()
+        && matches!(
+            transition.window,
+            WindowChange::None | WindowChange::Queue { .. }
+        )
+    {
         // A step that touches only the node's row is one statement.
         return match update_node(tx, session, transition, now_millis()).await? {
             Some(record) => Ok(record),
@@ -754,10 +756,13 @@ pub(super) async fn transition(
         if record.state == transition.from {
             apply_window(tx, &record, &transition.window, now).await?;
         }
-        match update_node(tx, session, transition, now).await? {
-            Some(updated) => Ok(updated),
-            None => Err(refusal(tx, session, transition.from).await),
+        let Some(updated) = update_node(tx, session, transition, now).await? else {
+            return Err(refusal(tx, session, transition.from).await);
+        };
+        for (process, source) in &transition.requests {
+            add_request(tx, session, process, source).await?;
         }
+        Ok(updated)
     })
 }
 
