@@ -110,10 +110,11 @@ impl NodeActions for KubeActions {
     /// drain evicted are whole again (and, optionally, every PodDisruptionBudget is satisfied),
     /// so that the next node's drain does not take down what this one's has not yet restored.
     async fn health(&self) -> Result<(), ActionError> {
-        node::check_ready(&self.client, self.node.as_str())
+        // One read of the Node for both: its Ready condition and its record of evictions.
+        let object = node::check_ready(&self.client, self.node.as_str())
             .await
             .map_err(|e| failed("health check", e))?;
-        gate::check_gate(&self.client, self.node.as_str(), self.health_pdbs)
+        gate::check_gate_of(&self.client, &object, self.health_pdbs)
             .await
             .map_err(|e| failed("health check", e))?;
         self.commands.health().await

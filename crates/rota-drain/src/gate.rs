@@ -338,7 +338,16 @@ fn gone(workload: &Workload) -> Result<Option<String>> {
 /// Why the workloads evicted from `node` are not whole again, one reason per workload; empty
 /// when they are (or when the node has no record of evictions).
 pub async fn workloads_not_restored(client: &Client, node: &str) -> Result<Vec<String>> {
-    let Some(evicted) = evicted(client, node).await? else {
+    let evicted = evicted(client, node).await?;
+    not_restored(client, node, evicted).await
+}
+
+async fn not_restored(
+    client: &Client,
+    node: &str,
+    evicted: Option<Evicted>,
+) -> Result<Vec<String>> {
+    let Some(evicted) = evicted else {
         return Ok(Vec::new());
     };
     if evicted.unmanaged > 0 {
@@ -392,7 +401,20 @@ pub async fn unsatisfied_pdbs(client: &Client) -> Result<Vec<String>> {
 /// The gate: succeeds when the workloads evicted from `node` are whole again and, with `pdbs`,
 /// every PodDisruptionBudget of the cluster is satisfied; otherwise says what is missing.
 pub async fn check_gate(client: &Client, node: &str, pdbs: bool) -> Result<()> {
-    let mut reasons = workloads_not_restored(client, node).await?;
+    let evicted = evicted(client, node).await?;
+    gate(client, node, evicted, pdbs).await
+}
+
+/// [`check_gate`] for a Node just read (the health check reads it once for `Ready` and the
+/// gate).
+pub async fn check_gate_of(client: &Client, object: &Node, pdbs: bool) -> Result<()> {
+    let node = object.name_any();
+    let evicted = parse(&node, object)?;
+    gate(client, &node, evicted, pdbs).await
+}
+
+async fn gate(client: &Client, node: &str, evicted: Option<Evicted>, pdbs: bool) -> Result<()> {
+    let mut reasons = not_restored(client, node, evicted).await?;
     if pdbs {
         let unsatisfied = unsatisfied_pdbs(client).await?;
         if !unsatisfied.is_empty() {

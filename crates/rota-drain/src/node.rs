@@ -76,15 +76,18 @@ pub async fn annotations(
         .unwrap_or_default())
 }
 
-/// Succeeds when the node's `Ready` condition is `True`; otherwise says what the condition says.
-pub async fn check_ready(client: &Client, node: &str) -> Result<()> {
+/// Succeeds with the Node as read when its `Ready` condition is `True`; otherwise says what the
+/// condition says.
+pub async fn check_ready(client: &Client, node: &str) -> Result<Node> {
     let object = get(client, node).await?;
     let ready = object
         .status
-        .and_then(|s| s.conditions)
-        .and_then(|cs| cs.into_iter().find(|c| c.type_ == "Ready"));
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .cloned();
     let detail = match ready {
-        Some(c) if c.status == "True" => return Ok(()),
+        Some(c) if c.status == "True" => return Ok(object),
         Some(c) => {
             let mut detail = format!("condition Ready is {}", c.status);
             for part in [c.reason, c.message].into_iter().flatten() {
