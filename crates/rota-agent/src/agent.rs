@@ -492,30 +492,49 @@ impl Agent {
         running: &mut Running,
         record: &NodeRecord,
     ) -> Result<Vec<RequestRecord>> {
-        self.enqueue_procedures(running).await?;
-        if !running.sentinels_dirty {
-            let open = self.store.open_requests(&self.config.node).await?;
-            self.tell(|o| o.requests(&open));
-            return Ok(open);
-        }
-        let wanted = self.wanted(running, record);
-        // Record first, read after: recording is idempotent (an open request for the process
-        // is returned as it is), and a new sentinel's request is then never behind a read.
-        for (process, source) in &wanted {
-            let (_, created) = self
+        let (mut open, missing) = self.read_requests(running, record).await?;
+        // Recording is idempotent: a request another writer made since the read is returned
+        // as it is, so `open` never holds one twice.
+        for (process, source) in &missing {
+            let (request, created) = self
                 .store
                 .add_request(&running.session, process, source)
                 .await?;
             if created {
                 info!(node = %self.config.node, %process, source, "request recorded");
             }
+            open.push(request);
         }
-        let mut open = self.store.open_requests(&self.config.node).await?;
-        self.withdraw(running, &mut open, &wanted).await?;
         self.tell(|o| o.requests(&open));
         // Only now: a failed write above leaves the flag set, so the next step tries again.
         running.sentinels_dirty = false;
         Ok(open)
+    }
+
+    /// The node's open requests, with the pending sentinel requests whose sentinel is gone
+    /// withdrawn, and what the sentinels ask for that no open request covers yet (the
+    /// sentinels are looked at only when they changed). Procedures' requests are made here.
+    async fn read_requests(
+        &self,
+        running: &mut Running,
+        record: &NodeRecord,
+    ) -> Result<(Vec<RequestRecord>, Vec<(Process, String)>)> {
+        self.enqueue_procedures(running).await?;
+        let dirty = running.sentinels_dirty;
+        let wanted = if dirty {
+            self.wanted(running, record)
+        } else {
+            Vec::new()
+        };
+        let mut open = self.store.open_requests(&self.config.node).await?;
+        if dirty {
+            self.withdraw(running, &mut open, &wanted).await?;
+        }
+        let missing = wanted
+            .into_iter()
+            .filter(|(process, _)| !open.iter().any(|r| &r.process == process))
+            .collect();
+        Ok((open, missing))
     }
 
     /// The requests the sentinels ask for now. A reboot sentinel older than the node's last
@@ -702,21 +721,7 @@ impl Agent {
         }
         // New sentinels' requests are recorded by the write that queues the node: one write
         // per node when a whole fleet finds its sentinels at once.
-        self.enqueue_procedures(running).await?;
-        let dirty = running.sentinels_dirty;
-        let wanted = if dirty {
-            self.wanted(running, record)
-        } else {
-            Vec::new()
-        };
-        let mut open = self.store.open_requests(&self.config.node).await?;
-        if dirty {
-            self.withdraw(running, &mut open, &wanted).await?;
-        }
-        let new: Vec<(Process, String)> = wanted
-            .into_iter()
-            .filter(|(process, _)| !open.iter().any(|r| &r.process == process))
-            .collect();
+        let (open, new) = self.read_requests(running, record).await?;
         self.tell(|o| o.requests(&open));
         if open.is_empty() && new.is_empty() {
             running.sentinels_dirty = false;
