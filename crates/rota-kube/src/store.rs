@@ -278,10 +278,9 @@ impl KubeStore {
             .context("get", ROTA_NODES, name)
     }
 
-    /// The metadata of the RotaNodes with `selector`: for a look at the queue, whose labels
-    /// hold all it needs (see `queue_labels`).
-    /// The metadata of the RotaNodes `selector` matches, from the API server's cache: at
-    /// least as new as `not_older_than` (a resourceVersion), else whatever the cache holds.
+    /// The metadata of the RotaNodes with `selector`, for a look at the queue, whose labels hold
+    /// all it needs (see `queue_labels`): from the API server's cache, at least as new as
+    /// `not_older_than` (a resourceVersion), else whatever the cache holds.
     async fn list_queue_metadata(
         &self,
         selector: &str,
@@ -289,27 +288,20 @@ impl KubeStore {
     ) -> Result<Vec<ObjectMeta>> {
         let params = ListParams::default().labels(selector);
         let api = &self.inner.rota_nodes;
-        let listed = match not_older_than {
-            Some(version) => {
-                match api
-                    .list_metadata(
-                        &params
-                            .clone()
-                            .at(version)
-                            .matching(VersionMatch::NotOlderThan),
-                    )
-                    .await
-                {
-                    Ok(list) => Ok(list),
-                    // The cache did not catch up in time (the API server gives up after a few
-                    // seconds): an older list can only make this waiter look again sooner.
-                    Err(kube::Error::Api(e)) if e.code == 504 => {
-                        api.list_metadata(&params.match_any()).await
-                    }
-                    Err(e) => Err(e),
-                }
+        let wanted = match not_older_than {
+            Some(version) => params
+                .clone()
+                .at(version)
+                .matching(VersionMatch::NotOlderThan),
+            None => params.clone().match_any(),
+        };
+        let listed = match api.list_metadata(&wanted).await {
+            // The cache did not catch up in time (the API server gives up after a few
+            // seconds): an older list can only make this waiter look again sooner.
+            Err(kube::Error::Api(e)) if e.code == 504 && not_older_than.is_some() => {
+                api.list_metadata(&params.match_any()).await
             }
-            None => api.list_metadata(&params.match_any()).await,
+            listed => listed,
         };
         let list = listed.context("list", ROTA_NODES, format!("with labels {selector}"))?;
         Ok(list.items.into_iter().map(|o| o.metadata).collect())
