@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{ListParams, PostParams, VersionMatch};
+use kube::api::{ListParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client};
 use rota_core::{NodeName, NodeState, ProcedureSpec, Process};
@@ -279,31 +279,17 @@ impl KubeStore {
     }
 
     /// The metadata of the RotaNodes with `selector`, for a look at the queue, whose labels hold
-    /// all it needs (see `queue_labels`): from the API server's cache, at least as new as
-    /// `not_older_than` (a resourceVersion), else whatever the cache holds.
-    async fn list_queue_metadata(
-        &self,
-        selector: &str,
-        not_older_than: Option<&str>,
-    ) -> Result<Vec<ObjectMeta>> {
-        let params = ListParams::default().labels(selector);
-        let api = &self.inner.rota_nodes;
-        let wanted = match not_older_than {
-            Some(version) => params
-                .clone()
-                .at(version)
-                .matching(VersionMatch::NotOlderThan),
-            None => params.clone().match_any(),
-        };
-        let listed = match api.list_metadata(&wanted).await {
-            // The cache did not catch up in time (the API server gives up after a few
-            // seconds): an older list can only make this waiter look again sooner.
-            Err(kube::Error::Api(e)) if e.code == 504 && not_older_than.is_some() => {
-                api.list_metadata(&params.match_any()).await
-            }
-            listed => listed,
-        };
-        let list = listed.context("list", ROTA_NODES, format!("with labels {selector}"))?;
+    /// all it needs (see `queue_labels`). The list is consistent: it holds every queueing the
+    /// API server had taken when it was asked, so the queue order is the written one. (The API
+    /// server serves it from its cache once the cache has caught up with etcd.) A list from a
+    /// lagging cache could miss a node ahead of this one and grant out of order.
+    async fn list_queue_metadata(&self, selector: &str) -> Result<Vec<ObjectMeta>> {
+        let list = self
+            .inner
+            .rota_nodes
+            .list_metadata(&ListParams::default().labels(selector))
+            .await
+            .context("list", ROTA_NODES, format!("with labels {selector}"))?;
         Ok(list.items.into_iter().map(|o| o.metadata).collect())
     }
 
@@ -1327,14 +1313,6 @@ impl Store for KubeStore {
             return Ok(Acquire::Wait { changes });
         }
         let queue = format!("{},{STATE_LABEL}=queued", self.selector());
-        // The queue as the API server's cache holds it, but no older than this process's last
-        // write of the node (its queueing, usually): every node whose queueing the API server
-        // had taken by then is in it. A list from a cache that lags further (under the load of
-        // a whole fleet queueing at once) missed nodes ahead of this one, and its answer woke
-        // this waiter too early for another look.
-        let written = self
-            .recent(&session.node)
-            .and_then(|known| known.object.metadata.resource_version);
         for _ in 0..CAS_ATTEMPTS {
             // The reads are independent: one round trip instead of five in a row, which is
             // most of a handoff. The agent only asks while queued, so the queue and the Node
@@ -1343,7 +1321,7 @@ impl Store for KubeStore {
                 self.own_object(&session.node),
                 self.list_leases(),
                 self.read_concurrency(),
-                self.list_queue_metadata(&queue, written.as_deref()),
+                self.list_queue_metadata(&queue),
                 self.node_owner(&session.node),
             )?;
             let now = now_millis();
