@@ -214,6 +214,70 @@ async fn a_slot_lost_elsewhere_fences_the_holder_that_remembers_it() {
     );
 }
 
+/// A look lists only the nodes queued no later than the place the agent's handle last saw its
+/// node take; a node moved further back behind the agent's back (an operator's edit) must
+/// still see the nodes queued in between, and wait for them.
+#[tokio::test]
+async fn a_node_moved_back_in_the_queue_waits_for_the_nodes_now_ahead_of_it() {
+    let Some(env) = common::env() else { return };
+    let (scope, agent) = common::scoped_store(env, "moved").await;
+    let others = KubeStore::connect(scope.client(), agent.config().clone())
+        .await
+        .expect("second handle");
+    agent.set_concurrency(1).await.expect("concurrency");
+    let now = now_millis();
+    let queue = |store: &KubeStore, s: &rota_store::Session, at: i64| {
+        let (store, s) = (store.clone(), s.clone());
+        async move {
+            store
+                .transition(
+                    &s,
+                    Transition::new(NodeState::Idle, NodeState::Queued).window(
+                        WindowChange::Queue {
+                            queued_at: Some(at),
+                        },
+                    ),
+                )
+                .await
+                .expect("enqueue")
+        }
+    };
+    let moved = name("moved");
+    let m = agent.open_session(&moved, TTL).await.expect("open");
+    queue(&agent, &m, now - 5000).await;
+    let ahead = name("ahead");
+    let a = others.open_session(&ahead, TTL).await.expect("open");
+    queue(&others, &a, now - 3000).await;
+
+    let rota_nodes: Api<RotaNode> = Api::all(scope.client());
+    let object_name = agent.object_name(&moved);
+    let mut object = rota_nodes.get(&object_name).await.expect("the RotaNode");
+    let later = now - 1000;
+    let status = object.status.as_mut().expect("a status");
+    status.queued_at = Some(rota_kube::crd::Timestamp(later));
+    object
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("rota.dev/queued-at".into(), later.to_string());
+    rota_nodes
+        .replace(&object_name, &PostParams::default(), &object)
+        .await
+        .expect("an operator moves the node back");
+    // Past the time the agent's handle answers its own reads from its last write.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    assert_eq!(
+        agent.try_acquire_slot(&m).await.expect("look"),
+        Acquire::Wait { changes: 1 },
+        "the node queued in between is ahead"
+    );
+    assert_eq!(
+        others.try_acquire_slot(&a).await.expect("look"),
+        Acquire::Granted(0)
+    );
+}
+
 #[tokio::test]
 async fn the_store_itself_frees_a_slot_whose_node_is_gone() {
     let Some(env) = common::env() else { return };
