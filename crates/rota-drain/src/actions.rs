@@ -114,7 +114,7 @@ impl NodeActions for KubeActions {
         let object = node::check_ready(&self.client, self.node.as_str())
             .await
             .map_err(|e| failed("health check", e))?;
-        gate::check_gate_of(&self.client, &object, self.health_pdbs)
+        gate::check_gate(&self.client, &object, self.health_pdbs)
             .await
             .map_err(|e| failed("health check", e))?;
         self.commands.health().await

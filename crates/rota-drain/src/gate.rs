@@ -398,16 +398,11 @@ pub async fn unsatisfied_pdbs(client: &Client) -> Result<Vec<String>> {
     Ok(unsatisfied)
 }
 
-/// The gate: succeeds when the workloads evicted from `node` are whole again and, with `pdbs`,
-/// every PodDisruptionBudget of the cluster is satisfied; otherwise says what is missing.
-pub async fn check_gate(client: &Client, node: &str, pdbs: bool) -> Result<()> {
-    let evicted = evicted(client, node).await?;
-    gate(client, node, evicted, pdbs).await
-}
-
-/// [`check_gate`] for a Node just read (the health check reads it once for `Ready` and the
-/// gate).
-pub async fn check_gate_of(client: &Client, object: &Node, pdbs: bool) -> Result<()> {
+/// The gate for `object`, the Node as just read (the health check reads it once, for `Ready`
+/// and the gate): succeeds when the workloads the drain evicted from it are whole again and,
+/// with `pdbs`, every PodDisruptionBudget of the cluster is satisfied; otherwise says what is
+/// missing.
+pub async fn check_gate(client: &Client, object: &Node, pdbs: bool) -> Result<()> {
     let node = object.name_any();
     let evicted = parse(&node, object)?;
     gate(client, &node, evicted, pdbs).await

@@ -14,7 +14,7 @@ pub use blockers::{KubeBlocker, PAUSE_ANNOTATION, SelectorError, parse_selector}
 pub use drain::{DrainOptions, MIRROR_ANNOTATION, Progress, drain, drain_with_progress};
 pub use error::{Error, Refusal, RefusalReason, Result};
 pub use gate::{
-    EVICTED_ANNOTATION, Evicted, Workload, check_gate, check_gate_of, evicted, unsatisfied_pdbs,
+    EVICTED_ANNOTATION, Evicted, Workload, check_gate, evicted, unsatisfied_pdbs,
     workloads_not_restored,
 };
 pub use node::{check_ready, cordon, is_cordoned, uncordon};

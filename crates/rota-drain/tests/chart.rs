@@ -268,7 +268,7 @@ async fn the_chart_applies_and_its_rbac_is_enough_to_drain_and_no_more() -> Resu
         agent_now.uid() == agent.uid(),
         "the drain evicted its own agent"
     );
-    rota_drain::check_ready(&agent_client, &node).await?;
+    let ready = rota_drain::check_ready(&agent_client, &node).await?;
     // The health gate reads what it needs: the drain recorded the Deployment, whose replacement
     // pod cannot run on the cordoned node, and the PodDisruptionBudgets can be listed.
     let evicted = rota_drain::evicted(&agent_client, &node)
@@ -285,7 +285,7 @@ async fn the_chart_applies_and_its_rbac_is_enough_to_drain_and_no_more() -> Resu
         "1 of 1 pods of Deployment {}/api are not Ready",
         scope.namespace()
     );
-    match rota_drain::check_gate(&agent_client, &node, true).await {
+    match rota_drain::check_gate(&agent_client, &ready, true).await {
         Err(rota_drain::Error::NotRestored { reasons, .. })
             if reasons.iter().any(|r| r == &expected) => {}
         other => bail!("the gate as the agent: {other:?}"),

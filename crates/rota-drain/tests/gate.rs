@@ -14,8 +14,8 @@ use k8s_openapi::api::core::v1::{Pod, PodSpec, PodTemplateSpec};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::ResourceExt;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
 use rota_drain::{DrainOptions, Error, Workload};
 use rota_e2e::testenv::{Scope, TestEnv, app_labels, pod_spec, wait_for};
 use serde_json::json;
@@ -89,6 +89,12 @@ async fn stateful_set_on(scope: &Scope, node: &str) -> Result<()> {
     Ok(())
 }
 
+/// The gate as the health check runs it: on the Node its `Ready` check read.
+async fn check_gate(client: &Client, node: &str, pdbs: bool) -> rota_drain::Result<()> {
+    let object = rota_drain::check_ready(client, node).await?;
+    rota_drain::check_gate(client, &object, pdbs).await
+}
+
 async fn not_restored(scope: &Scope, node: &str) -> Result<Vec<String>> {
     Ok(rota_drain::workloads_not_restored(&scope.client(), node).await?)
 }
@@ -152,7 +158,7 @@ async fn the_gate_waits_for_the_evicted_workloads_to_be_whole_again() -> Result<
         not_restored(&scope, &node).await?,
         [web.clone(), db.clone()]
     );
-    match rota_drain::check_gate(&client, &node, false).await {
+    match check_gate(&client, &node, false).await {
         Err(e @ Error::NotRestored { .. }) => {
             let message = e.to_string();
             assert!(message.contains(&web) && message.contains(&db), "{message}");
@@ -178,7 +184,7 @@ async fn the_gate_waits_for_the_evicted_workloads_to_be_whole_again() -> Result<
         Ok(not_restored(&scope, &node).await?.is_empty().then_some(()))
     })
     .await?;
-    rota_drain::check_gate(&client, &node, false).await?;
+    check_gate(&client, &node, false).await?;
 
     // The record outlives the drain until the uncordon ends the window.
     ensure!(rota_drain::evicted(&client, &node).await?.is_some());
@@ -257,7 +263,7 @@ async fn unsatisfied_disruption_budgets_are_named_until_they_are_satisfied() -> 
     let ours = format!("{}/solo (1 of 2 required pods healthy)", scope.namespace());
     let unsatisfied = rota_drain::unsatisfied_pdbs(&client).await?;
     assert!(unsatisfied.contains(&ours), "{unsatisfied:?}");
-    match rota_drain::check_gate(&client, &node, true).await {
+    match check_gate(&client, &node, true).await {
         Err(e @ Error::NotRestored { .. }) => {
             let message = e.to_string();
             assert!(
