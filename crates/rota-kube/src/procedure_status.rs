@@ -10,8 +10,11 @@
 //! another's. Each entry carries the RotaNode `resourceVersion` it was derived from, so an older
 //! observation (another process's, late) never replaces a newer one.
 //!
-//! A process that dies with observations still queued loses them; the node's next change of
-//! that request writes its entry again.
+//! A process that dies with observations still queued loses them, but only until its node's
+//! agent starts again: what was reported is remembered per process, so the restarted agent's
+//! first RotaNode write (its new session) reports every entry of the node again, changed or
+//! not (test `a_restarted_agent_reports_an_entry_its_predecessor_lost`). An observation dropped
+//! after [`ATTEMPTS`] lost compare-and-swaps waits for the node's next change of that request.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;

@@ -451,3 +451,74 @@ async fn concurrent_agents_never_lose_each_others_entries() {
     let status = eventually_states(&store, &scope, "firmware", &expected).await;
     assert_eq!(status.pending, count);
 }
+
+/// A process that dies with an observation still queued: the status keeps the entry from
+/// before, and the restarted agent's first write (its new session) reports the entry again,
+/// with no change of the request. The lost write is made here by putting the older entry back.
+#[tokio::test]
+async fn a_restarted_agent_reports_an_entry_its_predecessor_lost() {
+    let Some(env) = common::env() else { return };
+    let (scope, store) = common::scoped_store(env, "mop-restart").await;
+    let node = scope.create_node("a").await.expect("node");
+    let mut spec = ProcedureSpec::new("bios", "true");
+    spec.node_selector = scope.labels();
+    store.submit_procedure(&spec).await.expect("submit");
+    let mop = Process::mop("bios").expect("process");
+    let agent = KubeStore::connect(scope.client(), store.config().clone())
+        .await
+        .expect("the first agent's store");
+    let first = agent.open_session(&name(&node), TTL).await.expect("open");
+    agent
+        .add_request(&first, &mop, "procedure")
+        .await
+        .expect("add");
+    let pending = eventually_states(
+        &store,
+        &scope,
+        "bios",
+        &[(&node, NodeProcedureState::Pending)],
+    )
+    .await;
+    let pending = serde_json::to_value(&pending.nodes[&node]).expect("the pending entry");
+    open_window(&agent, &first).await;
+    eventually_states(
+        &store,
+        &scope,
+        "bios",
+        &[(&node, NodeProcedureState::Running)],
+    )
+    .await;
+    drop(agent);
+
+    let procedures: Api<Procedure> = Api::all(scope.client());
+    let object = format!("{}bios", store.config().name_prefix);
+    procedures
+        .patch_status(
+            &object,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": { "nodes": { &node: pending } } })),
+        )
+        .await
+        .expect("put the older entry back");
+    let status = procedures.get(&object).await.expect("read").status;
+    assert_eq!(
+        status.map(|s| s.nodes[&node].state),
+        Some(NodeProcedureState::Pending),
+        "the status shows the entry from before the lost write"
+    );
+
+    let restarted = KubeStore::connect(scope.client(), store.config().clone())
+        .await
+        .expect("the restarted agent's store");
+    restarted
+        .open_session(&name(&node), TTL)
+        .await
+        .expect("the restarted agent's session");
+    eventually_states(
+        &store,
+        &scope,
+        "bios",
+        &[(&node, NodeProcedureState::Running)],
+    )
+    .await;
+}
