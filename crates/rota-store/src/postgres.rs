@@ -84,7 +84,10 @@ impl Drop for ListenerTask {
 /// answer every time a connection comes back, a second round trip per call that also keeps the
 /// connection from the next caller that long. These are handed back as they are. A connection
 /// whose call did not finish (it failed, or its caller was cancelled halfway) may be out of
-/// step with the server, so it is closed instead, and a new one is opened when needed.
+/// step with the server, so it is closed instead, and a new one is opened when needed. The idle
+/// ones are closed with it: a call fails most often because the server ended its connections
+/// (a restart, a failover), and then every idle connection is dead too, and would fail one
+/// call each (test `a_database_restart_costs_at_most_one_failed_call_and_loses_nothing`).
 struct Connections {
     options: PgConnectOptions,
     idle: Mutex<Vec<PgConnection>>,
@@ -109,7 +112,7 @@ impl Connections {
             .await
             .map_err(|_| sqlx::Error::PoolClosed)
             .context(context)?;
-        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let idle = self.idle().pop();
         let connection = match idle {
             Some(connection) => connection,
             None => PgConnection::connect_with(&self.options)
@@ -118,33 +121,39 @@ impl Connections {
         };
         Ok(Lease {
             connections: self,
-            connection,
+            connection: Some(connection),
             _permit: permit,
         })
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<PgConnection>> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 /// One connection while a call uses it. [`Lease::finish`] hands it back; a lease dropped
-/// without it closes its connection.
+/// without it closes its connection and the idle ones (see [`Connections`]).
 struct Lease<'a> {
     connections: &'a Connections,
-    connection: PgConnection,
+    /// Taken out only by `finish` and `drop`, which end the lease.
+    connection: Option<PgConnection>,
     _permit: SemaphorePermit<'a>,
 }
 
 impl Lease<'_> {
     /// The call is complete and the connection ready for the next one.
-    fn finish(self) {
-        let Lease {
-            connections,
-            connection,
-            _permit,
-        } = self;
-        connections
-            .idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(connection);
+    fn finish(mut self) {
+        if let Some(connection) = self.connection.take() {
+            self.connections.idle().push(connection);
+        }
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if self.connection.take().is_some() {
+            self.connections.idle().clear();
+        }
     }
 }
 
@@ -152,13 +161,17 @@ impl Deref for Lease<'_> {
     type Target = PgConnection;
 
     fn deref(&self) -> &PgConnection {
-        &self.connection
+        self.connection
+            .as_ref()
+            .expect("a lease holds its connection until it ends")
     }
 }
 
 impl DerefMut for Lease<'_> {
     fn deref_mut(&mut self) -> &mut PgConnection {
-        &mut self.connection
+        self.connection
+            .as_mut()
+            .expect("a lease holds its connection until it ends")
     }
 }
 

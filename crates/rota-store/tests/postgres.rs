@@ -306,3 +306,118 @@ fn test_databases_replace_only_the_database_name() {
     );
     assert_eq!(with_database("postgres://h", "x"), "postgres://h/x");
 }
+
+/// Ends every connection to `url`'s database but the caller's, as a restart of the server
+/// does; returns how many were ended.
+async fn end_connections(url: &str) -> i64 {
+    let admin = sqlx::PgPool::connect(url).await.expect("connect");
+    let ended: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()) t",
+    )
+    .fetch_one(&admin)
+    .await
+    .expect("end the store's connections");
+    admin.close().await;
+    ended
+}
+
+/// A database restart (every connection ended) in the middle of a rollout: the same handle
+/// goes on without being reopened, its first call after the restart at most fails (and a
+/// retry succeeds), the waiter is woken and granted when the holder's window ends, and
+/// nothing written before the restart is lost.
+#[tokio::test]
+async fn a_database_restart_costs_at_most_one_failed_call_and_loses_nothing() {
+    let Some(url) = fresh_database().await else {
+        return;
+    };
+    let store = PostgresStore::open(&url).await.expect("open");
+    store.set_concurrency(1).await.expect("concurrency");
+    let node = |n: &str| NodeName::new(n).expect("node name");
+    let ttl = Duration::from_secs(60);
+    let (a, b) = (
+        store.open_session(&node("a"), ttl).await.expect("a"),
+        store.open_session(&node("b"), ttl).await.expect("b"),
+    );
+    let queue = || {
+        Transition::new(NodeState::Idle, NodeState::Queued)
+            .window(WindowChange::Queue {
+                queued_at: Some(now_millis()),
+            })
+            .request(Process::Reboot, "/run/reboot-required")
+    };
+    store.transition(&a, queue()).await.expect("a queues");
+    assert!(
+        store
+            .try_acquire_slot(&a)
+            .await
+            .expect("a")
+            .slot()
+            .is_some()
+    );
+    store
+        .transition(
+            &a,
+            Transition::new(NodeState::Queued, NodeState::Draining).window(WindowChange::Open),
+        )
+        .await
+        .expect("a opens its window");
+    store.transition(&b, queue()).await.expect("b queues");
+    assert!(
+        store
+            .try_acquire_slot(&b)
+            .await
+            .expect("b")
+            .slot()
+            .is_none()
+    );
+    // Several connections idle in the handle, as after a busy moment of a fleet's agents.
+    let mut reads = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let store = store.clone();
+        reads.spawn(async move { store.nodes().await.map(|_| ()) });
+    }
+    while let Some(read) = reads.join_next().await {
+        read.expect("a read task").expect("read the nodes");
+    }
+    let mut changes = store.changes();
+    changes.borrow_and_update();
+
+    assert!(
+        end_connections(&url).await >= 3,
+        "the listener and the calls'"
+    );
+
+    // The first call after the restart may meet a connection the server has ended.
+    let finish =
+        || Transition::new(NodeState::Draining, NodeState::Idle).window(WindowChange::Finish);
+    let finished = match store.transition(&a, finish()).await {
+        Ok(record) => record,
+        Err(first) => store
+            .transition(&a, finish())
+            .await
+            .unwrap_or_else(|e| panic!("a retry after {first} failed too: {e}")),
+    };
+    assert_eq!(finished.state, NodeState::Idle);
+    tokio::time::timeout(Duration::from_secs(10), changes.changed())
+        .await
+        .expect("the waiter is woken")
+        .expect("the store is alive");
+    let granted = store.try_acquire_slot(&b).await.expect("b asks again");
+    assert!(granted.slot().is_some(), "{granted:?}");
+
+    let history = store
+        .history(&rota_store::HistoryFilter::default())
+        .await
+        .expect("history");
+    let events: Vec<_> = history
+        .iter()
+        .map(|e| (e.node.to_string(), e.event.as_str()))
+        .collect();
+    assert_eq!(
+        events,
+        [("a".to_string(), "started"), ("a".to_string(), "finished")]
+    );
+    let requests = store.all_requests().await.expect("requests");
+    assert_eq!(requests.len(), 2, "{requests:?}");
+}
