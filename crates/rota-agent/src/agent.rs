@@ -185,14 +185,28 @@ impl Agent {
             self.cancel.child_token(),
         )?;
         let boot_id = read_boot_id(&self.config.boot_id_file)?;
-        // Independent: a restart after a reboot waits for neither before the other.
-        let (configured, session) = tokio::join!(
-            self.configure_concurrency(),
-            self.store
-                .open_session(&self.config.node, self.config.session_ttl)
-        );
-        configured?;
-        let session = session?;
+        let session = loop {
+            // Independent: a restart after a reboot waits for neither before the other.
+            let (configured, session) = tokio::join!(
+                self.configure_concurrency(),
+                self.store
+                    .open_session(&self.config.node, self.config.session_ttl)
+            );
+            match configured.and(session.map_err(Error::from)) {
+                Ok(session) => break session,
+                // A database that restarts as the agent starts is waited for; anything else
+                // (a refused database, a missing permission) stops the agent with its error.
+                Err(Error::Store(e)) if e.is_unavailable() => {
+                    self.tell(|o| o.store_access(false));
+                    warn!(node = %self.config.node, error = %e, "the store is unavailable; retrying");
+                    tokio::select! {
+                        () = self.cancel.cancelled() => return Ok(()),
+                        () = tokio::time::sleep(RETRY_PAUSE) => {}
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        };
         info!(node = %self.config.node, session = session.id, boot_id, "agent started");
         self.tell(|o| o.session(true));
         let superseded = Arc::new(Mutex::new(false));
@@ -269,11 +283,18 @@ impl Agent {
 
     async fn run_steps(&self, running: &mut Running) -> Result<()> {
         while !self.cancel.is_cancelled() {
-            let record = self.store.node(&self.config.node).await?.ok_or_else(|| {
-                rota_store::Error::NoSuchNode {
+            let record = match self.store.node(&self.config.node).await {
+                Ok(record) => record.ok_or_else(|| rota_store::Error::NoSuchNode {
                     node: self.config.node.clone(),
+                })?,
+                Err(e) if e.is_unavailable() => {
+                    self.tell(|o| o.store_access(false));
+                    warn!(node = %self.config.node, error = %e, "the store is unavailable; retrying");
+                    self.pause(running).await?;
+                    continue;
                 }
-            })?;
+                Err(e) => return Err(e.into()),
+            };
             self.tell(|o| {
                 o.store_access(true);
                 o.record(&record);

@@ -24,7 +24,7 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::actions::SimulatedActions;
 use crate::cluster::Cluster;
@@ -398,6 +398,14 @@ async fn simulate(
             Some(checked) = outcomes.recv() => {
                 let (completed, failed) = match checked {
                     Ok(outcome) => outcome,
+                    // A database restart fails a read or two; the agents retry theirs, and so
+                    // does this count, until the deadline.
+                    Err(Error::Store(e))
+                        if e.is_unavailable() && tokio::time::Instant::now() <= deadline =>
+                    {
+                        warn!(error = %e, "the store is unavailable; counting again");
+                        continue;
+                    }
                     Err(e) => break Err(e),
                 };
                 progress(completed, options.nodes);

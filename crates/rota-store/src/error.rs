@@ -70,6 +70,30 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl Error {
+    /// Whether the database could not be reached or ended the connection (a restart, a
+    /// failover, the network): the same call may succeed a moment later. Errors about what
+    /// was asked (a refused write, a bad value, a missing permission) are not.
+    pub fn is_unavailable(&self) -> bool {
+        let Error::Database { source, .. } = self else {
+            return false;
+        };
+        match source {
+            sqlx::Error::Io(_)
+            | sqlx::Error::Protocol(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed => true,
+            // SQLSTATE class 08 is a connection exception, 57P01-57P03 a server shutting down,
+            // crashed or starting.
+            sqlx::Error::Database(e) => e
+                .code()
+                .is_some_and(|code| code.starts_with("08") || code.starts_with("57P")),
+            _ => false,
+        }
+    }
+}
+
 /// Adds the boundary's context to a database error.
 pub(crate) trait Context<T> {
     fn context(self, context: &'static str) -> Result<T>;
