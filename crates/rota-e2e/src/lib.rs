@@ -3,7 +3,9 @@
 //! Tests run against a real Kubernetes control plane (etcd, kube-apiserver,
 //! kube-controller-manager, kube-scheduler and kwok) that `testenv/up` builds from Go modules
 //! and starts on loopback; see [`testenv`] and `testenv/README.md`. [`fleet`] runs real
-//! `rota agent` processes against it, one per kwok node.
+//! `rota agent` processes against it, one per kwok node. [`postgres`] gives each test a
+//! database of its own on a throwaway PostgreSQL.
 
 pub mod fleet;
+pub mod postgres;
 pub mod testenv;

@@ -9,48 +9,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rota_agent::{ActionError, Agent, AgentConfig, NodeActions, RebootHandle};
 use rota_core::{HistoryEvent, NodeName, NodeState};
+use rota_e2e::postgres::{end_connections, fresh_database};
 use rota_simulate::{Options, StoreChoice, run};
-use rota_store::{HistoryFilter, PostgresStore, Store, StoreUrl, now_millis};
+use rota_store::{HistoryFilter, PostgresStore, Store, StoreUrl};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-
-/// A new database on the test server, or `None` when the PostgreSQL tests are skipped on
-/// purpose (`ROTA_POSTGRES_SKIP=1`).
-async fn fresh_database() -> Option<String> {
-    let url = match std::env::var("ROTA_TEST_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => url,
-        _ if std::env::var("ROTA_POSTGRES_SKIP").as_deref() == Ok("1") => return None,
-        _ => panic!(
-            "ROTA_TEST_POSTGRES_URL is not set: run the tests with scripts/test (or set \
-             ROTA_POSTGRES_SKIP=1 to skip the PostgreSQL tests on purpose)"
-        ),
-    };
-    let name = format!("rota_sim_{}_{}", std::process::id(), now_millis());
-    let admin = sqlx::PgPool::connect(&url)
-        .await
-        .unwrap_or_else(|e| panic!("connecting to ROTA_TEST_POSTGRES_URL {url}: {e}"));
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&admin)
-        .await
-        .expect("create the test database");
-    admin.close().await;
-    let (server, _) = url.rsplit_once('/').expect("a URL with a database name");
-    Some(format!("{server}/{name}"))
-}
-
-/// Ends every other connection to the database of `url`; how many it ended.
-async fn end_connections(url: &str) -> i64 {
-    let admin = sqlx::PgPool::connect(url).await.expect("connect");
-    let ended = sqlx::query_scalar(
-        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE datname = current_database() AND pid <> pg_backend_pid()) t",
-    )
-    .fetch_one(&admin)
-    .await
-    .expect("end the connections");
-    admin.close().await;
-    ended
-}
 
 /// Two database restarts during a rollout (once the first node finished, and once half had):
 /// the agents and the harness ride them out, every node reboots exactly once, and never more

@@ -1,65 +1,15 @@
 //! The store conformance suite against a real PostgreSQL, plus PostgreSQL-only cases. Every
-//! test gets a database of its own on the server named by `ROTA_TEST_POSTGRES_URL` (which
-//! `scripts/test` starts with `scripts/postgres-up`). Without that variable the tests fail,
-//! unless `ROTA_POSTGRES_SKIP=1` says that skipping them is intended.
+//! test gets a database of its own on the server named by `ROTA_TEST_POSTGRES_URL` (see
+//! [`rota_e2e::postgres`]).
 
 use std::str::FromStr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rota_core::{BackoffPolicy, NodeName, NodeState, Process};
+use rota_e2e::postgres::{end_connections, fresh_database};
 use rota_store::conformance::{Stress, stress};
 use rota_store::{PostgresStore, Store, StoreUrl, Transition, WindowChange, now_millis};
-
-fn server_url() -> Option<String> {
-    match std::env::var("ROTA_TEST_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var("ROTA_POSTGRES_SKIP").as_deref() == Ok("1") => {
-            eprintln!("skipped: ROTA_POSTGRES_SKIP=1 and no ROTA_TEST_POSTGRES_URL");
-            None
-        }
-        _ => panic!(
-            "ROTA_TEST_POSTGRES_URL is not set: run the tests with scripts/test, or start a \
-             server with `url=$(scripts/postgres-up | tail -n 1)` and export \
-             ROTA_TEST_POSTGRES_URL=$url (set ROTA_POSTGRES_SKIP=1 to skip these tests on purpose)"
-        ),
-    }
-}
-
-/// The server's URL with another database name.
-fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, format!("?{query}")),
-        None => (url, String::new()),
-    };
-    let (server, _) = base
-        .rsplit_once('/')
-        .filter(|(server, _)| server.contains("://") && !server.ends_with('/'))
-        .unwrap_or((base, ""));
-    format!("{server}/{name}{query}")
-}
-
-/// Creates an empty database for one test and returns its URL.
-async fn fresh_database() -> Option<String> {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let url = server_url()?;
-    let name = format!(
-        "rota_t_{}_{}_{}",
-        std::process::id(),
-        now_millis(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    );
-    let admin = sqlx::PgPool::connect(&url)
-        .await
-        .unwrap_or_else(|e| panic!("connecting to ROTA_TEST_POSTGRES_URL {url}: {e}"));
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&admin)
-        .await
-        .expect("create a test database");
-    admin.close().await;
-    Some(with_database(&url, &name))
-}
 
 async fn make() -> Option<Arc<dyn Store>> {
     let url = fresh_database().await?;
@@ -292,34 +242,6 @@ async fn agents_opening_a_new_database_at_once_all_succeed() {
             .expect("task")
             .expect("every concurrent open succeeds");
     }
-}
-
-#[test]
-fn test_databases_replace_only_the_database_name() {
-    assert_eq!(
-        with_database("postgres://rota@127.0.0.1:5432/rota", "x"),
-        "postgres://rota@127.0.0.1:5432/x"
-    );
-    assert_eq!(
-        with_database("postgres://rota@h/rota?sslmode=disable", "x"),
-        "postgres://rota@h/x?sslmode=disable"
-    );
-    assert_eq!(with_database("postgres://h", "x"), "postgres://h/x");
-}
-
-/// Ends every connection to `url`'s database but the caller's, as a restart of the server
-/// does; returns how many were ended.
-async fn end_connections(url: &str) -> i64 {
-    let admin = sqlx::PgPool::connect(url).await.expect("connect");
-    let ended: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE datname = current_database() AND pid <> pg_backend_pid()) t",
-    )
-    .fetch_one(&admin)
-    .await
-    .expect("end the store's connections");
-    admin.close().await;
-    ended
 }
 
 /// A database restart (every connection ended) in the middle of a rollout: the same handle
