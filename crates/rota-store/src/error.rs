@@ -56,6 +56,10 @@ pub enum Error {
     /// carries its own context (the verb and resource that failed).
     #[error(transparent)]
     Backend(Box<dyn std::error::Error + Send + Sync>),
+    /// Such a store could not be reached, or could not serve the call for now (a restart, an
+    /// overload, the network): the same call may succeed a moment later.
+    #[error(transparent)]
+    Unavailable(Box<dyn std::error::Error + Send + Sync>),
     #[error("the write was rolled back with the rest of its batch: {reason}")]
     RolledBack { reason: String },
     #[error("the store's writer has stopped")]
@@ -71,12 +75,14 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    /// Whether the database could not be reached or ended the connection (a restart, a
-    /// failover, the network): the same call may succeed a moment later. Errors about what
-    /// was asked (a refused write, a bad value, a missing permission) are not.
+    /// Whether the store could not be reached or ended the connection (a restart, a failover,
+    /// the network): the same call may succeed a moment later. Errors about what was asked (a
+    /// refused write, a bad value, a missing permission) are not.
     pub fn is_unavailable(&self) -> bool {
-        let Error::Database { source, .. } = self else {
-            return false;
+        let source = match self {
+            Error::Unavailable(_) => return true,
+            Error::Database { source, .. } => source,
+            _ => return false,
         };
         match source {
             sqlx::Error::Io(_)
