@@ -197,8 +197,7 @@ impl Agent {
                 // A database that restarts as the agent starts is waited for; anything else
                 // (a refused database, a missing permission) stops the agent with its error.
                 Err(Error::Store(e)) if e.is_unavailable() => {
-                    self.tell(|o| o.store_access(false));
-                    warn!(node = %self.config.node, error = %e, "the store is unavailable; retrying");
+                    self.unavailable(&e);
                     tokio::select! {
                         () = self.cancel.cancelled() => return Ok(()),
                         () = tokio::time::sleep(RETRY_PAUSE) => {}
@@ -262,6 +261,12 @@ impl Agent {
         result
     }
 
+    /// Reports a store that cannot be reached for now; the caller tries again after a pause.
+    fn unavailable(&self, e: &rota_store::Error) {
+        self.tell(|o| o.store_access(false));
+        warn!(node = %self.config.node, error = %e, "the store is unavailable; retrying");
+    }
+
     /// Sets the fleet's concurrency if this agent is configured with one that differs.
     async fn configure_concurrency(&self) -> Result<()> {
         let Some(concurrency) = self.config.concurrency else {
@@ -288,8 +293,7 @@ impl Agent {
                     node: self.config.node.clone(),
                 })?,
                 Err(e) if e.is_unavailable() => {
-                    self.tell(|o| o.store_access(false));
-                    warn!(node = %self.config.node, error = %e, "the store is unavailable; retrying");
+                    self.unavailable(&e);
                     self.pause(running).await?;
                     continue;
                 }

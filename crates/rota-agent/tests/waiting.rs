@@ -1,48 +1,17 @@
 //! A waiting agent, on a real SQLite store and a real sentinel watcher: what it reads while it
 //! is not its turn.
 
+mod common;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use rota_agent::{ActionError, Agent, AgentConfig, NodeActions, RebootHandle};
+use common::CountingActions;
+use rota_agent::{Agent, AgentConfig};
 use rota_core::{NodeName, NodeState, Process};
 use rota_store::{Acquire, SqliteStore, Store, Transition, WindowChange, now_millis};
 use tokio_util::sync::CancellationToken;
-
-/// Counts the cordon reads; the node never gets as far as a drain in this test.
-#[derive(Default)]
-struct CountingActions {
-    cordon_reads: AtomicUsize,
-}
-
-#[async_trait]
-impl NodeActions for CountingActions {
-    async fn is_cordoned(&self) -> Result<bool, ActionError> {
-        self.cordon_reads.fetch_add(1, Ordering::SeqCst);
-        Ok(false)
-    }
-
-    async fn drain(&self) -> Result<(), ActionError> {
-        Ok(())
-    }
-
-    async fn uncordon(&self) -> Result<(), ActionError> {
-        Ok(())
-    }
-
-    async fn reboot(&self) -> Result<RebootHandle, ActionError> {
-        Err(ActionError {
-            action: "reboot",
-            detail: "not in this test".into(),
-        })
-    }
-
-    async fn health(&self) -> Result<(), ActionError> {
-        Ok(())
-    }
-}
 
 fn name(node: &str) -> NodeName {
     NodeName::new(node).expect("a valid node name")
