@@ -95,9 +95,12 @@ impl Host {
             .collect()
     }
 
+    /// Waits until a window has closed: idle, the slot released, and a result recorded. A
+    /// node is idle without a slot before its agent has taken up anything too; without the
+    /// result, a test whose agent starts after the submission could look before the window.
     async fn idle_after_window(&self) {
-        self.wait_for("idle with its slot released", |r| {
-            r.state == NodeState::Idle && r.slot.is_none()
+        self.wait_for("idle with its slot released after a window", |r| {
+            r.state == NodeState::Idle && r.slot.is_none() && r.last_result.is_some()
         })
         .await;
     }
