@@ -4,8 +4,10 @@
 //! kube-controller-manager, kube-scheduler and kwok) that `testenv/up` builds from Go modules
 //! and starts on loopback; see [`testenv`] and `testenv/README.md`. [`fleet`] runs real
 //! `rota agent` processes against it, one per kwok node. [`postgres`] gives each test a
-//! database of its own on a throwaway PostgreSQL.
+//! database of its own on a throwaway PostgreSQL. [`proxy`] stands between a test and one of
+//! those servers, to cut it off as an outage would.
 
 pub mod fleet;
 pub mod postgres;
+pub mod proxy;
 pub mod testenv;

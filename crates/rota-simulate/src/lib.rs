@@ -155,6 +155,9 @@ pub struct Summary {
     pub concurrency: u32,
     pub completed: usize,
     pub failed: usize,
+    /// Reboot commands the simulated nodes received: one per node in a clean rollout, more when
+    /// a node rebooted twice.
+    pub reboots: u32,
     /// Most nodes in a maintenance window at once, from the store's history.
     pub max_concurrent: usize,
     pub makespan_s: f64,
@@ -449,7 +452,19 @@ async fn simulate(
         let _ = cycle.await;
     }
     let (started, written, completed, failed) = rollout?;
-    summarize(&fleet, options, started, &written, completed, failed, ideal).await
+    let ended = Ended {
+        completed,
+        failed,
+        reboots: nodes.iter().map(|n| n.boots).sum(),
+    };
+    summarize(&fleet, options, started, &written, ended, ideal).await
+}
+
+/// How the rollout ended, as the harness saw it.
+struct Ended {
+    completed: usize,
+    failed: usize,
+    reboots: u32,
 }
 
 /// Nodes whose reboot finished, and nodes that failed (since the sentinels were written at
@@ -492,8 +507,7 @@ async fn summarize(
     options: &Options,
     started: Millis,
     written: &BTreeMap<NodeName, Millis>,
-    completed: usize,
-    failed: usize,
+    ended: Ended,
     ideal: Duration,
 ) -> Result<Summary> {
     let store = &*fleet.store;
@@ -519,8 +533,9 @@ async fn summarize(
         store: fleet.label,
         nodes: options.nodes,
         concurrency: options.concurrency,
-        completed,
-        failed,
+        completed: ended.completed,
+        failed: ended.failed,
+        reboots: ended.reboots,
         max_concurrent: metrics::max_concurrent(&history),
         makespan_s,
         ideal_s,

@@ -3,13 +3,16 @@
 //! are simulated. Attaches to `ROTA_TESTENV_KUBECONFIG`, else starts a control plane; fails
 //! without one unless `ROTA_E2E_SKIP=1`.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::Api;
 use kube::api::ListParams;
+use rota_e2e::proxy::Proxy;
 use rota_e2e::testenv::TestEnv;
 use rota_simulate::{KubeTarget, Options, StoreChoice, run};
+use tokio::sync::mpsc;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_rollout_reboots_every_node_once_never_more_than_k_at_once() {
@@ -39,6 +42,7 @@ async fn kube_rollout_reboots_every_node_once_never_more_than_k_at_once() {
     assert_eq!(summary.completed, 6, "{summary:?}");
     assert_eq!(summary.failed, 0, "{summary:?}");
     assert!(summary.max_concurrent <= 2, "{summary:?}");
+    assert_eq!(summary.reboots, 6, "one reboot per node: {summary:?}");
 
     // The run cleans up after itself: its nodes are gone and its namespace is going.
     let nodes: Api<Node> = Api::all(client.clone());
@@ -64,4 +68,83 @@ async fn kube_rollout_reboots_every_node_once_never_more_than_k_at_once() {
         ns.is_none_or(|ns| ns.metadata.deletion_timestamp.is_some()),
         "namespace {namespace} left behind"
     );
+}
+
+/// The API server goes away twice during a rollout (once the first node finished, and once
+/// half had), for longer than a step takes, as a restart of the control plane would; every
+/// connection to it ends. The agents and the harness reach it through a proxy that the test
+/// cuts. They ride the outages out: every node reboots exactly once, never more than
+/// `concurrency` at once, and none fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kube_rollout_rides_out_api_server_outages_and_reboots_every_node_once() {
+    let env = match TestEnv::get() {
+        Ok(Some(env)) => env,
+        Ok(None) => return,
+        Err(e) => panic!("{e:#}"),
+    };
+    let mut config = env.config().await.expect("the test kubeconfig");
+    let server: SocketAddr = config
+        .cluster_url
+        .authority()
+        .expect("the API server's address")
+        .as_str()
+        .parse()
+        .expect("the API server listens on an IP address");
+    let proxy = Proxy::start(server).await.expect("a proxy");
+    config.cluster_url = format!("https://{}", proxy.addr())
+        .parse()
+        .expect("the proxy's URL");
+    let client = rota_drain::client(config).expect("a client");
+    let nodes = 6;
+    let (done_tx, mut done) = mpsc::unbounded_channel();
+    let outages = tokio::spawn(async move {
+        let mut cut = Vec::new();
+        for threshold in [1, nodes / 2] {
+            while let Some(completed) = done.recv().await {
+                if completed >= threshold {
+                    let refused = proxy.refused();
+                    proxy.cut();
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    proxy.restore();
+                    cut.push((completed, proxy.refused() - refused));
+                    break;
+                }
+            }
+        }
+        // The proxy lives until the run ends, which drops the sender.
+        while done.recv().await.is_some() {}
+        cut
+    });
+    let summary = run(
+        Options {
+            nodes,
+            concurrency: 2,
+            // Windows longer than the harness's 1 s look at the store: the outages come while
+            // nodes are still to go, not after the last one finished.
+            maintenance_time: Duration::from_secs(2),
+            store: StoreChoice::Kube(KubeTarget {
+                client,
+                namespace: Some(format!("rota-outage-test-{}", std::process::id())),
+            }),
+        },
+        move |completed, _| {
+            let _ = done_tx.send(completed);
+        },
+    )
+    .await
+    .expect("the rollout completes");
+    let cut = outages.await.expect("the outages");
+    assert_eq!(cut.len(), 2, "both outages happened: {cut:?}");
+    assert!(
+        cut.iter()
+            .all(|&(completed, refused)| completed < nodes && refused > 0),
+        "each outage came mid-rollout and refused connections: {cut:?}"
+    );
+    assert_eq!(
+        (summary.completed, summary.failed),
+        (nodes, 0),
+        "{summary:?}"
+    );
+    assert_eq!(summary.reboots, 6, "one reboot per node: {summary:?}");
+    assert!(summary.max_concurrent <= 2, "{summary:?}");
 }

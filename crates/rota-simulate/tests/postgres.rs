@@ -63,6 +63,7 @@ async fn a_rollout_rides_out_database_restarts_and_reboots_every_node_once() {
         "{summary:?}"
     );
     assert!(summary.max_concurrent <= 2, "{summary:?}");
+    assert_eq!(summary.reboots, 8, "one reboot per node: {summary:?}");
 
     let store = PostgresStore::open(&url).await.expect("open");
     let history = store

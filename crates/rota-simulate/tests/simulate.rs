@@ -19,6 +19,7 @@ async fn every_node_reboots_once_and_never_more_than_k_at_once() {
     .expect("simulation runs");
     assert_eq!(summary.completed, 7, "{summary:?}");
     assert_eq!(summary.failed, 0, "{summary:?}");
+    assert_eq!(summary.reboots, 7, "one reboot per node: {summary:?}");
     assert!(summary.max_concurrent <= 2, "{summary:?}");
     assert_eq!(
         summary.max_concurrent, 2,

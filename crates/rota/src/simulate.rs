@@ -26,7 +26,8 @@ fn progress_bar(nodes: u64) -> ProgressBar {
 /// The summary for people.
 pub fn render(summary: &Summary) -> String {
     format!(
-        "{completed} of {nodes} nodes rebooted ({failed} failed) on {store}, concurrency {k}\n\
+        "{completed} of {nodes} nodes rebooted ({failed} failed, {reboots} reboot commands) on {store}, \
+         concurrency {k}\n\
          at most {max} out at once (from the store's history)\n\
          makespan {makespan:.2}s, ideal {ideal:.2}s, efficiency {efficiency:.3}\n\
          detection p50 {d50} ms, p99 {d99} ms (sentinel written → node queued)\n\
@@ -36,6 +37,7 @@ pub fn render(summary: &Summary) -> String {
         completed = summary.completed,
         nodes = summary.nodes,
         failed = summary.failed,
+        reboots = summary.reboots,
         store = summary.store,
         k = summary.concurrency,
         max = summary.max_concurrent,

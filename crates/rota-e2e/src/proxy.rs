@@ -1,0 +1,109 @@
+//! A TCP proxy in front of a real server that a test can cut, as an outage of the server (or of
+//! the network to it) would: [`Proxy::cut`] ends every open connection and refuses new ones
+//! until [`Proxy::restore`]. The control plane and the database are shared by the tests that
+//! run in parallel; an outage seen through a proxy affects only the test that owns it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::io::copy_bidirectional;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Whether the proxy is cut, and how many times it was: a connection opened in one epoch ends
+/// when the next cut begins.
+#[derive(Clone, Copy, Debug, Default)]
+struct Line {
+    cut: bool,
+    epoch: u64,
+}
+
+pub struct Proxy {
+    addr: SocketAddr,
+    line: Arc<watch::Sender<Line>>,
+    refused: Arc<AtomicU64>,
+    accepting: JoinHandle<()>,
+}
+
+impl Proxy {
+    /// Listens on a free loopback port and forwards every connection to `upstream`.
+    pub async fn start(upstream: SocketAddr) -> std::io::Result<Proxy> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let line = Arc::new(watch::channel(Line::default()).0);
+        let refused = Arc::new(AtomicU64::new(0));
+        let accepting = tokio::spawn(accept(listener, upstream, line.clone(), refused.clone()));
+        Ok(Proxy {
+            addr,
+            line,
+            refused,
+            accepting,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Ends every open connection; new ones are closed at once until [`Proxy::restore`].
+    pub fn cut(&self) {
+        self.line.send_modify(|line| {
+            line.cut = true;
+            line.epoch += 1;
+        });
+    }
+
+    pub fn restore(&self) {
+        self.line.send_modify(|line| line.cut = false);
+    }
+
+    /// Connections closed at once because the proxy was cut.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accepting.abort();
+        self.cut();
+    }
+}
+
+async fn accept(
+    listener: TcpListener,
+    upstream: SocketAddr,
+    line: Arc<watch::Sender<Line>>,
+    refused: Arc<AtomicU64>,
+) {
+    loop {
+        let Ok((client, _)) = listener.accept().await else {
+            continue;
+        };
+        let now = *line.borrow();
+        if now.cut {
+            refused.fetch_add(1, Ordering::SeqCst);
+            drop(client);
+            continue;
+        }
+        tokio::spawn(forward(client, upstream, line.subscribe(), now.epoch));
+    }
+}
+
+/// Copies both ways until either side closes or the proxy is cut.
+async fn forward(
+    mut client: TcpStream,
+    upstream: SocketAddr,
+    mut line: watch::Receiver<Line>,
+    epoch: u64,
+) {
+    let Ok(mut server) = TcpStream::connect(upstream).await else {
+        return;
+    };
+    tokio::select! {
+        _ = copy_bidirectional(&mut client, &mut server) => {}
+        _ = line.wait_for(|l| l.epoch != epoch) => {}
+    }
+}
