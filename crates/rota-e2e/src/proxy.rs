@@ -7,9 +7,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use std::time::Duration;
 use tokio::io::copy_bidirectional;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 /// Whether the proxy is cut, and how many times it was: a connection opened in one epoch ends
@@ -63,6 +65,32 @@ impl Proxy {
     pub fn refused(&self) -> u64 {
         self.refused.load(Ordering::SeqCst)
     }
+}
+
+/// Cuts `proxy` for `length` each time the count of finished nodes that `progress` reports
+/// first reaches the next of `thresholds`, then keeps it until `progress` closes (the end of
+/// the run). Returns, per outage, the count that set it off and the connections it refused.
+pub async fn outages(
+    proxy: Proxy,
+    thresholds: Vec<usize>,
+    length: Duration,
+    mut progress: mpsc::UnboundedReceiver<usize>,
+) -> Vec<(usize, u64)> {
+    let mut cut = Vec::new();
+    for threshold in thresholds {
+        while let Some(completed) = progress.recv().await {
+            if completed >= threshold {
+                let refused = proxy.refused();
+                proxy.cut();
+                tokio::time::sleep(length).await;
+                proxy.restore();
+                cut.push((completed, proxy.refused() - refused));
+                break;
+            }
+        }
+    }
+    while progress.recv().await.is_some() {}
+    cut
 }
 
 impl Drop for Proxy {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::Api;
 use kube::api::ListParams;
-use rota_e2e::proxy::Proxy;
+use rota_e2e::proxy::{Proxy, outages};
 use rota_e2e::testenv::TestEnv;
 use rota_simulate::{KubeTarget, Options, StoreChoice, run};
 use tokio::sync::mpsc;
@@ -96,25 +96,13 @@ async fn a_kube_rollout_rides_out_api_server_outages_and_reboots_every_node_once
         .expect("the proxy's URL");
     let client = rota_drain::client(config).expect("a client");
     let nodes = 6;
-    let (done_tx, mut done) = mpsc::unbounded_channel();
-    let outages = tokio::spawn(async move {
-        let mut cut = Vec::new();
-        for threshold in [1, nodes / 2] {
-            while let Some(completed) = done.recv().await {
-                if completed >= threshold {
-                    let refused = proxy.refused();
-                    proxy.cut();
-                    tokio::time::sleep(Duration::from_secs(3)).await;
-                    proxy.restore();
-                    cut.push((completed, proxy.refused() - refused));
-                    break;
-                }
-            }
-        }
-        // The proxy lives until the run ends, which drops the sender.
-        while done.recv().await.is_some() {}
-        cut
-    });
+    let (done_tx, done) = mpsc::unbounded_channel();
+    let cuts = tokio::spawn(outages(
+        proxy,
+        vec![1, nodes / 2],
+        Duration::from_secs(3),
+        done,
+    ));
     let summary = run(
         Options {
             nodes,
@@ -133,7 +121,7 @@ async fn a_kube_rollout_rides_out_api_server_outages_and_reboots_every_node_once
     )
     .await
     .expect("the rollout completes");
-    let cut = outages.await.expect("the outages");
+    let cut = cuts.await.expect("the outages");
     assert_eq!(cut.len(), 2, "both outages happened: {cut:?}");
     assert!(
         cut.iter()

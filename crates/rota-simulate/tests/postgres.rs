@@ -1,12 +1,14 @@
 //! The simulator against a real PostgreSQL (the server of `ROTA_TEST_POSTGRES_URL`, which
 //! `scripts/test` starts) whose connections are all ended mid-rollout, as a restart of the
-//! server ends them.
+//! server ends them, or which cannot be reached for a while.
 
+use std::net::SocketAddr;
 use std::str::FromStr;
 use std::time::Duration;
 
 use rota_core::HistoryEvent;
 use rota_e2e::postgres::{end_connections, fresh_database};
+use rota_e2e::proxy::{Proxy, outages};
 use rota_simulate::{Options, StoreChoice, run};
 use rota_store::{HistoryFilter, PostgresStore, Store, StoreUrl};
 use tokio::sync::mpsc;
@@ -65,7 +67,65 @@ async fn a_rollout_rides_out_database_restarts_and_reboots_every_node_once() {
     assert!(summary.max_concurrent <= 2, "{summary:?}");
     assert_eq!(summary.reboots, 8, "one reboot per node: {summary:?}");
 
-    let store = PostgresStore::open(&url).await.expect("open");
+    assert_one_window_per_node(&url).await;
+}
+
+/// The database cannot be reached twice during a rollout (once the first node finished, and
+/// once half had), for 3 s each: every open connection ends and new ones are refused, as when
+/// the network to the server fails or the server is down. The agents and the harness reach it
+/// through a proxy that the test cuts, and ride the outages out: every node reboots exactly
+/// once, never more than `concurrency` at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_rides_out_an_unreachable_database_and_reboots_every_node_once() {
+    let Some(url) = fresh_database().await else {
+        return;
+    };
+    let (login, rest) = url.split_once('@').expect("a URL with a user");
+    let (server, database) = rest.split_once('/').expect("a URL with a database");
+    let server: SocketAddr = server.parse().expect("the server's IP address and port");
+    let proxy = Proxy::start(server).await.expect("a proxy");
+    let proxied = format!("{login}@{}/{database}", proxy.addr());
+    let nodes = 8;
+    let (done_tx, done) = mpsc::unbounded_channel();
+    let cuts = tokio::spawn(outages(
+        proxy,
+        vec![1, nodes / 2],
+        Duration::from_secs(3),
+        done,
+    ));
+    let summary = run(
+        Options {
+            nodes,
+            concurrency: 2,
+            maintenance_time: Duration::from_millis(300),
+            store: StoreChoice::Url(StoreUrl::from_str(&proxied).expect("the proxy's URL")),
+        },
+        move |completed, _| {
+            let _ = done_tx.send(completed);
+        },
+    )
+    .await
+    .expect("the rollout completes");
+    let cut = cuts.await.expect("the outages");
+    assert_eq!(cut.len(), 2, "both outages happened: {cut:?}");
+    assert!(
+        cut.iter()
+            .all(|&(completed, refused)| completed < nodes && refused > 0),
+        "each outage came mid-rollout and refused connections: {cut:?}"
+    );
+    assert_eq!(
+        (summary.completed, summary.failed),
+        (nodes, 0),
+        "{summary:?}"
+    );
+    assert!(summary.max_concurrent <= 2, "{summary:?}");
+    assert_eq!(summary.reboots, 8, "one reboot per node: {summary:?}");
+    assert_one_window_per_node(&url).await;
+}
+
+/// Every node of the database at `url` has exactly one `started` and one `finished` entry.
+async fn assert_one_window_per_node(url: &str) {
+    let store = PostgresStore::open(url).await.expect("open");
     let history = store
         .history(&HistoryFilter::default())
         .await
