@@ -439,7 +439,7 @@ async fn simulate(
     };
     checker.abort();
     let (completed, failed) = finished?;
-    Ok::<_, Error>((started, written, completed, failed))
+    Ok::<_, Error>((started, written, completed, failed, deadline))
     }
     .await;
     for node in &mut nodes {
@@ -451,13 +451,25 @@ async fn simulate(
     for cycle in power_cycles {
         let _ = cycle.await;
     }
-    let (started, written, completed, failed) = rollout?;
+    let (started, written, completed, failed, deadline) = rollout?;
     let ended = Ended {
         completed,
         failed,
         reboots: nodes.iter().map(|n| n.boots).sum(),
     };
-    summarize(&fleet, options, started, &written, ended, ideal).await
+    // The rollout is over, but the store may be out of reach just now: its result is read
+    // again, until the rollout's deadline, rather than lost.
+    loop {
+        match summarize(&fleet, options, started, &written, &ended, ideal).await {
+            Err(Error::Store(e))
+                if e.is_unavailable() && tokio::time::Instant::now() <= deadline =>
+            {
+                warn!(error = %e, "the store is unavailable; reading the summary again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            summary => return summary,
+        }
+    }
 }
 
 /// How the rollout ended, as the harness saw it.
@@ -507,7 +519,7 @@ async fn summarize(
     options: &Options,
     started: Millis,
     written: &BTreeMap<NodeName, Millis>,
-    ended: Ended,
+    ended: &Ended,
     ideal: Duration,
 ) -> Result<Summary> {
     let store = &*fleet.store;

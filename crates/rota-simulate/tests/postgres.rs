@@ -4,6 +4,8 @@
 
 use std::net::SocketAddr;
 use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rota_core::HistoryEvent;
@@ -80,11 +82,7 @@ async fn a_rollout_rides_out_an_unreachable_database_and_reboots_every_node_once
     let Some(url) = fresh_database().await else {
         return;
     };
-    let (login, rest) = url.split_once('@').expect("a URL with a user");
-    let (server, database) = rest.split_once('/').expect("a URL with a database");
-    let server: SocketAddr = server.parse().expect("the server's IP address and port");
-    let proxy = Proxy::start(server).await.expect("a proxy");
-    let proxied = format!("{login}@{}/{database}", proxy.addr());
+    let (proxy, proxied) = behind_a_proxy(&url).await;
     let nodes = 8;
     let (done_tx, done) = mpsc::unbounded_channel();
     let cuts = tokio::spawn(outages(
@@ -121,6 +119,60 @@ async fn a_rollout_rides_out_an_unreachable_database_and_reboots_every_node_once
     assert!(summary.max_concurrent <= 2, "{summary:?}");
     assert_eq!(summary.reboots, 8, "one reboot per node: {summary:?}");
     assert_one_window_per_node(&url).await;
+}
+
+/// The database is out of reach from the moment the harness sees the last node finish, for
+/// 2 s: the summary, read right after, waits for it instead of failing the whole run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_summary_waits_out_an_unreachable_database_at_the_end_of_the_rollout() {
+    let Some(url) = fresh_database().await else {
+        return;
+    };
+    let (proxy, proxied) = behind_a_proxy(&url).await;
+    let proxy = Arc::new(proxy);
+    let cut = Arc::new(AtomicBool::new(false));
+    let nodes = 3;
+    let summary = run(
+        Options {
+            nodes,
+            concurrency: 2,
+            maintenance_time: Duration::from_millis(200),
+            store: StoreChoice::Url(StoreUrl::from_str(&proxied).expect("the proxy's URL")),
+        },
+        {
+            let (proxy, cut) = (proxy.clone(), cut.clone());
+            move |completed, total| {
+                if completed == total && !cut.swap(true, Ordering::SeqCst) {
+                    proxy.cut();
+                    let proxy = proxy.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_secs(2)).await;
+                        proxy.restore();
+                    });
+                }
+            }
+        },
+    )
+    .await
+    .expect("the rollout completes and its summary is read");
+    assert!(cut.load(Ordering::SeqCst), "the outage happened");
+    assert!(proxy.refused() > 0, "the summary met the outage");
+    assert_eq!(
+        (summary.completed, summary.failed, summary.reboots),
+        (nodes, 0, 3),
+        "{summary:?}"
+    );
+    assert_one_window_per_node(&url).await;
+}
+
+/// A proxy in front of the server of `url`, and the URL that goes through it.
+async fn behind_a_proxy(url: &str) -> (Proxy, String) {
+    let (login, rest) = url.split_once('@').expect("a URL with a user");
+    let (server, database) = rest.split_once('/').expect("a URL with a database");
+    let server: SocketAddr = server.parse().expect("the server's IP address and port");
+    let proxy = Proxy::start(server).await.expect("a proxy");
+    let proxied = format!("{login}@{}/{database}", proxy.addr());
+    (proxy, proxied)
 }
 
 /// Every node of the database at `url` has exactly one `started` and one `finished` entry.
