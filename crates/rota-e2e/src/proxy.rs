@@ -68,10 +68,10 @@ impl Proxy {
 }
 
 /// Cuts `proxy` for `length` each time the count of finished nodes that `progress` reports
-/// first reaches the next of `thresholds`, then keeps it until `progress` closes (the end of
-/// the run). Returns, per outage, the count that set it off and the connections it refused.
+/// first reaches the next of `thresholds`, until `progress` closes (the end of the rollout).
+/// Returns, per outage, the count that set it off and the connections it refused.
 pub async fn outages(
-    proxy: Proxy,
+    proxy: Arc<Proxy>,
     thresholds: Vec<usize>,
     length: Duration,
     mut progress: mpsc::UnboundedReceiver<usize>,
@@ -89,7 +89,6 @@ pub async fn outages(
             }
         }
     }
-    while progress.recv().await.is_some() {}
     cut
 }
 

@@ -295,7 +295,12 @@ impl Cluster {
             .delete_collection(&DeleteParams::default(), &by_run)
             .await
         {
-            warn!(namespace = %self.namespace, "deleting the simulated nodes: {e}");
+            warn!(
+                namespace = %self.namespace,
+                "deleting the simulated nodes: {e}; delete them with `kubectl delete nodes -l \
+                 {RUN_LABEL}={}`",
+                self.namespace
+            );
         }
         let rota_nodes = Api::<RotaNode>::all(self.client.clone());
         let by_store =
@@ -304,13 +309,21 @@ impl Cluster {
             .delete_collection(&DeleteParams::default(), &by_store)
             .await
         {
-            warn!(namespace = %self.namespace, "deleting the simulation's RotaNodes: {e}");
+            warn!(
+                namespace = %self.namespace,
+                "deleting the simulation's RotaNodes: {e}; delete them with `kubectl delete \
+                 rotanodes -l {NAMESPACE_LABEL}={}`",
+                self.namespace
+            );
         }
         if let Err(e) = Api::<Namespace>::all(self.client.clone())
             .delete(&self.namespace, &DeleteParams::default())
             .await
         {
-            warn!("deleting namespace {}: {e}", self.namespace);
+            warn!(
+                "deleting namespace {}: {e}; delete it with `kubectl delete namespace {}`",
+                self.namespace, self.namespace
+            );
         }
     }
 }

@@ -4,6 +4,7 @@
 //! without one unless `ROTA_E2E_SKIP=1`.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Node};
@@ -44,30 +45,7 @@ async fn kube_rollout_reboots_every_node_once_never_more_than_k_at_once() {
     assert!(summary.max_concurrent <= 2, "{summary:?}");
     assert_eq!(summary.reboots, 6, "one reboot per node: {summary:?}");
 
-    // The run cleans up after itself: its nodes are gone and its namespace is going.
-    let nodes: Api<Node> = Api::all(client.clone());
-    let left = nodes
-        .list(&ListParams::default().labels(&format!("rota.dev/simulation={namespace}")))
-        .await
-        .expect("list nodes");
-    assert!(
-        left.items
-            .iter()
-            .all(|n| n.metadata.deletion_timestamp.is_some()),
-        "simulated nodes left behind: {:?}",
-        left.items
-            .iter()
-            .map(|n| &n.metadata.name)
-            .collect::<Vec<_>>()
-    );
-    let ns = Api::<Namespace>::all(client)
-        .get_opt(&namespace)
-        .await
-        .expect("read the namespace");
-    assert!(
-        ns.is_none_or(|ns| ns.metadata.deletion_timestamp.is_some()),
-        "namespace {namespace} left behind"
-    );
+    assert_cleaned_up(&client, &namespace).await;
 }
 
 /// The API server goes away twice during a rollout (once the first node finished, and once
@@ -90,15 +68,17 @@ async fn a_kube_rollout_rides_out_api_server_outages_and_reboots_every_node_once
         .as_str()
         .parse()
         .expect("the API server listens on an IP address");
-    let proxy = Proxy::start(server).await.expect("a proxy");
+    let proxy = Arc::new(Proxy::start(server).await.expect("a proxy"));
     config.cluster_url = format!("https://{}", proxy.addr())
         .parse()
         .expect("the proxy's URL");
     let client = rota_drain::client(config).expect("a client");
     let nodes = 6;
+    let namespace = format!("rota-outage-test-{}", std::process::id());
     let (done_tx, done) = mpsc::unbounded_channel();
+    // The test keeps the proxy up until the run has cleaned up after itself.
     let cuts = tokio::spawn(outages(
-        proxy,
+        proxy.clone(),
         vec![1, nodes / 2],
         Duration::from_secs(3),
         done,
@@ -111,8 +91,8 @@ async fn a_kube_rollout_rides_out_api_server_outages_and_reboots_every_node_once
             // nodes are still to go, not after the last one finished.
             maintenance_time: Duration::from_secs(2),
             store: StoreChoice::Kube(KubeTarget {
-                client,
-                namespace: Some(format!("rota-outage-test-{}", std::process::id())),
+                client: client.clone(),
+                namespace: Some(namespace.clone()),
             }),
         },
         move |completed, _| {
@@ -135,4 +115,33 @@ async fn a_kube_rollout_rides_out_api_server_outages_and_reboots_every_node_once
     );
     assert_eq!(summary.reboots, 6, "one reboot per node: {summary:?}");
     assert!(summary.max_concurrent <= 2, "{summary:?}");
+    assert_cleaned_up(&client, &namespace).await;
+    drop(proxy);
+}
+
+/// The run cleaned up after itself: its nodes are gone and its namespace is going.
+async fn assert_cleaned_up(client: &kube::Client, namespace: &str) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let left = nodes
+        .list(&ListParams::default().labels(&format!("rota.dev/simulation={namespace}")))
+        .await
+        .expect("list nodes");
+    assert!(
+        left.items
+            .iter()
+            .all(|n| n.metadata.deletion_timestamp.is_some()),
+        "simulated nodes left behind: {:?}",
+        left.items
+            .iter()
+            .map(|n| &n.metadata.name)
+            .collect::<Vec<_>>()
+    );
+    let ns = Api::<Namespace>::all(client.clone())
+        .get_opt(namespace)
+        .await
+        .expect("read the namespace");
+    assert!(
+        ns.is_none_or(|ns| ns.metadata.deletion_timestamp.is_some()),
+        "namespace {namespace} left behind"
+    );
 }

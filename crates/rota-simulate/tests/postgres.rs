@@ -83,10 +83,11 @@ async fn a_rollout_rides_out_an_unreachable_database_and_reboots_every_node_once
         return;
     };
     let (proxy, proxied) = behind_a_proxy(&url).await;
+    let proxy = Arc::new(proxy);
     let nodes = 8;
     let (done_tx, done) = mpsc::unbounded_channel();
     let cuts = tokio::spawn(outages(
-        proxy,
+        proxy.clone(),
         vec![1, nodes / 2],
         Duration::from_secs(3),
         done,
@@ -118,6 +119,7 @@ async fn a_rollout_rides_out_an_unreachable_database_and_reboots_every_node_once
     );
     assert!(summary.max_concurrent <= 2, "{summary:?}");
     assert_eq!(summary.reboots, 8, "one reboot per node: {summary:?}");
+    drop(proxy);
     assert_one_window_per_node(&url).await;
 }
 
