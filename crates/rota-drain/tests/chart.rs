@@ -14,8 +14,8 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube::{Client, ResourceExt};
 use rota_e2e::testenv::{SKIP_ENV, TestEnv, pod_is_running, testenv_dir, wait_for};
 use serde_json::json;
 
@@ -80,21 +80,6 @@ fn kubectl(env: &TestEnv, args: &[&str], stdin: &[u8]) -> Result<()> {
         String::from_utf8_lossy(&out.stderr)
     );
     Ok(())
-}
-
-/// A client acting as the service account `namespace/name`.
-async fn client_as(env: &TestEnv, admin: &Client, namespace: &str, name: &str) -> Result<Client> {
-    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), namespace);
-    let request = serde_json::from_value(json!({ "spec": { "expirationSeconds": 3600 } }))?;
-    let token = accounts
-        .create_token_request(name, &PostParams::default(), &request)
-        .await?
-        .status
-        .context("token request without status")?
-        .token;
-    let mut config = env.config().await?;
-    config.auth_info = serde_json::from_value(json!({ "token": token }))?;
-    Ok(rota_drain::client(config)?)
 }
 
 fn api_code(result: Result<impl std::fmt::Debug, kube::Error>) -> Option<u16> {
@@ -245,7 +230,14 @@ async fn the_chart_applies_and_its_rbac_is_enough_to_drain_and_no_more() -> Resu
     // Acting as the chart's service account: a whole drain and uncordon work...
     scope.create_deployment("api", 1, None).await?;
     let workload = running_pod(&scope.pods(), "app=api").await?;
-    let agent_client = client_as(env, &admin, &namespace, "rota-agent").await?;
+    let agent_client = env.client_as(&admin, &namespace, "rota-agent").await?;
+    // ...the agent's start-up check finds every permission it looks for...
+    let wanted = rota_kube::permissions::agent_permissions(&namespace, true);
+    let missing = rota_kube::permissions::missing(&agent_client, &wanted).await?;
+    ensure!(
+        missing.is_empty(),
+        "the chart does not grant what the agent checks for: {missing:?}"
+    );
     let options = rota_drain::DrainOptions {
         retry_initial: Duration::from_millis(200),
         retry_max: Duration::from_secs(1),

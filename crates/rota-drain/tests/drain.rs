@@ -8,15 +8,13 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
-use k8s_openapi::api::core::v1::{
-    EmptyDirVolumeSource, Pod, PodSpec, PodTemplateSpec, ServiceAccount, Volume,
-};
+use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, Pod, PodSpec, PodTemplateSpec, Volume};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
 use rota_agent::NodeActions;
 use rota_core::NodeName;
 use rota_drain::{DrainOptions, Error, KubeActions, MIRROR_ANNOTATION, RefusalReason};
@@ -579,29 +577,6 @@ async fn kube_actions_drain_a_deployment_pod_onto_another_node_and_uncordon() ->
     scope.cleanup().await
 }
 
-/// A client acting as the service account `namespace/name`, with a short-lived token.
-async fn client_as(env: &TestEnv, admin: &Client, namespace: &str, name: &str) -> Result<Client> {
-    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), namespace);
-    let account = ServiceAccount {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..ObjectMeta::default()
-        },
-        ..ServiceAccount::default()
-    };
-    accounts.create(&PostParams::default(), &account).await?;
-    let request = serde_json::from_value(json!({ "spec": { "expirationSeconds": 3600 } }))?;
-    let token = accounts
-        .create_token_request(name, &PostParams::default(), &request)
-        .await?
-        .status
-        .context("token request without status")?
-        .token;
-    let mut config = env.config().await?;
-    config.auth_info = serde_json::from_value(json!({ "token": token }))?;
-    Ok(rota_drain::client(config)?)
-}
-
 #[tokio::test]
 async fn a_missing_permission_names_the_verb_and_the_resource() -> Result<()> {
     let Some(env) = TestEnv::get()? else {
@@ -610,7 +585,7 @@ async fn a_missing_permission_names_the_verb_and_the_resource() -> Result<()> {
     let scope = env.scope("drain-rbac").await?;
     let node = scope.create_ready_nodes(1).await?.remove(0);
     let admin = scope.client();
-    let weak = client_as(env, &admin, scope.namespace(), "weak").await?;
+    let weak = scope.service_account_client(env, "weak").await?;
 
     let err = rota_drain::drain(&weak, &node, &options())
         .await

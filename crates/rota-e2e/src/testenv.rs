@@ -154,6 +154,51 @@ impl TestEnv {
     pub async fn scope(&self, name: &str) -> Result<Scope> {
         Scope::new(self.client().await?, name).await
     }
+
+    /// A client acting as the existing service account `namespace/name`, with a token for an
+    /// hour that `admin` asks for (kube's retry off, as for [`TestEnv::client`]).
+    pub async fn client_as(&self, admin: &Client, namespace: &str, name: &str) -> Result<Client> {
+        let token = token_for(admin, namespace, name).await?;
+        let mut config = self.config().await?;
+        config.auth_info = serde_json::from_value(serde_json::json!({ "token": token }))?;
+        Client::try_from(config).context("building the Kubernetes client")
+    }
+
+    /// Writes to `path` a kubeconfig for this control plane that acts as the existing service
+    /// account `namespace/name` (a token for an hour that `admin` asks for), for a process.
+    pub async fn write_kubeconfig_as(
+        &self,
+        admin: &Client,
+        namespace: &str,
+        name: &str,
+        path: &Path,
+    ) -> Result<()> {
+        let token = token_for(admin, namespace, name).await?;
+        let mut kubeconfig = Kubeconfig::read_from(&self.kubeconfig)
+            .with_context(|| format!("reading {}", self.kubeconfig.display()))?;
+        for user in &mut kubeconfig.auth_infos {
+            user.auth_info = Some(serde_json::from_value(
+                serde_json::json!({ "token": token }),
+            )?);
+        }
+        let text = serde_json::to_string(&kubeconfig).context("writing a kubeconfig")?;
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+    }
+}
+
+/// A token for an hour for the service account `namespace/name`.
+async fn token_for(admin: &Client, namespace: &str, name: &str) -> Result<String> {
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), namespace);
+    let request = serde_json::from_value(serde_json::json!({
+        "spec": { "expirationSeconds": 3600 }
+    }))?;
+    accounts
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .with_context(|| format!("a token for the service account {namespace}/{name}"))?
+        .status
+        .and_then(|s| s.token)
+        .context("a token request without a token")
 }
 
 /// Directory holding `up`, `down` and `build`: `ROTA_TESTENV_DIR`, or `testenv/` of this
@@ -243,6 +288,23 @@ impl Scope {
     /// A client for this control plane (cheap to clone).
     pub fn client(&self) -> Client {
         self.client.clone()
+    }
+
+    /// A new service account `name` in this scope's namespace, without any permission, and a
+    /// client acting as it.
+    pub async fn service_account_client(&self, env: &TestEnv, name: &str) -> Result<Client> {
+        let account = ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            ..ServiceAccount::default()
+        };
+        Api::<ServiceAccount>::namespaced(self.client.clone(), &self.id)
+            .create(&PostParams::default(), &account)
+            .await
+            .with_context(|| format!("creating the service account {}/{name}", self.id))?;
+        env.client_as(&self.client, &self.id, name).await
     }
 
     /// The namespace (equal to the scope id).

@@ -80,6 +80,7 @@
 
 pub mod crd;
 pub mod ids;
+pub mod permissions;
 pub mod procedure;
 pub mod slots;
 

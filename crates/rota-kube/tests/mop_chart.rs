@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
 use rota_core::{ConfigMapKey, NodeName, Priority, ProcedureSpec, Process, sha256_hex};
@@ -226,28 +226,6 @@ fn other_bad_values_fail_helm_template_with_a_clear_message() {
     }
 }
 
-/// A client acting as the service account `namespace/name`.
-async fn client_as(
-    env: &TestEnv,
-    admin: &kube::Client,
-    namespace: &str,
-    name: &str,
-) -> kube::Client {
-    let accounts: kube::Api<ServiceAccount> = kube::Api::namespaced(admin.clone(), namespace);
-    let request = serde_json::from_value(json!({ "spec": { "expirationSeconds": 3600 } }))
-        .expect("a token request");
-    let token = accounts
-        .create_token_request(name, &PostParams::default(), &request)
-        .await
-        .expect("a token for the service account")
-        .status
-        .expect("a token request's status")
-        .token;
-    let mut config = env.config().await.expect("config");
-    config.auth_info = serde_json::from_value(json!({ "token": token })).expect("auth info");
-    kube::Client::try_from(config).expect("client")
-}
-
 #[tokio::test]
 async fn the_agents_rbac_reads_procedures_and_writes_only_their_status() {
     let Some(env) = common::env() else { return };
@@ -296,7 +274,10 @@ async fn the_agents_rbac_reads_procedures_and_writes_only_their_status() {
         .await
         .expect("an operator submits");
 
-    let agent = client_as(env, &admin, &namespace, "rota-agent").await;
+    let agent = env
+        .client_as(&admin, &namespace, "rota-agent")
+        .await
+        .expect("a client as the chart's service account");
     let store = KubeStore::connect(
         agent,
         KubeStoreConfig {

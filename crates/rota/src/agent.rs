@@ -8,6 +8,7 @@ use rota_agent::{Agent, AgentConfig, Blocker, CommandActions, NodeActions};
 use rota_blockers::{AlertFilter, PrometheusBlocker};
 use rota_core::BackoffPolicy;
 use rota_drain::{DrainOptions, KubeActions, KubeBlocker};
+use rota_kube::permissions;
 use rota_metrics::{Metrics, MetricsServer};
 use rota_notify::{Notifier, NotifierConfig};
 use tokio::signal::unix::{SignalKind, signal};
@@ -184,6 +185,38 @@ async fn blockers(args: &AgentArgs) -> Result<Vec<Arc<dyn Blocker>>> {
     Ok(blockers)
 }
 
+/// Stops the agent before it does anything if its service account lacks a permission it will
+/// need, naming every one; waits while the API server is unavailable, as the store does.
+async fn check_permissions(args: &AgentArgs) -> Result<()> {
+    let client = crate::store::client(args.store.kubeconfig.as_ref()).await?;
+    let wanted = permissions::agent_permissions(
+        &args.store.namespace,
+        args.node_actions == NodeActionsKind::Kube,
+    );
+    let missing = loop {
+        match permissions::missing(&client, &wanted).await {
+            Ok(missing) => break missing,
+            Err(e) => {
+                let e = rota_store::Error::from(e);
+                if !e.is_unavailable() {
+                    return Err(e).context("checking the agent's RBAC permissions");
+                }
+                warn!(error = %e, "the API server is unavailable; checking the permissions again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    };
+    if !missing.is_empty() {
+        bail!(
+            "the agent's service account lacks {} RBAC permission(s) it needs: {}; the chart \
+             (charts/rota, rbac.create=true) grants them all",
+            missing.len(),
+            permissions::describe(&missing)
+        );
+    }
+    Ok(())
+}
+
 pub async fn run(args: AgentArgs) -> Result<()> {
     if !args.host_root.is_dir() {
         bail!(
@@ -199,6 +232,9 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         None => None,
     };
     let notify = crate::notify::config(&args)?;
+    if args.store.store == StoreLocation::Kube {
+        check_permissions(&args).await?;
+    }
     let store = crate::store::open(&args.store, true).await?;
     let cancel = CancellationToken::new();
     stop_on_signals(cancel.clone())?;

@@ -775,3 +775,64 @@ async fn an_unsatisfied_disruption_budget_holds_the_release_with_health_pdbs() -
     fleet.shutdown().await?;
     scope.cleanup().await
 }
+
+/// An agent whose service account may do nothing stops as it starts, with one error that names
+/// every permission it lacks, and touches nothing: no RotaNode, no cordon.
+#[tokio::test]
+async fn an_agent_without_its_rbac_permissions_stops_at_once_and_names_them() -> Result<()> {
+    let Some(env) = env() else {
+        return Ok(());
+    };
+    let scope = env.scope("kube-agent-rbac").await?;
+    let node = scope.create_ready_nodes(1).await?.remove(0);
+    scope.service_account_client(env, "weak").await?;
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    env.write_kubeconfig_as(&scope.client(), scope.namespace(), "weak", &kubeconfig)
+        .await?;
+    let run = tokio::process::Command::new(ROTA)
+        .args(["agent", "--store", "kube", "--node-actions", "kube"])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["--namespace", scope.namespace(), "--node", &node])
+        .arg("--host-root")
+        .arg(dir.path())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(PATIENCE, run)
+        .await
+        .context("the agent did not stop")??;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(!out.status.success(), "the agent ran: {stderr}");
+    for expected in [
+        "lacks",
+        "`get`, `list`, `watch`, `patch` on `nodes`;",
+        "`create` on `pods/eviction`;",
+        "`get`, `list`, `watch`, `create`, `update`, `patch` on `rotanodes.rota.dev`;",
+        &format!(
+            "`get`, `list`, `watch`, `create`, `update`, `delete` on \
+             `leases.coordination.k8s.io` in namespace {};",
+            scope.namespace()
+        ),
+    ] {
+        ensure!(stderr.contains(expected), "no {expected:?} in: {stderr}");
+    }
+    ensure!(
+        stderr.lines().filter(|l| l.contains("error")).count() == 1,
+        "one error line: {stderr}"
+    );
+    let admin_store = KubeStore::connect(
+        scope.client(),
+        rota_kube::KubeStoreConfig {
+            namespace: scope.namespace().into(),
+            ..rota_kube::KubeStoreConfig::default()
+        },
+    )
+    .await?;
+    ensure!(
+        admin_store.nodes().await?.is_empty(),
+        "the agent wrote a RotaNode"
+    );
+    ensure!(!unschedulable(&scope, &node).await?, "the agent cordoned");
+    scope.cleanup().await
+}

@@ -1,0 +1,261 @@
+//! What an agent in a cluster needs the API server to allow, checked once as it starts with
+//! SelfSubjectAccessReviews: an agent whose service account lacks a permission stops at once
+//! and names every one it lacks, instead of failing in the middle of a maintenance window
+//! (with a slot taken and the node cordoned) on the first one it uses.
+//!
+//! The list is the chart's RBAC (`charts/rota/templates/rbac.yaml`): the ClusterRole's rules
+//! cluster-wide, the Role's in the rota namespace. The chart's test checks that its service
+//! account is allowed all of them.
+
+use std::fmt;
+
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use kube::Api;
+use kube::api::PostParams;
+
+use crate::error::KubeError;
+
+/// Reviews sent at once.
+const CONCURRENT_REVIEWS: usize = 8;
+
+/// One verb on one resource, cluster-wide or in one namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Permission {
+    pub verb: &'static str,
+    /// The API group; empty for the core group.
+    pub group: &'static str,
+    pub resource: &'static str,
+    pub subresource: Option<&'static str>,
+    /// `None`: in every namespace (or a cluster-scoped resource).
+    pub namespace: Option<String>,
+}
+
+impl fmt::Display for Permission {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "`{}` on `{}", self.verb, self.resource)?;
+        if let Some(subresource) = self.subresource {
+            write!(f, "/{subresource}")?;
+        }
+        if !self.group.is_empty() {
+            write!(f, ".{}", self.group)?;
+        }
+        f.write_str("`")?;
+        match &self.namespace {
+            Some(namespace) => write!(f, " in namespace {namespace}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// `permissions` for people: all verbs on one resource together, as an RBAC rule lists them
+/// (`` `get`, `patch` on `nodes` ``), the resources separated by semicolons.
+pub fn describe(permissions: &[Permission]) -> String {
+    let mut groups: Vec<(Vec<&str>, &Permission)> = Vec::new();
+    for p in permissions {
+        let same = |q: &&Permission| {
+            (q.group, q.resource, q.subresource, &q.namespace)
+                == (p.group, p.resource, p.subresource, &p.namespace)
+        };
+        match groups.iter_mut().find(|(_, q)| same(q)) {
+            Some((verbs, _)) => verbs.push(p.verb),
+            None => groups.push((vec![p.verb], p)),
+        }
+    }
+    groups
+        .iter()
+        .map(|(verbs, p)| {
+            let verbs: Vec<String> = verbs.iter().map(|v| format!("`{v}`")).collect();
+            let on = p.to_string();
+            let on = on.split_once(" on ").map_or(on.as_str(), |(_, on)| on);
+            format!("{} on {on}", verbs.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Verbs on a resource, as an RBAC rule lists them.
+struct Rule {
+    group: &'static str,
+    resource: &'static str,
+    subresource: Option<&'static str>,
+    verbs: &'static [&'static str],
+}
+
+const fn rule(
+    group: &'static str,
+    resource: &'static str,
+    subresource: Option<&'static str>,
+    verbs: &'static [&'static str],
+) -> Rule {
+    Rule {
+        group,
+        resource,
+        subresource,
+        verbs,
+    }
+}
+
+/// The ClusterRole's rules for the drain, the health gate and the cordon.
+const DRAIN: &[Rule] = &[
+    rule("", "nodes", None, &["patch"]),
+    rule("apps", "replicasets", None, &["get", "list"]),
+    rule("apps", "statefulsets", None, &["get", "list"]),
+    rule("apps", "deployments", None, &["get", "list"]),
+    rule("policy", "poddisruptionbudgets", None, &["get", "list"]),
+    rule("", "pods", None, &["get", "list", "watch"]),
+    rule("", "pods", Some("eviction"), &["create"]),
+];
+
+/// The ClusterRole's rules for the store.
+const CLUSTER: &[Rule] = &[
+    rule("", "nodes", None, &["get", "list", "watch"]),
+    rule("events.k8s.io", "events", None, &["create", "patch"]),
+    rule(
+        "rota.dev",
+        "rotanodes",
+        None,
+        &["get", "list", "watch", "create", "update", "patch"],
+    ),
+    rule(
+        "rota.dev",
+        "rotanodes",
+        Some("status"),
+        &["get", "update", "patch"],
+    ),
+    rule("rota.dev", "procedures", None, &["get", "list", "watch"]),
+    rule("rota.dev", "procedures", Some("status"), &["get", "patch"]),
+];
+
+/// The Role's rules, in the rota namespace.
+const NAMESPACED: &[Rule] = &[
+    rule(
+        "coordination.k8s.io",
+        "leases",
+        None,
+        &["get", "list", "watch", "create", "update", "delete"],
+    ),
+    rule("", "configmaps", None, &["get", "create", "update"]),
+];
+
+/// Every permission an agent whose installation lives in `namespace` uses; `drains`: it
+/// cordons and drains its node through the API too (`--node-actions kube`).
+pub fn agent_permissions(namespace: &str, drains: bool) -> Vec<Permission> {
+    let drain: &'static [Rule] = if drains { DRAIN } else { &[] };
+    let cluster = CLUSTER.iter().chain(drain).map(|r| (r, None));
+    let namespaced = NAMESPACED.iter().map(|r| (r, Some(namespace.to_owned())));
+    cluster
+        .chain(namespaced)
+        .flat_map(|(r, namespace): (&Rule, Option<String>)| {
+            r.verbs.iter().map(move |&verb| Permission {
+                verb,
+                group: r.group,
+                resource: r.resource,
+                subresource: r.subresource,
+                namespace: namespace.clone(),
+            })
+        })
+        .collect()
+}
+
+/// The permissions of `wanted` that the client's own identity is not allowed, in their order.
+pub async fn missing(
+    client: &kube::Client,
+    wanted: &[Permission],
+) -> Result<Vec<Permission>, KubeError> {
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let allowed: Vec<bool> = stream::iter(wanted)
+        .map(|p| {
+            let reviews = reviews.clone();
+            async move {
+                let review = SelfSubjectAccessReview {
+                    spec: SelfSubjectAccessReviewSpec {
+                        resource_attributes: Some(ResourceAttributes {
+                            verb: Some(p.verb.into()),
+                            group: Some(p.group.into()),
+                            resource: Some(p.resource.into()),
+                            subresource: p.subresource.map(Into::into),
+                            namespace: p.namespace.clone(),
+                            ..ResourceAttributes::default()
+                        }),
+                        ..SelfSubjectAccessReviewSpec::default()
+                    },
+                    ..SelfSubjectAccessReview::default()
+                };
+                let answer = reviews
+                    .create(&PostParams::default(), &review)
+                    .await
+                    .map_err(|source| KubeError::Api {
+                        verb: "create",
+                        resource: "selfsubjectaccessreviews.authorization.k8s.io",
+                        name: p.to_string(),
+                        source,
+                    })?;
+                Ok::<_, KubeError>(answer.status.is_some_and(|s| s.allowed))
+            }
+        })
+        .buffered(CONCURRENT_REVIEWS)
+        .try_collect()
+        .await?;
+    Ok(wanted
+        .iter()
+        .zip(allowed)
+        .filter(|(_, allowed)| !allowed)
+        .map(|(p, _)| p.clone())
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_permission_reads_as_what_to_grant() {
+        let all = agent_permissions("rota-system", true);
+        let shown: Vec<String> = all.iter().map(ToString::to_string).collect();
+        assert!(
+            shown.contains(&"`patch` on `nodes`".to_string()),
+            "{shown:?}"
+        );
+        assert!(
+            shown.contains(&"`create` on `pods/eviction`".to_string()),
+            "{shown:?}"
+        );
+        assert!(
+            shown.contains(
+                &"`update` on `leases.coordination.k8s.io` in namespace rota-system".to_string()
+            ),
+            "{shown:?}"
+        );
+        assert!(
+            shown.contains(&"`patch` on `procedures/status.rota.dev`".to_string()),
+            "{shown:?}"
+        );
+        // Without the drain: no pods, no evictions, no cordon.
+        let store_only = agent_permissions("rota-system", false);
+        assert!(
+            store_only
+                .iter()
+                .all(|p| p.resource != "pods" && !(p.resource == "nodes" && p.verb == "patch")),
+            "{store_only:?}"
+        );
+        assert!(store_only.len() < all.len());
+    }
+
+    #[test]
+    fn the_verbs_on_one_resource_are_named_together() {
+        let all = agent_permissions("rota-system", true);
+        let missing: Vec<Permission> = all
+            .into_iter()
+            .filter(|p| p.resource == "nodes" || p.resource == "leases")
+            .collect();
+        assert_eq!(
+            describe(&missing),
+            "`get`, `list`, `watch`, `patch` on `nodes`; `get`, `list`, `watch`, \
+             `create`, `update`, `delete` on `leases.coordination.k8s.io` in namespace \
+             rota-system"
+        );
+    }
+}

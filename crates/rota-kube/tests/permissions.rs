@@ -1,0 +1,106 @@
+//! The agent's start-up check of its RBAC permissions (`rota_kube::permissions`), against the
+//! real authorizer of `testenv/`'s API server: a service account without a permission is told
+//! which ones it lacks, and a granted one is no longer among them. That the chart grants every
+//! permission the check looks for is tested with the chart (rota-drain's `tests/chart.rs`).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use rota_kube::permissions::{agent_permissions, missing};
+
+#[tokio::test]
+async fn an_agent_without_permissions_is_told_each_one_it_lacks() {
+    let Some(env) = common::env() else { return };
+    let scope = env.scope("permissions").await.expect("a scope");
+    let admin = scope.client();
+    let weak = scope
+        .service_account_client(env, "weak")
+        .await
+        .expect("a client without permissions");
+    let wanted = agent_permissions("rota-system", true);
+    let lacking = missing(&weak, &wanted).await.expect("the reviews");
+    assert_eq!(lacking, wanted, "a new service account may do nothing");
+
+    // Granted the cordon: it is no longer among the missing, the rest still are.
+    let role = format!("{}-cordon", scope.id());
+    Api::<ClusterRole>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &ClusterRole {
+                metadata: ObjectMeta {
+                    name: Some(role.clone()),
+                    ..ObjectMeta::default()
+                },
+                rules: Some(vec![PolicyRule {
+                    api_groups: Some(vec![String::new()]),
+                    resources: Some(vec!["nodes".into()]),
+                    verbs: vec!["get".into(), "patch".into()],
+                    ..PolicyRule::default()
+                }]),
+                ..ClusterRole::default()
+            },
+        )
+        .await
+        .expect("a ClusterRole");
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &ClusterRoleBinding {
+                metadata: ObjectMeta {
+                    name: Some(role.clone()),
+                    ..ObjectMeta::default()
+                },
+                role_ref: RoleRef {
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    kind: "ClusterRole".into(),
+                    name: role.clone(),
+                },
+                subjects: Some(vec![Subject {
+                    kind: "ServiceAccount".into(),
+                    name: "weak".into(),
+                    namespace: Some(scope.namespace().into()),
+                    ..Subject::default()
+                }]),
+            },
+        )
+        .await
+        .expect("a ClusterRoleBinding");
+    let granted = |p: &rota_kube::permissions::Permission| {
+        p.group.is_empty()
+            && p.resource == "nodes"
+            && p.subresource.is_none()
+            && matches!(p.verb, "get" | "patch")
+    };
+    let expected: Vec<_> = wanted.iter().filter(|p| !granted(p)).cloned().collect();
+    assert_eq!(expected.len(), wanted.len() - 2);
+    // RBAC reaches the authorizer's cache a moment after the write.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let lacking = loop {
+        let lacking = missing(&weak, &wanted).await.expect("the reviews");
+        if lacking == expected || Instant::now() > deadline {
+            break lacking;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(lacking, expected, "the granted ones are no longer missing");
+    let shown: Vec<String> = lacking.iter().map(ToString::to_string).collect();
+    assert!(
+        shown.contains(&"`create` on `pods/eviction`".to_string()),
+        "{shown:?}"
+    );
+
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .delete(&role, &DeleteParams::default())
+        .await
+        .expect("delete the binding");
+    Api::<ClusterRole>::all(admin)
+        .delete(&role, &DeleteParams::default())
+        .await
+        .expect("delete the role");
+    scope.cleanup().await.expect("clean up");
+}
