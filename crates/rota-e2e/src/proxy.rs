@@ -6,11 +6,10 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-
 use std::time::Duration;
+
 use tokio::io::copy_bidirectional;
 use tokio::net::{TcpListener, TcpStream};
-
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -68,8 +67,9 @@ impl Proxy {
 }
 
 /// Cuts `proxy` for `length` each time the count of finished nodes that `progress` reports
-/// first reaches the next of `thresholds`, until `progress` closes (the end of the rollout).
-/// Returns, per outage, the count that set it off and the connections it refused.
+/// first reaches the next of `thresholds`; returns after the last outage (or when `progress`
+/// closes first), with, per outage, the count that set it off and the connections it refused.
+/// The caller keeps its own handle on the proxy for as long as the run needs it.
 pub async fn outages(
     proxy: Arc<Proxy>,
     thresholds: Vec<usize>,
