@@ -33,6 +33,14 @@ pub struct Permission {
     pub namespace: Option<String>,
 }
 
+impl Permission {
+    /// Whether an agent without it cannot work. Events on the Node are a courtesy: an agent
+    /// that may not send them still does its work (and logs each refusal).
+    pub fn needed(&self) -> bool {
+        self.group != "events.k8s.io"
+    }
+}
+
 impl fmt::Display for Permission {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "`{}` on `{}", self.verb, self.resource)?;
@@ -242,6 +250,12 @@ mod tests {
             "{store_only:?}"
         );
         assert!(store_only.len() < all.len());
+        // Only the Events may be missing without stopping the agent.
+        let courtesy: Vec<&Permission> = all.iter().filter(|p| !p.needed()).collect();
+        assert!(
+            !courtesy.is_empty() && courtesy.iter().all(|p| p.resource == "events"),
+            "{courtesy:?}"
+        );
     }
 
     #[test]

@@ -206,12 +206,19 @@ async fn check_permissions(args: &AgentArgs) -> Result<()> {
             }
         }
     };
-    if !missing.is_empty() {
+    let (needed, courtesy): (Vec<_>, Vec<_>) = missing.into_iter().partition(|p| p.needed());
+    if !courtesy.is_empty() {
+        warn!(
+            "the agent's service account lacks {}: its Node gets no Events of its transitions",
+            permissions::describe(&courtesy)
+        );
+    }
+    if !needed.is_empty() {
         bail!(
             "the agent's service account lacks {} RBAC permission(s) it needs: {}; the chart \
              (charts/rota, rbac.create=true) grants them all",
-            missing.len(),
-            permissions::describe(&missing)
+            needed.len(),
+            permissions::describe(&needed)
         );
     }
     Ok(())

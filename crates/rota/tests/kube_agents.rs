@@ -821,6 +821,15 @@ async fn an_agent_without_its_rbac_permissions_stops_at_once_and_names_them() ->
         stderr.lines().filter(|l| l.contains("error")).count() == 1,
         "one error line: {stderr}"
     );
+    // Events are a courtesy: named in a warning, not among what stops the agent.
+    ensure!(
+        stderr.contains("its Node gets no Events"),
+        "no warning about the Events: {stderr}"
+    );
+    ensure!(
+        !stderr.contains("permission(s) it needs: `create`, `patch` on `events"),
+        "{stderr}"
+    );
     let admin_store = KubeStore::connect(
         scope.client(),
         rota_kube::KubeStoreConfig {
