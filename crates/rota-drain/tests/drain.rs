@@ -10,11 +10,10 @@ use anyhow::{Context as _, Result, bail, ensure};
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
 use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, Pod, PodSpec, PodTemplateSpec, Volume};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use rota_agent::NodeActions;
 use rota_core::NodeName;
 use rota_drain::{DrainOptions, Error, KubeActions, MIRROR_ANNOTATION, RefusalReason};
@@ -609,46 +608,8 @@ async fn a_missing_permission_names_the_verb_and_the_resource() -> Result<()> {
     );
 
     // Allowed to cordon, not to list pods: the next missing rule is named.
-    let role = format!("{}-cordon", scope.id());
-    Api::<ClusterRole>::all(admin.clone())
-        .create(
-            &PostParams::default(),
-            &ClusterRole {
-                metadata: ObjectMeta {
-                    name: Some(role.clone()),
-                    ..ObjectMeta::default()
-                },
-                rules: Some(vec![PolicyRule {
-                    api_groups: Some(vec![String::new()]),
-                    resources: Some(vec!["nodes".into()]),
-                    verbs: vec!["get".into(), "patch".into()],
-                    ..PolicyRule::default()
-                }]),
-                ..ClusterRole::default()
-            },
-        )
-        .await?;
-    Api::<ClusterRoleBinding>::all(admin.clone())
-        .create(
-            &PostParams::default(),
-            &ClusterRoleBinding {
-                metadata: ObjectMeta {
-                    name: Some(role.clone()),
-                    ..ObjectMeta::default()
-                },
-                role_ref: RoleRef {
-                    api_group: Some("rbac.authorization.k8s.io".into()),
-                    kind: "ClusterRole".into(),
-                    name: role.clone(),
-                },
-                subjects: Some(vec![Subject {
-                    kind: "ServiceAccount".into(),
-                    name: "weak".into(),
-                    namespace: Some(scope.namespace().into()),
-                    ..Subject::default()
-                }]),
-            },
-        )
+    let role = scope
+        .grant("cordon", "weak", "nodes", &["get", "patch"])
         .await?;
     let err = wait_for("the cordon to be allowed", TIMEOUT, || async {
         match rota_drain::drain(&weak, &node, &options()).await {
@@ -671,12 +632,7 @@ async fn a_missing_permission_names_the_verb_and_the_resource() -> Result<()> {
     );
     ensure!(rota_drain::is_cordoned(&admin, &node).await?);
 
-    Api::<ClusterRoleBinding>::all(admin.clone())
-        .delete(&role, &Default::default())
-        .await?;
-    Api::<ClusterRole>::all(admin.clone())
-        .delete(&role, &Default::default())
-        .await?;
+    scope.revoke(&role).await?;
     scope.cleanup().await
 }
 

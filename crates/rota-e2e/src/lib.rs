@@ -5,8 +5,10 @@
 //! and starts on loopback; see [`testenv`] and `testenv/README.md`. [`fleet`] runs real
 //! `rota agent` processes against it, one per kwok node. [`postgres`] gives each test a
 //! database of its own on a throwaway PostgreSQL. [`proxy`] stands between a test and one of
-//! those servers, to cut it off as an outage would.
+//! those servers, to cut it off as an outage would, and [`disrupt`] times such disruptions by
+//! a rollout's progress.
 
+pub mod disrupt;
 pub mod fleet;
 pub mod postgres;
 pub mod proxy;

@@ -13,6 +13,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use crate::disrupt::at_thresholds;
+
 /// Whether the proxy is cut, and how many times it was: a connection opened in one epoch ends
 /// when the next cut begins.
 #[derive(Clone, Copy, Debug, Default)]
@@ -66,30 +68,23 @@ impl Proxy {
     }
 }
 
-/// Cuts `proxy` for `length` each time the count of finished nodes that `progress` reports
-/// first reaches the next of `thresholds`; returns after the last outage (or when `progress`
-/// closes first), with, per outage, the count that set it off and the connections it refused.
-/// The caller keeps its own handle on the proxy for as long as the run needs it.
+/// Cuts `proxy` for `length` at each of `thresholds` (see [`at_thresholds`]); returns, per
+/// outage, the count of finished nodes that set it off and the connections it refused. The
+/// caller keeps its own handle on the proxy for as long as the run needs it.
 pub async fn outages(
     proxy: Arc<Proxy>,
     thresholds: Vec<usize>,
     length: Duration,
-    mut progress: mpsc::UnboundedReceiver<usize>,
+    progress: mpsc::UnboundedReceiver<usize>,
 ) -> Vec<(usize, u64)> {
-    let mut cut = Vec::new();
-    for threshold in thresholds {
-        while let Some(completed) = progress.recv().await {
-            if completed >= threshold {
-                let refused = proxy.refused();
-                proxy.cut();
-                tokio::time::sleep(length).await;
-                proxy.restore();
-                cut.push((completed, proxy.refused() - refused));
-                break;
-            }
-        }
-    }
-    cut
+    at_thresholds(thresholds, progress, || async {
+        let refused = proxy.refused();
+        proxy.cut();
+        tokio::time::sleep(length).await;
+        proxy.restore();
+        proxy.refused() - refused
+    })
+    .await
 }
 
 impl Drop for Proxy {

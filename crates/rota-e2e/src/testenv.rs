@@ -27,6 +27,7 @@ use k8s_openapi::api::core::v1::{
     ServiceAccount, Toleration, Volume,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -288,6 +289,73 @@ impl Scope {
     /// A client for this control plane (cheap to clone).
     pub fn client(&self) -> Client {
         self.client.clone()
+    }
+
+    /// Lets this scope's service account `account` do `verbs` on the core group's `resource`
+    /// everywhere, through a ClusterRole and a ClusterRoleBinding named `<scope id>-<name>`;
+    /// returns that name for [`Scope::revoke`] (cluster-wide objects outlive the namespace).
+    pub async fn grant(
+        &self,
+        name: &str,
+        account: &str,
+        resource: &str,
+        verbs: &[&str],
+    ) -> Result<String> {
+        let name = format!("{}-{name}", self.id);
+        let meta = ObjectMeta {
+            name: Some(name.clone()),
+            ..ObjectMeta::default()
+        };
+        Api::<ClusterRole>::all(self.client.clone())
+            .create(
+                &PostParams::default(),
+                &ClusterRole {
+                    metadata: meta.clone(),
+                    rules: Some(vec![PolicyRule {
+                        api_groups: Some(vec![String::new()]),
+                        resources: Some(vec![resource.into()]),
+                        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+                        ..PolicyRule::default()
+                    }]),
+                    ..ClusterRole::default()
+                },
+            )
+            .await
+            .with_context(|| format!("creating the ClusterRole {name}"))?;
+        Api::<ClusterRoleBinding>::all(self.client.clone())
+            .create(
+                &PostParams::default(),
+                &ClusterRoleBinding {
+                    metadata: meta,
+                    role_ref: RoleRef {
+                        api_group: Some("rbac.authorization.k8s.io".into()),
+                        kind: "ClusterRole".into(),
+                        name: name.clone(),
+                    },
+                    subjects: Some(vec![Subject {
+                        kind: "ServiceAccount".into(),
+                        name: account.into(),
+                        namespace: Some(self.id.clone()),
+                        ..Subject::default()
+                    }]),
+                },
+            )
+            .await
+            .with_context(|| format!("creating the ClusterRoleBinding {name}"))?;
+        Ok(name)
+    }
+
+    /// Deletes what [`Scope::grant`] made.
+    pub async fn revoke(&self, granted: &str) -> Result<()> {
+        Api::<ClusterRoleBinding>::all(self.client.clone())
+            .delete(granted, &DeleteParams::default())
+            .await
+            .with_context(|| format!("deleting the ClusterRoleBinding {granted}"))?;
+        Api::<ClusterRole>::all(self.client.clone())
+            .delete(granted, &DeleteParams::default())
+            .await
+            .with_context(|| format!("deleting the ClusterRole {granted}"))?;
+        Ok(())
     }
 
     /// A new service account `name` in this scope's namespace, without any permission, and a

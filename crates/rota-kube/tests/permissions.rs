@@ -7,17 +7,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Api;
-use kube::api::{DeleteParams, PostParams};
 use rota_kube::permissions::{agent_permissions, missing};
 
 #[tokio::test]
 async fn an_agent_without_permissions_is_told_each_one_it_lacks() {
     let Some(env) = common::env() else { return };
     let scope = env.scope("permissions").await.expect("a scope");
-    let admin = scope.client();
     let weak = scope
         .service_account_client(env, "weak")
         .await
@@ -27,49 +22,10 @@ async fn an_agent_without_permissions_is_told_each_one_it_lacks() {
     assert_eq!(lacking, wanted, "a new service account may do nothing");
 
     // Granted the cordon: it is no longer among the missing, the rest still are.
-    let role = format!("{}-cordon", scope.id());
-    Api::<ClusterRole>::all(admin.clone())
-        .create(
-            &PostParams::default(),
-            &ClusterRole {
-                metadata: ObjectMeta {
-                    name: Some(role.clone()),
-                    ..ObjectMeta::default()
-                },
-                rules: Some(vec![PolicyRule {
-                    api_groups: Some(vec![String::new()]),
-                    resources: Some(vec!["nodes".into()]),
-                    verbs: vec!["get".into(), "patch".into()],
-                    ..PolicyRule::default()
-                }]),
-                ..ClusterRole::default()
-            },
-        )
+    let role = scope
+        .grant("cordon", "weak", "nodes", &["get", "patch"])
         .await
-        .expect("a ClusterRole");
-    Api::<ClusterRoleBinding>::all(admin.clone())
-        .create(
-            &PostParams::default(),
-            &ClusterRoleBinding {
-                metadata: ObjectMeta {
-                    name: Some(role.clone()),
-                    ..ObjectMeta::default()
-                },
-                role_ref: RoleRef {
-                    api_group: Some("rbac.authorization.k8s.io".into()),
-                    kind: "ClusterRole".into(),
-                    name: role.clone(),
-                },
-                subjects: Some(vec![Subject {
-                    kind: "ServiceAccount".into(),
-                    name: "weak".into(),
-                    namespace: Some(scope.namespace().into()),
-                    ..Subject::default()
-                }]),
-            },
-        )
-        .await
-        .expect("a ClusterRoleBinding");
+        .expect("a grant");
     let granted = |p: &rota_kube::permissions::Permission| {
         p.group.is_empty()
             && p.resource == "nodes"
@@ -94,13 +50,6 @@ async fn an_agent_without_permissions_is_told_each_one_it_lacks() {
         "{shown:?}"
     );
 
-    Api::<ClusterRoleBinding>::all(admin.clone())
-        .delete(&role, &DeleteParams::default())
-        .await
-        .expect("delete the binding");
-    Api::<ClusterRole>::all(admin)
-        .delete(&role, &DeleteParams::default())
-        .await
-        .expect("delete the role");
+    scope.revoke(&role).await.expect("revoke the grant");
     scope.cleanup().await.expect("clean up");
 }

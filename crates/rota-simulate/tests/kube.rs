@@ -7,6 +7,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod common;
+
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::Api;
 use kube::api::ListParams;
@@ -40,10 +42,7 @@ async fn kube_rollout_reboots_every_node_once_never_more_than_k_at_once() {
     .await
     .expect("simulation runs");
     assert_eq!(summary.store, "kube", "{summary:?}");
-    assert_eq!(summary.completed, 6, "{summary:?}");
-    assert_eq!(summary.failed, 0, "{summary:?}");
-    assert!(summary.max_concurrent <= 2, "{summary:?}");
-    assert_eq!(summary.reboots, 6, "one reboot per node: {summary:?}");
+    common::assert_clean_rollout(&summary, 6, 2);
 
     assert_cleaned_up(&client, &namespace).await;
 }
@@ -102,19 +101,8 @@ async fn a_kube_rollout_rides_out_api_server_outages_and_reboots_every_node_once
     .await
     .expect("the rollout completes");
     let cut = cuts.await.expect("the outages");
-    assert_eq!(cut.len(), 2, "both outages happened: {cut:?}");
-    assert!(
-        cut.iter()
-            .all(|&(completed, refused)| completed < nodes && refused > 0),
-        "each outage came mid-rollout and refused connections: {cut:?}"
-    );
-    assert_eq!(
-        (summary.completed, summary.failed),
-        (nodes, 0),
-        "{summary:?}"
-    );
-    assert_eq!(summary.reboots, 6, "one reboot per node: {summary:?}");
-    assert!(summary.max_concurrent <= 2, "{summary:?}");
+    common::assert_mid_rollout(&cut, nodes);
+    common::assert_clean_rollout(&summary, nodes, 2);
     assert_cleaned_up(&client, &namespace).await;
     drop(proxy);
 }
