@@ -15,7 +15,6 @@ use kube::api::ListParams;
 use rota_e2e::proxy::{Proxy, outages};
 use rota_e2e::testenv::TestEnv;
 use rota_simulate::{KubeTarget, Options, StoreChoice, run};
-use tokio::sync::mpsc;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_rollout_reboots_every_node_once_never_more_than_k_at_once() {
@@ -74,33 +73,27 @@ async fn a_kube_rollout_rides_out_api_server_outages_and_reboots_every_node_once
     let client = rota_drain::client(config).expect("a client");
     let nodes = 6;
     let namespace = format!("rota-outage-test-{}", std::process::id());
-    let (done_tx, done) = mpsc::unbounded_channel();
+    let options = Options {
+        nodes,
+        concurrency: 2,
+        // Windows longer than the harness's 1 s look at the store: the outages come while
+        // nodes are still to go, not after the last one finished.
+        maintenance_time: Duration::from_secs(2),
+        store: StoreChoice::Kube(KubeTarget {
+            client: client.clone(),
+            namespace: Some(namespace.clone()),
+        }),
+    };
     // The test keeps the proxy up until the run has cleaned up after itself.
-    let cuts = tokio::spawn(outages(
-        proxy.clone(),
-        vec![1, nodes / 2],
-        Duration::from_secs(3),
-        done,
-    ));
-    let summary = run(
-        Options {
-            nodes,
-            concurrency: 2,
-            // Windows longer than the harness's 1 s look at the store: the outages come while
-            // nodes are still to go, not after the last one finished.
-            maintenance_time: Duration::from_secs(2),
-            store: StoreChoice::Kube(KubeTarget {
-                client: client.clone(),
-                namespace: Some(namespace.clone()),
-            }),
-        },
-        move |completed, _| {
-            let _ = done_tx.send(completed);
-        },
-    )
-    .await
-    .expect("the rollout completes");
-    let cut = cuts.await.expect("the outages");
+    let (summary, cut) = common::disrupted_rollout(options, |done| {
+        outages(
+            proxy.clone(),
+            vec![1, nodes / 2],
+            Duration::from_secs(3),
+            done,
+        )
+    })
+    .await;
     common::assert_mid_rollout(&cut, nodes);
     common::assert_clean_rollout(&summary, nodes, 2);
     assert_cleaned_up(&client, &namespace).await;

@@ -16,7 +16,6 @@ use rota_e2e::postgres::{end_connections, fresh_database};
 use rota_e2e::proxy::{Proxy, outages};
 use rota_simulate::{Options, StoreChoice, run};
 use rota_store::{HistoryFilter, PostgresStore, Store, StoreUrl};
-use tokio::sync::mpsc;
 
 /// Two database restarts during a rollout (once the first node finished, and once half had):
 /// the agents and the harness ride them out, every node reboots exactly once, and never more
@@ -27,28 +26,20 @@ async fn a_rollout_rides_out_database_restarts_and_reboots_every_node_once() {
         return;
     };
     let nodes = 8;
-    let (done_tx, done) = mpsc::unbounded_channel();
-    let restarts = tokio::spawn({
+    let options = Options {
+        nodes,
+        concurrency: 2,
+        maintenance_time: Duration::from_millis(300),
+        store: StoreChoice::Url(StoreUrl::from_str(&url).expect("the database's URL")),
+    };
+    let (summary, ended) = common::disrupted_rollout(options, |done| {
         let url = url.clone();
         at_thresholds(vec![1, nodes / 2], done, move || {
             let url = url.clone();
             async move { end_connections(&url).await }
         })
-    });
-    let summary = run(
-        Options {
-            nodes,
-            concurrency: 2,
-            maintenance_time: Duration::from_millis(300),
-            store: StoreChoice::Url(StoreUrl::from_str(&url).expect("the database's URL")),
-        },
-        move |completed, _| {
-            let _ = done_tx.send(completed);
-        },
-    )
-    .await
-    .expect("the rollout completes");
-    let ended = restarts.await.expect("the restarts");
+    })
+    .await;
     common::assert_mid_rollout(&ended, nodes);
     common::assert_clean_rollout(&summary, nodes, 2);
     assert_one_window_per_node(&url).await;
@@ -67,27 +58,21 @@ async fn a_rollout_rides_out_an_unreachable_database_and_reboots_every_node_once
     let (proxy, proxied) = behind_a_proxy(&url).await;
     let proxy = Arc::new(proxy);
     let nodes = 8;
-    let (done_tx, done) = mpsc::unbounded_channel();
-    let cuts = tokio::spawn(outages(
-        proxy.clone(),
-        vec![1, nodes / 2],
-        Duration::from_secs(3),
-        done,
-    ));
-    let summary = run(
-        Options {
-            nodes,
-            concurrency: 2,
-            maintenance_time: Duration::from_millis(300),
-            store: StoreChoice::Url(StoreUrl::from_str(&proxied).expect("the proxy's URL")),
-        },
-        move |completed, _| {
-            let _ = done_tx.send(completed);
-        },
-    )
-    .await
-    .expect("the rollout completes");
-    let cut = cuts.await.expect("the outages");
+    let options = Options {
+        nodes,
+        concurrency: 2,
+        maintenance_time: Duration::from_millis(300),
+        store: StoreChoice::Url(StoreUrl::from_str(&proxied).expect("the proxy's URL")),
+    };
+    let (summary, cut) = common::disrupted_rollout(options, |done| {
+        outages(
+            proxy.clone(),
+            vec![1, nodes / 2],
+            Duration::from_secs(3),
+            done,
+        )
+    })
+    .await;
     common::assert_mid_rollout(&cut, nodes);
     common::assert_clean_rollout(&summary, nodes, 2);
     drop(proxy);

@@ -1,8 +1,30 @@
 //! What the simulator's tests of disrupted rollouts check afterwards.
 
 use std::fmt::Debug;
+use std::future::Future;
 
-use rota_simulate::Summary;
+use rota_simulate::{Options, Summary, run};
+use tokio::sync::mpsc;
+
+/// Runs the rollout of `options` with `disrupt` fed its progress (the count of finished
+/// nodes, at every look of the harness); returns the summary and what `disrupt` returned.
+pub async fn disrupted_rollout<T, Fut>(
+    options: Options,
+    disrupt: impl FnOnce(mpsc::UnboundedReceiver<usize>) -> Fut,
+) -> (Summary, T)
+where
+    Fut: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let (done_tx, done) = mpsc::unbounded_channel();
+    let disruptions = tokio::spawn(disrupt(done));
+    let summary = run(options, move |completed, _| {
+        let _ = done_tx.send(completed);
+    })
+    .await
+    .expect("the rollout completes");
+    (summary, disruptions.await.expect("the disruptions"))
+}
 
 /// Every node rebooted exactly once and none failed, never more than `concurrency` at once.
 pub fn assert_clean_rollout(summary: &Summary, nodes: usize, concurrency: usize) {
