@@ -655,13 +655,18 @@ impl KubeStore {
             CONFIG_MAPS,
             self.lease_path(CONFIG_MAP),
         )?;
+        self.remember_config(map.clone());
+        Ok(map)
+    }
+
+    /// Keeps `map` as the last read of `rota-config` (see `recent_config_map`).
+    fn remember_config(&self, map: Option<ConfigMap>) {
         let mut read = self
             .inner
             .config_read
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        *read = Some((now_millis(), map.clone()));
-        Ok(map)
+        *read = Some((now_millis(), map));
     }
 
     /// `rota-config` as read less than `CONFIG_REUSE` ago, else read now. Only for the
@@ -732,7 +737,12 @@ impl KubeStore {
                 }
             };
             match written {
-                Ok(_) => return Ok(result),
+                // What this handle wrote is what its next look must see, not an older read
+                // kept for reuse (a new concurrency lets waiters on at once).
+                Ok(map) => {
+                    self.remember_config(Some(map));
+                    return Ok(result);
+                }
                 Err(e) if is_conflict(&e) => {}
                 Err(e) => return Err(e).context("write", CONFIG_MAPS, path),
             }

@@ -48,6 +48,7 @@ macro_rules! conformance_tests {
             backoff_follows_the_policy_and_success_clears_it,
             history_is_ordered_and_filterable,
             slots_are_granted_in_queue_order,
+            a_new_concurrency_is_obeyed_at_once,
             a_release_moves_changes_by_one_and_a_grant_not_at_all,
             unlock_frees_a_failed_node,
             retry_resumes_a_failed_node,
@@ -660,6 +661,75 @@ pub async fn slots_are_granted_in_queue_order(store: Arc<dyn Store>) {
         "a node still in backoff does not take a slot"
     );
     assert_eq!(store.try_acquire_slot(&c).await.expect("c").slot(), Some(0));
+}
+
+/// A larger concurrency lets waiters on at once, each on a slot of its own below it; a smaller
+/// one takes no slot away, and no new grant comes until the holders are fewer than it.
+pub async fn a_new_concurrency_is_obeyed_at_once(store: Arc<dyn Store>) {
+    store.set_concurrency(1).await.expect("set concurrency");
+    let now = now_millis();
+    let mut nodes = Vec::new();
+    for (i, name) in ["a", "b", "c", "d"].into_iter().enumerate() {
+        let s = session(&*store, name).await;
+        enqueue(
+            &*store,
+            &s,
+            now - 4000 + i64::try_from(i).expect("small") * 1000,
+        )
+        .await;
+        nodes.push(s);
+    }
+    let [a, b, c, d] = &nodes[..] else {
+        unreachable!("four sessions")
+    };
+    assert_eq!(
+        store.try_acquire_slot(a).await.expect("a"),
+        Acquire::Granted(0)
+    );
+    assert_eq!(store.try_acquire_slot(b).await.expect("b").slot(), None);
+
+    store.set_concurrency(3).await.expect("raise");
+    let mut granted = vec![0];
+    for s in [b, c] {
+        let slot = store.try_acquire_slot(s).await.expect("grant").slot();
+        granted.push(slot.expect("a raised concurrency lets the next waiters on"));
+    }
+    granted.sort_unstable();
+    assert_eq!(
+        granted,
+        vec![0, 1, 2],
+        "a slot of its own each, below the concurrency"
+    );
+    assert_eq!(
+        store.try_acquire_slot(d).await.expect("d").slot(),
+        None,
+        "three slots, three holders"
+    );
+
+    store.set_concurrency(1).await.expect("lower");
+    assert_eq!(
+        store.slot_holders().await.expect("holders").len(),
+        3,
+        "a smaller concurrency takes no slot away"
+    );
+    for s in [a, b] {
+        open_window(&*store, s).await;
+        finish_window(&*store, s).await;
+        assert_eq!(
+            store.try_acquire_slot(d).await.expect("d").slot(),
+            None,
+            "no grant while the holders are as many as the concurrency"
+        );
+    }
+    open_window(&*store, c).await;
+    finish_window(&*store, c).await;
+    assert_eq!(
+        store.try_acquire_slot(d).await.expect("d"),
+        Acquire::Granted(0)
+    );
+    let holders = store.slot_holders().await.expect("holders");
+    assert_eq!(holders.len(), 1);
+    assert_eq!(holders[0].node, d.node);
 }
 
 pub async fn a_release_moves_changes_by_one_and_a_grant_not_at_all(store: Arc<dyn Store>) {
