@@ -3,10 +3,11 @@
 //! Exclusion comes from row locks and keys, never from a check followed by an insert: every
 //! write that reads a node's state before changing it first locks the node's row (`FOR
 //! UPDATE`), which is also what `open_session` locks to supersede a session, so a fenced write
-//! and a new session are strictly ordered. Slot grants share no lock: the primary and unique
-//! keys on `slots` bound the holders (one row per slot below the concurrency, one per holder),
-//! and grants that meet on a slot are ordered by its key (`rota_acquire_slot` in migration
-//! `0003` says why the queue order holds without a lock).
+//! and a new session are strictly ordered. Slot grants share no lock: each slot is a row that a
+//! grant updates only while it has no holder, so grants that meet on a slot are ordered by its
+//! row lock, and a node takes and gives back its slot only under its own row lock, so it never
+//! holds two (migration `0011`; `rota_acquire_slot` in migration `0003` says why the queue order
+//! holds without a lock).
 //!
 //! Every write is one statement, so one round trip: a call of one of the migrations' PL/pgSQL
 //! functions (`rota_transition`, `rota_acquire_slot`, `rota_open_session`, `rota_retry`) where
