@@ -828,11 +828,13 @@ impl Agent {
         if self.blocked(running, record, seen).await? {
             return Ok(());
         }
-        // When the turn may have come, the cordon is read along with the request for a slot,
-        // so that a grant goes on to open the window without another round trip; a waiter woken
-        // for anything else (a timer) reads it only after a grant.
+        // When the turn may have come (the changes the last answer named have happened), the
+        // cordon is read along with the request for a slot, so that a grant goes on to open the
+        // window without another round trip; a node's first ask after it queued, and a waiter
+        // woken for anything else (a timer), read it only after a grant: when a fleet queues at
+        // once, most of them are told to wait.
         let acquire = self.store.try_acquire_slot(&running.session);
-        let (acquired, cordoned) = if running.turn_at.is_none_or(|turn| seen >= turn) {
+        let (acquired, cordoned) = if running.turn_at.is_some_and(|turn| seen >= turn) {
             let (acquired, cordoned) = tokio::join!(acquire, self.actions.is_cordoned());
             (acquired?, Some(cordoned))
         } else {

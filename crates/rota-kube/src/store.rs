@@ -934,6 +934,14 @@ impl KubeStore {
             .filter(|left| *left > 0)
     }
 
+    /// Whether this handle told the session to wait since its node last changed state.
+    fn answered_before(&self, session: &Session) -> bool {
+        let waits = self.inner.waits.lock().unwrap_or_else(|e| e.into_inner());
+        waits
+            .get(session.node.as_str())
+            .is_some_and(|w| w.session == session.id)
+    }
+
     fn cache_wait(&self, session: &Session, counter: u64, now: Millis, changes: u64) -> Acquire {
         let mut waits = self.inner.waits.lock().unwrap_or_else(|e| e.into_inner());
         waits.insert(
@@ -1347,16 +1355,26 @@ impl Store for KubeStore {
             .and_then(|known| known.object.status?.queued_at)
             .map(|t| t.0);
         let first_queue = self.queue_selector(place_seen);
+        // A waiter whose earlier answer has run out is likely at the front: it reads its Node
+        // (for the Lease's owner) with the rest. A node's first look after it queued reads it
+        // only if granted: when a fleet queues at once, most are told to wait.
+        let turn_may_have_come = self.answered_before(session);
         for _ in 0..CAS_ATTEMPTS {
             // The reads are independent: one round trip instead of five in a row, which is
-            // most of a handoff. The agent only asks while queued, so the queue and the Node
-            // (for the Lease's owner) are nearly always needed.
+            // most of a handoff.
+            let owner_now = async {
+                if turn_may_have_come {
+                    self.node_owner(&session.node).await.map(Some)
+                } else {
+                    Ok(None)
+                }
+            };
             let (object, leases, concurrency, queued, owner) = tokio::try_join!(
                 self.own_object(&session.node),
                 self.list_leases(),
                 self.read_concurrency(),
                 self.list_queue_metadata(&first_queue),
-                self.node_owner(&session.node),
+                owner_now,
             )?;
             let now = now_millis();
             // The node's own object may come from this process's last write (see
@@ -1455,6 +1473,10 @@ impl Store for KubeStore {
                     continue;
                 }
                 return Ok(self.cache_wait(session, counter, now, 1));
+            };
+            let owner = match owner {
+                Some(owner) => owner,
+                None => self.node_owner(&session.node).await?,
             };
             if self.take(slot, previous, &session.node, owner).await? {
                 return Ok(Acquire::Granted(slot));
