@@ -49,6 +49,7 @@ macro_rules! conformance_tests {
             history_is_ordered_and_filterable,
             slots_are_granted_in_queue_order,
             a_new_concurrency_is_obeyed_at_once,
+            a_queued_node_without_a_live_session_does_not_hold_the_queue_up,
             a_release_moves_changes_by_one_and_a_grant_not_at_all,
             unlock_frees_a_failed_node,
             retry_resumes_a_failed_node,
@@ -730,6 +731,76 @@ pub async fn a_new_concurrency_is_obeyed_at_once(store: Arc<dyn Store>) {
     let holders = store.slot_holders().await.expect("holders");
     assert_eq!(holders.len(), 1);
     assert_eq!(holders[0].node, d.node);
+}
+
+/// Asks for `s` until the answer is `expected`, for up to 15 s: a store may keep a "wait"
+/// answer until the changes it named happen or a few seconds pass, and a session that ran out
+/// moves no change counter.
+async fn eventually_answers(store: &dyn Store, s: &Session, expected: Acquire, what: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let answer = store.try_acquire_slot(s).await.expect("ask");
+        if answer == expected {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: still {answer:?}, expected {expected:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A queued node whose agent is gone (its session closed or run out) does not hold the queue
+/// up; a new session, or a heartbeat in time, keeps it in its place.
+pub async fn a_queued_node_without_a_live_session_does_not_hold_the_queue_up(
+    store: Arc<dyn Store>,
+) {
+    store.set_concurrency(1).await.expect("set concurrency");
+    let now = now_millis();
+    let holder = session(&*store, "h").await;
+    enqueue(&*store, &holder, now - 3000).await;
+    assert_eq!(
+        store.try_acquire_slot(&holder).await.expect("h"),
+        Acquire::Granted(0)
+    );
+    let a = session(&*store, "a").await;
+    enqueue(&*store, &a, now - 2000).await;
+    let b = session(&*store, "b").await;
+    enqueue(&*store, &b, now - 1000).await;
+    let behind_a = Acquire::Wait { changes: 2 };
+    let alone = Acquire::Wait { changes: 1 };
+    assert_eq!(store.try_acquire_slot(&b).await.expect("b"), behind_a);
+
+    store.close_session(&a).await.expect("close");
+    eventually_answers(
+        &*store,
+        &b,
+        alone,
+        "a closed session still holds the queue up",
+    )
+    .await;
+    let a = session(&*store, "a").await;
+    eventually_answers(&*store, &b, behind_a, "a new session does not put a back").await;
+
+    let short = Duration::from_millis(1500);
+    let a = store.open_session(&a.node, short).await.expect("short");
+    store.heartbeat(&a, TTL).await.expect("heartbeat");
+    tokio::time::sleep(short + Duration::from_millis(500)).await;
+    assert_eq!(
+        store.try_acquire_slot(&b).await.expect("b"),
+        behind_a,
+        "a heartbeat keeps a in its place"
+    );
+    store.open_session(&a.node, short).await.expect("short");
+    tokio::time::sleep(short + Duration::from_millis(500)).await;
+    eventually_answers(
+        &*store,
+        &b,
+        alone,
+        "a session that ran out still holds the queue up",
+    )
+    .await;
 }
 
 pub async fn a_release_moves_changes_by_one_and_a_grant_not_at_all(store: Arc<dyn Store>) {
