@@ -293,12 +293,40 @@ async fn a_database_restart_costs_at_most_one_failed_call_and_loses_nothing() {
             .slot()
             .is_none()
     );
-    // Several connections idle in the handle, as after a busy moment of a fleet's agents.
+    // Several connections idle in the handle, as after a busy moment of a fleet's agents: the
+    // reads wait for a lock held here, so that none can hand its connection to the next, until
+    // every connection the handle may open is in use.
+    let admin = sqlx::PgPool::connect(&url).await.expect("admin");
+    let mut lock = admin.begin().await.expect("begin");
+    sqlx::query("LOCK TABLE nodes IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .expect("lock the nodes");
     let mut reads = tokio::task::JoinSet::new();
     for _ in 0..8 {
         let store = store.clone();
         reads.spawn(async move { store.nodes().await.map(|_| ()) });
     }
+    let waiting = async {
+        loop {
+            let blocked: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .fetch_one(&admin)
+            .await
+            .expect("count the waiting reads");
+            if blocked >= 3 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the reads wait on connections of their own");
+    lock.commit().await.expect("unlock");
+    admin.close().await;
     while let Some(read) = reads.join_next().await {
         read.expect("a read task").expect("read the nodes");
     }
