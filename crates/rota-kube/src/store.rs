@@ -221,6 +221,7 @@ impl KubeStore {
             config_maps: Api::namespaced(client.clone(), &config.namespace),
             namespace: config.namespace.clone(),
             prefix: config.name_prefix.clone(),
+            created: Arc::default(),
         };
         let (reporter, queue) = StatusReporter::new();
         let status_writer = tokio::spawn(procedure_status::write_statuses(
@@ -1648,7 +1649,15 @@ impl Store for KubeStore {
     }
 
     async fn procedures(&self) -> Result<Vec<ProcedureRecord>> {
-        self.inner.procedures.list().await
+        // An agent's handle reads them from the API server's cache; an operator's command
+        // reads them as they are now.
+        let agent = !self
+            .inner
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty();
+        self.inner.procedures.list(agent).await
     }
 
     async fn transition(&self, session: &Session, transition: Transition) -> Result<NodeRecord> {

@@ -171,6 +171,38 @@ async fn the_api_server_refuses_what_rota_would_refuse() {
     );
 }
 
+/// An agent's handle lists procedures from the API server's cache, which may not yet hold a
+/// procedure created a moment ago: the handle's own submissions must show all the same.
+#[tokio::test]
+async fn an_agents_handle_lists_every_procedure_it_has_just_submitted() {
+    let Some(env) = common::env() else { return };
+    let (scope, store) = common::scoped_store(env, "mop-own").await;
+    let s = store
+        .open_session(&name("mop-own-agent"), TTL)
+        .await
+        .expect("an agent's session");
+    for i in 0..50 {
+        let mut spec = ProcedureSpec::new(format!("own-{i:02}"), "true");
+        spec.nodes = vec![name(&format!("{}-nobody", scope.id()))];
+        store.submit_procedure(&spec).await.expect("submit");
+        let listed = store.procedures().await.expect("procedures");
+        assert_eq!(
+            listed.len(),
+            i + 1,
+            "after submitting own-{i:02}: {listed:?}"
+        );
+    }
+    store.close_session(&s).await.expect("close the session");
+    // Procedures are cluster-scoped: the next runs' lists should not carry these.
+    let prefix = &store.config().name_prefix;
+    for i in 0..50 {
+        dynamic(&scope)
+            .delete(&format!("{prefix}own-{i:02}"), &Default::default())
+            .await
+            .expect("delete the procedure");
+    }
+}
+
 #[tokio::test]
 async fn a_script_comes_from_its_config_map_in_the_rota_namespace() {
     let Some(env) = common::env() else { return };
