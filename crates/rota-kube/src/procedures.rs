@@ -36,7 +36,7 @@ pub(crate) struct Procedures {
     pub prefix: String,
     /// The newest resourceVersion of the procedures this handle submitted: a list from the
     /// API server's cache waits until the cache holds it.
-    pub created: Arc<Mutex<Option<u64>>>,
+    pub submitted: Arc<Mutex<Option<u64>>>,
 }
 
 impl Procedures {
@@ -92,7 +92,7 @@ impl Procedures {
         else {
             return;
         };
-        let mut newest = self.created.lock().unwrap_or_else(|e| e.into_inner());
+        let mut newest = self.submitted.lock().unwrap_or_else(|e| e.into_inner());
         *newest = Some(newest.map_or(version, |n| n.max(version)));
     }
 
@@ -108,7 +108,7 @@ impl Procedures {
     /// and the requests around them (an eviction, a look at the queue) slowed down with them.
     pub async fn list(&self, from_cache: bool) -> Result<Vec<ProcedureRecord>> {
         let params = if from_cache {
-            let newest = *self.created.lock().unwrap_or_else(|e| e.into_inner());
+            let newest = *self.submitted.lock().unwrap_or_else(|e| e.into_inner());
             ListParams::default()
                 .matching(VersionMatch::NotOlderThan)
                 .at(&newest.unwrap_or(0).to_string())

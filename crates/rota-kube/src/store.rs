@@ -221,7 +221,7 @@ impl KubeStore {
             config_maps: Api::namespaced(client.clone(), &config.namespace),
             namespace: config.namespace.clone(),
             prefix: config.name_prefix.clone(),
-            created: Arc::default(),
+            submitted: Arc::default(),
         };
         let (reporter, queue) = StatusReporter::new();
         let status_writer = tokio::spawn(procedure_status::write_statuses(
