@@ -61,8 +61,11 @@ struct Running {
     /// memory), so the look reads nothing else that only a grant needs.
     turn_at: Option<u64>,
     /// The record (state and since) that this incarnation's last fenced transition wrote: the
-    /// disruptive step right after it needs no fence of its own.
+    /// disruptive step right after it needs no fence of its own. Any wait ends the proof.
     fenced: Option<(NodeState, Millis)>,
+    /// A health check made along with the write that started a verification (its `since`), for
+    /// that verification's first step. Any wait makes it stale.
+    health_ahead: Option<(Millis, std::result::Result<(), ActionError>)>,
     /// When the node's current verification (by its start) was first found healthy, for the
     /// release delay. Not persisted: a restart starts the delay again, the safe direction.
     healthy_since: Option<(Millis, Instant)>,
@@ -239,6 +242,7 @@ impl Agent {
             procedures_checked: None,
             turn_at: None,
             fenced: None,
+            health_ahead: None,
             healthy_since: None,
             window_seen: None,
             checked: None,
@@ -338,6 +342,8 @@ impl Agent {
         until: Option<Instant>,
         store_changes: Option<u64>,
     ) -> Result<()> {
+        running.fenced = None;
+        running.health_ahead = None;
         let mut poll = Instant::now() + self.config.store_poll;
         if let Some(checked) = running.procedures_checked {
             // New procedures do not notify: look for them on time even with a slow store poll.
@@ -398,7 +404,7 @@ impl Agent {
     /// An `Uncordon` effect is carried out first, while the node still holds its slot.
     async fn commit(
         &self,
-        running: &Running,
+        running: &mut Running,
         record: &NodeRecord,
         event: Event,
         transition: Transition,
@@ -437,7 +443,7 @@ impl Agent {
 
     async fn commit_as(
         &self,
-        running: &Running,
+        running: &mut Running,
         record: &NodeRecord,
         event: Event,
         mut transition: Transition,
@@ -445,7 +451,7 @@ impl Agent {
     ) -> Result<NodeRecord> {
         let (next, effects) = record.lifecycle().apply(&event)?;
         if effects.contains(&Effect::Uncordon) {
-            self.uncordon(running).await?;
+            self.uncordon(running, record).await?;
         }
         transition.from = record.state;
         transition.to = next.state;
@@ -493,12 +499,11 @@ impl Agent {
     }
 
     /// Uncordons the node, retrying until it works: releasing the slot of a node that is
-    /// still cordoned would let one more node out than `concurrency` allows.
-    async fn uncordon(&self, running: &Running) -> Result<()> {
+    /// still cordoned would let one more node out than `concurrency` allows. Each attempt is
+    /// fenced, the first by the transition that led to `record` if that one proved the slot.
+    async fn uncordon(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
         loop {
-            self.store
-                .fence(&running.session, self.config.session_ttl)
-                .await?;
+            self.fence(running, record).await?;
             match self.actions.uncordon().await {
                 Ok(()) => return Ok(()),
                 Err(e) => warn!(node = %self.config.node, error = %e, "uncordon failed; retrying"),
@@ -1346,7 +1351,7 @@ impl Agent {
 
     async fn reboot_failed(
         &self,
-        running: &Running,
+        running: &mut Running,
         record: &NodeRecord,
         cause: &(dyn std::fmt::Display + Sync),
     ) -> Result<()> {
@@ -1368,13 +1373,19 @@ impl Agent {
     async fn rebooting(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
         if record.boot_id.as_deref() != Some(running.boot_id.as_str()) {
             info!(node = %self.config.node, boot_id = running.boot_id, "node came back with a new boot id");
-            self.commit(
-                running,
-                record,
-                Event::BootChanged,
-                Transition::new(NodeState::Rebooting, NodeState::Verifying),
-            )
-            .await?;
+            // The verification's first health check goes with the write that starts it, and
+            // the write carries the fence, so that a node healthy at once uncordons right
+            // after: one round trip where there were three.
+            let (updated, health) = tokio::join!(
+                self.commit_fenced(
+                    running,
+                    record,
+                    Event::BootChanged,
+                    Transition::new(NodeState::Rebooting, NodeState::Verifying),
+                ),
+                self.actions.health()
+            );
+            running.health_ahead = Some((updated?.since, health));
             return Ok(());
         }
         let deadline = record
@@ -1406,7 +1417,11 @@ impl Agent {
 
     async fn verifying(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
         let deadline = record.since.saturating_add(ms(self.config.verify_timeout));
-        match self.actions.health().await {
+        let health = match running.health_ahead.take() {
+            Some((since, health)) if since == record.since => health,
+            _ => self.actions.health().await,
+        };
+        match health {
             Ok(()) => {
                 if let Some(until) = self.release_delayed(running, record) {
                     let next = until.min(Instant::now() + self.config.health_interval);
@@ -1454,7 +1469,7 @@ impl Agent {
 
     async fn unhealthy(
         &self,
-        running: &Running,
+        running: &mut Running,
         record: &NodeRecord,
         error: &ActionError,
     ) -> Result<()> {
