@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
@@ -62,15 +63,15 @@ pub(crate) struct Changes {
     view: Mutex<View>,
 }
 
-/// resourceVersions are etcd revisions: integers that grow with every write. One that does not
-/// parse cannot be ordered, and is taken as newer than anything seen.
+/// An object's resourceVersion as the etcd revision it is: an integer that grows with every
+/// write. `None` when it does not parse, and so cannot be ordered.
+pub(crate) fn revision(meta: &ObjectMeta) -> Option<u64> {
+    meta.resource_version.as_deref()?.parse().ok()
+}
+
+/// A Lease's revision; one that does not parse is taken as newer than anything seen.
 fn version_of(lease: &Lease) -> u64 {
-    lease
-        .metadata
-        .resource_version
-        .as_deref()
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(u64::MAX)
+    revision(&lease.metadata).unwrap_or(u64::MAX)
 }
 
 impl Changes {

@@ -28,6 +28,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
+use crate::changes::revision;
 use crate::crd::{RequestStateName, RotaNode, RotaNodeStatus, Timestamp};
 use crate::error::{is_conflict, is_not_found};
 use crate::procedure::{
@@ -190,14 +191,8 @@ impl StatusReporter {
         let Some(status) = &object.status else {
             return;
         };
-        // resourceVersions are etcd revisions; one that does not parse cannot be ordered and is
-        // not reported.
-        let Some(version) = object
-            .metadata
-            .resource_version
-            .as_deref()
-            .and_then(|v| v.parse::<u64>().ok())
-        else {
+        // One whose revision does not parse cannot be ordered, and is not reported.
+        let Some(version) = revision(&object.metadata) else {
             return;
         };
         let node = object.spec.node.clone();

@@ -18,6 +18,7 @@ use rota_core::ProcedureSpec;
 use rota_store::{Error, Millis, ProcedureRecord, Result, now_millis};
 use tracing::warn;
 
+use crate::changes::revision;
 use crate::error::{Context, is_conflict};
 use crate::procedure::{Procedure, ProcedureBody};
 
@@ -84,12 +85,7 @@ impl Procedures {
 
     /// Makes `object` part of what this handle's lists from the cache must hold.
     fn remember(&self, object: &Procedure) {
-        let Some(version) = object
-            .metadata
-            .resource_version
-            .as_deref()
-            .and_then(|v| v.parse::<u64>().ok())
-        else {
+        let Some(version) = revision(&object.metadata) else {
             return;
         };
         let mut newest = self.submitted.lock().unwrap_or_else(|e| e.into_inner());
