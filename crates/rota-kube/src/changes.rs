@@ -17,8 +17,9 @@
 //! lists them itself.
 //!
 //! Wake-ups that do not show in the Leases (another process's agent leaving the queue without a
-//! slot, an operator's retry, a new concurrency) are counted at once in the process that made
-//! them; other processes see them at their agent's periodic re-read of the store.
+//! slot, an operator's retry) are counted at once in the process that made them; other
+//! processes see them at their agent's periodic re-read of the store. A new concurrency, a
+//! pause and a resume come through the watch of `rota-config` (see `config_view`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};

@@ -36,7 +36,7 @@
 //! needs an idle node's deadline: the queue only looks at queued nodes' sessions, and those are
 //! renewed in the RotaNode (a write per heartbeat, `ttl / 3`, only while the node is queued or
 //! in its window). An idle agent asks the API server (a read) every five minutes whether its
-//! session is still current. So an idle agent holds one watch and sends no writes.
+//! session is still current. So an idle agent holds two watches and sends no writes.
 //!
 //! Deadlines and history times come from the agents' clocks, not the API server's: **agents'
 //! clocks must be synchronised** (NTP) to well within the session TTL. A skewed clock can make
@@ -47,9 +47,11 @@
 //!
 //! # Watches
 //!
-//! One: on the slot Leases (see `changes`). A release wakes waiting agents through it, and
+//! Two. One on the slot Leases (see `changes`): a release wakes waiting agents through it, and
 //! its events keep the view of the Leases that a look at the queue reads instead of listing
-//! them (a consistent list waits for the API server's cache to catch up with etcd).
+//! them (a consistent list waits for the API server's cache to catch up with etcd). One on
+//! `rota-config` (see `config_view`): the pause and the concurrency are read from it, and an
+//! operator's pause, resume or new concurrency wakes the agents of every process at once.
 //!
 //! # Round trips
 //!
@@ -58,10 +60,11 @@
 //!
 //! - reads that do not depend on each other are sent at once (the queue, the concurrency and
 //!   the Node when asking for a slot; the object and the Leases of a node);
-//! - a look at the queue lists the queued RotaNodes' metadata only, from the API server's
-//!   cache: their place, session deadline and blocked mark are mirrored into labels
-//!   (`rota.dev/queued-at`, `rota.dev/session-deadline`, `rota.dev/blocked`) at every write
-//!   (see `queue_labels`), and its concurrency is the one read with the pause a moment before;
+//! - a look at the queue lists the queued RotaNodes' metadata only (a consistent list): their
+//!   place, session deadline and blocked mark are mirrored into labels (`rota.dev/queued-at`,
+//!   `rota.dev/session-deadline`, `rota.dev/blocked`) at every write (see `queue_labels`), and
+//!   its concurrency, like the pause before a disruptive step, comes from the watch of
+//!   `rota-config`;
 //! - a write of an agent starts from the RotaNode as this process last wrote or read it, and
 //!   the Lease as it last took or renewed it; a stale one fails its compare-and-swap and is
 //!   read again, so only a fresh read ever refuses;
@@ -85,6 +88,7 @@ pub mod procedure;
 pub mod slots;
 
 mod changes;
+mod config_view;
 mod error;
 mod procedure_status;
 mod procedures;

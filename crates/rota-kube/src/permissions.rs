@@ -145,7 +145,12 @@ const NAMESPACED: &[Rule] = &[
         None,
         &["get", "list", "watch", "create", "update", "delete"],
     ),
-    rule("", "configmaps", None, &["get", "create", "update"]),
+    rule(
+        "",
+        "configmaps",
+        None,
+        &["get", "list", "watch", "create", "update"],
+    ),
 ];
 
 /// Every permission an agent whose installation lives in `namespace` uses; `drains`: it

@@ -22,6 +22,7 @@ use tokio::task::AbortHandle;
 use tracing::warn;
 
 use crate::changes::{Changes, watch_leases};
+use crate::config_view::{ConfigView, watch_config};
 use crate::crd::{BlockedStatus, RotaNode, RotaNodeSpec, RotaNodeStatus, SessionStatus, Timestamp};
 use crate::error::{Context, KubeError, is_conflict};
 use crate::ids::TAG_LIMIT;
@@ -38,17 +39,15 @@ const NODES: &str = "nodes";
 /// The ConfigMap holding the concurrency and the node tag counter.
 pub const CONFIG_MAP: &str = "rota-config";
 /// The rota-config key that holds the fleet's pause (empty: none).
-const PAUSED_KEY: &str = "paused";
+pub(crate) const PAUSED_KEY: &str = "paused";
 /// The rota-config key that holds when the fleet was last resumed (the start of the rollout).
-const RESUMED_KEY: &str = "resumedAt";
-const CONCURRENCY_KEY: &str = "concurrency";
+pub(crate) const RESUMED_KEY: &str = "resumedAt";
+pub(crate) const CONCURRENCY_KEY: &str = "concurrency";
 const NEXT_TAG_KEY: &str = "nextNodeTag";
 /// Label on every RotaNode: the namespace of the installation (its slots) it belongs to.
 pub const NAMESPACE_LABEL: &str = "rota.dev/namespace";
 /// Label on every RotaNode: its state, so that the queue is one filtered list.
 pub const STATE_LABEL: &str = "rota.dev/state";
-/// A new concurrency may free any number of slots: wake every waiter (as the SQLite store).
-const CONCURRENCY_CHANGED: u64 = 1 << 32;
 /// How often one write may lose its compare-and-swap before the store gives up.
 const CAS_ATTEMPTS: u32 = 16;
 /// Attempts at `rota-config`, which every new node writes once.
@@ -62,8 +61,6 @@ const WAIT_CACHE: Millis = 5_000;
 /// How long an agent's reads of its own node are answered from the RotaNode this process last
 /// wrote or read (see `own_object`).
 const OWN_READ_CACHE: Millis = 1_000;
-/// How old a read of `rota-config` may be for the concurrency at a look at the queue.
-const CONFIG_REUSE: Millis = 250;
 
 /// Where the store keeps its objects.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -115,9 +112,10 @@ struct Inner {
     held: Mutex<HashMap<String, Lease>>,
     /// The last `Wait` answered to each node's session, by node.
     waits: Mutex<HashMap<String, CachedWait>>,
-    /// The `rota-config` ConfigMap as last read, and when (see `recent_config_map`).
-    config_read: Mutex<Option<(Millis, Option<ConfigMap>)>>,
+    /// `rota-config` as its watch and this process's reads and writes left it.
+    settings: Arc<ConfigView>,
     watch: AbortHandle,
+    config_watch: AbortHandle,
     procedures: Procedures,
     /// Writes the Procedures' status after this process's RotaNode writes (see
     /// `procedure_status`).
@@ -149,6 +147,7 @@ struct CachedWait {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.watch.abort();
+        self.config_watch.abort();
         self.status_writer.abort();
     }
 }
@@ -209,6 +208,14 @@ impl KubeStore {
         let leases: Api<Lease> = Api::namespaced(client.clone(), &config.namespace);
         let changes = Changes::new();
         let watch = tokio::spawn(watch_leases(leases.clone(), changes.clone())).abort_handle();
+        let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &config.namespace);
+        let config_view = ConfigView::new(changes.clone());
+        let config_watch = tokio::spawn(watch_config(
+            config_maps.clone(),
+            CONFIG_MAP,
+            config_view.clone(),
+        ))
+        .abort_handle();
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -235,7 +242,7 @@ impl KubeStore {
             inner: Arc::new(Inner {
                 rota_nodes,
                 leases,
-                config_maps: Api::namespaced(client.clone(), &config.namespace),
+                config_maps,
                 nodes: Api::all(client),
                 procedures,
                 reporter,
@@ -246,8 +253,9 @@ impl KubeStore {
                 objects: Mutex::new(HashMap::new()),
                 held: Mutex::new(HashMap::new()),
                 waits: Mutex::new(HashMap::new()),
-                config_read: Mutex::new(None),
+                settings: config_view,
                 watch,
+                config_watch,
                 config,
             }),
         })
@@ -650,45 +658,27 @@ impl KubeStore {
         .into())
     }
 
+    /// `rota-config` from its watch, or read now while the watch has not listed it (or failed
+    /// since). The pause before a disruptive step and the concurrency at a look at the queue
+    /// come from here: a change reaches them when its event arrives, milliseconds after the
+    /// write, as a read would have found it a moment later.
     async fn config_map(&self) -> Result<Option<ConfigMap>> {
+        match self.inner.settings.current() {
+            Some(map) => Ok(map),
+            None => self.read_config_map().await,
+        }
+    }
+
+    async fn read_config_map(&self) -> Result<Option<ConfigMap>> {
         let map = self.inner.config_maps.get_opt(CONFIG_MAP).await.context(
             "get",
             CONFIG_MAPS,
             self.lease_path(CONFIG_MAP),
         )?;
-        self.remember_config(map.clone());
-        Ok(map)
-    }
-
-    /// Keeps `map` as the last read of `rota-config` (see `recent_config_map`).
-    fn remember_config(&self, map: Option<ConfigMap>) {
-        let mut read = self
-            .inner
-            .config_read
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        *read = Some((now_millis(), map));
-    }
-
-    /// `rota-config` as read less than `CONFIG_REUSE` ago, else read now. Only for the
-    /// concurrency at a look at the queue, which follows the agent's own read of the pause in
-    /// the same step: a concurrency that changed since costs a compare-and-swap or a wake-up
-    /// at most (a new concurrency wakes every waiter). The pause is always read afresh.
-    async fn recent_config_map(&self) -> Result<Option<ConfigMap>> {
-        let recent = {
-            let read = self
-                .inner
-                .config_read
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            read.as_ref()
-                .filter(|(at, _)| now_millis() - at < CONFIG_REUSE)
-                .map(|(_, map)| map.clone())
-        };
-        match recent {
-            Some(map) => Ok(map),
-            None => self.config_map().await,
+        if let Some(map) = &map {
+            self.inner.settings.observe(map);
         }
+        Ok(map)
     }
 
     /// Changes one key of `rota-config` with a compare-and-swap; `change` gets the current
@@ -705,7 +695,12 @@ impl KubeStore {
             if attempt > 0 {
                 tokio::time::sleep(jitter(attempt)).await;
             }
-            let existing = self.config_map().await?;
+            // A lost compare-and-swap means the view is behind: read the ConfigMap itself.
+            let existing = if attempt == 0 {
+                self.config_map().await?
+            } else {
+                self.read_config_map().await?
+            };
             let current = existing
                 .as_ref()
                 .and_then(|c| c.data.as_ref())
@@ -738,10 +733,10 @@ impl KubeStore {
                 }
             };
             match written {
-                // What this handle wrote is what its next look must see, not an older read
-                // kept for reuse (a new concurrency lets waiters on at once).
+                // What this handle wrote is what its next look must see, and a new setting
+                // wakes this process's waiters at once, before the watch echoes it.
                 Ok(map) => {
-                    self.remember_config(Some(map));
+                    self.inner.settings.observe(&map);
                     return Ok(result);
                 }
                 Err(e) if is_conflict(&e) => {}
@@ -771,9 +766,9 @@ impl KubeStore {
         .await
     }
 
-    /// The concurrency for a look at the queue (see `recent_config_map`).
+    /// The concurrency for a look at the queue (see `config_map`).
     async fn read_concurrency(&self) -> Result<u32> {
-        let map = self.recent_config_map().await?;
+        let map = self.config_map().await?;
         Ok(concurrency_of(map.as_ref())?.unwrap_or(1))
     }
 
@@ -1330,9 +1325,7 @@ impl Store for KubeStore {
             return Err(Error::Concurrency { value: concurrency });
         }
         self.update_config(CONCURRENCY_KEY, |_| Ok((concurrency.to_string(), ())))
-            .await?;
-        self.inner.changes.bump(CONCURRENCY_CHANGED);
-        Ok(())
+            .await
     }
 
     async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire> {
@@ -1927,7 +1920,6 @@ impl Store for KubeStore {
                 Ok((String::new(), current.unwrap_or_default().to_string()))
             })
             .await?;
-        self.inner.changes.bump(CONCURRENCY_CHANGED);
         Pause::decode("rota-config.data.paused", Some(&previous))
     }
 

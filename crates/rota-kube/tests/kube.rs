@@ -117,6 +117,70 @@ async fn a_deleted_nodes_slot_is_freed_and_waiters_hear_of_it_through_the_watch(
     );
 }
 
+/// An operator's `rota pause`, `rota resume` and new concurrency run in a process of their own:
+/// the agents hear of them through their watch of `rota-config` at once, not at their next
+/// periodic re-read, and a waiter that a higher concurrency lets go takes a slot.
+#[tokio::test]
+async fn another_processs_pause_resume_and_concurrency_wake_the_agents() {
+    let Some(env) = common::env() else { return };
+    let (scope, store) = common::scoped_store(env, "settings").await;
+    let operator = KubeStore::connect(scope.client(), store.config().clone())
+        .await
+        .expect("second handle");
+    store.set_concurrency(1).await.expect("concurrency");
+    let holder = store
+        .open_session(&name("holder"), TTL)
+        .await
+        .expect("open");
+    enqueue(&store, &holder).await;
+    assert_eq!(
+        store.try_acquire_slot(&holder).await.expect("acquire"),
+        Acquire::Granted(0)
+    );
+    let waiter = store
+        .open_session(&name("waiter"), TTL)
+        .await
+        .expect("open");
+    enqueue(&store, &waiter).await;
+    let mut changes = store.changes();
+    let Acquire::Wait { changes: wait } = store.try_acquire_slot(&waiter).await.expect("wait")
+    else {
+        panic!("the one slot is taken");
+    };
+    let woken = |seen: u64| move |n: &u64| *n >= seen.saturating_add(wait);
+    let within = Duration::from_secs(10);
+
+    let seen = *changes.borrow_and_update();
+    operator.pause("change freeze").await.expect("pause");
+    tokio::time::timeout(within, changes.wait_for(woken(seen)))
+        .await
+        .expect("a pause elsewhere wakes the agents")
+        .expect("the store is alive");
+    let pause = store.paused().await.expect("read the pause");
+    assert_eq!(pause.map(|p| p.reason).as_deref(), Some("change freeze"));
+
+    let seen = *changes.borrow_and_update();
+    operator.resume().await.expect("resume");
+    tokio::time::timeout(within, changes.wait_for(woken(seen)))
+        .await
+        .expect("a resume elsewhere wakes the agents")
+        .expect("the store is alive");
+    assert_eq!(store.paused().await.expect("read the pause"), None);
+
+    let seen = *changes.borrow_and_update();
+    operator.set_concurrency(2).await.expect("concurrency");
+    tokio::time::timeout(within, changes.wait_for(woken(seen)))
+        .await
+        .expect("a new concurrency elsewhere wakes the waiter")
+        .expect("the store is alive");
+    assert_eq!(store.concurrency().await.expect("read"), Some(2));
+    assert_eq!(
+        store.try_acquire_slot(&waiter).await.expect("acquire"),
+        Acquire::Granted(1),
+        "the waiter takes the new slot"
+    );
+}
+
 /// An agent's handle answers its reads of its own node from its last write for a moment; an
 /// operator's unlock from another process in that moment must still stop the agent's next
 /// step, and be what the agent reads after it.
