@@ -50,8 +50,9 @@
 //! Two. One on the slot Leases (see `changes`): a release wakes waiting agents through it, and
 //! its events keep the view of the Leases that a look at the queue reads instead of listing
 //! them (a consistent list waits for the API server's cache to catch up with etcd). One on
-//! `rota-config` (see `config_view`): the pause and the concurrency are read from it, and an
-//! operator's pause, resume or new concurrency wakes the agents of every process at once.
+//! the ConfigMaps of rota's namespace (see `config_view`): the pause and the concurrency are
+//! read from `rota-config` there, an operator's pause, resume or new concurrency wakes the
+//! agents of every process at once, and the procedures' scripts come from it too.
 //!
 //! # Round trips
 //!

@@ -19,6 +19,7 @@ use rota_store::{Error, Millis, ProcedureRecord, Result, now_millis};
 use tracing::warn;
 
 use crate::changes::revision;
+use crate::config_view::ConfigView;
 use crate::error::{Context, is_conflict};
 use crate::procedure::{Procedure, ProcedureBody};
 
@@ -33,6 +34,8 @@ pub(crate) struct Procedures {
     pub api: Api<Procedure>,
     /// ConfigMaps of rota's namespace.
     pub config_maps: Api<ConfigMap>,
+    /// The same, as their watch keeps them.
+    pub config_view: Arc<ConfigView>,
     pub namespace: String,
     pub prefix: String,
     /// The newest resourceVersion of the procedures this handle submitted: a list from the
@@ -136,11 +139,7 @@ impl Procedures {
             };
             if let Some(source) = &record.spec.script_config_map {
                 if !config_maps.contains_key(&source.name) {
-                    let map = self.config_maps.get_opt(&source.name).await.context(
-                        "get",
-                        CONFIG_MAPS,
-                        format!("{}/{}", self.namespace, source.name),
-                    )?;
+                    let map = self.script_config_map(&source.name).await?;
                     config_maps.insert(source.name.clone(), map);
                 }
                 record.script = config_maps
@@ -154,6 +153,24 @@ impl Procedures {
         }
         records.sort_by(|a, b| (a.submitted_at, &a.spec.name).cmp(&(b.submitted_at, &b.spec.name)));
         Ok(records)
+    }
+
+    /// The ConfigMap `name`, from the watch if it has it. One the watch does not have is read:
+    /// an operator creates the script's ConfigMap and then the procedure, and an agent that
+    /// reads the procedure a moment later must not miss the script.
+    async fn script_config_map(&self, name: &str) -> Result<Option<ConfigMap>> {
+        if let Some(Some(map)) = self.config_view.current(name) {
+            return Ok(Some(map));
+        }
+        let map = self.config_maps.get_opt(name).await.context(
+            "get",
+            CONFIG_MAPS,
+            format!("{}/{}", self.namespace, name),
+        )?;
+        if let Some(map) = &map {
+            self.config_view.observe(map);
+        }
+        Ok(map)
     }
 
     /// The record of `object`, the procedure `name`, with its inline script (if any).

@@ -22,7 +22,7 @@ use tokio::task::AbortHandle;
 use tracing::warn;
 
 use crate::changes::{Changes, watch_leases};
-use crate::config_view::{ConfigView, watch_config};
+use crate::config_view::{ConfigView, watch_config_maps};
 use crate::crd::{BlockedStatus, RotaNode, RotaNodeSpec, RotaNodeStatus, SessionStatus, Timestamp};
 use crate::error::{Context, KubeError, is_conflict};
 use crate::ids::TAG_LIMIT;
@@ -112,7 +112,8 @@ struct Inner {
     held: Mutex<HashMap<String, Lease>>,
     /// The last `Wait` answered to each node's session, by node.
     waits: Mutex<HashMap<String, CachedWait>>,
-    /// `rota-config` as its watch and this process's reads and writes left it.
+    /// The ConfigMaps of rota's namespace as their watch and this process's reads and writes
+    /// left them.
     settings: Arc<ConfigView>,
     watch: AbortHandle,
     config_watch: AbortHandle,
@@ -210,12 +211,9 @@ impl KubeStore {
         let watch = tokio::spawn(watch_leases(leases.clone(), changes.clone())).abort_handle();
         let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &config.namespace);
         let config_view = ConfigView::new(changes.clone());
-        let config_watch = tokio::spawn(watch_config(
-            config_maps.clone(),
-            CONFIG_MAP,
-            config_view.clone(),
-        ))
-        .abort_handle();
+        let config_watch =
+            tokio::spawn(watch_config_maps(config_maps.clone(), config_view.clone()))
+                .abort_handle();
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -225,7 +223,8 @@ impl KubeStore {
         );
         let procedures = Procedures {
             api: Api::all(client.clone()),
-            config_maps: Api::namespaced(client.clone(), &config.namespace),
+            config_maps: config_maps.clone(),
+            config_view: config_view.clone(),
             namespace: config.namespace.clone(),
             prefix: config.name_prefix.clone(),
             submitted: Arc::default(),
@@ -663,7 +662,7 @@ impl KubeStore {
     /// come from here: a change reaches them when its event arrives, milliseconds after the
     /// write, as a read would have found it a moment later.
     async fn config_map(&self) -> Result<Option<ConfigMap>> {
-        match self.inner.settings.current() {
+        match self.inner.settings.current(CONFIG_MAP) {
             Some(map) => Ok(map),
             None => self.read_config_map().await,
         }
