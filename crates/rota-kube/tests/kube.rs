@@ -159,13 +159,20 @@ async fn another_processs_pause_resume_and_concurrency_wake_the_agents() {
     let pause = store.paused().await.expect("read the pause");
     assert_eq!(pause.map(|p| p.reason).as_deref(), Some("change freeze"));
 
-    let seen = *changes.borrow_and_update();
+    // A resume is two writes (the new rollout, then the pause lifted), and each wakes the
+    // agents: as an agent does, look after each wake until the pause is gone.
+    let mut seen = *changes.borrow_and_update();
     operator.resume().await.expect("resume");
-    tokio::time::timeout(within, changes.wait_for(woken(seen)))
-        .await
-        .expect("a resume elsewhere wakes the agents")
-        .expect("the store is alive");
-    assert_eq!(store.paused().await.expect("read the pause"), None);
+    loop {
+        tokio::time::timeout(within, changes.wait_for(woken(seen)))
+            .await
+            .expect("a resume elsewhere wakes the agents until they see it")
+            .expect("the store is alive");
+        seen = *changes.borrow_and_update();
+        if store.paused().await.expect("read the pause").is_none() {
+            break;
+        }
+    }
 
     let seen = *changes.borrow_and_update();
     operator.set_concurrency(2).await.expect("concurrency");
