@@ -21,47 +21,22 @@
 //! processes see them at their agent's periodic re-read of the store. A new concurrency, a
 //! pause and a resume come through the watch of `rota-config` (see `config_view`).
 
-use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use tokio::sync::watch;
-use tracing::warn;
 
 use crate::slots::{SLOT_LABEL, holder};
-
-/// What is known of one Lease: the resourceVersion last seen, and the Lease as of then (`None`
-/// once deleted, so that an older event does not bring it back).
-#[derive(Clone, Debug)]
-struct Seen {
-    version: u64,
-    lease: Option<Lease>,
-}
-
-impl Seen {
-    fn held(&self) -> bool {
-        self.lease.as_ref().is_some_and(|l| holder(l).is_some())
-    }
-}
-
-#[derive(Debug, Default)]
-struct View {
-    leases: HashMap<String, Seen>,
-    /// Whether `leases` holds every slot Lease: the watch has listed them and not failed since.
-    synced: bool,
-    /// The names listed since the watch began a (re)list; the others were deleted meanwhile.
-    listing: Option<HashSet<String>>,
-}
+use crate::view::{Step, View, watch};
 
 /// The change counter and the Lease view behind it, shared by the store and its watch.
 #[derive(Debug)]
 pub(crate) struct Changes {
     counter: watch::Sender<u64>,
-    view: Mutex<View>,
+    view: Mutex<View<Lease>>,
 }
 
 /// An object's resourceVersion as the etcd revision it is: an integer that grows with every
@@ -70,9 +45,17 @@ pub(crate) fn revision(meta: &ObjectMeta) -> Option<u64> {
     meta.resource_version.as_deref()?.parse().ok()
 }
 
-/// A Lease's revision; one that does not parse is taken as newer than anything seen.
-fn version_of(lease: &Lease) -> u64 {
-    revision(&lease.metadata).unwrap_or(u64::MAX)
+fn held(lease: Option<&Lease>) -> bool {
+    lease.is_some_and(|l| holder(l).is_some())
+}
+
+/// Whether `step` gave a slot back; `was_held` stands for a Lease not seen before.
+fn released(step: &Step<Lease>, was_held: bool) -> bool {
+    let before = match &step.before {
+        Some(before) => held(before.as_ref()),
+        None => was_held,
+    };
+    before && !held(step.after.as_ref())
 }
 
 impl Changes {
@@ -97,110 +80,50 @@ impl Changes {
         }
     }
 
-    fn view(&self) -> std::sync::MutexGuard<'_, View> {
+    fn view(&self) -> std::sync::MutexGuard<'_, View<Lease>> {
         self.view.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Every slot Lease, if the view holds them all.
     pub(crate) fn leases(&self) -> Option<Vec<Lease>> {
-        let view = self.view();
-        view.synced.then(|| {
-            view.leases
-                .values()
-                .filter_map(|s| s.lease.clone())
-                .collect()
-        })
+        self.view().all()
     }
 
-    /// Records `lease` as read or written (`None`: deleted) at its resourceVersion. A held →
-    /// free step is one change; a version already seen (the watch echoing this process's own
-    /// write, or an event older than one seen) is ignored. `was_held` is what the writer read
-    /// before its write, for Leases this handle has not seen yet.
+    /// Records `lease` as read or written at its resourceVersion. A held → free step is one
+    /// change; a version already seen (the watch echoing this process's own write, or an event
+    /// older than one seen) is ignored. `was_held` is what the writer read before its write,
+    /// for Leases this handle has not seen yet.
     pub(crate) fn observe(&self, lease: &Lease, was_held: bool) {
-        self.record(lease, Some(lease), was_held);
-    }
-
-    fn record(&self, lease: &Lease, now: Option<&Lease>, was_held: bool) {
-        let name = lease.metadata.name.clone().unwrap_or_default();
-        let version = version_of(lease);
-        let mut view = self.view();
-        let before = match view.leases.get(&name) {
-            Some(seen) if seen.version >= version && version != u64::MAX => return,
-            Some(seen) => seen.held(),
-            None => was_held,
-        };
-        let seen = Seen {
-            version,
-            lease: now.cloned(),
-        };
-        let after = seen.held();
-        view.leases.insert(name, seen);
-        drop(view);
-        if before && !after {
+        let step = self.view().record(lease, false);
+        if step.is_some_and(|step| released(&step, was_held)) {
             self.bump(1);
         }
     }
 
     /// Applies one event of the watch.
     fn apply(&self, event: watcher::Event<Lease>) {
-        match event {
-            watcher::Event::Init => self.view().listing = Some(HashSet::new()),
-            watcher::Event::InitApply(lease) => {
-                {
-                    let mut view = self.view();
-                    if let (Some(listing), Some(name)) =
-                        (view.listing.as_mut(), lease.metadata.name.clone())
-                    {
-                        listing.insert(name);
-                    }
-                }
-                self.observe(&lease, false);
-            }
-            watcher::Event::InitDone => {
-                let mut view = self.view();
-                let mut released = 0;
-                if let Some(listed) = view.listing.take() {
-                    for (name, seen) in &mut view.leases {
-                        if !listed.contains(name) && seen.lease.is_some() {
-                            released += u64::from(seen.held());
-                            seen.lease = None;
-                        }
-                    }
-                }
-                view.synced = true;
-                drop(view);
-                self.bump(released);
-            }
-            watcher::Event::Apply(lease) => {
-                self.observe(&lease, false);
-                self.view().synced = true;
-            }
-            watcher::Event::Delete(lease) => {
-                self.record(&lease, None, false);
-                self.view().synced = true;
-            }
-        }
+        let steps = self.view().apply(event);
+        let releases = steps.iter().filter(|step| released(step, false)).count();
+        self.bump(u64::try_from(releases).unwrap_or(u64::MAX));
     }
 
     /// The watch failed: until it is back, the view may miss changes.
     fn lost(&self) {
-        self.view().synced = false;
+        self.view().lost();
     }
 }
 
 /// Watches the slot Leases of `api`'s namespace until the task is aborted.
 pub(crate) async fn watch_leases(api: Api<Lease>, changes: Arc<Changes>) {
     let config = watcher::Config::default().labels(SLOT_LABEL);
-    let mut events = watcher(api, config).default_backoff().boxed();
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(event) => changes.apply(event),
-            Err(e) => {
-                changes.lost();
-                warn!(error = %e, "watching the slot Leases failed; retrying");
-            }
-        }
-    }
+    watch(
+        api,
+        config,
+        "the slot Leases",
+        |event| changes.apply(event),
+        || changes.lost(),
+    )
+    .await;
 }
 
 #[cfg(test)]

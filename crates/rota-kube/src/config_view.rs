@@ -13,17 +13,15 @@
 //! too, ordered by resourceVersion, so the view is never older than what this process saw
 //! last, and the watch's echo of this process's own write is recognised and not counted again.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use kube::runtime::{WatchStreamExt, watcher};
-use tracing::warn;
+use kube::runtime::watcher;
 
-use crate::changes::{Changes, revision};
+use crate::changes::Changes;
 use crate::store::{CONCURRENCY_KEY, CONFIG_MAP, PAUSED_KEY, RESUMED_KEY};
+use crate::view::{Step, View, watch};
 
 /// The keys of `rota-config` whose change may let a waiting or blocked agent go on.
 const WAKING_KEYS: [&str; 3] = [CONCURRENCY_KEY, PAUSED_KEY, RESUMED_KEY];
@@ -32,27 +30,11 @@ const WAKING_KEYS: [&str; 3] = [CONCURRENCY_KEY, PAUSED_KEY, RESUMED_KEY];
 /// number of slots, so every waiter looks again (as in the SQLite store).
 const SETTINGS_CHANGED: u64 = 1 << 32;
 
-/// One ConfigMap as last seen: its resourceVersion (of its deletion, once gone) and content.
-#[derive(Debug)]
-struct Seen {
-    version: u64,
-    map: Option<ConfigMap>,
-}
-
-#[derive(Debug, Default)]
-struct View {
-    maps: HashMap<String, Seen>,
-    /// Whether `maps` holds every ConfigMap: the watch has listed them and not failed since.
-    synced: bool,
-    /// The names listed since the watch began a (re)list; the others were deleted meanwhile.
-    listing: Option<HashSet<String>>,
-}
-
 /// The ConfigMaps of rota's namespace as last seen by this process, and the change counter
 /// that `rota-config` moves.
 #[derive(Debug)]
 pub(crate) struct ConfigView {
-    view: Mutex<View>,
+    view: Mutex<View<ConfigMap>>,
     changes: Arc<Changes>,
 }
 
@@ -60,10 +42,13 @@ fn value<'a>(map: Option<&'a ConfigMap>, key: &str) -> Option<&'a str> {
     map?.data.as_ref()?.get(key).map(String::as_str)
 }
 
-fn wakes(before: Option<&ConfigMap>, after: Option<&ConfigMap>) -> bool {
-    WAKING_KEYS
-        .iter()
-        .any(|key| value(before, key) != value(after, key))
+/// Whether `step` changed what agents wait on.
+fn wakes(step: &Step<ConfigMap>) -> bool {
+    let before = step.before.as_ref().and_then(Option::as_ref);
+    step.name == CONFIG_MAP
+        && WAKING_KEYS
+            .iter()
+            .any(|key| value(before, key) != value(step.after.as_ref(), key))
 }
 
 impl ConfigView {
@@ -74,113 +59,52 @@ impl ConfigView {
         })
     }
 
-    fn view(&self) -> std::sync::MutexGuard<'_, View> {
+    fn view(&self) -> std::sync::MutexGuard<'_, View<ConfigMap>> {
         self.view.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The ConfigMap `name` as the watch keeps it (`Some(None)`: there is none), if the watch
     /// is synced; `None` means: read it.
     pub(crate) fn current(&self, name: &str) -> Option<Option<ConfigMap>> {
-        let view = self.view();
-        view.synced
-            .then(|| view.maps.get(name).and_then(|seen| seen.map.clone()))
+        self.view().get(name)
     }
 
-    /// Records `map` as read or written by this process, or as the watch delivered it.
+    /// Records `map` as read or written by this process.
     pub(crate) fn observe(&self, map: &ConfigMap) {
-        let name = map.metadata.name.clone().unwrap_or_default();
-        let version = revision(&map.metadata).unwrap_or(u64::MAX);
-        self.record(name, version, Some(map));
+        let step = self.view().record(map, false);
+        self.wake(step.iter());
     }
 
-    /// Records the ConfigMap `name` as of `version` (`None`: deleted), unless something newer
-    /// was seen; a change of what agents wait on moves the counter.
-    fn record(&self, name: String, version: u64, map: Option<&ConfigMap>) {
-        let mut view = self.view();
-        let before = match view.maps.get(&name) {
-            Some(seen) if seen.version >= version && version != u64::MAX => return,
-            Some(seen) => seen.map.as_ref(),
-            None => None,
-        };
-        let wake = name == CONFIG_MAP && wakes(before, map);
-        view.maps.insert(
-            name,
-            Seen {
-                version,
-                map: map.cloned(),
-            },
-        );
-        drop(view);
-        if wake {
-            self.changes.bump(SETTINGS_CHANGED);
+    fn wake<'a>(&self, steps: impl Iterator<Item = &'a Step<ConfigMap>>) {
+        for step in steps {
+            if wakes(step) {
+                self.changes.bump(SETTINGS_CHANGED);
+            }
         }
     }
 
     /// Applies one event of the watch.
     fn apply(&self, event: watcher::Event<ConfigMap>) {
-        match event {
-            watcher::Event::Init => self.view().listing = Some(HashSet::new()),
-            watcher::Event::InitApply(map) => {
-                {
-                    let mut view = self.view();
-                    if let (Some(listing), Some(name)) =
-                        (view.listing.as_mut(), map.metadata.name.clone())
-                    {
-                        listing.insert(name);
-                    }
-                }
-                self.observe(&map);
-            }
-            watcher::Event::InitDone => {
-                let mut view = self.view();
-                let mut wake = false;
-                if let Some(listed) = view.listing.take() {
-                    // Deleted while the watch was away: gone as of anything seen so far.
-                    for (name, seen) in &mut view.maps {
-                        if !listed.contains(name) && seen.map.is_some() {
-                            wake |= name == CONFIG_MAP && wakes(seen.map.as_ref(), None);
-                            seen.map = None;
-                        }
-                    }
-                }
-                view.synced = true;
-                drop(view);
-                if wake {
-                    self.changes.bump(SETTINGS_CHANGED);
-                }
-            }
-            watcher::Event::Apply(map) => {
-                self.observe(&map);
-                self.view().synced = true;
-            }
-            watcher::Event::Delete(map) => {
-                let name = map.metadata.name.clone().unwrap_or_default();
-                self.record(name, revision(&map.metadata).unwrap_or(u64::MAX), None);
-                self.view().synced = true;
-            }
-        }
+        let steps = self.view().apply(event);
+        self.wake(steps.iter());
     }
 
     /// The watch failed: until it is back, the view may miss changes.
     fn lost(&self) {
-        self.view().synced = false;
+        self.view().lost();
     }
 }
 
 /// Watches the ConfigMaps of `api`'s namespace until the task is aborted.
 pub(crate) async fn watch_config_maps(api: Api<ConfigMap>, view: Arc<ConfigView>) {
-    let mut events = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(event) => view.apply(event),
-            Err(e) => {
-                view.lost();
-                warn!(error = %e, "watching the ConfigMaps of rota's namespace failed; retrying");
-            }
-        }
-    }
+    watch(
+        api,
+        watcher::Config::default(),
+        "the ConfigMaps of rota's namespace",
+        |event| view.apply(event),
+        || view.lost(),
+    )
+    .await;
 }
 
 #[cfg(test)]

@@ -96,6 +96,7 @@ mod procedures;
 mod queue_labels;
 mod status;
 mod store;
+mod view;
 
 pub use crd::{RotaNode, RotaNodeSpec, RotaNodeStatus, rota_node_crd};
 pub use error::KubeError;

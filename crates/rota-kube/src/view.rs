@@ -1,0 +1,167 @@
+//! What a watch keeps of one kind of object: each object as of the newest resourceVersion seen,
+//! from the watch's events and from this process's own reads and writes (so that an older
+//! event never undoes a newer write, and the watch's echo of an own write is no news), and
+//! whether the watch has listed them all and not failed since. The Lease view (`changes`) and
+//! the ConfigMap view (`config_view`) are this, with what a change means to each.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Debug;
+
+use futures::StreamExt;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
+use tracing::warn;
+
+use crate::changes::revision;
+
+/// An object's revision; one that does not parse is taken as newer than anything seen.
+fn version_of<K: Resource>(object: &K) -> u64 {
+    revision(object.meta()).unwrap_or(u64::MAX)
+}
+
+/// One object's change in the view.
+pub(crate) struct Step<K> {
+    pub name: String,
+    /// As it was: `None` if never seen, `Some(None)` if seen deleted.
+    pub before: Option<Option<K>>,
+    /// As it is now: `None` once deleted.
+    pub after: Option<K>,
+}
+
+#[derive(Debug)]
+struct Seen<K> {
+    version: u64,
+    object: Option<K>,
+}
+
+#[derive(Debug)]
+pub(crate) struct View<K> {
+    objects: HashMap<String, Seen<K>>,
+    /// Whether `objects` holds every object: the watch has listed them and not failed since.
+    synced: bool,
+    /// The names listed since the watch began a (re)list; the others were deleted meanwhile.
+    listing: Option<HashSet<String>>,
+}
+
+impl<K> Default for View<K> {
+    fn default() -> View<K> {
+        View {
+            objects: HashMap::new(),
+            synced: false,
+            listing: None,
+        }
+    }
+}
+
+impl<K: Resource + Clone> View<K> {
+    /// Every object, if the view holds them all.
+    pub fn all(&self) -> Option<Vec<K>> {
+        self.synced.then(|| {
+            self.objects
+                .values()
+                .filter_map(|s| s.object.clone())
+                .collect()
+        })
+    }
+
+    /// The object `name` (`Some(None)`: there is none), if the view holds them all.
+    pub fn get(&self, name: &str) -> Option<Option<K>> {
+        self.synced
+            .then(|| self.objects.get(name).and_then(|s| s.object.clone()))
+    }
+
+    /// Records `object` as read or written (or its deletion), unless the same or a newer
+    /// version was seen.
+    pub fn record(&mut self, object: &K, deleted: bool) -> Option<Step<K>> {
+        let name = object.meta().name.clone().unwrap_or_default();
+        let version = version_of(object);
+        let before = match self.objects.get(&name) {
+            Some(seen) if seen.version >= version && version != u64::MAX => return None,
+            seen => seen.map(|s| s.object.clone()),
+        };
+        let after = (!deleted).then(|| object.clone());
+        self.objects.insert(
+            name.clone(),
+            Seen {
+                version,
+                object: after.clone(),
+            },
+        );
+        Some(Step {
+            name,
+            before,
+            after,
+        })
+    }
+
+    /// Applies one event of the watch.
+    pub fn apply(&mut self, event: watcher::Event<K>) -> Vec<Step<K>> {
+        match event {
+            watcher::Event::Init => {
+                self.listing = Some(HashSet::new());
+                Vec::new()
+            }
+            watcher::Event::InitApply(object) => {
+                if let (Some(listing), Some(name)) =
+                    (self.listing.as_mut(), object.meta().name.clone())
+                {
+                    listing.insert(name);
+                }
+                self.record(&object, false).into_iter().collect()
+            }
+            watcher::Event::InitDone => {
+                let mut steps = Vec::new();
+                if let Some(listed) = self.listing.take() {
+                    for (name, seen) in &mut self.objects {
+                        if !listed.contains(name) && seen.object.is_some() {
+                            steps.push(Step {
+                                name: name.clone(),
+                                before: Some(seen.object.take()),
+                                after: None,
+                            });
+                        }
+                    }
+                }
+                self.synced = true;
+                steps
+            }
+            watcher::Event::Apply(object) => {
+                self.synced = true;
+                self.record(&object, false).into_iter().collect()
+            }
+            watcher::Event::Delete(object) => {
+                self.synced = true;
+                self.record(&object, true).into_iter().collect()
+            }
+        }
+    }
+
+    /// The watch failed: until it is back, the view may miss changes.
+    pub fn lost(&mut self) {
+        self.synced = false;
+    }
+}
+
+/// Watches `api`'s objects chosen by `config` until the task is aborted, handing each event to
+/// `apply` and each failure to `lost`; `what` names them in the log.
+pub(crate) async fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    what: &str,
+    mut apply: impl FnMut(watcher::Event<K>),
+    mut lost: impl FnMut(),
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let mut events = watcher(api, config).default_backoff().boxed();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(event) => apply(event),
+            Err(e) => {
+                lost();
+                warn!(error = %e, "watching {what} failed; retrying");
+            }
+        }
+    }
+}
