@@ -24,7 +24,6 @@
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::runtime::watcher;
 use tokio::sync::watch;
@@ -37,12 +36,6 @@ use crate::view::{Step, View, watch};
 pub(crate) struct Changes {
     counter: watch::Sender<u64>,
     view: Mutex<View<Lease>>,
-}
-
-/// An object's resourceVersion as the etcd revision it is: an integer that grows with every
-/// write. `None` when it does not parse, and so cannot be ordered.
-pub(crate) fn revision(meta: &ObjectMeta) -> Option<u64> {
-    meta.resource_version.as_deref()?.parse().ok()
 }
 
 fn held(lease: Option<&Lease>) -> bool {

@@ -18,10 +18,10 @@ use rota_core::ProcedureSpec;
 use rota_store::{Error, Millis, ProcedureRecord, Result, now_millis};
 use tracing::warn;
 
-use crate::changes::revision;
 use crate::config_view::ConfigView;
 use crate::error::{Context, is_conflict};
 use crate::procedure::{Procedure, ProcedureBody};
+use crate::view::revision;
 
 pub(crate) const PROCEDURES: &str = "procedures.rota.dev";
 const CONFIG_MAPS: &str = "configmaps";

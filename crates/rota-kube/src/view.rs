@@ -8,12 +8,17 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 
 use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use tracing::warn;
 
-use crate::changes::revision;
+/// An object's resourceVersion as the etcd revision it is: an integer that grows with every
+/// write. `None` when it does not parse, and so cannot be ordered.
+pub(crate) fn revision(meta: &ObjectMeta) -> Option<u64> {
+    meta.resource_version.as_deref()?.parse().ok()
+}
 
 /// An object's revision; one that does not parse is taken as newer than anything seen.
 fn version_of<K: Resource>(object: &K) -> u64 {
