@@ -508,6 +508,38 @@ async fn a_node_cordoned_beforehand_stays_cordoned() -> Result<()> {
     scope.cleanup().await
 }
 
+/// An operator's `rota request` is a write by another process, which no watch of the agents
+/// reports: an idle agent still takes it into a window within seconds, at its next procedure
+/// poll's look at its node, long before its five-minute store poll.
+#[tokio::test]
+async fn an_operators_request_reaches_an_idle_agent_within_seconds() -> Result<()> {
+    let Some(env) = env() else {
+        return Ok(());
+    };
+    let scope = env.scope("kube-request").await?;
+    let nodes = scope.create_ready_nodes(1).await?;
+    let node = &nodes[0];
+    let fleet = fleet(env, &scope, &nodes, args(&["--drain-force"])).await;
+    let store = start(&fleet).await?;
+    wait_state(&fleet, &store, node, NodeState::Idle).await;
+    let (request, created) = store
+        .request(&Fleet::node_name(node)?, &Process::Reboot, "operator")
+        .await?;
+    ensure!(created, "a new request: {request:?}");
+    let within = Duration::from_secs(120);
+    let finished = testenv::wait_for("the operator's reboot, finished", within, || async {
+        let entries = history(&store, node).await?;
+        Ok((count(&entries, &Process::Reboot, HistoryEvent::Finished) == 1).then_some(()))
+    })
+    .await;
+    if let Err(e) = finished {
+        panic!("{e:#}\n{}", fleet.logs(40));
+    }
+    assert_rebooted_once(&fleet, &store, node).await?;
+    fleet.shutdown().await?;
+    scope.cleanup().await
+}
+
 /// Procedures on real agents: two procedures for two nodes, one slot. Each node runs both in
 /// priority order inside one window (one drain, one release), the one asking for a reboot
 /// gets exactly one, and neither runs twice.
