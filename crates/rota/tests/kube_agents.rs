@@ -24,7 +24,7 @@ use rota_store::{HistoryEntry, HistoryFilter, NodeRecord, Store, now_millis};
 mod kube_common;
 
 use kube_common::{
-    PATIENCE, ROTA, args, env, fleet, record, start, unschedulable, wait, wait_started,
+    PATIENCE, ROTA, args, env, fleet, record, start, unschedulable, wait, wait_started, wait_within,
 };
 
 async fn history(store: &KubeStore, node: &str) -> Result<Vec<HistoryEntry>> {
@@ -52,9 +52,21 @@ async fn wait_state(fleet: &Fleet, store: &KubeStore, node: &str, state: NodeSta
 
 /// Waits until `node` is idle with `finished` reboots in its history.
 async fn wait_finished(fleet: &Fleet, store: &KubeStore, node: &str, finished: usize) {
-    wait(
+    wait_finished_within(fleet, store, node, finished, PATIENCE).await;
+}
+
+/// [`wait_finished`] within `within`.
+async fn wait_finished_within(
+    fleet: &Fleet,
+    store: &KubeStore,
+    node: &str,
+    finished: usize,
+    within: Duration,
+) {
+    wait_within(
         fleet,
         &format!("{node} to finish {finished} reboot(s)"),
+        within,
         || async {
             // The RotaNode goes idle a moment before the Lease is given back (two objects, the
             // release last): a finished window is idle and without its slot.
@@ -526,15 +538,7 @@ async fn an_operators_request_reaches_an_idle_agent_within_seconds() -> Result<(
         .request(&Fleet::node_name(node)?, &Process::Reboot, "operator")
         .await?;
     ensure!(created, "a new request: {request:?}");
-    let within = Duration::from_secs(120);
-    let finished = testenv::wait_for("the operator's reboot, finished", within, || async {
-        let entries = history(&store, node).await?;
-        Ok((count(&entries, &Process::Reboot, HistoryEvent::Finished) == 1).then_some(()))
-    })
-    .await;
-    if let Err(e) = finished {
-        panic!("{e:#}\n{}", fleet.logs(40));
-    }
+    wait_finished_within(&fleet, &store, node, 1, Duration::from_secs(120)).await;
     assert_rebooted_once(&fleet, &store, node).await?;
     fleet.shutdown().await?;
     scope.cleanup().await

@@ -51,7 +51,16 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Option<T>>>,
 {
-    match testenv::wait_for(what, PATIENCE, check).await {
+    wait_within(fleet, what, PATIENCE, check).await
+}
+
+/// [`wait`] with a bound of its own, for a test whose point is how soon something happens.
+pub async fn wait_within<T, F, Fut>(fleet: &Fleet, what: &str, within: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>>>,
+{
+    match testenv::wait_for(what, within, check).await {
         Ok(v) => v,
         Err(e) => panic!(
             "{e:#}\nsupervisor errors: {:?}\n{}",
