@@ -11,7 +11,7 @@ use rota_core::{Effect, Event, NodeState, ProcedureEntry, Process};
 use rota_sentinel::{SentinelWatcher, Snapshot, WatcherOptions};
 use rota_store::{
     Acquire, Blocked, Millis, NodeFields, NodeRecord, Outcome, ProcedureRecord, RequestRecord,
-    RequestState, Session, Store, Transition, WindowChange, now_millis,
+    RequestState, Session, Store, Transition, WAKE_ALL, WindowChange, now_millis,
 };
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
@@ -49,6 +49,10 @@ struct Running {
     reboot: Option<RebootHandle>,
     /// The sentinels changed since requests were last synced with them.
     sentinels_dirty: bool,
+    /// The store's change counter as of the last read of the node: a wait without a target of
+    /// its own ends when it has jumped by [`WAKE_ALL`] since (a new concurrency, a pause or
+    /// resume, an operator's wake), so a jump between that read and the wait is not missed.
+    changes_at_read: u64,
     runner: Runner,
     /// Notified when a procedure this agent started exits.
     procedure_exits: Arc<Notify>,
@@ -236,6 +240,7 @@ impl Agent {
             changes: self.store.changes(),
             reboot: None,
             sentinels_dirty: true,
+            changes_at_read: 0,
             procedure_exits: runner.exited(),
             runner,
             ensured: HashSet::new(),
@@ -292,6 +297,12 @@ impl Agent {
 
     async fn run_steps(&self, running: &mut Running) -> Result<()> {
         while !self.cancel.is_cancelled() {
+            let changes = *running.changes.borrow();
+            if changes >= running.changes_at_read.saturating_add(WAKE_ALL) {
+                // Everyone looks again, also for procedures: a new one may be what woke us.
+                running.procedures_checked = None;
+            }
+            running.changes_at_read = changes;
             let record = match self.store.node(&self.config.node).await {
                 Ok(record) => record.ok_or_else(|| rota_store::Error::NoSuchNode {
                     node: self.config.node.clone(),
@@ -334,8 +345,8 @@ impl Agent {
     }
 
     /// Waits for anything that may change what the next step is: a sentinel, the deadline,
-    /// the slow store re-read, shutdown, and, when `store_changes` is given, the store's change
-    /// counter reaching that value.
+    /// the slow store re-read, shutdown, and the store's change counter reaching
+    /// `store_changes`, or without it, jumping by [`WAKE_ALL`] since the node was read.
     async fn wait(
         &self,
         running: &mut Running,
@@ -351,13 +362,13 @@ impl Agent {
         }
         let until = until.map_or(poll, |u| u.min(poll));
         let exits = running.procedure_exits.clone();
+        let target =
+            store_changes.unwrap_or_else(|| running.changes_at_read.saturating_add(WAKE_ALL));
         let changes = &mut running.changes;
         let store_changed = async move {
-            match store_changes {
-                Some(target) => {
-                    let _ = changes.wait_for(|n| *n >= target).await;
-                }
-                None => std::future::pending().await,
+            if changes.wait_for(|n| *n >= target).await.is_err() {
+                // A store whose counter is gone wakes nobody again.
+                std::future::pending::<()>().await;
             }
         };
         tokio::select! {

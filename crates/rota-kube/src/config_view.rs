@@ -13,22 +13,36 @@
 //! too, ordered by resourceVersion, so the view is never older than what this process saw
 //! last, and the watch's echo of this process's own write is recognised and not counted again.
 
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::runtime::watcher;
 
+use rota_store::{Millis, WAKE_ALL, now_millis};
+
 use crate::changes::Changes;
-use crate::store::{CONCURRENCY_KEY, CONFIG_MAP, PAUSED_KEY, RESUMED_KEY};
-use crate::view::{Step, View, watch};
+use crate::store::{CONCURRENCY_KEY, CONFIG_MAP, PAUSED_KEY, RESUMED_KEY, WAKE_KEY};
+use crate::view::{Step, View, revision, watch};
 
 /// The keys of `rota-config` whose change may let a waiting or blocked agent go on.
 const WAKING_KEYS: [&str; 3] = [CONCURRENCY_KEY, PAUSED_KEY, RESUMED_KEY];
 
-/// How far a change of the fleet's settings moves the counter: a new concurrency may free any
-/// number of slots, so every waiter looks again (as in the SQLite store).
-const SETTINGS_CHANGED: u64 = 1 << 32;
+/// The target of an operator's wake for every node (else it names one node).
+pub(crate) const EVERY_NODE: &str = "*";
+
+/// The value of the wake key: a new one for every wake (the time makes two wakes of one node
+/// differ), and the node it is for.
+pub(crate) fn wake_value(at: i64, node: Option<&str>) -> String {
+    format!("{at} {}", node.unwrap_or(EVERY_NODE))
+}
+
+/// The node a wake value is for.
+fn wake_target(value: &str) -> Option<&str> {
+    value.split_once(' ').map(|(_, node)| node)
+}
 
 /// The ConfigMaps of rota's namespace as last seen by this process, and the change counter
 /// that `rota-config` moves.
@@ -36,19 +50,18 @@ const SETTINGS_CHANGED: u64 = 1 << 32;
 pub(crate) struct ConfigView {
     view: Mutex<View<ConfigMap>>,
     changes: Arc<Changes>,
+    /// The nodes whose agents run in this process: an operator's wake for one of them, or for
+    /// every node, wakes this process's waiters.
+    locals: Mutex<HashSet<String>>,
+    /// When each of `locals` was last woken (see `woken_at`).
+    woken: Mutex<HashMap<String, Millis>>,
+    /// The etcd revision of the latest wake for every node: it announces a new procedure,
+    /// written before it, so a list of the procedures must be at least this new.
+    everyone_woken_at: AtomicU64,
 }
 
 fn value<'a>(map: Option<&'a ConfigMap>, key: &str) -> Option<&'a str> {
     map?.data.as_ref()?.get(key).map(String::as_str)
-}
-
-/// Whether `step` changed what agents wait on.
-fn wakes(step: &Step<ConfigMap>) -> bool {
-    let before = step.before.as_ref().and_then(Option::as_ref);
-    step.name == CONFIG_MAP
-        && WAKING_KEYS
-            .iter()
-            .any(|key| value(before, key) != value(step.after.as_ref(), key))
 }
 
 impl ConfigView {
@@ -56,11 +69,69 @@ impl ConfigView {
         Arc::new(ConfigView {
             view: Mutex::new(View::default()),
             changes,
+            locals: Mutex::new(HashSet::new()),
+            woken: Mutex::new(HashMap::new()),
+            everyone_woken_at: AtomicU64::new(0),
         })
+    }
+
+    /// Counts `node`'s agent as one of this process's, for the operators' wakes.
+    pub(crate) fn add_local(&self, node: &str) {
+        let mut locals = self.locals.lock().unwrap_or_else(|e| e.into_inner());
+        locals.insert(node.to_owned());
+    }
+
+    /// Whether `step` changed what agents wait on: the fleet's settings, or an operator's
+    /// wake for every node or for one of this process's.
+    fn wakes(&self, step: &Step<ConfigMap>) -> bool {
+        if step.name != CONFIG_MAP {
+            return false;
+        }
+        let before = step.before.as_ref().and_then(Option::as_ref);
+        let after = step.after.as_ref();
+        if WAKING_KEYS
+            .iter()
+            .any(|key| value(before, key) != value(after, key))
+        {
+            return true;
+        }
+        let wake = value(after, WAKE_KEY);
+        if wake == value(before, WAKE_KEY) {
+            return false;
+        }
+        let locals = self.locals.lock().unwrap_or_else(|e| e.into_inner());
+        let woken: Vec<&String> = match wake.and_then(wake_target) {
+            Some(EVERY_NODE) => {
+                if let Some(version) = after.and_then(|map| revision(&map.metadata)) {
+                    self.everyone_woken_at.fetch_max(version, Ordering::Relaxed);
+                }
+                locals.iter().collect()
+            }
+            Some(node) => locals.iter().filter(|l| l.as_str() == node).collect(),
+            None => Vec::new(),
+        };
+        let now = now_millis();
+        let mut at = self.woken.lock().unwrap_or_else(|e| e.into_inner());
+        for node in &woken {
+            at.insert((*node).clone(), now);
+        }
+        !woken.is_empty()
+    }
+
+    /// When this process last learned of an operator's wake for `node` (0: never): what it
+    /// read or wrote of the node before then may miss the operator's change.
+    pub(crate) fn woken_at(&self, node: &str) -> Millis {
+        let at = self.woken.lock().unwrap_or_else(|e| e.into_inner());
+        at.get(node).copied().unwrap_or(0)
     }
 
     fn view(&self) -> std::sync::MutexGuard<'_, View<ConfigMap>> {
         self.view.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The etcd revision of the latest wake for every node (0: none seen).
+    pub(crate) fn everyone_woken_at(&self) -> u64 {
+        self.everyone_woken_at.load(Ordering::Relaxed)
     }
 
     /// The ConfigMap `name` as the watch keeps it (`Some(None)`: there is none), if the watch
@@ -77,8 +148,8 @@ impl ConfigView {
 
     fn wake<'a>(&self, steps: impl Iterator<Item = &'a Step<ConfigMap>>) {
         for step in steps {
-            if wakes(step) {
-                self.changes.bump(SETTINGS_CHANGED);
+            if self.wakes(step) {
+                self.changes.bump(WAKE_ALL);
             }
         }
     }
@@ -189,14 +260,14 @@ mod tests {
         );
 
         view.observe(&map(6, &[("concurrency", "3"), ("nextNodeTag", "7")]));
-        assert_eq!(changes.current(), start + SETTINGS_CHANGED);
+        assert_eq!(changes.current(), start + WAKE_ALL);
         view.apply(watcher::Event::Apply(map(
             6,
             &[("concurrency", "3"), ("nextNodeTag", "7")],
         )));
         assert_eq!(
             changes.current(),
-            start + SETTINGS_CHANGED,
+            start + WAKE_ALL,
             "the watch's echo of an own write counts once"
         );
 
@@ -208,7 +279,7 @@ mod tests {
             8,
             &[("concurrency", "3"), ("paused", ""), ("resumedAt", "9")],
         )));
-        assert_eq!(changes.current(), start + 3 * SETTINGS_CHANGED);
+        assert_eq!(changes.current(), start + 3 * WAKE_ALL);
 
         view.apply(watcher::Event::Apply(map(7, &[("concurrency", "1")])));
         assert_eq!(
@@ -216,7 +287,57 @@ mod tests {
             Some(Some("3".into())),
             "an older event changes nothing"
         );
-        assert_eq!(changes.current(), start + 3 * SETTINGS_CHANGED);
+        assert_eq!(changes.current(), start + 3 * WAKE_ALL);
+    }
+
+    #[test]
+    fn an_operators_wake_wakes_the_process_of_its_node_and_a_wake_for_every_node_everyone() {
+        let (changes, view) = view();
+        view.add_local("n1");
+        view.apply(watcher::Event::Init);
+        view.apply(watcher::Event::InitApply(map(3, &[("concurrency", "2")])));
+        view.apply(watcher::Event::InitDone);
+        let start = changes.current();
+
+        view.apply(watcher::Event::Apply(map(
+            4,
+            &[("concurrency", "2"), ("wake", &wake_value(10, Some("n2")))],
+        )));
+        assert_eq!(changes.current(), start, "another process's node");
+        view.apply(watcher::Event::Apply(map(
+            5,
+            &[("concurrency", "2"), ("wake", &wake_value(11, Some("n1")))],
+        )));
+        assert_eq!(changes.current(), start + WAKE_ALL, "this process's node");
+        view.apply(watcher::Event::Apply(map(
+            6,
+            &[
+                ("concurrency", "2"),
+                ("wake", &wake_value(11, Some("n1"))),
+                ("nextNodeTag", "3"),
+            ],
+        )));
+        assert_eq!(
+            changes.current(),
+            start + WAKE_ALL,
+            "the same wake counts once"
+        );
+        assert_eq!(view.everyone_woken_at(), 0);
+
+        view.apply(watcher::Event::Apply(map(
+            9,
+            &[("concurrency", "2"), ("wake", &wake_value(12, None))],
+        )));
+        assert_eq!(
+            changes.current(),
+            start + 2 * WAKE_ALL,
+            "a wake for every node"
+        );
+        assert_eq!(
+            view.everyone_woken_at(),
+            9,
+            "procedures are listed at least as new as the wake that announced them"
+        );
     }
 
     #[test]
@@ -233,7 +354,7 @@ mod tests {
         view.apply(watcher::Event::InitDone);
         assert_eq!(view.current(CONFIG_MAP), Some(None));
         assert!(view.current("fw").flatten().is_some());
-        assert_eq!(changes.current(), start + SETTINGS_CHANGED);
+        assert_eq!(changes.current(), start + WAKE_ALL);
 
         view.apply(watcher::Event::Delete(named("fw", 10, &[("run", "x")])));
         assert_eq!(view.current("fw"), Some(None));

@@ -70,10 +70,14 @@
 //!   the Lease as it last took or renewed it; a stale one fails its compare-and-swap and is
 //!   read again, so only a fresh read ever refuses;
 //! - for a second after this process wrote or read an agent's RotaNode, the agent's reads of
-//!   its own node are answered from that object: only an operator writes it besides the agent,
-//!   and the agent's next compare-and-swap notices (the fence guards every disruptive step);
+//!   its own node are answered from that object, unless an operator's wake for the node came
+//!   since: only an operator writes it besides the agent, and the agent's next
+//!   compare-and-swap notices (the fence guards every disruptive step);
 //! - the fence writes the RotaNode (session) and the Lease (slot) at the same time;
-//! - Events are sent in the background.
+//! - Events are sent in the background;
+//! - an idle agent sends no request but its procedure poll ([`AGENT_PROCEDURE_POLL`]); an
+//!   operator's command that concerns it writes key `wake` of `rota-config` (a node's name, or
+//!   `*` for a new procedure), which its ConfigMap watch delivers.
 //!
 //! # Isolation
 //!
@@ -103,3 +107,16 @@ pub use error::KubeError;
 pub use procedure::{Procedure, ProcedureBody, ProcedureStatus, procedure_crd};
 pub use procedures::SUBMITTED_AT_ANNOTATION;
 pub use store::{CONFIG_MAP, KubeStore, KubeStoreConfig, NAMESPACE_LABEL, STATE_LABEL};
+
+use std::time::Duration;
+
+/// How often an agent on this store re-reads it: only a safety net, as the Lease watch reports
+/// releases, and each re-read costs one API request per agent.
+pub const AGENT_STORE_POLL: Duration = Duration::from_secs(300);
+
+/// How often an agent on this store looks for new procedures and at its own RotaNode. Every
+/// look costs the API server two requests per idle agent, and the operators' commands (`rota
+/// request`, `cancel`, `retry`, `unlock`, `mop submit`) wake the agents they concern at once
+/// through `rota-config` (key `wake`): the poll only finds what was applied without rota,
+/// such as a Procedure from `kubectl apply`.
+pub const AGENT_PROCEDURE_POLL: Duration = Duration::from_secs(60);

@@ -88,9 +88,14 @@ impl Procedures {
 
     /// Makes `object` part of what this handle's lists from the cache must hold.
     fn remember(&self, object: &Procedure) {
-        let Some(version) = revision(&object.metadata) else {
-            return;
-        };
+        if let Some(version) = revision(&object.metadata) {
+            self.at_least(version);
+        }
+    }
+
+    /// Makes this handle's lists from the cache hold every write up to etcd revision
+    /// `version` (an operator's wake, written after the procedure it announces).
+    pub fn at_least(&self, version: u64) {
         let mut newest = self.submitted.lock().unwrap_or_else(|e| e.into_inner());
         *newest = Some(newest.map_or(version, |n| n.max(version)));
     }

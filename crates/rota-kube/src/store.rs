@@ -22,7 +22,7 @@ use tokio::task::AbortHandle;
 use tracing::warn;
 
 use crate::changes::{Changes, watch_leases};
-use crate::config_view::{ConfigView, watch_config_maps};
+use crate::config_view::{self, ConfigView, watch_config_maps};
 use crate::crd::{BlockedStatus, RotaNode, RotaNodeSpec, RotaNodeStatus, SessionStatus, Timestamp};
 use crate::error::{Context, KubeError, is_conflict};
 use crate::ids::TAG_LIMIT;
@@ -43,6 +43,8 @@ pub(crate) const PAUSED_KEY: &str = "paused";
 /// The rota-config key that holds when the fleet was last resumed (the start of the rollout).
 pub(crate) const RESUMED_KEY: &str = "resumedAt";
 pub(crate) const CONCURRENCY_KEY: &str = "concurrency";
+/// An operator's latest change that an idle agent must act on (see `wake_agents`).
+pub(crate) const WAKE_KEY: &str = "wake";
 const NEXT_TAG_KEY: &str = "nextNodeTag";
 /// Label on every RotaNode: the namespace of the installation (its slots) it belongs to.
 pub const NAMESPACE_LABEL: &str = "rota.dev/namespace";
@@ -494,7 +496,9 @@ impl KubeStore {
     /// back is the answer; a read then can only miss an operator's write of that moment, as a
     /// read sent a moment earlier would. Nothing unsafe follows from that: every write of the
     /// agent is a compare-and-swap that fails on the stale object, and every disruptive step
-    /// is fenced. Other nodes' objects (an operator's reads) always come from the API server.
+    /// is fenced. An operator's command announces its write with a wake (`wake_agents`), and
+    /// what this process saw of the node before that wake arrived is not used. Other nodes'
+    /// objects (an operator's reads) always come from the API server.
     async fn own_object(&self, node: &NodeName) -> Result<Option<RotaNode>> {
         if let Some(known) = self.recent(node) {
             return Ok(Some(known.object));
@@ -511,8 +515,10 @@ impl KubeStore {
     /// What `own_object` answers with without asking, if anything.
     fn recent(&self, node: &NodeName) -> Option<Known> {
         self.local_session(node)?;
+        // An operator's wake says that the node changed after what this process saw of it.
+        let woken = self.inner.settings.woken_at(node.as_str());
         self.cached(node)
-            .filter(|known| now_millis() - known.at < OWN_READ_CACHE)
+            .filter(|known| now_millis() - known.at < OWN_READ_CACHE && known.at > woken)
     }
 
     /// The slot a node whose agent runs in this process holds, as this process last saw its
@@ -748,6 +754,20 @@ impl KubeStore {
             attempts: CONFIG_ATTEMPTS,
         }
         .into())
+    }
+
+    /// Tells the idle agent of `node` (of every node: `None`) that an operator changed what
+    /// it has to do, through the ConfigMap every agent watches: without this, an idle agent
+    /// would see it at its next `--procedure-poll`. Best effort: the change is already
+    /// written, and the poll still finds it.
+    async fn wake_agents(&self, node: Option<&NodeName>) {
+        let value = config_view::wake_value(now_millis(), node.map(NodeName::as_str));
+        if let Err(e) = self
+            .update_config(WAKE_KEY, |_| Ok((value.clone(), ())))
+            .await
+        {
+            warn!(error = %e, "could not wake the agents; they see the change at their next procedure poll");
+        }
     }
 
     /// Hands out the next node tag (see `ids`).
@@ -1227,6 +1247,7 @@ impl Store for KubeStore {
                     },
                 );
             }
+            self.inner.settings.add_local(node.as_str());
             // An idle node holds no slot: one it still holds was left by an agent that died
             // between recording the end of its window and giving the slot back.
             if status.state == NodeState::Idle
@@ -1637,7 +1658,11 @@ impl Store for KubeStore {
     }
 
     async fn submit_procedure(&self, spec: &ProcedureSpec) -> Result<(ProcedureRecord, bool)> {
-        self.inner.procedures.submit(spec).await
+        let (record, changed) = self.inner.procedures.submit(spec).await?;
+        if changed {
+            self.wake_agents(None).await;
+        }
+        Ok((record, changed))
     }
 
     async fn procedures(&self) -> Result<Vec<ProcedureRecord>> {
@@ -1649,6 +1674,11 @@ impl Store for KubeStore {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .is_empty();
+        if agent {
+            self.inner
+                .procedures
+                .at_least(self.inner.settings.everyone_woken_at());
+        }
         self.inner.procedures.list(agent).await
     }
 
@@ -1793,6 +1823,7 @@ impl Store for KubeStore {
                 "Unlocked",
                 format!("rota: node {node} unlocked by an operator: {reason}"),
             );
+            self.wake_agents(Some(node)).await;
             return Ok(status::node_record(node, &status, None));
         }
         Err(KubeError::Contended {
@@ -1831,6 +1862,7 @@ impl Store for KubeStore {
                 "Retried",
                 format!("rota: node {node} retried by an operator"),
             );
+            self.wake_agents(Some(node)).await;
             let leases = self.list_leases().await?;
             return self.record_of(&written, &leases);
         }
@@ -1861,6 +1893,7 @@ impl Store for KubeStore {
             object.status = Some(status);
             if let Some(written) = self.replace(object).await? {
                 self.cache(node, &written, false);
+                self.wake_agents(Some(node)).await;
                 return Ok((status::request_record(node, &request), true));
             }
         }
@@ -1884,6 +1917,7 @@ impl Store for KubeStore {
             object.status = Some(status);
             if let Some(written) = self.replace(object).await? {
                 self.cache(node, &written, false);
+                self.wake_agents(Some(node)).await;
                 return Ok(true);
             }
         }

@@ -12,7 +12,7 @@ use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::{Api, Client};
 use rota_core::{NodeName, NodeState, Process};
 use rota_kube::{KubeStore, KubeStoreConfig, RotaNode};
-use rota_store::{Acquire, Store, Transition, WindowChange, now_millis};
+use rota_store::{Acquire, Store, Transition, WAKE_ALL, WindowChange, now_millis};
 
 const TTL: Duration = Duration::from_secs(60);
 
@@ -186,6 +186,69 @@ async fn another_processs_pause_resume_and_concurrency_wake_the_agents() {
         Acquire::Granted(1),
         "the waiter takes the new slot"
     );
+}
+
+/// An operator's command from another process that an idle agent must act on (a request for
+/// its node, a new procedure) wakes that agent's process through `rota-config`, which its
+/// watch delivers: by a jump of the change counter that an idle agent waits for. A request
+/// for another node wakes nobody.
+#[tokio::test]
+async fn an_operators_request_or_procedure_wakes_the_idle_agent_it_concerns() {
+    let Some(env) = common::env() else { return };
+    let (scope, store) = common::scoped_store(env, "wake").await;
+    let operator = KubeStore::connect(scope.client(), store.config().clone())
+        .await
+        .expect("second handle");
+    let idle = store.open_session(&name("idle"), TTL).await.expect("open");
+    let other = operator
+        .open_session(&name("other"), TTL)
+        .await
+        .expect("open");
+    let mut changes = store.changes();
+    let within = Duration::from_secs(10);
+    let jumped = |seen: u64| move |n: &u64| *n >= seen.saturating_add(WAKE_ALL);
+
+    let seen = *changes.borrow_and_update();
+    operator
+        .request(&other.node, &Process::Reboot, "operator")
+        .await
+        .expect("request for the other node");
+    operator
+        .request(&idle.node, &Process::Reboot, "operator")
+        .await
+        .expect("request");
+    tokio::time::timeout(within, changes.wait_for(jumped(seen)))
+        .await
+        .expect("a request elsewhere wakes the node's agent")
+        .expect("the store is alive");
+    assert!(
+        *changes.borrow_and_update() < seen.saturating_add(2 * WAKE_ALL),
+        "the other node's request woke this process too"
+    );
+
+    let seen = *changes.borrow_and_update();
+    let mut spec =
+        rota_core::ProcedureSpec::new(format!("{}-wake", scope.id()), "true\n".to_string());
+    spec.nodes = vec![idle.node.clone()];
+    let (_, created) = operator.submit_procedure(&spec).await.expect("submit");
+    assert!(created);
+    tokio::time::timeout(within, changes.wait_for(jumped(seen)))
+        .await
+        .expect("a new procedure elsewhere wakes every agent")
+        .expect("the store is alive");
+    let names: Vec<String> = store
+        .procedures()
+        .await
+        .expect("procedures")
+        .into_iter()
+        .map(|p| p.spec.name)
+        .collect();
+    assert!(names.contains(&spec.name), "{names:?}");
+    let api: Api<rota_kube::Procedure> = Api::all(scope.client());
+    let prefix = &store.config().name_prefix;
+    api.delete(&format!("{prefix}{}", spec.name), &DeleteParams::default())
+        .await
+        .expect("delete the procedure");
 }
 
 /// An agent's handle answers its reads of its own node from its last write for a moment; an

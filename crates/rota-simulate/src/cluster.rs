@@ -39,8 +39,6 @@ const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
 const READY_TIMEOUT: Duration = Duration::from_secs(180);
 /// Nodes and pods created at once while preparing the run.
 const CREATE_CONCURRENCY: usize = 16;
-/// The agents' re-read of the store, as `rota agent --store kube` (the Lease watch wakes them).
-const STORE_POLL: Duration = Duration::from_secs(300);
 
 fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     let what = what.into();
@@ -133,7 +131,8 @@ impl Cluster {
             label: "kube",
             names,
             actions,
-            store_poll: STORE_POLL,
+            store_poll: rota_kube::AGENT_STORE_POLL,
+            procedure_poll: Some(rota_kube::AGENT_PROCEDURE_POLL),
             // Each check lists every RotaNode twice: the API server has better things to do.
             check_every: Duration::from_secs(1),
         })

@@ -120,6 +120,8 @@ struct Fleet {
     actions: Vec<Option<Arc<dyn NodeActions>>>,
     /// The agents' re-read of the store.
     store_poll: Duration,
+    /// The agents' look for new procedures, unless the agent's default.
+    procedure_poll: Option<Duration>,
     /// How often the harness reads the store to see whether the rollout is over.
     check_every: Duration,
 }
@@ -142,6 +144,7 @@ impl Fleet {
             // Every agent shares this process's store handle, whose change notifications
             // reach all of them: the slow re-read is only a safety net here.
             store_poll: Duration::from_secs(10),
+            procedure_poll: None,
             check_every: Duration::from_millis(100),
         })
     }
@@ -185,13 +188,16 @@ struct Node {
     agent: Option<(CancellationToken, JoinHandle<rota_agent::Result<()>>)>,
 }
 
-fn node_config(node: &Node, options: &Options, store_poll: Duration) -> AgentConfig {
+fn node_config(node: &Node, options: &Options, fleet: &Fleet) -> AgentConfig {
     let mut config = AgentConfig::new(node.name.clone());
     config.host_root = node.root.clone();
     config.boot_id_file = node.root.join("boot_id");
     config.concurrency = Some(options.concurrency);
     config.reboot_timeout = options.maintenance_time * 10 + Duration::from_secs(60);
-    config.store_poll = store_poll;
+    config.store_poll = fleet.store_poll;
+    if let Some(poll) = fleet.procedure_poll {
+        config.procedure_poll = poll;
+    }
     config
 }
 
@@ -303,7 +309,7 @@ async fn simulate(
     let start_agent = |node: &mut Node, index: usize| {
         let cancel = CancellationToken::new();
         let agent = Agent::new(
-            node_config(node, options, fleet.store_poll),
+            node_config(node, options, &fleet),
             store.clone(),
             Arc::new(SimulatedActions {
                 node: index,

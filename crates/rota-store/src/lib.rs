@@ -18,5 +18,5 @@ pub use model::{
 };
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
-pub use store::Store;
+pub use store::{Store, WAKE_ALL};
 pub use url::StoreUrl;

@@ -41,10 +41,7 @@ use crate::model::{
     Pause, ProcedureRecord, RequestRecord, RequestState, Session, SlotHolder, Transition,
     WindowChange, decode_resumed_at,
 };
-use crate::store::Store;
-
-/// A new concurrency may free any number of slots: wake every waiter (as the SQLite store).
-const CONCURRENCY_CHANGED: u64 = 1 << 32;
+use crate::store::{Store, WAKE_ALL};
 
 /// The channel every wake-worthy write notifies; the payload is `ORIGIN:WAKES`.
 const CHANNEL: &str = "rota_changes";
@@ -305,11 +302,11 @@ async fn follow_changes(mut listener: PgListener, origin: u64, changes: Arc<watc
             }
             Ok(None) => {
                 warn!("the change listener lost its connection; waking every waiter");
-                changes.send_modify(|n| *n = n.wrapping_add(CONCURRENCY_CHANGED));
+                changes.send_modify(|n| *n = n.wrapping_add(WAKE_ALL));
             }
             Err(e) => {
                 warn!(error = %e, "the change listener cannot reconnect; retrying in a second");
-                changes.send_modify(|n| *n = n.wrapping_add(CONCURRENCY_CHANGED));
+                changes.send_modify(|n| *n = n.wrapping_add(WAKE_ALL));
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
@@ -761,8 +758,7 @@ impl Store for PostgresStore {
         .execute(&mut *tx)
         .await
         .context("setting the concurrency")?;
-        self.commit(tx, CONCURRENCY_CHANGED, "setting the concurrency")
-            .await?;
+        self.commit(tx, WAKE_ALL, "setting the concurrency").await?;
         conn.finish();
         Ok(())
     }
@@ -1468,7 +1464,7 @@ impl Store for PostgresStore {
                 .await
                 .context(CONTEXT)?;
         // Every waiter may go on now.
-        self.commit(tx, CONCURRENCY_CHANGED, CONTEXT).await?;
+        self.commit(tx, WAKE_ALL, CONTEXT).await?;
         conn.finish();
         Pause::decode("rota_meta.paused", value.as_deref())
     }

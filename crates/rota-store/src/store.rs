@@ -133,7 +133,12 @@ pub trait Store: Send + Sync {
 
     /// A counter that grows by one after every committed write that may let a waiting agent go
     /// on: a slot released, a node leaving the queue without a slot, an operator's action (a
-    /// new concurrency jumps it far ahead, as it may free many slots at once).
-    /// Waiters re-read the store when it changes.
+    /// new concurrency jumps it [`WAKE_ALL`] ahead, as it may free many slots at once).
+    /// Waiters re-read the store when it changes; an idle agent waits for a jump.
     fn changes(&self) -> watch::Receiver<u64>;
 }
+
+/// How far [`Store::changes`] jumps for a change that every agent should look at again (a new
+/// concurrency, a pause, a lost notification channel, and in Kubernetes an operator's wake):
+/// an idle agent waits for this much, past any number of slot handoffs.
+pub const WAKE_ALL: u64 = 1 << 32;

@@ -19,10 +19,6 @@ use crate::cli::{AgentArgs, NodeActionsKind};
 use crate::notify::NotifyObserver;
 use crate::store::StoreLocation;
 
-/// In a cluster the Lease watch reports releases; the slow re-read is only a safety net and
-/// costs one API read per agent each time.
-const KUBE_STORE_POLL: Duration = Duration::from_secs(300);
-
 const DEFAULT_DRAIN_CONCURRENCY: usize = 5;
 
 fn config(args: AgentArgs) -> AgentConfig {
@@ -34,7 +30,10 @@ fn config(args: AgentArgs) -> AgentConfig {
         .split_whitespace()
         .map(String::from)
         .collect();
-    config.procedure_poll = args.procedure_poll;
+    config.procedure_poll = args.procedure_poll.unwrap_or(match args.store.store {
+        StoreLocation::Kube => rota_kube::AGENT_PROCEDURE_POLL,
+        StoreLocation::Url(_) => config.procedure_poll,
+    });
     // The flag's parser already refused malformed windows; no flag is no window.
     config.windows = rota_core::MaintenanceWindows::new(args.windows).ok();
     config.failure_budget = args.failure_budget;
@@ -58,7 +57,7 @@ fn config(args: AgentArgs) -> AgentConfig {
     };
     config.safety_recheck = args.safety_recheck;
     config.store_poll = args.store_poll.unwrap_or(match args.store.store {
-        StoreLocation::Kube => KUBE_STORE_POLL,
+        StoreLocation::Kube => rota_kube::AGENT_STORE_POLL,
         StoreLocation::Url(_) => config.store_poll,
     });
     config

@@ -501,9 +501,11 @@ pub struct AgentArgs {
     /// labels count too).
     #[arg(long = "node-label", value_name = "KEY=VALUE", value_parser = label)]
     pub node_labels: Vec<(String, String)>,
-    /// How often to look for new procedures.
-    #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "5s")]
-    pub procedure_poll: Duration,
+    /// How often to look for new procedures, and in Kubernetes at the node's own RotaNode
+    /// (default 5s; 1m with --store kube, where `rota request`, `rota mop submit`, `rota
+    /// retry` and `rota unlock` wake the agents they concern at once).
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    pub procedure_poll: Option<Duration>,
     /// Serve /metrics (Prometheus), /healthz and /readyz on this address, such as
     /// 127.0.0.1:9746 or 0.0.0.0:9746 (default: off).
     #[arg(long, value_name = "IP:PORT")]

@@ -52,21 +52,9 @@ async fn wait_state(fleet: &Fleet, store: &KubeStore, node: &str, state: NodeSta
 
 /// Waits until `node` is idle with `finished` reboots in its history.
 async fn wait_finished(fleet: &Fleet, store: &KubeStore, node: &str, finished: usize) {
-    wait_finished_within(fleet, store, node, finished, PATIENCE).await;
-}
-
-/// [`wait_finished`] within `within`.
-async fn wait_finished_within(
-    fleet: &Fleet,
-    store: &KubeStore,
-    node: &str,
-    finished: usize,
-    within: Duration,
-) {
-    wait_within(
+    wait(
         fleet,
         &format!("{node} to finish {finished} reboot(s)"),
-        within,
         || async {
             // The RotaNode goes idle a moment before the Lease is given back (two objects, the
             // release last): a finished window is idle and without its slot.
@@ -520,9 +508,10 @@ async fn a_node_cordoned_beforehand_stays_cordoned() -> Result<()> {
     scope.cleanup().await
 }
 
-/// An operator's `rota request` is a write by another process, which no watch of the agents
-/// reports: an idle agent still takes it into a window within seconds, at its next procedure
-/// poll's look at its node, long before its five-minute store poll.
+/// An operator's `rota request` is a write by another process to the node's RotaNode, which
+/// no watch of the agents reports: it also writes `rota-config`'s wake key for that node, so
+/// the idle agent (with the defaults of `--store kube`: a one-minute procedure poll, a
+/// five-minute store poll) starts the work within seconds instead of at its next poll.
 #[tokio::test]
 async fn an_operators_request_reaches_an_idle_agent_within_seconds() -> Result<()> {
     let Some(env) = env() else {
@@ -538,9 +527,76 @@ async fn an_operators_request_reaches_an_idle_agent_within_seconds() -> Result<(
         .request(&Fleet::node_name(node)?, &Process::Reboot, "operator")
         .await?;
     ensure!(created, "a new request: {request:?}");
-    wait_finished_within(&fleet, &store, node, 1, Duration::from_secs(120)).await;
+    // Well within the minute of the procedure poll that would otherwise find it.
+    wait_within(
+        &fleet,
+        &format!("{node}'s agent to start the operator's request"),
+        Duration::from_secs(20),
+        || async {
+            let started = count(
+                &history(&store, node).await?,
+                &Process::Reboot,
+                HistoryEvent::Started,
+            );
+            Ok((started > 0).then_some(()))
+        },
+    )
+    .await;
+    wait_finished(&fleet, &store, node, 1).await;
     assert_rebooted_once(&fleet, &store, node).await?;
     fleet.shutdown().await?;
+    scope.cleanup().await
+}
+
+/// A procedure submitted by an operator (`rota mop submit`, another process) wakes every idle
+/// agent through `rota-config`'s wake key: the agent it selects starts it within seconds, not
+/// at its next one-minute procedure poll.
+#[tokio::test]
+async fn a_submitted_procedure_reaches_an_idle_agent_within_seconds() -> Result<()> {
+    let Some(env) = env() else {
+        return Ok(());
+    };
+    let scope = env.scope("kube-submit").await?;
+    let nodes = scope.create_ready_nodes(1).await?;
+    let node = &nodes[0];
+    let fleet = fleet(env, &scope, &nodes, args(&["--drain-force"])).await;
+    let store = start(&fleet).await?;
+    wait_state(&fleet, &store, node, NodeState::Idle).await;
+    let name = format!("{}-wake", scope.id());
+    let mut spec = rota_core::ProcedureSpec::new(name.clone(), "true\n".to_string());
+    spec.nodes = vec![Fleet::node_name(node)?];
+    let (_, created) = store.submit_procedure(&spec).await?;
+    ensure!(created, "a new procedure {name}");
+    let process = Process::mop(name.clone())?;
+    wait_within(
+        &fleet,
+        &format!("{node}'s agent to start procedure {name}"),
+        Duration::from_secs(20),
+        || async {
+            let started = count(
+                &history(&store, node).await?,
+                &process,
+                HistoryEvent::Started,
+            );
+            Ok((started > 0).then_some(()))
+        },
+    )
+    .await;
+    wait(&fleet, &format!("{node} to finish {name}"), || async {
+        let finished = count(
+            &history(&store, node).await?,
+            &process,
+            HistoryEvent::Finished,
+        );
+        let idle = record(&store, node)
+            .await?
+            .is_some_and(|r| r.state == NodeState::Idle && r.slot.is_none());
+        Ok((idle && finished == 1).then_some(()))
+    })
+    .await;
+    fleet.shutdown().await?;
+    let api: kube::Api<rota_kube::Procedure> = kube::Api::all(scope.client());
+    api.delete(&name, &DeleteParams::default()).await?;
     scope.cleanup().await
 }
 

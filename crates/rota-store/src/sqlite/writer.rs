@@ -11,6 +11,7 @@ use sqlx::SqliteConnection;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::writes;
+use crate::WAKE_ALL;
 use crate::error::{Error, Result};
 use crate::model::{
     Acquire, Blocked, NodeRecord, Outcome, ProcedureRecord, RequestRecord, Session, Transition,
@@ -18,9 +19,6 @@ use crate::model::{
 
 /// Most operations in one transaction: bounds how long another process waits for the lock.
 const MAX_BATCH: usize = 256;
-
-/// A new concurrency may free any number of slots: wake every waiter.
-const CONCURRENCY_CHANGED: u64 = 1 << 32;
 
 pub(super) type Reply<T> = oneshot::Sender<Result<T>>;
 
@@ -130,9 +128,9 @@ fn done<T: Send + 'static>(reply: Reply<T>, result: Result<T>) -> Done {
 /// How far a successful operation moves `Store::changes` (see its documentation).
 fn wakes(op: &Op) -> u64 {
     match op {
-        Op::SetConcurrency { .. } => CONCURRENCY_CHANGED,
+        Op::SetConcurrency { .. } => WAKE_ALL,
         // A pause lifted may let every waiter go on.
-        Op::SetMeta { value: None, .. } => CONCURRENCY_CHANGED,
+        Op::SetMeta { value: None, .. } => WAKE_ALL,
         // A node blocked no longer holds the queue up behind it.
         Op::Unlock { .. } | Op::Retry { .. } | Op::SetBlocked { .. } => 1,
         // Taking a slot never lets another waiter go on (one free slot fewer, one waiter
