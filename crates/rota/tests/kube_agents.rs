@@ -508,6 +508,21 @@ async fn a_node_cordoned_beforehand_stays_cordoned() -> Result<()> {
     scope.cleanup().await
 }
 
+/// Waits until `node`'s agent has started `process`, for at most 20 s: what an operator's
+/// wake allows, well within the minute of the procedure poll that would otherwise find it.
+async fn wait_woken_start(fleet: &Fleet, store: &KubeStore, node: &str, process: &Process) {
+    wait_within(
+        fleet,
+        &format!("{node}'s agent to start {process}"),
+        Duration::from_secs(20),
+        || async {
+            let started = count(&history(store, node).await?, process, HistoryEvent::Started);
+            Ok((started > 0).then_some(()))
+        },
+    )
+    .await;
+}
+
 /// An operator's `rota request` is a write by another process to the node's RotaNode, which
 /// no watch of the agents reports: it also writes `rota-config`'s wake key for that node, so
 /// the idle agent (with the defaults of `--store kube`: a one-minute procedure poll, a
@@ -527,21 +542,7 @@ async fn an_operators_request_reaches_an_idle_agent_within_seconds() -> Result<(
         .request(&Fleet::node_name(node)?, &Process::Reboot, "operator")
         .await?;
     ensure!(created, "a new request: {request:?}");
-    // Well within the minute of the procedure poll that would otherwise find it.
-    wait_within(
-        &fleet,
-        &format!("{node}'s agent to start the operator's request"),
-        Duration::from_secs(20),
-        || async {
-            let started = count(
-                &history(&store, node).await?,
-                &Process::Reboot,
-                HistoryEvent::Started,
-            );
-            Ok((started > 0).then_some(()))
-        },
-    )
-    .await;
+    wait_woken_start(&fleet, &store, node, &Process::Reboot).await;
     wait_finished(&fleet, &store, node, 1).await;
     assert_rebooted_once(&fleet, &store, node).await?;
     fleet.shutdown().await?;
@@ -568,20 +569,7 @@ async fn a_submitted_procedure_reaches_an_idle_agent_within_seconds() -> Result<
     let (_, created) = store.submit_procedure(&spec).await?;
     ensure!(created, "a new procedure {name}");
     let process = Process::mop(name.clone())?;
-    wait_within(
-        &fleet,
-        &format!("{node}'s agent to start procedure {name}"),
-        Duration::from_secs(20),
-        || async {
-            let started = count(
-                &history(&store, node).await?,
-                &process,
-                HistoryEvent::Started,
-            );
-            Ok((started > 0).then_some(()))
-        },
-    )
-    .await;
+    wait_woken_start(&fleet, &store, node, &process).await;
     wait(&fleet, &format!("{node} to finish {name}"), || async {
         let finished = count(
             &history(&store, node).await?,
