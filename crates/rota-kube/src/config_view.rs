@@ -13,7 +13,7 @@
 //! too, ordered by resourceVersion, so the view is never older than what this process saw
 //! last, and the watch's echo of this process's own write is recognised and not counted again.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -50,11 +50,9 @@ fn wake_target(value: &str) -> Option<&str> {
 pub(crate) struct ConfigView {
     view: Mutex<View<ConfigMap>>,
     changes: Arc<Changes>,
-    /// The nodes whose agents run in this process: an operator's wake for one of them, or for
-    /// every node, wakes this process's waiters.
-    locals: Mutex<HashSet<String>>,
-    /// When each of `locals` was last woken (see `woken_at`).
-    woken: Mutex<HashMap<String, Millis>>,
+    /// The nodes whose agents run in this process, each with when an operator's wake for it
+    /// (or for every node) last arrived (0: never): such a wake wakes this process's waiters.
+    locals: Mutex<HashMap<String, Millis>>,
     /// The etcd revision of the latest wake for every node: it announces a new procedure,
     /// written before it, so a list of the procedures must be at least this new.
     everyone_woken_at: AtomicU64,
@@ -69,8 +67,7 @@ impl ConfigView {
         Arc::new(ConfigView {
             view: Mutex::new(View::default()),
             changes,
-            locals: Mutex::new(HashSet::new()),
-            woken: Mutex::new(HashMap::new()),
+            locals: Mutex::new(HashMap::new()),
             everyone_woken_at: AtomicU64::new(0),
         })
     }
@@ -78,7 +75,7 @@ impl ConfigView {
     /// Counts `node`'s agent as one of this process's, for the operators' wakes.
     pub(crate) fn add_local(&self, node: &str) {
         let mut locals = self.locals.lock().unwrap_or_else(|e| e.into_inner());
-        locals.insert(node.to_owned());
+        locals.entry(node.to_owned()).or_insert(0);
     }
 
     /// Whether `step` changed what agents wait on: the fleet's settings, or an operator's
@@ -99,30 +96,31 @@ impl ConfigView {
         if wake == value(before, WAKE_KEY) {
             return false;
         }
-        let locals = self.locals.lock().unwrap_or_else(|e| e.into_inner());
-        let woken: Vec<&String> = match wake.and_then(wake_target) {
-            Some(EVERY_NODE) => {
-                if let Some(version) = after.and_then(|map| revision(&map.metadata)) {
-                    self.everyone_woken_at.fetch_max(version, Ordering::Relaxed);
-                }
-                locals.iter().collect()
-            }
-            Some(node) => locals.iter().filter(|l| l.as_str() == node).collect(),
-            None => Vec::new(),
+        let Some(target) = wake.and_then(wake_target) else {
+            return false;
         };
-        let now = now_millis();
-        let mut at = self.woken.lock().unwrap_or_else(|e| e.into_inner());
-        for node in &woken {
-            at.insert((*node).clone(), now);
+        if target == EVERY_NODE
+            && let Some(version) = after.and_then(|map| revision(&map.metadata))
+        {
+            self.everyone_woken_at.fetch_max(version, Ordering::Relaxed);
         }
-        !woken.is_empty()
+        let now = now_millis();
+        let mut locals = self.locals.lock().unwrap_or_else(|e| e.into_inner());
+        let mut woke = false;
+        for (node, at) in locals.iter_mut() {
+            if target == EVERY_NODE || target == node {
+                *at = now;
+                woke = true;
+            }
+        }
+        woke
     }
 
     /// When this process last learned of an operator's wake for `node` (0: never): what it
     /// read or wrote of the node before then may miss the operator's change.
     pub(crate) fn woken_at(&self, node: &str) -> Millis {
-        let at = self.woken.lock().unwrap_or_else(|e| e.into_inner());
-        at.get(node).copied().unwrap_or(0)
+        let locals = self.locals.lock().unwrap_or_else(|e| e.into_inner());
+        locals.get(node).copied().unwrap_or(0)
     }
 
     fn view(&self) -> std::sync::MutexGuard<'_, View<ConfigMap>> {
@@ -309,6 +307,11 @@ mod tests {
             &[("concurrency", "2"), ("wake", &wake_value(11, Some("n1")))],
         )));
         assert_eq!(changes.current(), start + WAKE_ALL, "this process's node");
+        assert!(
+            view.woken_at("n1") > 0,
+            "what was seen of n1 before is stale"
+        );
+        assert_eq!(view.woken_at("n2"), 0, "not a node of this process");
         view.apply(watcher::Event::Apply(map(
             6,
             &[
