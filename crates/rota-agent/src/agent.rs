@@ -24,6 +24,7 @@ use crate::config::AgentConfig;
 use crate::error::{ActionError, Error, Result};
 use crate::observer::{AgentObserver, WorkOutcome};
 use crate::procedures::{ORPHAN_POLL, RunState, Runner, attempt_run};
+use crate::reboot_marker::RebootMarker;
 
 mod gate;
 
@@ -47,6 +48,8 @@ struct Running {
     changes: watch::Receiver<u64>,
     /// The reboot command this incarnation started, until it exits.
     reboot: Option<RebootHandle>,
+    /// Which recorded reboot this boot started.
+    reboot_marker: RebootMarker,
     /// The sentinels changed since requests were last synced with them.
     sentinels_dirty: bool,
     /// The store's change counter as of the last read of the node: a wait without a target of
@@ -239,6 +242,7 @@ impl Agent {
             sentinels: watcher.subscribe(),
             changes: self.store.changes(),
             reboot: None,
+            reboot_marker: RebootMarker::new(&self.config.host_path(&self.config.state_dir)),
             sentinels_dirty: true,
             changes_at_read: 0,
             procedure_exits: runner.exited(),
@@ -1053,12 +1057,20 @@ impl Agent {
                     }),
             )
             .await?;
-        self.fence(running, &record).await?;
+        self.start_reboot(running, &record).await
+    }
+
+    /// Starts the reboot that `record` (in `rebooting`) recorded, once it has proven the slot.
+    async fn start_reboot(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
+        self.fence(running, record).await?;
+        if let Some(started_at) = record.reboot_started_at {
+            running.reboot_marker.record(&running.boot_id, started_at)?;
+        }
         info!(node = %self.config.node, "rebooting");
-        self.tell(|o| o.reboot_started(&record));
+        self.tell(|o| o.reboot_started(record));
         match self.actions.reboot().await {
             Ok(handle) => running.reboot = Some(handle),
-            Err(e) => self.reboot_failed(running, &record, &e).await?,
+            Err(e) => self.reboot_failed(running, record, &e).await?,
         }
         Ok(())
     }
@@ -1410,8 +1422,20 @@ impl Agent {
             );
             return self.reboot_failed(running, record, &cause).await;
         }
-        // Never start the reboot again: a restarted agent only waits for the outcome.
         let Some(handle) = running.reboot.as_mut() else {
+            if let Some(started_at) = record.reboot_started_at
+                && !running
+                    .reboot_marker
+                    .started(&running.boot_id, started_at)?
+            {
+                warn!(
+                    node = %self.config.node,
+                    started_at,
+                    "the recorded reboot was never started (the agent stopped, or its store call failed, between recording it and starting it); starting it now"
+                );
+                return self.start_reboot(running, record).await;
+            }
+            // Never start a reboot again: a restarted agent only waits for the outcome.
             return self.wait(running, Some(instant_at(deadline)), None).await;
         };
         let exited = tokio::select! {

@@ -9,6 +9,7 @@ mod config;
 mod error;
 mod observer;
 mod procedures;
+mod reboot_marker;
 
 pub use actions::{CommandActions, NodeActions, RebootHandle};
 pub use agent::{Agent, read_boot_id};

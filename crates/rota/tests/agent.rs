@@ -101,6 +101,59 @@ async fn a_reboot_request_runs_the_lifecycle_once_across_kills() {
 }
 
 #[tokio::test]
+async fn a_reboot_recorded_but_never_started_is_started_once() {
+    let host = Host::new();
+    touch(&host.root("run/reboot-needed"));
+    // What an agent leaves behind when it stops between recording its reboot and starting the
+    // command (killed, or its store call failed after the write had landed): `rebooting`,
+    // with this boot's id, and no reboot under way.
+    let store = host.store().await;
+    let session = take_the_only_slot(&store, &host.node, "/run/reboot-needed").await;
+    let steps = [
+        rota_store::Transition::new(NodeState::Queued, NodeState::Draining)
+            .process(Some(Process::Reboot))
+            .window(rota_store::WindowChange::Open)
+            .fields(rota_store::NodeFields {
+                cordoned_by_rota: Some(true),
+                ..rota_store::NodeFields::default()
+            }),
+        rota_store::Transition::new(NodeState::Draining, NodeState::Maintaining),
+        rota_store::Transition::new(NodeState::Maintaining, NodeState::Rebooting).fields(
+            rota_store::NodeFields {
+                boot_id: Some(Some("boot-1".into())),
+                reboot_started_at: Some(Some(rota_store::now_millis())),
+                reboot_deadline: Some(Some(rota_store::now_millis() + 600_000)),
+                ..rota_store::NodeFields::default()
+            },
+        ),
+    ];
+    for step in steps {
+        store.transition(&session, step).await.expect("transition");
+    }
+
+    let agent = host.agent(&[]);
+    host.wait_until("the reboot command", || host.count("reboot") == 1)
+        .await;
+    agent.kill();
+    let agent = host.agent(&[]);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        host.count("reboot"),
+        1,
+        "once started, a reboot is never started again"
+    );
+    agent.kill();
+
+    host.reboot_host("boot-2");
+    let _agent = host.agent(&[]);
+    host.wait_for("idle after the reboot", |r| {
+        r.state == NodeState::Idle && r.last_result.as_deref() == Some("finished")
+    })
+    .await;
+    assert_eq!(host.log(), ["reboot", "health", "uncordon"]);
+}
+
+#[tokio::test]
 async fn an_agent_killed_during_the_drain_drains_again_and_reboots_once() {
     let host = Host::new();
     let log = host.path("actions.log");
