@@ -44,6 +44,8 @@ pub struct Agent {
 struct Running {
     session: Session,
     boot_id: String,
+    /// Ends this incarnation: shutdown, or the loss of its session.
+    cancel: CancellationToken,
     sentinels: watch::Receiver<Snapshot>,
     changes: watch::Receiver<u64>,
     /// The reboot command this incarnation started, until it exits.
@@ -82,6 +84,22 @@ struct Running {
     /// The blockers' last answer: asked again after `blocker_interval`, or at once in another
     /// state (the check right before the reboot never reuses the one before the slot).
     checked: Option<Checked>,
+}
+
+/// How an incarnation (one session) of the agent ended.
+enum Ended {
+    /// Shutdown, or a fatal error.
+    Stopped(Result<()>),
+    Lost(SessionLost),
+}
+
+/// Why a session could not be renewed.
+#[derive(Clone, Copy, Debug)]
+enum SessionLost {
+    /// Another agent opened a newer session for the node.
+    Superseded,
+    /// It ran out while still the node's latest.
+    Expired,
 }
 
 /// What the blockers said, when, and in which state.
@@ -186,6 +204,11 @@ impl Agent {
     }
 
     /// Runs until canceled (graceful shutdown) or until a fatal error.
+    ///
+    /// Each session is one incarnation of the agent. A session that expired (the store out of
+    /// reach, or this process frozen, for longer than `--session-ttl`) ends its incarnation:
+    /// as nobody took the node over, the next opens a new session and carries on from the
+    /// stored state, as a restarted process would. A superseded session stops the agent.
     pub async fn run(self) -> Result<()> {
         let watcher = SentinelWatcher::spawn(
             self.sentinel_paths(),
@@ -195,39 +218,7 @@ impl Agent {
             self.cancel.child_token(),
         )?;
         let boot_id = read_boot_id(&self.config.boot_id_file)?;
-        let session = loop {
-            // Independent: a restart after a reboot waits for neither before the other.
-            let (configured, session) = tokio::join!(
-                self.configure_concurrency(),
-                self.store
-                    .open_session(&self.config.node, self.config.session_ttl)
-            );
-            match configured.and(session.map_err(Error::from)) {
-                Ok(session) => break session,
-                // A database that restarts as the agent starts is waited for; anything else
-                // (a refused database, a missing permission) stops the agent with its error.
-                Err(Error::Store(e)) if e.is_unavailable() => {
-                    self.unavailable(&e);
-                    tokio::select! {
-                        () = self.cancel.cancelled() => return Ok(()),
-                        () = tokio::time::sleep(RETRY_PAUSE) => {}
-                    }
-                }
-                Err(e) => return Err(e),
-            }
-        };
-        info!(node = %self.config.node, session = session.id, boot_id, "agent started");
-        self.tell(|o| o.session(true));
-        let superseded = Arc::new(Mutex::new(false));
-        let heartbeat = tokio::spawn(heartbeat(
-            self.store.clone(),
-            session.clone(),
-            self.config.session_ttl,
-            self.cancel.clone(),
-            superseded.clone(),
-            self.observers.clone(),
-        ));
-        let runner = Runner::new(
+        let mut runner = Runner::new(
             self.config.host_path(&self.config.state_dir).join("runs"),
             self.config.host_path(&self.config.marker_dir),
             self.config.exec_prefix.clone(),
@@ -236,9 +227,85 @@ impl Agent {
         for stale in runner.clean_stale_markers()? {
             info!(node = %self.config.node, marker = %stale.display(), "removed a stale procedure marker");
         }
+        let result = loop {
+            let Some(session) = self.open_session().await? else {
+                break Ok(());
+            };
+            info!(node = %self.config.node, session = session.id, boot_id, "agent started");
+            let (ended, returned) = self
+                .incarnation(session, boot_id.clone(), &watcher, runner)
+                .await;
+            runner = returned;
+            match ended {
+                Ended::Stopped(result) => break result,
+                Ended::Lost(SessionLost::Expired) => {
+                    warn!(
+                        node = %self.config.node,
+                        "the session expired (not renewed within --session-ttl: the store was out of reach, or this process was frozen); nobody took the node over, so a new one carries on"
+                    );
+                }
+                Ended::Lost(SessionLost::Superseded) => {
+                    return Err(Error::Superseded {
+                        node: self.config.node.clone(),
+                    });
+                }
+            }
+        };
+        self.cancel.cancel();
+        if let Err(e) = watcher.join().await {
+            warn!(error = %e, "sentinel watcher ended with an error");
+        }
+        result
+    }
+
+    /// Opens the node's session, waiting for a store that restarts; `None` on shutdown.
+    async fn open_session(&self) -> Result<Option<Session>> {
+        loop {
+            // Independent: a restart after a reboot waits for neither before the other.
+            let (configured, session) = tokio::join!(
+                self.configure_concurrency(),
+                self.store
+                    .open_session(&self.config.node, self.config.session_ttl)
+            );
+            match configured.and(session.map_err(Error::from)) {
+                Ok(session) => return Ok(Some(session)),
+                // A database that restarts as the agent starts is waited for; anything else
+                // (a refused database, a missing permission) stops the agent with its error.
+                Err(Error::Store(e)) if e.is_unavailable() => {
+                    self.unavailable(&e);
+                    tokio::select! {
+                        () = self.cancel.cancelled() => return Ok(None),
+                        () = tokio::time::sleep(RETRY_PAUSE) => {}
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Runs the steps under one session until shutdown, a fatal error or the session's loss.
+    async fn incarnation(
+        &self,
+        session: Session,
+        boot_id: String,
+        watcher: &SentinelWatcher,
+        runner: Runner,
+    ) -> (Ended, Runner) {
+        self.tell(|o| o.session(true));
+        let cancel = self.cancel.child_token();
+        let lost = Arc::new(Mutex::new(None));
+        let heartbeat = tokio::spawn(heartbeat(
+            self.store.clone(),
+            session.clone(),
+            self.config.session_ttl,
+            cancel.clone(),
+            lost.clone(),
+            self.observers.clone(),
+        ));
         let mut running = Running {
             session,
             boot_id,
+            cancel: cancel.clone(),
             sentinels: watcher.subscribe(),
             changes: self.store.changes(),
             reboot: None,
@@ -258,20 +325,16 @@ impl Agent {
         };
         let result = self.run_steps(&mut running).await;
         self.tell(|o| o.session(false));
-        self.cancel.cancel();
+        cancel.cancel();
         let _ = heartbeat.await;
-        if *superseded.lock().unwrap_or_else(|e| e.into_inner()) {
-            return Err(Error::Superseded {
-                node: self.config.node.clone(),
-            });
-        }
-        if let Err(e) = watcher.join().await {
-            warn!(error = %e, "sentinel watcher ended with an error");
+        let lost = lost.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(lost) = lost {
+            return (Ended::Lost(lost), running.runner);
         }
         if let Err(e) = self.store.close_session(&running.session).await {
             warn!(error = %e, "could not close the session");
         }
-        result
+        (Ended::Stopped(result), running.runner)
     }
 
     /// Reports a store that cannot be reached for now; the caller tries again after a pause.
@@ -300,7 +363,7 @@ impl Agent {
     }
 
     async fn run_steps(&self, running: &mut Running) -> Result<()> {
-        while !self.cancel.is_cancelled() {
+        while !running.cancel.is_cancelled() {
             let changes = *running.changes.borrow();
             if changes >= running.changes_at_read.saturating_add(WAKE_ALL) {
                 // Everyone looks again, also for procedures: a new one may be what woke us.
@@ -366,6 +429,7 @@ impl Agent {
         }
         let until = until.map_or(poll, |u| u.min(poll));
         let exits = running.procedure_exits.clone();
+        let cancel = running.cancel.clone();
         let target =
             store_changes.unwrap_or_else(|| running.changes_at_read.saturating_add(WAKE_ALL));
         let changes = &mut running.changes;
@@ -376,7 +440,7 @@ impl Agent {
             }
         };
         tokio::select! {
-            () = self.cancel.cancelled() => Ok(()),
+            () = cancel.cancelled() => Ok(()),
             changed = running.sentinels.changed() => {
                 running.sentinels_dirty = true;
                 // The watcher ends with the agent's token; only an early end is an error.
@@ -524,7 +588,7 @@ impl Agent {
                 Err(e) => warn!(node = %self.config.node, error = %e, "uncordon failed; retrying"),
             }
             tokio::select! {
-                () = self.cancel.cancelled() => return Ok(()),
+                () = running.cancel.cancelled() => return Ok(()),
                 () = tokio::time::sleep(RETRY_PAUSE) => {}
             }
         }
@@ -937,7 +1001,7 @@ impl Agent {
         self.fence(running, &record).await?;
         self.tell(|o| o.drain_started(&record));
         let drained = tokio::select! {
-            () = self.cancel.cancelled() => return Ok(()),
+            () = running.cancel.cancelled() => return Ok(()),
             drained = tokio::time::timeout(self.config.drain_timeout, self.actions.drain()) => drained,
         };
         let cause = match drained {
@@ -1439,7 +1503,7 @@ impl Agent {
             return self.wait(running, Some(instant_at(deadline)), None).await;
         };
         let exited = tokio::select! {
-            () = self.cancel.cancelled() => return Ok(()),
+            () = running.cancel.cancelled() => return Ok(()),
             () = tokio::time::sleep_until(instant_at(deadline)) => return Ok(()),
             exited = handle => exited,
         };
@@ -1545,7 +1609,7 @@ async fn heartbeat(
     session: Session,
     ttl: Duration,
     cancel: CancellationToken,
-    superseded: Arc<Mutex<bool>>,
+    lost: Arc<Mutex<Option<SessionLost>>>,
     observers: Vec<Arc<dyn AgentObserver>>,
 ) {
     let period = ttl / 3;
@@ -1554,19 +1618,23 @@ async fn heartbeat(
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(period) => {}
         }
-        match store.heartbeat(&session, ttl).await {
-            Ok(()) => observers.iter().for_each(|o| o.store_access(true)),
-            Err(rota_store::Error::Fenced { .. }) => {
-                observers.iter().for_each(|o| o.session(false));
-                *superseded.lock().unwrap_or_else(|e| e.into_inner()) = true;
-                cancel.cancel();
-                return;
+        let why = match store.heartbeat(&session, ttl).await {
+            Ok(()) => {
+                observers.iter().for_each(|o| o.store_access(true));
+                continue;
             }
+            Err(rota_store::Error::Fenced { .. }) => SessionLost::Superseded,
+            Err(rota_store::Error::Expired { .. }) => SessionLost::Expired,
             Err(e) => {
                 // An agent whose session cannot be renewed is about to lose it: not ready.
                 observers.iter().for_each(|o| o.store_access(false));
                 warn!(error = %e, "heartbeat failed; retrying");
+                continue;
             }
-        }
+        };
+        observers.iter().for_each(|o| o.session(false));
+        *lost.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+        cancel.cancel();
+        return;
     }
 }

@@ -914,6 +914,27 @@ impl KubeStore {
         Err(fenced(session))
     }
 
+    /// Why a session's renewal was refused: `Expired` if it is still the node's latest (nobody
+    /// took the node over), else `Fenced`.
+    async fn expired_or_fenced(&self, session: &Session) -> Error {
+        match self.get_rota_node(&session.node).await {
+            Ok(Some(object))
+                if object
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.session.as_ref())
+                    .is_some_and(|current| current.id == session.id) =>
+            {
+                Error::Expired {
+                    node: session.node.clone(),
+                    session: session.id,
+                }
+            }
+            Ok(_) => fenced(session),
+            Err(e) => e,
+        }
+    }
+
     /// An Event on the node's Node object, sent in the background: it stays off the path of
     /// the step that caused it, and a node's maintenance does not stop because its Event could
     /// not be written.
@@ -1277,7 +1298,7 @@ impl Store for KubeStore {
             // idle fleet then sends no writes at all (see the crate docs).
             if local.id == session.id && local.idle && now - local.checked_at < IDLE_RECHECK {
                 if local.deadline <= now {
-                    return Err(fenced(session));
+                    return Err(self.expired_or_fenced(session).await);
                 }
                 let mut sessions = self
                     .inner
@@ -1291,7 +1312,7 @@ impl Store for KubeStore {
             }
         }
         let deadline = now.saturating_add(ttl_ms);
-        let (written, status, _) = self
+        let edited = self
             .edit(session, false, |status, _| {
                 if status.state == NodeState::Idle {
                     return Ok(Edit::Keep(false));
@@ -1301,7 +1322,11 @@ impl Store for KubeStore {
                 }
                 Ok(Edit::Write(true))
             })
-            .await?;
+            .await;
+        let (written, status, _) = match edited {
+            Err(Error::Fenced { .. }) => return Err(self.expired_or_fenced(session).await),
+            edited => edited?,
+        };
         if !written {
             self.remember(session, &status, deadline);
         }

@@ -38,7 +38,7 @@ macro_rules! conformance_tests {
             slot_limit_is_never_exceeded,
             holder_readopts_its_slot_after_restart,
             superseded_session_is_fenced,
-            expired_session_is_fenced,
+            expired_session_is_fenced_and_told_apart_from_a_superseded_one,
             fence_requires_a_held_slot,
             a_fenced_transition_needs_the_slot_and_the_session,
             transition_is_compare_and_swap,
@@ -261,7 +261,9 @@ pub async fn superseded_session_is_fenced(store: Arc<dyn Store>) {
     );
 }
 
-pub async fn expired_session_is_fenced(store: Arc<dyn Store>) {
+/// A session that ran out may write nothing. Its renewal says `Expired` while nobody took the
+/// node over (its agent may open a new session and carry on), and `Fenced` once someone has.
+pub async fn expired_session_is_fenced_and_told_apart_from_a_superseded_one(store: Arc<dyn Store>) {
     let s = store
         .open_session(&node("a"), Duration::from_millis(100))
         .await
@@ -271,6 +273,21 @@ pub async fn expired_session_is_fenced(store: Arc<dyn Store>) {
         .transition(&s, Transition::new(NodeState::Idle, NodeState::Queued))
         .await;
     assert!(matches!(refused, Err(Error::Fenced { .. })), "{refused:?}");
+    let refused = store.heartbeat(&s, TTL).await;
+    assert!(matches!(refused, Err(Error::Expired { .. })), "{refused:?}");
+    let refused = store.heartbeat(&s, TTL).await;
+    assert!(
+        matches!(refused, Err(Error::Expired { .. })),
+        "a refused renewal renews nothing: {refused:?}"
+    );
+
+    let next = session(&*store, "a").await;
+    let refused = store.heartbeat(&s, TTL).await;
+    assert!(matches!(refused, Err(Error::Fenced { .. })), "{refused:?}");
+    store
+        .heartbeat(&next, TTL)
+        .await
+        .expect("the new session works");
 }
 
 pub async fn fence_requires_a_held_slot(store: Arc<dyn Store>) {

@@ -7,6 +7,11 @@ pub enum Error {
         "session {session} of node {node} is no longer current (superseded or expired): write refused"
     )]
     Fenced { node: NodeName, session: i64 },
+    #[error(
+        "session {session} of node {node} expired (not renewed within its TTL) and nobody took \
+         the node over: a new session may carry on"
+    )]
+    Expired { node: NodeName, session: i64 },
     #[error("node {node} is {actual}, not {expected}: transition refused")]
     Conflict {
         node: NodeName,

@@ -709,14 +709,25 @@ impl Store for PostgresStore {
         .execute(&mut *conn)
         .await
         .context("extending the session")?;
-        conn.finish();
-        if extended.rows_affected() == 0 {
-            return Err(Error::Fenced {
-                node: session.node.clone(),
-                session: session.id,
-            });
+        if extended.rows_affected() > 0 {
+            conn.finish();
+            return Ok(());
         }
-        Ok(())
+        let latest: Option<i64> = sqlx::query_scalar(
+            "SELECT s.id FROM nodes n JOIN sessions s ON s.id = n.session_id \
+             WHERE n.node = $1 AND s.id = $2 AND NOT s.superseded",
+        )
+        .bind(session.node.as_str())
+        .bind(session.id)
+        .fetch_optional(&mut *conn)
+        .await
+        .context("checking the session")?;
+        conn.finish();
+        let (node, session) = (session.node.clone(), session.id);
+        Err(match latest {
+            Some(_) => Error::Expired { node, session },
+            None => Error::Fenced { node, session },
+        })
     }
 
     async fn close_session(&self, session: &Session) -> Result<()> {

@@ -21,7 +21,9 @@ pub trait Store: Send + Sync {
     /// Starts a new session for `node`, superseding every earlier one, and creates the node's
     /// record (idle) if it has none. The session expires `ttl` after its last heartbeat.
     async fn open_session(&self, node: &NodeName, ttl: Duration) -> Result<Session>;
-    /// Extends the session's deadline; fails with `Fenced` if it is no longer current.
+    /// Extends the session's deadline. Fails with `Expired` if the session ran out but is
+    /// still the node's latest (nobody took the node over: a new session may carry on), and
+    /// with `Fenced` if it was superseded.
     async fn heartbeat(&self, session: &Session, ttl: Duration) -> Result<()>;
     /// Ends the session now (graceful shutdown). The node keeps whatever slot it holds.
     async fn close_session(&self, session: &Session) -> Result<()>;

@@ -349,6 +349,50 @@ async fn a_second_agent_for_the_same_node_supersedes_the_first() {
     );
 }
 
+/// An agent that could not renew its session for longer than `--session-ttl` (frozen here; a
+/// store out of reach, a suspended VM) finds its session expired. Nobody took the node over,
+/// so it opens a new session and carries on, as a restart would, instead of exiting.
+#[tokio::test]
+async fn an_agent_whose_session_expired_while_it_was_frozen_carries_on() {
+    let host = Host::new();
+    let mut agent = host.agent(&["--session-ttl", "1s"]);
+    host.wait_for("registered", |_| true).await;
+    let pid = agent.child.id().to_string();
+    let signal = |name: &str| {
+        let status = Command::new("kill")
+            .args([name, &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill {name}");
+    };
+    signal("-STOP");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    signal("-CONT");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        agent.child.try_wait().expect("try_wait").is_none(),
+        "the agent exited after its session expired"
+    );
+
+    touch(&host.root("run/reboot-needed"));
+    host.wait_until("the reboot", || host.count("reboot") == 1)
+        .await;
+    agent.child.kill().expect("kill -9");
+    let stderr = agent.output().stderr;
+    let stderr = String::from_utf8_lossy(&stderr);
+    assert!(
+        stderr.contains("the session expired") && !stderr.contains("another agent took over"),
+        "{stderr}"
+    );
+    host.reboot_host("boot-2");
+    let _agent = host.agent(&["--session-ttl", "1s"]);
+    host.wait_for("finished", |r| {
+        r.state == NodeState::Idle && r.last_result.as_deref() == Some("finished")
+    })
+    .await;
+    assert_eq!(host.log(), ["drain", "reboot", "health", "uncordon"]);
+}
+
 #[test]
 fn bad_input_is_refused_with_one_clear_line() {
     let host = Host::new();

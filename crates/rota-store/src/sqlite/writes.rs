@@ -516,13 +516,23 @@ pub(super) async fn heartbeat(
     .execute(&mut *tx)
     .await
     .context("extending the session")?;
-    if extended.rows_affected() == 0 {
-        return Err(Error::Fenced {
-            node: session.node.clone(),
-            session: session.id,
-        });
+    if extended.rows_affected() > 0 {
+        return Ok(());
     }
-    Ok(())
+    let latest: Option<i64> = sqlx::query_scalar(
+        "SELECT s.id FROM nodes n JOIN sessions s ON s.id = n.session_id \
+         WHERE n.node = ?1 AND s.id = ?2 AND s.superseded = 0",
+    )
+    .bind(session.node.as_str())
+    .bind(session.id)
+    .fetch_optional(&mut *tx)
+    .await
+    .context("checking the session")?;
+    let (node, session) = (session.node.clone(), session.id);
+    Err(match latest {
+        Some(_) => Error::Expired { node, session },
+        None => Error::Fenced { node, session },
+    })
 }
 
 pub(super) async fn close_session(tx: &mut SqliteConnection, session: &Session) -> Result<()> {
