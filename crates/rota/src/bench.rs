@@ -316,6 +316,15 @@ async fn history(stores: &[Arc<dyn Store>], args: &BenchArgs, run: i64) -> Resul
                 appends += 1;
                 store.retry(&s.node).await?;
             }
+            // The window ends and gives its slot back: a later bench on this store finds every
+            // slot free (a failed node would keep its slot).
+            store
+                .transition(
+                    &s,
+                    Transition::new(NodeState::Maintaining, NodeState::Idle)
+                        .window(WindowChange::Finish),
+                )
+                .await?;
             store.close_session(&s).await?;
             anyhow::Ok(appends)
         });

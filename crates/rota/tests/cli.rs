@@ -480,6 +480,47 @@ fn as_kubectl_rota_the_store_is_the_cluster() {
     );
 }
 
+/// A bench leaves its store as it found it: every window closed and every slot free, so that a
+/// second bench on the same store runs (it used to wait forever for the slots the first left
+/// held).
+#[test]
+fn a_second_bench_on_the_same_store_runs_too() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = store_url(&dir.path().join("bench.db"));
+    for run in ["first", "second"] {
+        let mut bench = Command::new(env!("CARGO_BIN_EXE_rota"))
+            .args([
+                "bench",
+                "--store",
+                &url,
+                "--sessions",
+                "4",
+                "--seconds",
+                "1",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run rota bench");
+        let start = std::time::Instant::now();
+        while bench.try_wait().expect("try_wait").is_none() {
+            if start.elapsed() > Duration::from_secs(60) {
+                let _ = bench.kill();
+                panic!("the {run} bench did not end within 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let output = bench.wait_with_output().expect("bench output");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{run} bench: {stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(stdout.contains("appends/s"), "{run} bench: {stdout}");
+    }
+}
+
 /// `rota bench … | head -n 1`: the reader goes away after the first line while the bench still
 /// has lines to print, which must end the output, not the process with a panic.
 #[test]
