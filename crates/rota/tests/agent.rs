@@ -8,10 +8,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Host, PATIENCE, ROTA};
+use common::{Agent, Host, PATIENCE, ROTA};
 
 use rota_core::{HistoryEvent, NodeName, NodeState, Process};
-use rota_store::{SqliteStore, Store};
+use rota_store::{NodeRecord, SqliteStore, Store};
 
 /// Makes `node` hold the store's only slot through a session of its own: it requests a reboot
 /// (from `source`), queues and is granted the slot, as an agent would.
@@ -49,24 +49,12 @@ fn touch(path: &Path) {
     std::fs::write(path, b"").expect("touch");
 }
 
-#[tokio::test]
-async fn a_reboot_request_runs_the_lifecycle_once_across_kills() {
-    let host = Host::new();
-    let agent = host.agent(&[]);
-    host.wait_for("registered", |_| true).await;
-    touch(&host.root("run/reboot-needed"));
-    let record = host
-        .wait_for("rebooting", |r| r.state == NodeState::Rebooting)
-        .await;
-    assert_eq!(
-        record.boot_id.as_deref(),
-        Some("boot-1"),
-        "boot id persisted"
-    );
+/// Once `agent` has started its node's reboot, the machine does not go down at once: the agent
+/// is killed and started again on the same boot, and must not reboot again. Then the reboot
+/// happens, and the agent started after it finishes the window.
+async fn reboot_once_across_a_restart(host: &Host, agent: Agent) -> (Agent, NodeRecord) {
     host.wait_until("the reboot command", || host.count("reboot") == 1)
         .await;
-
-    // The machine did not go down yet: the agent is killed and started again, same boot.
     agent.kill();
     let agent = host.agent(&[]);
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -88,6 +76,24 @@ async fn a_reboot_request_runs_the_lifecycle_once_across_kills() {
             r.state == NodeState::Idle && r.last_result.as_deref() == Some("finished")
         })
         .await;
+    (agent, record)
+}
+
+#[tokio::test]
+async fn a_reboot_request_runs_the_lifecycle_once_across_kills() {
+    let host = Host::new();
+    let agent = host.agent(&[]);
+    host.wait_for("registered", |_| true).await;
+    touch(&host.root("run/reboot-needed"));
+    let record = host
+        .wait_for("rebooting", |r| r.state == NodeState::Rebooting)
+        .await;
+    assert_eq!(
+        record.boot_id.as_deref(),
+        Some("boot-1"),
+        "boot id persisted"
+    );
+    let (agent, record) = reboot_once_across_a_restart(&host, agent).await;
     assert_eq!(record.slot, None, "the slot was released");
     assert_eq!(host.log(), ["drain", "reboot", "health", "uncordon"]);
     assert_eq!(
@@ -132,24 +138,7 @@ async fn a_reboot_recorded_but_never_started_is_started_once() {
     }
 
     let agent = host.agent(&[]);
-    host.wait_until("the reboot command", || host.count("reboot") == 1)
-        .await;
-    agent.kill();
-    let agent = host.agent(&[]);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(
-        host.count("reboot"),
-        1,
-        "once started, a reboot is never started again"
-    );
-    agent.kill();
-
-    host.reboot_host("boot-2");
-    let _agent = host.agent(&[]);
-    host.wait_for("idle after the reboot", |r| {
-        r.state == NodeState::Idle && r.last_result.as_deref() == Some("finished")
-    })
-    .await;
+    reboot_once_across_a_restart(&host, agent).await;
     assert_eq!(host.log(), ["reboot", "health", "uncordon"]);
 }
 

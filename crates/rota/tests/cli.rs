@@ -480,6 +480,18 @@ fn as_kubectl_rota_the_store_is_the_cluster() {
     );
 }
 
+/// Starts `rota bench` on `url` with `sessions` sessions for a second per workload, its
+/// output piped.
+fn start_bench(url: &str, sessions: u32) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_rota"))
+        .args(["bench", "--store", url, "--seconds", "1", "--sessions"])
+        .arg(sessions.to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run rota bench")
+}
+
 /// A bench leaves its store as it found it: every window closed and every slot free, so that a
 /// second bench on the same store runs (it used to wait forever for the slots the first left
 /// held).
@@ -488,20 +500,7 @@ fn a_second_bench_on_the_same_store_runs_too() {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = store_url(&dir.path().join("bench.db"));
     for run in ["first", "second"] {
-        let mut bench = Command::new(env!("CARGO_BIN_EXE_rota"))
-            .args([
-                "bench",
-                "--store",
-                &url,
-                "--sessions",
-                "4",
-                "--seconds",
-                "1",
-            ])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("run rota bench");
+        let mut bench = start_bench(&url, 4);
         let start = std::time::Instant::now();
         while bench.try_wait().expect("try_wait").is_none() {
             if start.elapsed() > Duration::from_secs(60) {
@@ -526,24 +525,10 @@ fn a_second_bench_on_the_same_store_runs_too() {
 #[test]
 fn a_reader_that_goes_away_ends_the_output_not_the_bench() {
     use std::io::{BufRead, BufReader, Read};
-    use std::process::Stdio;
 
     let dir = tempfile::tempdir().expect("tempdir");
     let url = store_url(&dir.path().join("bench.db"));
-    let mut bench = Command::new(env!("CARGO_BIN_EXE_rota"))
-        .args([
-            "bench",
-            "--store",
-            &url,
-            "--sessions",
-            "2",
-            "--seconds",
-            "1",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run rota bench");
+    let mut bench = start_bench(&url, 2);
     let stdout = bench.stdout.take().expect("piped stdout");
     let mut first = String::new();
     BufReader::new(stdout)
