@@ -78,6 +78,8 @@ pub struct Options {
     /// How long a simulated reboot keeps a node down.
     pub maintenance_time: Duration,
     pub store: StoreChoice,
+    /// The agents' `--session-ttl`; the agent's default when `None`.
+    pub session_ttl: Option<Duration>,
 }
 
 /// The store to run against.
@@ -195,6 +197,9 @@ fn node_config(node: &Node, options: &Options, fleet: &Fleet) -> AgentConfig {
     config.concurrency = Some(options.concurrency);
     config.reboot_timeout = options.maintenance_time * 10 + Duration::from_secs(60);
     config.store_poll = fleet.store_poll;
+    if let Some(ttl) = options.session_ttl {
+        config.session_ttl = ttl;
+    }
     if let Some(poll) = fleet.procedure_poll {
         config.procedure_poll = poll;
     }

@@ -35,6 +35,7 @@ async fn kube_rollout_reboots_every_node_once_never_more_than_k_at_once() {
                 client: client.clone(),
                 namespace: Some(namespace.clone()),
             }),
+            session_ttl: None,
         },
         |_, _| {},
     )
@@ -53,6 +54,23 @@ async fn kube_rollout_reboots_every_node_once_never_more_than_k_at_once() {
 /// `concurrency` at once, and none fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kube_rollout_rides_out_api_server_outages_and_reboots_every_node_once() {
+    rollout_with_outages("rota-outage-test", Duration::from_secs(3), None).await;
+}
+
+/// The same, with outages of 5 s and sessions that expire after 2 s: the agents' sessions run
+/// out during an outage, and each agent carries on under a new one afterwards (nobody took its
+/// node over) instead of exiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kube_rollout_rides_out_outages_longer_than_the_session_ttl() {
+    rollout_with_outages(
+        "rota-long-outage-test",
+        Duration::from_secs(5),
+        Some(Duration::from_secs(2)),
+    )
+    .await;
+}
+
+async fn rollout_with_outages(prefix: &str, length: Duration, session_ttl: Option<Duration>) {
     let env = match TestEnv::get() {
         Ok(Some(env)) => env,
         Ok(None) => return,
@@ -72,7 +90,7 @@ async fn a_kube_rollout_rides_out_api_server_outages_and_reboots_every_node_once
         .expect("the proxy's URL");
     let client = rota_drain::client(config).expect("a client");
     let nodes = 6;
-    let namespace = format!("rota-outage-test-{}", std::process::id());
+    let namespace = format!("{prefix}-{}", std::process::id());
     let options = Options {
         nodes,
         concurrency: 2,
@@ -83,15 +101,11 @@ async fn a_kube_rollout_rides_out_api_server_outages_and_reboots_every_node_once
             client: client.clone(),
             namespace: Some(namespace.clone()),
         }),
+        session_ttl,
     };
     // The test keeps the proxy up until the run has cleaned up after itself.
     let (summary, cut) = common::disrupted_rollout(options, |done| {
-        outages(
-            proxy.clone(),
-            vec![1, nodes / 2],
-            Duration::from_secs(3),
-            done,
-        )
+        outages(proxy.clone(), vec![1, nodes / 2], length, done)
     })
     .await;
     common::assert_mid_rollout(&cut, nodes);

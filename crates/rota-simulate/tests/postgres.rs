@@ -31,6 +31,7 @@ async fn a_rollout_rides_out_database_restarts_and_reboots_every_node_once() {
         concurrency: 2,
         maintenance_time: Duration::from_millis(300),
         store: StoreChoice::Url(StoreUrl::from_str(&url).expect("the database's URL")),
+        session_ttl: None,
     };
     let (summary, ended) = common::disrupted_rollout(options, |done| {
         let url = url.clone();
@@ -52,6 +53,18 @@ async fn a_rollout_rides_out_database_restarts_and_reboots_every_node_once() {
 /// once, never more than `concurrency` at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_rides_out_an_unreachable_database_and_reboots_every_node_once() {
+    rollout_with_outages(Duration::from_secs(3), None).await;
+}
+
+/// The same, with outages of 5 s and sessions that expire after 2 s: every agent's session
+/// runs out during an outage, and each carries on under a new one afterwards (nobody took its
+/// node over) instead of exiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_rides_out_outages_longer_than_the_session_ttl() {
+    rollout_with_outages(Duration::from_secs(5), Some(Duration::from_secs(2))).await;
+}
+
+async fn rollout_with_outages(length: Duration, session_ttl: Option<Duration>) {
     let Some(url) = fresh_database().await else {
         return;
     };
@@ -63,14 +76,10 @@ async fn a_rollout_rides_out_an_unreachable_database_and_reboots_every_node_once
         concurrency: 2,
         maintenance_time: Duration::from_millis(300),
         store: StoreChoice::Url(StoreUrl::from_str(&proxied).expect("the proxy's URL")),
+        session_ttl,
     };
     let (summary, cut) = common::disrupted_rollout(options, |done| {
-        outages(
-            proxy.clone(),
-            vec![1, nodes / 2],
-            Duration::from_secs(3),
-            done,
-        )
+        outages(proxy.clone(), vec![1, nodes / 2], length, done)
     })
     .await;
     common::assert_mid_rollout(&cut, nodes);
@@ -96,6 +105,7 @@ async fn the_summary_waits_out_an_unreachable_database_at_the_end_of_the_rollout
             concurrency: 2,
             maintenance_time: Duration::from_millis(200),
             store: StoreChoice::Url(StoreUrl::from_str(&proxied).expect("the proxy's URL")),
+            session_ttl: None,
         },
         {
             let (proxy, cut) = (proxy.clone(), cut.clone());

@@ -12,6 +12,7 @@ async fn every_node_reboots_once_and_never_more_than_k_at_once() {
             concurrency: 2,
             maintenance_time: Duration::from_millis(300),
             store: StoreChoice::Temporary,
+            session_ttl: None,
         },
         |_, _| {},
     )
@@ -49,6 +50,7 @@ async fn zero_nodes_or_zero_concurrency_is_refused() {
                 concurrency,
                 maintenance_time: Duration::from_millis(10),
                 store: StoreChoice::Temporary,
+                session_ttl: None,
             },
             |_, _| {},
         )

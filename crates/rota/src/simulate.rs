@@ -76,6 +76,7 @@ pub async fn run(args: SimulateArgs) -> Result<()> {
             concurrency: args.concurrency,
             maintenance_time: args.maintenance_time,
             store,
+            session_ttl: None,
         },
         |done, _| bar.set_position(done as u64),
     )
