@@ -272,6 +272,30 @@ impl PostgresStore {
         Ok(())
     }
 
+    /// Wakes every agent after an operator's change that no agent's own waiting would notice
+    /// (a request, a cancel, a new procedure): each re-reads its node and lists the procedures,
+    /// instead of finding the change at its next `--store-poll`. Best effort: the change is
+    /// committed already, and the poll still finds it if the notification is lost.
+    async fn wake_everyone(&self, context: &'static str) {
+        let notified = async {
+            let mut conn = self.connections.lease(context).await?;
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(CHANNEL)
+                .bind(self.payload(WAKE_ALL))
+                .execute(&mut *conn)
+                .await
+                .context(context)?;
+            conn.finish();
+            Ok::<_, Error>(())
+        };
+        match notified.await {
+            Ok(()) => self.woke(WAKE_ALL),
+            Err(e) => {
+                warn!(error = %e, "the agents could not be woken; they find the change at their next poll")
+            }
+        }
+    }
+
     /// The notification of `wakes` from this handle, if any.
     fn payload(&self, wakes: u64) -> Option<String> {
         (wakes > 0).then(|| format!("{}:{wakes}", self.origin))
@@ -1075,7 +1099,9 @@ impl Store for PostgresStore {
         .context(CONTEXT)?;
         if let Some(row) = inserted {
             conn.finish();
-            return Ok((procedure_record(&row)?, true));
+            let record = procedure_record(&row)?;
+            self.wake_everyone(CONTEXT).await;
+            return Ok((record, true));
         }
         let row = sqlx::query("SELECT spec, submitted_at FROM procedures WHERE name = $1")
             .bind(&spec.name)
@@ -1408,7 +1434,9 @@ impl Store for PostgresStore {
         .context(CONTEXT)?;
         if let Some(row) = inserted {
             conn.finish();
-            return Ok((request_record(&row)?, true));
+            let record = request_record(&row)?;
+            self.wake_everyone(CONTEXT).await;
+            return Ok((record, true));
         }
         let existing = existing_request(&mut conn, node, process).await?;
         conn.finish();
@@ -1431,7 +1459,11 @@ impl Store for PostgresStore {
         .await
         .context(CONTEXT)?;
         conn.finish();
-        Ok(done.rows_affected() > 0)
+        let canceled = done.rows_affected() > 0;
+        if canceled {
+            self.wake_everyone(CONTEXT).await;
+        }
+        Ok(canceled)
     }
 
     async fn pause(&self, reason: &str) -> Result<Pause> {

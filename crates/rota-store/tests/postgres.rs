@@ -6,10 +6,10 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rota_core::{BackoffPolicy, NodeName, NodeState, Process};
+use rota_core::{BackoffPolicy, NodeName, NodeState, ProcedureSpec, Process};
 use rota_e2e::postgres::{end_connections, fresh_database};
 use rota_store::conformance::{Stress, stress};
-use rota_store::{PostgresStore, Store, StoreUrl, Transition, WindowChange, now_millis};
+use rota_store::{PostgresStore, Store, StoreUrl, Transition, WAKE_ALL, WindowChange, now_millis};
 
 async fn make() -> Option<Arc<dyn Store>> {
     let url = fresh_database().await?;
@@ -104,6 +104,71 @@ async fn a_release_reaches_every_handle_through_notify() {
             "a release moves every handle's counter by exactly one"
         );
     }
+}
+
+/// An operator's request, cancel and new procedure change nothing an agent waits on, so each
+/// wakes every agent (a jump of `WAKE_ALL` on every other handle's counter), and an idle agent
+/// finds the change at once instead of at its next `--store-poll`. What changes nothing (the
+/// same procedure again, a cancel with nothing pending) wakes nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operators_request_cancel_and_procedure_wake_every_agent() {
+    let Some(url) = fresh_database().await else {
+        return;
+    };
+    let stores = handles(&url, 2).await;
+    let (operator, agent) = (&stores[0], &stores[1]);
+    let node = NodeName::new("a").expect("name");
+    agent
+        .open_session(&node, Duration::from_secs(30))
+        .await
+        .expect("session");
+    let changes = agent.changes();
+    let woken = async |what: &str, before: u64| {
+        let mut changes = changes.clone();
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            changes.wait_for(|n| *n >= before + WAKE_ALL),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{what} woke nobody"))
+        .map(drop)
+        .expect("store alive");
+    };
+    let before = *changes.borrow();
+    let (_, created) = operator
+        .request(&node, &Process::Reboot, "operator")
+        .await
+        .expect("request");
+    assert!(created);
+    woken("a request", before).await;
+    let before = *changes.borrow();
+    assert!(
+        operator
+            .cancel(&node, &Process::Reboot)
+            .await
+            .expect("cancel")
+    );
+    woken("a cancel", before).await;
+    let spec = ProcedureSpec::new("firmware", "true");
+    let before = *changes.borrow();
+    assert!(operator.submit_procedure(&spec).await.expect("submit").1);
+    woken("a new procedure", before).await;
+
+    let before = *agent.changes().borrow();
+    assert!(!operator.submit_procedure(&spec).await.expect("submit").1);
+    assert!(
+        !operator
+            .cancel(&node, &Process::Reboot)
+            .await
+            .expect("cancel")
+    );
+    // A release would be +1; the wakes above came within milliseconds.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        *agent.changes().borrow(),
+        before,
+        "nothing changed, nobody woken"
+    );
 }
 
 /// A failure's backoff is computed by the server (`rota_backoff_next`), so that a failure is one
