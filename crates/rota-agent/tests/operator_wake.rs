@@ -7,8 +7,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::CountingActions;
-use rota_agent::{Agent, AgentConfig};
+use common::{CountingActions, host_config};
+use rota_agent::Agent;
 use rota_core::{NodeName, NodeState, Process};
 use rota_e2e::postgres::fresh_database;
 use rota_store::{PostgresStore, Store};
@@ -20,13 +20,8 @@ async fn an_operators_request_wakes_an_idle_agent_with_a_slow_poll() {
         return;
     };
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let root = dir.path().join("host");
-    std::fs::create_dir_all(root.join("run")).expect("/run");
-    std::fs::write(root.join("boot_id"), "boot-1\n").expect("a boot id");
     let node = NodeName::new("idle").expect("a node name");
-    let mut config = AgentConfig::new(node.clone());
-    config.host_root = root.clone();
-    config.boot_id_file = root.join("boot_id");
+    let mut config = host_config(dir.path(), &node);
     config.concurrency = Some(1);
     // Far longer than the test waits: only a wake can bring the request in time.
     config.store_poll = Duration::from_secs(300);

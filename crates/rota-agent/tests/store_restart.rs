@@ -7,8 +7,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::CountingActions;
-use rota_agent::{Agent, AgentConfig};
+use common::{CountingActions, host_config};
+use rota_agent::Agent;
 use rota_core::{NodeName, NodeState};
 use rota_e2e::postgres::{end_connections, fresh_database};
 use rota_store::{PostgresStore, Store};
@@ -28,13 +28,8 @@ async fn an_agent_that_starts_during_a_database_restart_waits_for_it() {
     assert!(end_connections(&url).await >= 2, "the handles' connections");
 
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let root = dir.path().join("host");
-    std::fs::create_dir_all(root.join("run")).expect("/run");
-    std::fs::write(root.join("boot_id"), "boot-1\n").expect("a boot id");
     let node = NodeName::new("starting").expect("a node name");
-    let mut config = AgentConfig::new(node.clone());
-    config.host_root = root.clone();
-    config.boot_id_file = root.join("boot_id");
+    let config = host_config(dir.path(), &node);
     let cancel = CancellationToken::new();
     let agent = tokio::spawn(
         Agent::new(

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::RecordingStore;
-use rota_agent::{ActionError, Agent, AgentConfig, NodeActions, RebootHandle};
+use common::{RecordingStore, host_config};
+use rota_agent::{ActionError, Agent, NodeActions, RebootHandle};
 use rota_core::{HistoryEvent, NodeName, NodeState};
 use rota_store::{HistoryFilter, SqliteStore, Store};
 use tokio_util::sync::CancellationToken;
@@ -79,14 +79,10 @@ async fn reboot_once(dir: &Path, unhealthy: usize) -> (Vec<String>, Arc<Rebootin
             .expect("the store opens"),
     );
     store.set_concurrency(1).await.expect("concurrency set");
-    let root = dir.join("host");
-    std::fs::create_dir_all(root.join("run")).expect("/run");
-    std::fs::write(root.join("boot_id"), "boot-1\n").expect("a boot id");
-    std::fs::write(root.join("run/reboot-needed"), b"").expect("a sentinel");
     let node = name("node-1");
-    let mut config = AgentConfig::new(node.clone());
-    config.host_root = root.clone();
-    config.boot_id_file = root.join("boot_id");
+    let mut config = host_config(dir, &node);
+    let root = config.host_root.clone();
+    std::fs::write(root.join("run/reboot-needed"), b"").expect("a sentinel");
     config.state_dir = std::path::PathBuf::from("/state");
     config.health_interval = Duration::from_millis(20);
 

@@ -5,13 +5,26 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rota_agent::{ActionError, NodeActions, RebootHandle};
+use rota_agent::{ActionError, AgentConfig, NodeActions, RebootHandle};
 use rota_core::{NodeName, ProcedureSpec, Process};
 use rota_store::{
     Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome,
     Pause, ProcedureRecord, RequestRecord, Result, Session, SlotHolder, Store, Transition,
 };
 use tokio::sync::watch;
+
+/// An agent's configuration for `node` on a host under `dir`: `dir/host` as the host root,
+/// with a `/run` and the boot id `boot-1`.
+#[allow(dead_code, reason = "not every test binary uses every helper")]
+pub fn host_config(dir: &std::path::Path, node: &NodeName) -> AgentConfig {
+    let root = dir.join("host");
+    std::fs::create_dir_all(root.join("run")).expect("/run");
+    std::fs::write(root.join("boot_id"), "boot-1\n").expect("a boot id");
+    let mut config = AgentConfig::new(node.clone());
+    config.boot_id_file = root.join("boot_id");
+    config.host_root = root;
+    config
+}
 
 /// Node actions for agents that never get as far as a reboot: they count the cordon reads.
 #[allow(dead_code, reason = "not every test binary uses every helper")]
