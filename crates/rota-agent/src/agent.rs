@@ -94,7 +94,6 @@ enum Ended {
 }
 
 /// Why a session could not be renewed.
-#[derive(Clone, Copy, Debug)]
 enum SessionLost {
     /// Another agent opened a newer session for the node.
     Superseded,

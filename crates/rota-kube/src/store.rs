@@ -918,19 +918,12 @@ impl KubeStore {
     /// took the node over), else `Fenced`.
     async fn expired_or_fenced(&self, session: &Session) -> Error {
         match self.get_rota_node(&session.node).await {
-            Ok(Some(object))
-                if object
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.session.as_ref())
-                    .is_some_and(|current| current.id == session.id) =>
-            {
-                Error::Expired {
-                    node: session.node.clone(),
-                    session: session.id,
-                }
-            }
-            Ok(_) => fenced(session),
+            Ok(object) => Error::renewal_refused(
+                session,
+                object
+                    .and_then(|o| o.status?.session)
+                    .is_some_and(|current| current.id == session.id),
+            ),
             Err(e) => e,
         }
     }

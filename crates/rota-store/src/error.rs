@@ -1,5 +1,7 @@
 use rota_core::{NodeName, NodeState, ProcedureError, Process};
 
+use crate::model::Session;
+
 /// Everything that can go wrong in a store. Each variant names the value at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -80,6 +82,17 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// Why `session`'s renewal was refused: `Expired` while it is still its node's latest
+    /// session (nobody took the node over), else `Fenced`.
+    pub fn renewal_refused(session: &Session, still_latest: bool) -> Error {
+        let (node, session) = (session.node.clone(), session.id);
+        if still_latest {
+            Error::Expired { node, session }
+        } else {
+            Error::Fenced { node, session }
+        }
+    }
+
     /// Whether the store could not be reached or ended the connection (a restart, a failover,
     /// the network): the same call may succeed a moment later. Errors about what was asked (a
     /// refused write, a bad value, a missing permission) are not.

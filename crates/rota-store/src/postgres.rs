@@ -43,6 +43,12 @@ use crate::model::{
 };
 use crate::store::{Store, WAKE_ALL};
 
+/// How far an operator's request, cancel or new procedure moves every agent's counter. Such a
+/// change lets no waiter go on, but an idle agent would otherwise find it only at its next
+/// `--store-poll` or `--procedure-poll`: it wakes every agent, which re-reads its node and
+/// lists the procedures.
+const OPERATOR_WAKES: u64 = WAKE_ALL;
+
 /// The channel every wake-worthy write notifies; the payload is `ORIGIN:WAKES`.
 const CHANNEL: &str = "rota_changes";
 
@@ -270,30 +276,6 @@ impl PostgresStore {
         tx.commit().await.context(context)?;
         self.woke(wakes);
         Ok(())
-    }
-
-    /// Wakes every agent after an operator's change that no agent's own waiting would notice
-    /// (a request, a cancel, a new procedure): each re-reads its node and lists the procedures,
-    /// instead of finding the change at its next `--store-poll`. Best effort: the change is
-    /// committed already, and the poll still finds it if the notification is lost.
-    async fn wake_everyone(&self, context: &'static str) {
-        let notified = async {
-            let mut conn = self.connections.lease(context).await?;
-            sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(CHANNEL)
-                .bind(self.payload(WAKE_ALL))
-                .execute(&mut *conn)
-                .await
-                .context(context)?;
-            conn.finish();
-            Ok::<_, Error>(())
-        };
-        match notified.await {
-            Ok(()) => self.woke(WAKE_ALL),
-            Err(e) => {
-                warn!(error = %e, "the agents could not be woken; they find the change at their next poll")
-            }
-        }
     }
 
     /// The notification of `wakes` from this handle, if any.
@@ -747,11 +729,7 @@ impl Store for PostgresStore {
         .await
         .context("checking the session")?;
         conn.finish();
-        let (node, session) = (session.node.clone(), session.id);
-        Err(match latest {
-            Some(_) => Error::Expired { node, session },
-            None => Error::Fenced { node, session },
-        })
+        Err(Error::renewal_refused(session, latest.is_some()))
     }
 
     async fn close_session(&self, session: &Session) -> Result<()> {
@@ -1088,20 +1066,25 @@ impl Store for PostgresStore {
         let json = ProcedureRecord::stored_spec(spec)?;
         const CONTEXT: &str = "submitting a procedure";
         let mut conn = self.connections.lease(CONTEXT).await?;
+        let mut tx = conn.begin().await.context(CONTEXT)?;
         let inserted = sqlx::query(
             "INSERT INTO procedures (name, spec, submitted_at) VALUES ($1, $2, rota_now_ms()) \
              ON CONFLICT (name) DO NOTHING RETURNING spec, submitted_at",
         )
         .bind(&spec.name)
         .bind(&json)
-        .fetch_optional(&mut *conn)
+        .fetch_optional(&mut *tx)
         .await
         .context(CONTEXT)?;
+        let wakes = if inserted.is_some() {
+            OPERATOR_WAKES
+        } else {
+            0
+        };
+        self.commit(tx, wakes, CONTEXT).await?;
         if let Some(row) = inserted {
             conn.finish();
-            let record = procedure_record(&row)?;
-            self.wake_everyone(CONTEXT).await;
-            return Ok((record, true));
+            return Ok((procedure_record(&row)?, true));
         }
         let row = sqlx::query("SELECT spec, submitted_at FROM procedures WHERE name = $1")
             .bind(&spec.name)
@@ -1420,6 +1403,7 @@ impl Store for PostgresStore {
     ) -> Result<(RequestRecord, bool)> {
         const CONTEXT: &str = "recording a request";
         let mut conn = self.connections.lease(CONTEXT).await?;
+        let mut tx = conn.begin().await.context(CONTEXT)?;
         let inserted = sqlx::query(&format!(
             "INSERT INTO requests (node, process, source, created_at, state) \
              SELECT $1, $2, $3, rota_now_ms(), 'pending' \
@@ -1429,14 +1413,18 @@ impl Store for PostgresStore {
         .bind(node.as_str())
         .bind(process.to_string())
         .bind(source)
-        .fetch_optional(&mut *conn)
+        .fetch_optional(&mut *tx)
         .await
         .context(CONTEXT)?;
+        let wakes = if inserted.is_some() {
+            OPERATOR_WAKES
+        } else {
+            0
+        };
+        self.commit(tx, wakes, CONTEXT).await?;
         if let Some(row) = inserted {
             conn.finish();
-            let record = request_record(&row)?;
-            self.wake_everyone(CONTEXT).await;
-            return Ok((record, true));
+            return Ok((request_record(&row)?, true));
         }
         let existing = existing_request(&mut conn, node, process).await?;
         conn.finish();
@@ -1449,20 +1437,20 @@ impl Store for PostgresStore {
     async fn cancel(&self, node: &NodeName, process: &Process) -> Result<bool> {
         const CONTEXT: &str = "canceling a request";
         let mut conn = self.connections.lease(CONTEXT).await?;
+        let mut tx = conn.begin().await.context(CONTEXT)?;
         let done = sqlx::query(
             "UPDATE requests SET state = 'canceled', finished_at = rota_now_ms() \
              WHERE node = $1 AND process = $2 AND state = 'pending'",
         )
         .bind(node.as_str())
         .bind(process.to_string())
-        .execute(&mut *conn)
+        .execute(&mut *tx)
         .await
         .context(CONTEXT)?;
-        conn.finish();
         let canceled = done.rows_affected() > 0;
-        if canceled {
-            self.wake_everyone(CONTEXT).await;
-        }
+        let wakes = if canceled { OPERATOR_WAKES } else { 0 };
+        self.commit(tx, wakes, CONTEXT).await?;
+        conn.finish();
         Ok(canceled)
     }
 

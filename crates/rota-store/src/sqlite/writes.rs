@@ -528,11 +528,7 @@ pub(super) async fn heartbeat(
     .fetch_optional(&mut *tx)
     .await
     .context("checking the session")?;
-    let (node, session) = (session.node.clone(), session.id);
-    Err(match latest {
-        Some(_) => Error::Expired { node, session },
-        None => Error::Fenced { node, session },
-    })
+    Err(Error::renewal_refused(session, latest.is_some()))
 }
 
 pub(super) async fn close_session(tx: &mut SqliteConnection, session: &Session) -> Result<()> {
