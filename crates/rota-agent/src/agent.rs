@@ -33,6 +33,8 @@ const RETRY_PAUSE: Duration = Duration::from_secs(1);
 
 pub struct Agent {
     config: AgentConfig,
+    /// Which recorded reboot this boot started.
+    reboot_marker: RebootMarker,
     store: Arc<dyn Store>,
     actions: Arc<dyn NodeActions>,
     cancel: CancellationToken,
@@ -50,8 +52,6 @@ struct Running {
     changes: watch::Receiver<u64>,
     /// The reboot command this incarnation started, until it exits.
     reboot: Option<RebootHandle>,
-    /// Which recorded reboot this boot started.
-    reboot_marker: RebootMarker,
     /// The sentinels changed since requests were last synced with them.
     sentinels_dirty: bool,
     /// The store's change counter as of the last read of the node: a wait without a target of
@@ -163,6 +163,7 @@ impl Agent {
         cancel: CancellationToken,
     ) -> Agent {
         Agent {
+            reboot_marker: RebootMarker::new(&config.host_path(&config.state_dir)),
             config,
             store,
             actions,
@@ -308,7 +309,6 @@ impl Agent {
             sentinels: watcher.subscribe(),
             changes: self.store.changes(),
             reboot: None,
-            reboot_marker: RebootMarker::new(&self.config.host_path(&self.config.state_dir)),
             sentinels_dirty: true,
             changes_at_read: 0,
             procedure_exits: runner.exited(),
@@ -1127,7 +1127,7 @@ impl Agent {
     async fn start_reboot(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
         self.fence(running, record).await?;
         if let Some(started_at) = record.reboot_started_at {
-            running.reboot_marker.record(&running.boot_id, started_at)?;
+            self.reboot_marker.record(&running.boot_id, started_at)?;
         }
         info!(node = %self.config.node, "rebooting");
         self.tell(|o| o.reboot_started(record));
@@ -1487,9 +1487,7 @@ impl Agent {
         }
         let Some(handle) = running.reboot.as_mut() else {
             if let Some(started_at) = record.reboot_started_at
-                && !running
-                    .reboot_marker
-                    .started(&running.boot_id, started_at)?
+                && !self.reboot_marker.started(&running.boot_id, started_at)?
             {
                 warn!(
                     node = %self.config.node,
