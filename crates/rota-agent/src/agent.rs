@@ -452,7 +452,12 @@ impl Agent {
             }
             () = store_changed => Ok(()),
             () = exits.notified() => Ok(()),
-            () = tokio::time::sleep_until(until) => Ok(()),
+            () = tokio::time::sleep_until(until) => {
+                // The periodic re-read (and the one after a failed step) is there to find what
+                // nobody announced: it asks the store, not what the handle last saw.
+                self.store.refresh(&self.config.node);
+                Ok(())
+            }
         }
     }
 

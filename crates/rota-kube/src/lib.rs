@@ -69,9 +69,9 @@
 //! - a write of an agent starts from the RotaNode as this process last wrote or read it, and
 //!   the Lease as it last took or renewed it; a stale one fails its compare-and-swap and is
 //!   read again, so only a fresh read ever refuses;
-//! - for a second after this process wrote or read an agent's RotaNode, the agent's reads of
-//!   its own node are answered from that object, unless an operator's wake for the node came
-//!   since: only an operator writes it besides the agent, and the agent's next
+//! - the agent's reads of its own node are answered from the RotaNode this process last wrote
+//!   or read, until an operator's wake for the node or the agent's periodic re-read
+//!   (`Store::refresh`): only an operator writes it besides the agent, and the agent's next
 //!   compare-and-swap notices (the fence guards every disruptive step);
 //! - the fence writes the RotaNode (session) and the Lease (slot) at the same time;
 //! - Events are sent in the background;

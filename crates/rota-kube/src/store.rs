@@ -60,9 +60,6 @@ const IDLE_RECHECK: Millis = 5 * 60 * 1000;
 /// How long a waiter's place in the queue is taken as known while the change counter stands
 /// still (see `try_acquire_slot`).
 const WAIT_CACHE: Millis = 5_000;
-/// How long an agent's reads of its own node are answered from the RotaNode this process last
-/// wrote or read (see `own_object`).
-const OWN_READ_CACHE: Millis = 1_000;
 
 /// Where the store keeps its objects.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -132,6 +129,9 @@ struct Known {
     object: RotaNode,
     /// When it was read or written.
     at: Millis,
+    /// Whether the agent's reads may still be answered from it (see `own_object`); the
+    /// agent's periodic re-read clears it (`refresh`).
+    answers_reads: bool,
     /// Whether `held` was up to date with it then: it came with a list of the Leases, or from
     /// writes that started from such an object and were never refused (nobody else wrote it
     /// in between, so neither did an operator who gave the slot back).
@@ -483,6 +483,7 @@ impl KubeStore {
         let known = Known {
             object: object.clone(),
             at: now_millis(),
+            answers_reads: true,
             with_lease,
         };
         objects.insert(node.as_str().into(), known);
@@ -492,13 +493,14 @@ impl KubeStore {
     ///
     /// The agent reads its node before every step, right after the write that ended the last
     /// one, and nobody but the agent writes an agent's RotaNode except an operator (unlock,
-    /// retry). So for `OWN_READ_CACHE` after this process wrote or read it, the object it got
-    /// back is the answer; a read then can only miss an operator's write of that moment, as a
-    /// read sent a moment earlier would. Nothing unsafe follows from that: every write of the
-    /// agent is a compare-and-swap that fails on the stale object, and every disruptive step
-    /// is fenced. An operator's command announces its write with a wake (`wake_agents`), and
-    /// what this process saw of the node before that wake arrived is not used. Other nodes'
-    /// objects (an operator's reads) always come from the API server.
+    /// retry). So the object this process last wrote or read is the answer, until the agent's
+    /// periodic re-read (`refresh`) asks the API server again. An operator's command announces
+    /// its write with a wake (`wake_agents`), and what this process saw of the node before that
+    /// wake arrived is not used. A read can miss only a change nobody announced (a `kubectl
+    /// edit`, a wake lost with its watch), which that re-read finds. Nothing unsafe follows
+    /// from that: every write of the agent is a compare-and-swap that fails on the stale
+    /// object, and every disruptive step is fenced. Other nodes' objects (an operator's reads)
+    /// always come from the API server.
     async fn own_object(&self, node: &NodeName) -> Result<Option<RotaNode>> {
         if let Some(known) = self.recent(node) {
             return Ok(Some(known.object));
@@ -518,7 +520,7 @@ impl KubeStore {
         // An operator's wake says that the node changed after what this process saw of it.
         let woken = self.inner.settings.woken_at(node.as_str());
         self.cached(node)
-            .filter(|known| now_millis() - known.at < OWN_READ_CACHE && known.at > woken)
+            .filter(|known| known.answers_reads && known.at > woken)
     }
 
     /// The slot a node whose agent runs in this process holds, as this process last saw its
@@ -1748,6 +1750,13 @@ impl Store for KubeStore {
             }
         }
         self.record_of(&object, &leases).map(Some)
+    }
+
+    fn refresh(&self, node: &NodeName) {
+        let mut objects = self.inner.objects.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = objects.get_mut(node.as_str()) {
+            known.answers_reads = false;
+        }
     }
 
     async fn nodes(&self) -> Result<Vec<NodeRecord>> {

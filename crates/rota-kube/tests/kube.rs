@@ -11,6 +11,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::{Api, Client};
 use rota_core::{NodeName, NodeState, Process};
+use rota_kube::crd::{RequestStateName, RequestStatus, Timestamp};
 use rota_kube::{KubeStore, KubeStoreConfig, RotaNode};
 use rota_store::{Acquire, Store, Transition, WAKE_ALL, WindowChange, now_millis};
 
@@ -299,6 +300,52 @@ async fn an_unlock_elsewhere_stops_the_agents_next_write_and_then_shows() {
     );
 }
 
+/// Between its periodic re-reads, an agent's handle answers the agent's reads of its own node
+/// from what it last wrote or read there, without a request; a change nobody announced (a
+/// `kubectl edit` of the RotaNode, with no wake) reaches the agent at its re-read, which asks
+/// the API server (`refresh`).
+#[tokio::test]
+async fn an_unannounced_edit_reaches_the_agent_at_its_periodic_re_read() {
+    let Some(env) = common::env() else { return };
+    let (scope, store) = common::scoped_store(env, "edited").await;
+    let node = name("edited");
+    let _session = store.open_session(&node, TTL).await.expect("open");
+    assert!(store.open_requests(&node).await.expect("read").is_empty());
+
+    let api: Api<RotaNode> = Api::all(scope.client());
+    let object = format!("{}-edited", scope.id());
+    let mut edited = api.get(&object).await.expect("the RotaNode");
+    edited
+        .status
+        .get_or_insert_with(Default::default)
+        .requests
+        .push(RequestStatus {
+            id: 1,
+            process: Process::Reboot,
+            source: "kubectl".into(),
+            created_at: Timestamp(now_millis()),
+            state: RequestStateName::Pending,
+            finished_at: None,
+        });
+    api.replace(&object, &PostParams::default(), &edited)
+        .await
+        .expect("edit the RotaNode by hand");
+
+    assert!(
+        store.open_requests(&node).await.expect("read").is_empty(),
+        "answered from the handle's last write"
+    );
+    store.refresh(&node);
+    let open: Vec<Process> = store
+        .open_requests(&node)
+        .await
+        .expect("read")
+        .into_iter()
+        .map(|r| r.process)
+        .collect();
+    assert_eq!(open, vec![Process::Reboot], "the re-read finds the edit");
+}
+
 /// The agent's handle keeps the Lease it last wrote, so that its steps need not list the Leases
 /// again; a slot taken away by another process must still stop its next fence, even when the
 /// node's RotaNode did not change.
@@ -398,8 +445,8 @@ async fn a_node_moved_back_in_the_queue_waits_for_the_nodes_now_ahead_of_it() {
         .replace(&object_name, &PostParams::default(), &object)
         .await
         .expect("an operator moves the node back");
-    // Past the time the agent's handle answers its own reads from its last write.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // An edit by hand announces nothing: the agent's periodic re-read is what finds it.
+    agent.refresh(&moved);
 
     assert_eq!(
         agent.try_acquire_slot(&m).await.expect("look"),

@@ -97,6 +97,11 @@ pub trait Store: Send + Sync {
     async fn set_blocked(&self, session: &Session, blocked: Option<&Blocked>) -> Result<bool>;
 
     async fn node(&self, node: &NodeName) -> Result<Option<NodeRecord>>;
+    /// Has the next reads of `node` ask the store itself. A handle may answer its agent's
+    /// reads of its own node from what it last wrote or read there (the Kubernetes store does,
+    /// until an operator's wake or this call); the agent calls this at its periodic re-read,
+    /// which is there to find the changes nobody announced. Stores that always ask ignore it.
+    fn refresh(&self, _node: &NodeName) {}
     async fn nodes(&self) -> Result<Vec<NodeRecord>>;
     async fn backoffs(&self, node: &NodeName) -> Result<Vec<BackoffRecord>>;
     /// History entries matching `filter`, oldest first.

@@ -19,6 +19,7 @@ use rota_core::{HistoryEvent, NodeState, Process};
 use rota_e2e::fleet::{DisruptionWatch, Fleet, FleetOptions};
 use rota_e2e::testenv::{self, Scope, app_labels};
 use rota_kube::KubeStore;
+use rota_kube::crd::{RequestStateName, RequestStatus, Timestamp};
 use rota_store::{HistoryEntry, HistoryFilter, NodeRecord, Store, now_millis};
 
 mod kube_common;
@@ -542,6 +543,54 @@ async fn an_operators_request_reaches_an_idle_agent_within_seconds() -> Result<(
         .request(&Fleet::node_name(node)?, &Process::Reboot, "operator")
         .await?;
     ensure!(created, "a new request: {request:?}");
+    wait_woken_start(&fleet, &store, node, &Process::Reboot).await;
+    wait_finished(&fleet, &store, node, 1).await;
+    assert_rebooted_once(&fleet, &store, node).await?;
+    fleet.shutdown().await?;
+    scope.cleanup().await
+}
+
+/// A request written into the RotaNode by hand (`kubectl edit`: no wake) is found at the idle
+/// agent's periodic re-read. Between re-reads the agent's handle answers its reads from its own
+/// last write, so the re-read has to ask the API server.
+#[tokio::test]
+async fn a_request_edited_in_by_hand_is_found_at_the_next_poll() -> Result<()> {
+    let Some(env) = env() else {
+        return Ok(());
+    };
+    let scope = env.scope("kube-edited").await?;
+    let nodes = scope.create_ready_nodes(1).await?;
+    let node = &nodes[0];
+    let fleet = fleet(
+        env,
+        &scope,
+        &nodes,
+        args(&["--drain-force", "--procedure-poll", "2s"]),
+    )
+    .await;
+    let store = start(&fleet).await?;
+    wait_state(&fleet, &store, node, NodeState::Idle).await;
+    let api: kube::Api<rota_kube::RotaNode> = kube::Api::all(scope.client());
+    let mut attempts = 0;
+    loop {
+        let mut edited = api.get(node).await?;
+        edited
+            .status
+            .get_or_insert_with(Default::default)
+            .requests
+            .push(RequestStatus {
+                id: 1,
+                process: Process::Reboot,
+                source: "kubectl".into(),
+                created_at: Timestamp(now_millis()),
+                state: RequestStateName::Pending,
+                finished_at: None,
+            });
+        match api.replace(node, &PostParams::default(), &edited).await {
+            Err(kube::Error::Api(e)) if e.code == 409 && attempts < 5 => attempts += 1,
+            written => break written.map(drop)?,
+        }
+    }
     wait_woken_start(&fleet, &store, node, &Process::Reboot).await;
     wait_finished(&fleet, &store, node, 1).await;
     assert_rebooted_once(&fleet, &store, node).await?;

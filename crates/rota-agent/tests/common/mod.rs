@@ -173,6 +173,9 @@ impl Store for RecordingStore {
     async fn node(&self, node: &NodeName) -> Result<Option<NodeRecord>> {
         self.inner.node(node).await
     }
+    fn refresh(&self, node: &NodeName) {
+        self.inner.refresh(node);
+    }
     async fn nodes(&self) -> Result<Vec<NodeRecord>> {
         self.inner.nodes().await
     }
