@@ -11,8 +11,13 @@
 //! ```
 //!
 //! - 41 bits of milliseconds since 2024-01-01 (enough until 2093);
-//! - the node's 14-bit tag, handed out once per node from a counter in the `rota-config`
-//!   ConfigMap, so two nodes never share one (among the first 16384 nodes of an installation);
+//! - the node's 14-bit tag, which no two nodes of an installation share: a new node claims one
+//!   in the upper half ([`CLAIMED_TAGS`]) by creating a Lease named after it, starting at a
+//!   place its name hashes to and moving on past the ones taken ([`tag_candidates`]), so that a
+//!   fleet's first start claims its tags at once instead of taking turns at one counter.
+//!   Nodes of earlier versions took theirs in the lower half, from a counter in the
+//!   `rota-config` ConfigMap, which is still the fallback for a node that finds the tags it
+//!   tries all taken;
 //! - an 8-bit sequence for entries of one node in the same millisecond. A node's times never go
 //!   backwards ([`next`] takes the later of the clock and its last entry), and a full sequence
 //!   moves on to the next millisecond, so a node's ids strictly increase.
@@ -25,6 +30,21 @@ pub const TAG_BITS: u32 = 14;
 pub const SEQ_BITS: u32 = 8;
 pub const TAG_LIMIT: u32 = 1 << TAG_BITS;
 const SEQ_LIMIT: u32 = 1 << SEQ_BITS;
+
+/// The tags new nodes claim: the upper half, above every tag the counter of earlier versions
+/// handed out (an installation would need 8192 nodes to reach it).
+pub const CLAIMED_TAGS: std::ops::Range<u32> = TAG_LIMIT / 2..TAG_LIMIT;
+
+/// The tags a node with `key` tries to claim, in order: every claimable tag once, starting at
+/// the one `key` hashes to (FNV-1a, stable across versions and platforms), so that a node
+/// started again finds its own claim first.
+pub fn tag_candidates(key: &str) -> impl Iterator<Item = u32> {
+    let hash = key.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    let span = CLAIMED_TAGS.end - CLAIMED_TAGS.start;
+    (0..span).map(move |i| CLAIMED_TAGS.start + (hash.wrapping_add(i) % span))
+}
 
 /// Where a new entry goes: its time and its sequence within that millisecond.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,6 +137,27 @@ mod tests {
     fn a_stamp_survives_the_round_trip_through_its_id() {
         let s = Stamp { at: T, seq: 17 };
         assert_eq!(stamp_of(s.id(99), T), s);
+    }
+
+    #[test]
+    fn a_node_tries_every_claimable_tag_once_from_where_its_name_hashes() {
+        let tried: Vec<u32> = tag_candidates("node-1").collect();
+        assert_eq!(
+            tried.len(),
+            (CLAIMED_TAGS.end - CLAIMED_TAGS.start) as usize
+        );
+        assert!(tried.iter().all(|t| CLAIMED_TAGS.contains(t)));
+        let distinct: std::collections::BTreeSet<u32> = tried.iter().copied().collect();
+        assert_eq!(distinct.len(), tried.len());
+        assert_eq!(tag_candidates("node-1").next(), tried.first().copied());
+    }
+
+    #[test]
+    fn nodes_of_a_fleet_start_at_different_tags() {
+        let starts: std::collections::BTreeSet<u32> = (0..1000)
+            .filter_map(|i| tag_candidates(&format!("worker-{i:04}")).next())
+            .collect();
+        assert!(starts.len() > 900, "{} distinct starts", starts.len());
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{ListParams, PostParams};
@@ -25,7 +25,7 @@ use crate::changes::{Changes, watch_leases};
 use crate::config_view::{self, ConfigView, watch_config_maps};
 use crate::crd::{BlockedStatus, RotaNode, RotaNodeSpec, RotaNodeStatus, SessionStatus, Timestamp};
 use crate::error::{Context, KubeError, is_conflict};
-use crate::ids::TAG_LIMIT;
+use crate::ids::{self, TAG_LIMIT};
 use crate::procedure_status::{self, StatusReporter};
 use crate::procedures::Procedures;
 use crate::queue_labels;
@@ -46,6 +46,11 @@ pub(crate) const CONCURRENCY_KEY: &str = "concurrency";
 /// An operator's latest change that an idle agent must act on (see `wake_agents`).
 pub(crate) const WAKE_KEY: &str = "wake";
 const NEXT_TAG_KEY: &str = "nextNodeTag";
+/// The Leases that claim node tags (see `claim_tag`), labelled with their tag, and how many a
+/// new node tries before it falls back to the counter.
+const TAG_LEASE_PREFIX: &str = "rota-node-tag-";
+const TAG_LABEL: &str = "rota.dev/node-tag";
+const TAG_PROBES: usize = 64;
 /// Label on every RotaNode: the namespace of the installation (its slots) it belongs to.
 pub const NAMESPACE_LABEL: &str = "rota.dev/namespace";
 /// Label on every RotaNode: its state, so that the queue is one filtered list.
@@ -772,7 +777,51 @@ impl KubeStore {
         }
     }
 
-    /// Hands out the next node tag (see `ids`).
+    /// A tag for a node that has no RotaNode yet (see `ids`): the first of its candidates whose
+    /// Lease `rota-node-tag-<tag>` this call creates, or finds already held by this node (its
+    /// agent stopped before it made the RotaNode). Creates do not contend with each other the
+    /// way compare-and-swaps of one counter did (at a 1,000-node first start, most agents ran
+    /// out of attempts there), and no agent watches these Leases. The counter of earlier
+    /// versions is the fallback once the tags a node tries are all taken.
+    async fn claim_tag(&self, node: &NodeName) -> Result<u32> {
+        let holder = self.object_name(node);
+        for tag in ids::tag_candidates(&holder).take(TAG_PROBES) {
+            let name = format!("{TAG_LEASE_PREFIX}{tag}");
+            let claim = Lease {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    labels: Some(BTreeMap::from([(TAG_LABEL.into(), tag.to_string())])),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(holder.clone()),
+                    ..LeaseSpec::default()
+                }),
+            };
+            match self
+                .inner
+                .leases
+                .create(&PostParams::default(), &claim)
+                .await
+            {
+                Ok(_) => return Ok(tag),
+                Err(e) if is_conflict(&e) => {}
+                Err(e) => return Err(e).context("create", LEASES, self.lease_path(&name)),
+            }
+            let taken = self.inner.leases.get_opt(&name).await.context(
+                "read",
+                LEASES,
+                self.lease_path(&name),
+            )?;
+            if taken.and_then(|l| l.spec?.holder_identity).as_deref() == Some(holder.as_str()) {
+                return Ok(tag);
+            }
+        }
+        warn!(node = %node, probes = TAG_PROBES, "the node tags tried are all taken; taking one from the counter");
+        self.next_tag().await
+    }
+
+    /// Hands out the next node tag from the counter of earlier versions (see `ids`).
     async fn next_tag(&self) -> Result<u32> {
         let namespace = self.inner.config.namespace.clone();
         self.update_config(NEXT_TAG_KEY, |current| {
@@ -1207,7 +1256,7 @@ impl Store for KubeStore {
                     (self.replace(object).await?, id)
                 }
                 None => {
-                    let mut status = status::new_status(now, self.next_tag().await?);
+                    let mut status = status::new_status(now, self.claim_tag(node).await?);
                     status.session = Some(SessionStatus { id: now, deadline });
                     let object = RotaNode {
                         metadata: ObjectMeta {

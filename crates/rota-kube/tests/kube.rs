@@ -7,11 +7,13 @@ mod common;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::{Api, Client};
 use rota_core::{NodeName, NodeState, Process};
 use rota_kube::crd::{RequestStateName, RequestStatus, Timestamp};
+use rota_kube::ids::CLAIMED_TAGS;
 use rota_kube::{KubeStore, KubeStoreConfig, RotaNode};
 use rota_store::{Acquire, Store, Transition, WAKE_ALL, WindowChange, now_millis};
 
@@ -298,6 +300,67 @@ async fn an_unlock_elsewhere_stops_the_agents_next_write_and_then_shows() {
         ),
         "no slot, no fence"
     );
+}
+
+/// A fleet's first start: every new node claims a tag of its own at once, each with a Lease of
+/// its own instead of a compare-and-swap of one shared counter (which ran most agents of a
+/// 1,000-node first start out of attempts); a node started again before it made its RotaNode
+/// finds its own claim.
+#[tokio::test]
+async fn new_nodes_claim_distinct_tags_at_once_and_keep_their_own() {
+    let Some(env) = common::env() else { return };
+    let (scope, store) = common::scoped_store(env, "tags").await;
+    let mut handles = vec![store.clone()];
+    for _ in 0..3 {
+        let handle = KubeStore::connect(scope.client(), store.config().clone())
+            .await
+            .expect("another handle");
+        handles.push(handle);
+    }
+    let nodes: Vec<NodeName> = (0..60).map(|i| name(&format!("t{i:02}"))).collect();
+    let opened = futures::future::join_all(nodes.iter().enumerate().map(|(i, node)| {
+        let handle = handles[i % handles.len()].clone();
+        async move { handle.open_session(node, TTL).await }
+    }))
+    .await;
+    for session in &opened {
+        session.as_ref().expect("every first start opens a session");
+    }
+    let api: Api<RotaNode> = Api::all(scope.client());
+    let tag_of = |node: &NodeName| {
+        let (api, object) = (api.clone(), store.object_name(node));
+        async move {
+            api.get(&object)
+                .await
+                .expect("the RotaNode")
+                .status
+                .expect("a status")
+                .tag
+        }
+    };
+    let mut tags = Vec::new();
+    for node in &nodes {
+        tags.push(tag_of(node).await);
+    }
+    let distinct: std::collections::BTreeSet<u32> = tags.iter().copied().collect();
+    assert_eq!(distinct.len(), nodes.len(), "shared tags: {tags:?}");
+    assert!(tags.iter().all(|t| CLAIMED_TAGS.contains(t)), "{tags:?}");
+    let config = scope
+        .api::<ConfigMap>()
+        .get_opt("rota-config")
+        .await
+        .expect("read rota-config");
+    let counter = config.and_then(|c| c.data?.get("nextNodeTag").cloned());
+    assert_eq!(counter, None, "the shared counter was not written");
+
+    api.delete(&store.object_name(&nodes[0]), &DeleteParams::default())
+        .await
+        .expect("delete a RotaNode, as if its agent had stopped before making it");
+    store
+        .open_session(&nodes[0], TTL)
+        .await
+        .expect("start again");
+    assert_eq!(tag_of(&nodes[0]).await, tags[0], "the node's own claim");
 }
 
 /// Between its periodic re-reads, an agent's handle answers the agent's reads of its own node
