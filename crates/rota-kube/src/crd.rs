@@ -154,6 +154,20 @@ pub struct RequestStatus {
     pub finished_at: Option<Timestamp>,
 }
 
+impl RequestStatus {
+    /// A request that no window has taken up yet.
+    pub fn pending(id: i64, process: Process, source: &str, created_at: Timestamp) -> Self {
+        RequestStatus {
+            id,
+            process,
+            source: source.to_string(),
+            created_at,
+            state: RequestStateName::Pending,
+            finished_at: None,
+        }
+    }
+}
+
 /// `rota_store::RequestState` in the resource (that type only serialises).
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]

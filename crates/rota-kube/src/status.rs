@@ -123,14 +123,12 @@ pub fn add_request(
         .max_by_key(|r| r.id)
         .map(|r| ids::stamp_of(r.id, r.created_at.0));
     let stamp = ids::next(last, now);
-    let request = RequestStatus {
-        id: stamp.id(status.tag),
-        process: process.clone(),
-        source: source.to_string(),
-        created_at: Timestamp(stamp.at),
-        state: RequestStateName::Pending,
-        finished_at: None,
-    };
+    let request = RequestStatus::pending(
+        stamp.id(status.tag),
+        process.clone(),
+        source,
+        Timestamp(stamp.at),
+    );
     status.requests.push(request.clone());
     (request, true)
 }

@@ -12,7 +12,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::{Api, Client};
 use rota_core::{NodeName, NodeState, Process};
-use rota_kube::crd::{RequestStateName, RequestStatus, Timestamp};
+use rota_kube::crd::{RequestStatus, Timestamp};
 use rota_kube::ids::CLAIMED_TAGS;
 use rota_kube::{KubeStore, KubeStoreConfig, RotaNode};
 use rota_store::{Acquire, Store, Transition, WAKE_ALL, WindowChange, now_millis};
@@ -382,14 +382,12 @@ async fn an_unannounced_edit_reaches_the_agent_at_its_periodic_re_read() {
         .status
         .get_or_insert_with(Default::default)
         .requests
-        .push(RequestStatus {
-            id: 1,
-            process: Process::Reboot,
-            source: "kubectl".into(),
-            created_at: Timestamp(now_millis()),
-            state: RequestStateName::Pending,
-            finished_at: None,
-        });
+        .push(RequestStatus::pending(
+            1,
+            Process::Reboot,
+            "kubectl",
+            Timestamp(now_millis()),
+        ));
     api.replace(&object, &PostParams::default(), &edited)
         .await
         .expect("edit the RotaNode by hand");

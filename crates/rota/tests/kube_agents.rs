@@ -19,7 +19,7 @@ use rota_core::{HistoryEvent, NodeState, Process};
 use rota_e2e::fleet::{DisruptionWatch, Fleet, FleetOptions};
 use rota_e2e::testenv::{self, Scope, app_labels};
 use rota_kube::KubeStore;
-use rota_kube::crd::{RequestStateName, RequestStatus, Timestamp};
+use rota_kube::crd::{RequestStatus, Timestamp};
 use rota_store::{HistoryEntry, HistoryFilter, NodeRecord, Store, now_millis};
 
 mod kube_common;
@@ -578,14 +578,12 @@ async fn a_request_edited_in_by_hand_is_found_at_the_next_poll() -> Result<()> {
             .status
             .get_or_insert_with(Default::default)
             .requests
-            .push(RequestStatus {
-                id: 1,
-                process: Process::Reboot,
-                source: "kubectl".into(),
-                created_at: Timestamp(now_millis()),
-                state: RequestStateName::Pending,
-                finished_at: None,
-            });
+            .push(RequestStatus::pending(
+                1,
+                Process::Reboot,
+                "kubectl",
+                Timestamp(now_millis()),
+            ));
         match api.replace(node, &PostParams::default(), &edited).await {
             Err(kube::Error::Api(e)) if e.code == 409 && attempts < 5 => attempts += 1,
             written => break written.map(drop)?,
