@@ -25,14 +25,16 @@ use anyhow::{Context as _, Result, bail};
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt as _};
-use rota_core::NodeName;
+use rota_core::{NodeName, Process};
+use rota_kube::crd::{RequestStatus, Timestamp};
 use rota_kube::{
     KubeStore, KubeStoreConfig, NAMESPACE_LABEL, RotaNode, procedure_crd, rota_node_crd,
 };
+use rota_store::now_millis;
 use tokio::task::JoinHandle;
 
 use crate::testenv::{Scope, TestEnv};
@@ -41,6 +43,34 @@ use crate::testenv::{Scope, TestEnv};
 pub const REBOOT_SENTINEL: &str = "/run/reboot-needed";
 /// How often the supervisor looks for reboot requests.
 const SUPERVISOR_PERIOD: Duration = Duration::from_millis(100);
+
+/// Adds a pending reboot request to the RotaNode named `object` as `kubectl edit` would: a
+/// replace of the object, which wakes no agent. A write of the node's agent in between makes
+/// it read the object again and retry.
+pub async fn request_reboot_by_hand(client: Client, object: &str) -> Result<()> {
+    let api: Api<RotaNode> = Api::all(client);
+    for _ in 0..5 {
+        let mut edited = api.get(object).await?;
+        edited
+            .status
+            .get_or_insert_with(Default::default)
+            .requests
+            .push(RequestStatus::pending(
+                1,
+                Process::Reboot,
+                "kubectl",
+                Timestamp(now_millis()),
+            ));
+        match api.replace(object, &PostParams::default(), &edited).await {
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            written => {
+                written.with_context(|| format!("editing RotaNode {object} by hand"))?;
+                return Ok(());
+            }
+        }
+    }
+    bail!("RotaNode {object} kept changing under the edit by hand")
+}
 
 /// Installs (or updates) the RotaNode and Procedure CRDs and waits until the API server
 /// serves them.

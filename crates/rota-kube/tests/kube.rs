@@ -12,7 +12,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::{Api, Client};
 use rota_core::{NodeName, NodeState, Process};
-use rota_kube::crd::{RequestStatus, Timestamp};
+use rota_e2e::fleet::request_reboot_by_hand;
 use rota_kube::ids::CLAIMED_TAGS;
 use rota_kube::{KubeStore, KubeStoreConfig, RotaNode};
 use rota_store::{Acquire, Store, Transition, WAKE_ALL, WindowChange, now_millis};
@@ -375,20 +375,7 @@ async fn an_unannounced_edit_reaches_the_agent_at_its_periodic_re_read() {
     let _session = store.open_session(&node, TTL).await.expect("open");
     assert!(store.open_requests(&node).await.expect("read").is_empty());
 
-    let api: Api<RotaNode> = Api::all(scope.client());
-    let object = format!("{}-edited", scope.id());
-    let mut edited = api.get(&object).await.expect("the RotaNode");
-    edited
-        .status
-        .get_or_insert_with(Default::default)
-        .requests
-        .push(RequestStatus::pending(
-            1,
-            Process::Reboot,
-            "kubectl",
-            Timestamp(now_millis()),
-        ));
-    api.replace(&object, &PostParams::default(), &edited)
+    request_reboot_by_hand(scope.client(), &store.object_name(&node))
         .await
         .expect("edit the RotaNode by hand");
 

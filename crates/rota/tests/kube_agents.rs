@@ -16,10 +16,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use rota_core::{HistoryEvent, NodeState, Process};
-use rota_e2e::fleet::{DisruptionWatch, Fleet, FleetOptions};
+use rota_e2e::fleet::{DisruptionWatch, Fleet, FleetOptions, request_reboot_by_hand};
 use rota_e2e::testenv::{self, Scope, app_labels};
 use rota_kube::KubeStore;
-use rota_kube::crd::{RequestStatus, Timestamp};
 use rota_store::{HistoryEntry, HistoryFilter, NodeRecord, Store, now_millis};
 
 mod kube_common;
@@ -570,25 +569,7 @@ async fn a_request_edited_in_by_hand_is_found_at_the_next_poll() -> Result<()> {
     .await;
     let store = start(&fleet).await?;
     wait_state(&fleet, &store, node, NodeState::Idle).await;
-    let api: kube::Api<rota_kube::RotaNode> = kube::Api::all(scope.client());
-    let mut attempts = 0;
-    loop {
-        let mut edited = api.get(node).await?;
-        edited
-            .status
-            .get_or_insert_with(Default::default)
-            .requests
-            .push(RequestStatus::pending(
-                1,
-                Process::Reboot,
-                "kubectl",
-                Timestamp(now_millis()),
-            ));
-        match api.replace(node, &PostParams::default(), &edited).await {
-            Err(kube::Error::Api(e)) if e.code == 409 && attempts < 5 => attempts += 1,
-            written => break written.map(drop)?,
-        }
-    }
+    request_reboot_by_hand(scope.client(), node).await?;
     wait_woken_start(&fleet, &store, node, &Process::Reboot).await;
     wait_finished(&fleet, &store, node, 1).await;
     assert_rebooted_once(&fleet, &store, node).await?;
