@@ -11,7 +11,7 @@ use rota_core::{Effect, Event, NodeState, ProcedureEntry, Process};
 use rota_sentinel::{SentinelWatcher, Snapshot, WatcherOptions};
 use rota_store::{
     Acquire, Blocked, Millis, NodeFields, NodeRecord, Outcome, ProcedureRecord, RequestRecord,
-    RequestState, Session, Store, Transition, WAKE_ALL, WindowChange, now_millis,
+    RequestState, RetryPauses, Session, Store, Transition, WAKE_ALL, WindowChange, now_millis,
 };
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
@@ -78,6 +78,8 @@ struct Running {
     /// When the node's current verification (by its start) was first found healthy, for the
     /// release delay. Not persisted: a restart starts the delay again, the safe direction.
     healthy_since: Option<(Millis, Instant)>,
+    /// The pauses while the store is unavailable; a step that goes through resets them.
+    unavailable: RetryPauses,
     /// Whether the maintenance window was open at the last check, so that each opening and
     /// closing is logged once.
     window_seen: Option<bool>,
@@ -260,6 +262,7 @@ impl Agent {
 
     /// Opens the node's session, waiting for a store that restarts; `None` on shutdown.
     async fn open_session(&self) -> Result<Option<Session>> {
+        let mut pauses = RetryPauses::new();
         loop {
             // Independent: a restart after a reboot waits for neither before the other.
             let (configured, session) = tokio::join!(
@@ -272,10 +275,11 @@ impl Agent {
                 // A database that restarts as the agent starts is waited for; anything else
                 // (a refused database, a missing permission) stops the agent with its error.
                 Err(Error::Store(e)) if e.is_unavailable() => {
-                    self.unavailable(&e);
+                    let pause = pauses.next_pause();
+                    self.unavailable(&e, pause);
                     tokio::select! {
                         () = self.cancel.cancelled() => return Ok(None),
-                        () = tokio::time::sleep(RETRY_PAUSE) => {}
+                        () = tokio::time::sleep(pause) => {}
                     }
                 }
                 Err(e) => return Err(e),
@@ -321,6 +325,7 @@ impl Agent {
             healthy_since: None,
             window_seen: None,
             checked: None,
+            unavailable: RetryPauses::new(),
         };
         let result = self.run_steps(&mut running).await;
         self.tell(|o| o.session(false));
@@ -336,10 +341,10 @@ impl Agent {
         (Ended::Stopped(result), running.runner)
     }
 
-    /// Reports a store that cannot be reached for now; the caller tries again after a pause.
-    fn unavailable(&self, e: &rota_store::Error) {
+    /// Reports a store that cannot be reached for now; the caller tries again after `pause`.
+    fn unavailable(&self, e: &rota_store::Error, pause: Duration) {
         self.tell(|o| o.store_access(false));
-        warn!(node = %self.config.node, error = %e, "the store is unavailable; retrying");
+        warn!(node = %self.config.node, error = %e, pause = ?pause, "the store is unavailable; retrying");
     }
 
     /// Sets the fleet's concurrency if this agent is configured with one that differs.
@@ -374,8 +379,7 @@ impl Agent {
                     node: self.config.node.clone(),
                 })?,
                 Err(e) if e.is_unavailable() => {
-                    self.unavailable(&e);
-                    self.pause(running).await?;
+                    self.pause_unavailable(running, &e).await?;
                     continue;
                 }
                 Err(e) => return Err(e.into()),
@@ -384,8 +388,13 @@ impl Agent {
                 o.store_access(true);
                 o.record(&record);
             });
+            // The node's read may come from the store's memory (Kubernetes): only a step that
+            // went through shows the store answers again.
             match self.step(running, &record).await {
-                Ok(()) => {}
+                Ok(()) => running.unavailable.reset(),
+                Err(Error::Store(e)) if e.is_unavailable() => {
+                    self.pause_unavailable(running, &e).await?;
+                }
                 Err(Error::Store(rota_store::Error::Conflict { .. })) => {
                     info!(node = %self.config.node, "state changed under this agent; re-reading");
                 }
@@ -408,6 +417,13 @@ impl Agent {
     async fn pause(&self, running: &mut Running) -> Result<()> {
         self.wait(running, Some(Instant::now() + RETRY_PAUSE), None)
             .await
+    }
+
+    /// Waits before asking a store that is unavailable again, longer after each failure in a row.
+    async fn pause_unavailable(&self, running: &mut Running, e: &rota_store::Error) -> Result<()> {
+        let pause = running.unavailable.next_pause();
+        self.unavailable(e, pause);
+        self.wait(running, Some(Instant::now() + pause), None).await
     }
 
     /// Waits for anything that may change what the next step is: a sentinel, the deadline,
@@ -585,15 +601,20 @@ impl Agent {
     /// still cordoned would let one more node out than `concurrency` allows. Each attempt is
     /// fenced, the first by the transition that led to `record` if that one proved the slot.
     async fn uncordon(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
+        let mut pauses = RetryPauses::new();
         loop {
             self.fence(running, record).await?;
-            match self.actions.uncordon().await {
+            let pause = match self.actions.uncordon().await {
                 Ok(()) => return Ok(()),
-                Err(e) => warn!(node = %self.config.node, error = %e, "uncordon failed; retrying"),
-            }
+                Err(e) => {
+                    let pause = pauses.next_pause();
+                    warn!(node = %self.config.node, error = %e, pause = ?pause, "uncordon failed; retrying");
+                    pause
+                }
+            };
             tokio::select! {
                 () = running.cancel.cancelled() => return Ok(()),
-                () = tokio::time::sleep(RETRY_PAUSE) => {}
+                () = tokio::time::sleep(pause) => {}
             }
         }
     }

@@ -55,6 +55,79 @@ pub async fn fresh_database() -> Option<String> {
     Some(with_database(&url, &name))
 }
 
+/// The URL with another user: `scheme://[user[:password]@]host…` becomes `scheme://user@host…`.
+pub fn with_user(url: &str, user: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let host = match rest.split_once('/') {
+        Some((authority, _)) => match authority.rsplit_once('@') {
+            Some((_, host)) => &rest[authority.len() - host.len()..],
+            None => rest,
+        },
+        None => rest.rsplit_once('@').map_or(rest, |(_, host)| host),
+    };
+    format!("{scheme}://{user}@{host}")
+}
+
+/// A fresh database (see [`fresh_database`]) owned by a login role of its own, which the test
+/// server's role `rota` (see `scripts/postgres-up`) can limit: returns `rota`'s URL of the
+/// database, the new role's URL of it, and the new role's name.
+pub async fn database_with_own_role() -> Option<(String, String, String)> {
+    let url = fresh_database().await?;
+    let admin = sqlx::PgPool::connect(&url).await.expect("connect");
+    let database: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&admin)
+        .await
+        .expect("the database's name");
+    admin.close().await;
+    let role = format!("{database}_role");
+    run_as_admin(
+        &url,
+        &[
+            format!("CREATE ROLE {role} LOGIN"),
+            // Only a member of a role may give it a database.
+            format!("GRANT {role} TO CURRENT_USER"),
+            format!("ALTER DATABASE {database} OWNER TO {role}"),
+        ],
+    )
+    .await;
+    let own = with_user(&url, &role);
+    Some((url, own, role))
+}
+
+/// Makes the server refuse every new connection of `role` (a connection limit of 0) and ends
+/// its connections, as a server that has reached its `max_connections` refuses a client; `url`
+/// is of a role that may alter `role` and end its connections (see [`database_with_own_role`]).
+pub async fn refuse_role(url: &str, role: &str) {
+    run_as_admin(
+        url,
+        &[
+            format!("ALTER ROLE {role} CONNECTION LIMIT 0"),
+            format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}'"
+            ),
+        ],
+    )
+    .await;
+}
+
+/// Lifts [`refuse_role`]'s limit.
+pub async fn admit_role(url: &str, role: &str) {
+    run_as_admin(url, &[format!("ALTER ROLE {role} CONNECTION LIMIT -1")]).await;
+}
+
+async fn run_as_admin(url: &str, statements: &[String]) {
+    let admin = sqlx::PgPool::connect(url).await.expect("connect");
+    for statement in statements {
+        sqlx::query(statement)
+            .execute(&admin)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+    admin.close().await;
+}
+
 /// Ends every connection to `url`'s database but the caller's, as a restart of the server
 /// does; returns how many were ended.
 pub async fn end_connections(url: &str) -> i64 {
@@ -72,7 +145,20 @@ pub async fn end_connections(url: &str) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use super::with_database;
+    use super::{with_database, with_user};
+
+    #[test]
+    fn another_user_replaces_only_the_user() {
+        assert_eq!(
+            with_user("postgres://rota@127.0.0.1:5432/rota", "r"),
+            "postgres://r@127.0.0.1:5432/rota"
+        );
+        assert_eq!(
+            with_user("postgres://a:b@h/db?x=@", "r"),
+            "postgres://r@h/db?x=@"
+        );
+        assert_eq!(with_user("postgres://h:1/db", "r"), "postgres://r@h:1/db");
+    }
 
     #[test]
     fn test_databases_replace_only_the_database_name() {

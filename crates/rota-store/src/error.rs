@@ -109,10 +109,11 @@ impl Error {
             | sqlx::Error::PoolClosed
             | sqlx::Error::WorkerCrashed => true,
             // SQLSTATE class 08 is a connection exception, 57P01-57P03 a server shutting down,
-            // crashed or starting.
-            sqlx::Error::Database(e) => e
-                .code()
-                .is_some_and(|code| code.starts_with("08") || code.starts_with("57P")),
+            // crashed or starting, class 53 a server out of resources (too many connections,
+            // out of memory, a full disk).
+            sqlx::Error::Database(e) => e.code().is_some_and(|code| {
+                code.starts_with("08") || code.starts_with("57P") || code.starts_with("53")
+            }),
             _ => false,
         }
     }

@@ -4,6 +4,7 @@
 mod error;
 mod model;
 mod postgres;
+mod retry_pauses;
 mod sqlite;
 mod store;
 mod url;
@@ -17,6 +18,7 @@ pub use model::{
     WindowChange, decode_resumed_at, now_millis,
 };
 pub use postgres::PostgresStore;
+pub use retry_pauses::{FIRST_RETRY_PAUSE, LONGEST_RETRY_PAUSE, RetryPauses};
 pub use sqlite::SqliteStore;
 pub use store::{Store, WAKE_ALL};
 pub use url::StoreUrl;

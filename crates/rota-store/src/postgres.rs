@@ -41,6 +41,7 @@ use crate::model::{
     Pause, ProcedureRecord, RequestRecord, RequestState, Session, SlotHolder, Transition,
     WindowChange, decode_resumed_at,
 };
+use crate::retry_pauses::RetryPauses;
 use crate::store::{Store, WAKE_ALL};
 
 /// How far an operator's request, cancel or new procedure moves every agent's counter. Such a
@@ -293,8 +294,13 @@ impl PostgresStore {
 /// Moves the change counter by every other handle's notifications. Notifications sent while
 /// the connection was down are lost, so a reconnect wakes every waiter to re-read the store.
 async fn follow_changes(mut listener: PgListener, origin: u64, changes: Arc<watch::Sender<u64>>) {
+    let mut pauses = RetryPauses::new();
     loop {
-        match listener.try_recv().await {
+        let received = listener.try_recv().await;
+        if received.is_ok() {
+            pauses.reset();
+        }
+        match received {
             Ok(Some(notification)) => {
                 let payload = notification.payload();
                 let parsed = payload.split_once(':').and_then(|(from, wakes)| {
@@ -311,9 +317,10 @@ async fn follow_changes(mut listener: PgListener, origin: u64, changes: Arc<watc
                 changes.send_modify(|n| *n = n.wrapping_add(WAKE_ALL));
             }
             Err(e) => {
-                warn!(error = %e, "the change listener cannot reconnect; retrying in a second");
+                let pause = pauses.next_pause();
+                warn!(error = %e, pause = ?pause, "the change listener cannot reconnect; retrying");
                 changes.send_modify(|n| *n = n.wrapping_add(WAKE_ALL));
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                tokio::time::sleep(pause).await;
             }
         }
     }

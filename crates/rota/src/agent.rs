@@ -1,7 +1,6 @@
 //! `rota agent`: one node's agent, with shell commands as its node actions.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use rota_agent::{Agent, AgentConfig, Blocker, CommandActions, NodeActions};
@@ -192,6 +191,7 @@ async fn check_permissions(args: &AgentArgs) -> Result<()> {
         &args.store.namespace,
         args.node_actions == NodeActionsKind::Kube,
     );
+    let mut pauses = rota_store::RetryPauses::new();
     let missing = loop {
         match permissions::missing(&client, &wanted).await {
             Ok(missing) => break missing,
@@ -200,8 +200,9 @@ async fn check_permissions(args: &AgentArgs) -> Result<()> {
                 if !e.is_unavailable() {
                     return Err(e).context("checking the agent's RBAC permissions");
                 }
-                warn!(error = %e, "the API server is unavailable; checking the permissions again");
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                let pause = pauses.next_pause();
+                warn!(error = %e, pause = ?pause, "the API server is unavailable; checking the permissions again");
+                tokio::time::sleep(pause).await;
             }
         }
     };

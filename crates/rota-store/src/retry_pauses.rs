@@ -1,0 +1,105 @@
+//! How long to wait before asking an unavailable store (a database that restarts, an API server
+//! that is down or overloaded) again.
+
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+
+/// The first pause, before any randomness is added.
+pub const FIRST_RETRY_PAUSE: Duration = Duration::from_secs(1);
+/// Where the pause stops doubling, before any randomness is added.
+pub const LONGEST_RETRY_PAUSE: Duration = Duration::from_secs(8);
+
+/// The pauses between attempts at a store that stays unavailable: 1 s, then twice as long after
+/// each failed attempt up to 8 s, each lengthened by a random part of up to itself, so 1–2 s,
+/// 2–4 s, 4–8 s and then 8–16 s. A fleet that lost its store at once then neither asks again at
+/// once nor keeps asking every second: an overloaded API server or database gets fewer requests
+/// the longer it struggles, not the same number again. Each retrying caller keeps its own and
+/// resets it after a success.
+#[derive(Debug)]
+pub struct RetryPauses {
+    pauses: ExponentialBackoff,
+}
+
+fn pauses() -> ExponentialBackoff {
+    ExponentialBuilder::new()
+        .with_min_delay(FIRST_RETRY_PAUSE)
+        .with_max_delay(LONGEST_RETRY_PAUSE)
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
+
+impl RetryPauses {
+    pub fn new() -> RetryPauses {
+        RetryPauses { pauses: pauses() }
+    }
+
+    /// The pause before the next attempt; each one after a failure grows until the longest.
+    pub fn next_pause(&mut self) -> Duration {
+        self.pauses
+            .next()
+            .unwrap_or(LONGEST_RETRY_PAUSE.saturating_mul(2))
+    }
+
+    /// The store answered: the next failure starts over at the first pause.
+    pub fn reset(&mut self) {
+        self.pauses = pauses();
+    }
+}
+
+impl Default for RetryPauses {
+    fn default() -> RetryPauses {
+        RetryPauses::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pause before randomness for the `n`th attempt in a row (from 0).
+    fn base(n: u32) -> Duration {
+        FIRST_RETRY_PAUSE
+            .saturating_mul(2u32.saturating_pow(n))
+            .min(LONGEST_RETRY_PAUSE)
+    }
+
+    #[test]
+    fn pauses_double_up_to_the_longest_with_up_to_as_much_again_at_random() {
+        let mut pauses = RetryPauses::new();
+        for n in 0..10 {
+            let pause = pauses.next_pause();
+            assert!(
+                pause >= base(n) && pause < base(n) * 2,
+                "attempt {n}: {pause:?} outside [{:?}, {:?})",
+                base(n),
+                base(n) * 2
+            );
+        }
+    }
+
+    #[test]
+    fn a_success_starts_the_pauses_over() {
+        let mut pauses = RetryPauses::new();
+        for _ in 0..5 {
+            pauses.next_pause();
+        }
+        pauses.reset();
+        let pause = pauses.next_pause();
+        assert!(pause < FIRST_RETRY_PAUSE * 2, "{pause:?}");
+    }
+
+    #[test]
+    fn a_fleet_does_not_come_back_in_step() {
+        let firsts: Vec<Duration> = (0..50).map(|_| RetryPauses::new().next_pause()).collect();
+        let earliest = firsts.iter().min().copied().unwrap_or_default();
+        let latest = firsts.iter().max().copied().unwrap_or_default();
+        assert!(
+            latest - earliest > Duration::from_millis(300),
+            "50 first pauses all within {:?}",
+            latest - earliest
+        );
+    }
+}
