@@ -82,7 +82,7 @@ pub async fn database_with_own_role() -> Option<(String, String, String)> {
         .expect("the database's name");
     admin.close().await;
     let role = format!("{database}_role");
-    run_as_admin(
+    execute(
         &url,
         &[
             format!("CREATE ROLE {role} LOGIN"),
@@ -100,7 +100,7 @@ pub async fn database_with_own_role() -> Option<(String, String, String)> {
 /// its connections, as a server that has reached its `max_connections` refuses a client; `url`
 /// is of a role that may alter `role` and end its connections (see [`database_with_own_role`]).
 pub async fn refuse_role(url: &str, role: &str) {
-    run_as_admin(
+    execute(
         url,
         &[
             format!("ALTER ROLE {role} CONNECTION LIMIT 0"),
@@ -114,10 +114,11 @@ pub async fn refuse_role(url: &str, role: &str) {
 
 /// Lifts [`refuse_role`]'s limit.
 pub async fn admit_role(url: &str, role: &str) {
-    run_as_admin(url, &[format!("ALTER ROLE {role} CONNECTION LIMIT -1")]).await;
+    execute(url, &[format!("ALTER ROLE {role} CONNECTION LIMIT -1")]).await;
 }
 
-async fn run_as_admin(url: &str, statements: &[String]) {
+/// Runs `statements` one by one on a connection of its own to `url`.
+pub async fn execute(url: &str, statements: &[String]) {
     let admin = sqlx::PgPool::connect(url).await.expect("connect");
     for statement in statements {
         sqlx::query(statement)

@@ -206,6 +206,26 @@ fn node_config(node: &Node, options: &Options, fleet: &Fleet) -> AgentConfig {
     config
 }
 
+/// The error of an agent that stopped with one (only a reboot stops an agent on purpose, and
+/// takes it out of its node first).
+async fn stopped_agent(nodes: &mut [Node]) -> Option<Error> {
+    for node in nodes {
+        if node
+            .agent
+            .as_ref()
+            .is_some_and(|(_, agent)| agent.is_finished())
+            && let Some((_, agent)) = node.agent.take()
+            && let Ok(Err(source)) = agent.await
+        {
+            return Some(Error::Agent {
+                node: node.name.to_string(),
+                source,
+            });
+        }
+    }
+    None
+}
+
 fn prepare_root(index: usize, root: &Path) -> Result<()> {
     let io = |source| Error::HostRoot {
         node: index,
@@ -333,6 +353,9 @@ async fn simulate(
     }
     // Every agent has its watcher armed once its session is open.
     while store.nodes().await?.len() < options.nodes {
+        if let Some(stopped) = stopped_agent(&mut nodes).await {
+            return Err(stopped);
+        }
         tokio::time::sleep(fleet.check_every / 10).await;
     }
     info!(
@@ -436,14 +459,8 @@ async fn simulate(
                         break 'rollout Err(e);
                     }
                 }
-                for node in &mut nodes {
-                    if let Some((_, agent)) = &node.agent
-                        && agent.is_finished()
-                        && let Some((_, agent)) = node.agent.take()
-                        && let Ok(Err(source)) = agent.await
-                    {
-                        break 'rollout Err(Error::Agent { node: node.name.to_string(), source });
-                    }
+                if let Some(stopped) = stopped_agent(&mut nodes).await {
+                    break 'rollout Err(stopped);
                 }
             }
         }

@@ -12,7 +12,7 @@ use rota_core::HistoryEvent;
 mod common;
 
 use rota_e2e::disrupt::at_thresholds;
-use rota_e2e::postgres::{end_connections, fresh_database};
+use rota_e2e::postgres::{database_with_own_role, end_connections, execute, fresh_database};
 use rota_e2e::proxy::{Proxy, outages};
 use rota_simulate::{Options, StoreChoice, run};
 use rota_store::{HistoryFilter, PostgresStore, Store, StoreUrl};
@@ -62,6 +62,52 @@ async fn a_rollout_rides_out_an_unreachable_database_and_reboots_every_node_once
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_rides_out_outages_longer_than_the_session_ttl() {
     rollout_with_outages(Duration::from_secs(5), Some(Duration::from_secs(2))).await;
+}
+
+/// An agent that stops as it starts (here: its database role may not open a session) ends the
+/// simulation with that agent's error, instead of leaving the harness waiting for every node's
+/// first session forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_stops_before_the_rollout_ends_the_simulation_with_its_error() {
+    let Some((_, url, _)) = database_with_own_role().await else {
+        return;
+    };
+    PostgresStore::open(&url).await.expect("open");
+    execute(
+        &url,
+        &["REVOKE EXECUTE ON FUNCTION rota_open_session FROM PUBLIC, CURRENT_USER".to_string()],
+    )
+    .await;
+    let options = Options {
+        nodes: 3,
+        concurrency: 1,
+        maintenance_time: Duration::from_millis(300),
+        store: StoreChoice::Url(StoreUrl::from_str(&url).expect("the database's URL")),
+        session_ttl: None,
+    };
+    let ended = tokio::time::timeout(Duration::from_secs(60), run(options, |_, _| {}))
+        .await
+        .expect("the simulation ended instead of waiting for the stopped agents");
+    match ended {
+        Err(rota_simulate::Error::Agent { node, source }) => {
+            assert!(node.starts_with("sim-"), "{node}");
+            let message = error_chain(&source);
+            assert!(message.contains("permission denied"), "{message}");
+        }
+        other => panic!("expected an agent's error, got {other:?}"),
+    }
+}
+
+/// The error with its sources, as `rota` prints it.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(e) = source {
+        message.push_str(": ");
+        message.push_str(&e.to_string());
+        source = e.source();
+    }
+    message
 }
 
 async fn rollout_with_outages(length: Duration, session_ttl: Option<Duration>) {
