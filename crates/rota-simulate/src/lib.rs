@@ -61,6 +61,11 @@ pub enum Error {
         #[source]
         source: rota_agent::Error,
     },
+    #[error(
+        "interrupted: the agents were stopped, and the run's store, host roots and (with \
+         --store kube) Nodes, RotaNodes and namespace deleted"
+    )]
+    Interrupted,
     #[error("the rollout did not finish within {limit_s}s ({completed} of {nodes} nodes finished)")]
     TimedOut {
         limit_s: u64,
@@ -256,7 +261,13 @@ fn clear_run(root: &Path) -> std::io::Result<()> {
 }
 
 /// Runs the simulation; `progress(completed, total)` is called as nodes finish.
-pub async fn run(options: Options, progress: impl Fn(usize, usize)) -> Result<Summary> {
+/// Runs the simulation of `options`; `cancel` stops it early with [`Error::Interrupted`], after
+/// stopping the agents and deleting what the run created, as its normal end does.
+pub async fn run(
+    options: Options,
+    cancel: &CancellationToken,
+    progress: impl Fn(usize, usize),
+) -> Result<Summary> {
     if options.nodes == 0 {
         return Err(Error::Invalid("--nodes must be at least 1".into()));
     }
@@ -274,18 +285,25 @@ pub async fn run(options: Options, progress: impl Fn(usize, usize)) -> Result<Su
                 Fleet::sql(store, options.nodes)?,
                 &options,
                 dir.path(),
+                cancel,
                 progress,
             )
             .await
         }
         StoreChoice::Url(url) => {
             let fleet = Fleet::sql(url.open().await?, options.nodes)?;
-            simulate(fleet, &options, dir.path(), progress).await
+            simulate(fleet, &options, dir.path(), cancel, progress).await
         }
         StoreChoice::Kube(target) => {
             let mut cluster = Cluster::new(target.client.clone(), target.namespace.clone());
-            let result = match cluster.prepare(options.nodes).await {
-                Ok(fleet) => simulate(fleet, &options, dir.path(), progress).await,
+            // Creating a large fleet takes a while: an interrupted one is deleted as far as
+            // it got.
+            let prepared = tokio::select! {
+                prepared = cluster.prepare(options.nodes) => prepared,
+                () = cancel.cancelled() => Err(Error::Interrupted),
+            };
+            let result = match prepared {
+                Ok(fleet) => simulate(fleet, &options, dir.path(), cancel, progress).await,
                 Err(e) => Err(e),
             };
             cluster.delete().await;
@@ -301,6 +319,7 @@ async fn simulate(
     fleet: Fleet,
     options: &Options,
     scratch: &Path,
+    cancel: &CancellationToken,
     progress: impl Fn(usize, usize),
 ) -> Result<Summary> {
     // On a real host /run is a tmpfs; so are the simulated hosts' roots where one exists.
@@ -356,7 +375,10 @@ async fn simulate(
         if let Some(stopped) = stopped_agent(&mut nodes).await {
             return Err(stopped);
         }
-        tokio::time::sleep(fleet.check_every / 10).await;
+        tokio::select! {
+            () = cancel.cancelled() => return Err(Error::Interrupted),
+            () = tokio::time::sleep(fleet.check_every / 10) => {}
+        }
     }
     info!(
         nodes = options.nodes,
@@ -405,6 +427,7 @@ async fn simulate(
     };
     let finished = 'rollout: loop {
         tokio::select! {
+            () = cancel.cancelled() => break 'rollout Err(Error::Interrupted),
             Some((index, commanded)) = reboots.recv() => {
                     let node = &mut nodes[index];
                     let Some((cancel, agent)) = node.agent.take() else { continue };
@@ -476,7 +499,10 @@ async fn simulate(
             let _ = agent.await;
         }
     }
+    // After a complete rollout every power cycle is over; after an interruption or an error, a
+    // node still "down" for its maintenance time is not waited for.
     for cycle in power_cycles {
+        cycle.abort();
         let _ = cycle.await;
     }
     let (started, written, completed, failed, deadline) = rollout?;

@@ -12,9 +12,12 @@ mod common;
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::Api;
 use kube::api::ListParams;
+use rota_core::NodeState;
 use rota_e2e::proxy::{Proxy, outages};
 use rota_e2e::testenv::TestEnv;
+use rota_kube::RotaNode;
 use rota_simulate::{KubeTarget, Options, StoreChoice, run};
+use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_rollout_reboots_every_node_once_never_more_than_k_at_once() {
@@ -37,6 +40,7 @@ async fn kube_rollout_reboots_every_node_once_never_more_than_k_at_once() {
             }),
             session_ttl: None,
         },
+        &CancellationToken::new(),
         |_, _| {},
     )
     .await
@@ -45,6 +49,71 @@ async fn kube_rollout_reboots_every_node_once_never_more_than_k_at_once() {
     common::assert_clean_rollout(&summary, 6, 2);
 
     assert_cleaned_up(&client, &namespace).await;
+}
+
+/// A run interrupted in the middle of its rollout (Ctrl-C or SIGTERM to `rota simulate`) stops
+/// its agents and deletes what it created in the cluster, as its normal end does, and says it
+/// was interrupted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_kube_run_deletes_what_it_created() {
+    let env = match TestEnv::get() {
+        Ok(Some(env)) => env,
+        Ok(None) => return,
+        Err(e) => panic!("{e:#}"),
+    };
+    let config = env.config().await.expect("the test kubeconfig");
+    let client = rota_drain::client(config).expect("a client");
+    let namespace = format!("rota-interrupted-test-{}", std::process::id());
+    let cancel = CancellationToken::new();
+    let options = Options {
+        nodes: 4,
+        concurrency: 1,
+        // No node finishes before the interruption.
+        maintenance_time: Duration::from_secs(120),
+        store: StoreChoice::Kube(KubeTarget {
+            client: client.clone(),
+            namespace: Some(namespace.clone()),
+        }),
+        session_ttl: None,
+    };
+    // Interrupted once a node is out: its RotaNode shows the reboot.
+    let rota_nodes: Api<RotaNode> = Api::all(client.clone());
+    let by_run = ListParams::default().labels(&format!("rota.dev/namespace={namespace}"));
+    let interrupt = async {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            // The run installs the CRD if the cluster lacks it: until then the list fails.
+            let out = rota_nodes.list(&by_run).await.map(|l| l.items);
+            if out.unwrap_or_default().iter().any(|n| {
+                n.status
+                    .as_ref()
+                    .is_some_and(|s| s.state == NodeState::Rebooting)
+            }) {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no node rebooted");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        cancel.cancel();
+    };
+    let (ended, ()) = tokio::join!(
+        tokio::time::timeout(Duration::from_secs(180), run(options, &cancel, |_, _| {})),
+        interrupt
+    );
+    let ended = ended.expect("the run stopped when interrupted");
+    assert!(
+        matches!(ended, Err(rota_simulate::Error::Interrupted)),
+        "{ended:?}"
+    );
+    assert_cleaned_up(&client, &namespace).await;
+    let left = rota_nodes.list(&by_run).await.expect("list RotaNodes");
+    assert!(
+        left.items
+            .iter()
+            .all(|n| n.metadata.deletion_timestamp.is_some()),
+        "RotaNodes left behind: {}",
+        left.items.len()
+    );
 }
 
 /// The API server goes away twice during a rollout (once the first node finished, and once

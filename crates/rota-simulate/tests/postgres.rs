@@ -16,6 +16,7 @@ use rota_e2e::postgres::{database_with_own_role, end_connections, execute, fresh
 use rota_e2e::proxy::{Proxy, outages};
 use rota_simulate::{Options, StoreChoice, run};
 use rota_store::{HistoryFilter, PostgresStore, Store, StoreUrl};
+use tokio_util::sync::CancellationToken;
 
 /// Two database restarts during a rollout (once the first node finished, and once half had):
 /// the agents and the harness ride them out, every node reboots exactly once, and never more
@@ -85,9 +86,12 @@ async fn an_agent_that_stops_before_the_rollout_ends_the_simulation_with_its_err
         store: StoreChoice::Url(StoreUrl::from_str(&url).expect("the database's URL")),
         session_ttl: None,
     };
-    let ended = tokio::time::timeout(Duration::from_secs(60), run(options, |_, _| {}))
-        .await
-        .expect("the simulation ended instead of waiting for the stopped agents");
+    let ended = tokio::time::timeout(
+        Duration::from_secs(60),
+        run(options, &CancellationToken::new(), |_, _| {}),
+    )
+    .await
+    .expect("the simulation ended instead of waiting for the stopped agents");
     match ended {
         Err(rota_simulate::Error::Agent { node, source }) => {
             assert!(node.starts_with("sim-"), "{node}");
@@ -153,6 +157,7 @@ async fn the_summary_waits_out_an_unreachable_database_at_the_end_of_the_rollout
             store: StoreChoice::Url(StoreUrl::from_str(&proxied).expect("the proxy's URL")),
             session_ttl: None,
         },
+        &CancellationToken::new(),
         {
             let (proxy, cut) = (proxy.clone(), cut.clone());
             move |completed, total| {

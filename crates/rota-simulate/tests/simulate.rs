@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use rota_simulate::{Options, StoreChoice, run};
+use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_node_reboots_once_and_never_more_than_k_at_once() {
@@ -14,6 +15,7 @@ async fn every_node_reboots_once_and_never_more_than_k_at_once() {
             store: StoreChoice::Temporary,
             session_ttl: None,
         },
+        &CancellationToken::new(),
         |_, _| {},
     )
     .await
@@ -52,6 +54,7 @@ async fn zero_nodes_or_zero_concurrency_is_refused() {
                 store: StoreChoice::Temporary,
                 session_ttl: None,
             },
+            &CancellationToken::new(),
             |_, _| {},
         )
         .await

@@ -10,7 +10,6 @@ use rota_drain::{DrainOptions, KubeActions, KubeBlocker};
 use rota_kube::permissions;
 use rota_metrics::{Metrics, MetricsServer};
 use rota_notify::{Notifier, NotifierConfig};
-use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -60,20 +59,6 @@ fn config(args: AgentArgs) -> AgentConfig {
         StoreLocation::Url(_) => config.store_poll,
     });
     config
-}
-
-/// Cancels `cancel` on SIGTERM or SIGINT: the agent stops between steps and keeps its state.
-fn stop_on_signals(cancel: CancellationToken) -> Result<()> {
-    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = term.recv() => info!("SIGTERM: shutting down"),
-            _ = int.recv() => info!("SIGINT: shutting down"),
-        }
-        cancel.cancel();
-    });
-    Ok(())
 }
 
 /// The node actions `--node-actions` asks for. An empty command means nothing to do.
@@ -244,7 +229,8 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     }
     let store = crate::store::open(&args.store, true).await?;
     let cancel = CancellationToken::new();
-    stop_on_signals(cancel.clone())?;
+    // The agent stops between steps and keeps its state.
+    crate::signals::cancel_on_signals(cancel.clone())?;
     let node = args.node.clone();
     let mut agent = Agent::new(config(args), store, actions, cancel.clone());
     for blocker in blockers {

@@ -9,6 +9,7 @@ mod mop;
 mod notify;
 mod operator;
 mod output;
+mod signals;
 mod simulate;
 mod status;
 mod store;

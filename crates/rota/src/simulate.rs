@@ -5,6 +5,7 @@ use std::io::IsTerminal;
 use anyhow::{Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use rota_simulate::{KubeTarget, Options, StoreChoice, Summary};
+use tokio_util::sync::CancellationToken;
 
 use crate::cli::SimulateArgs;
 use crate::output;
@@ -70,6 +71,9 @@ pub async fn run(args: SimulateArgs) -> Result<()> {
     };
     let nodes = args.nodes as usize;
     let bar = progress_bar(u64::from(args.nodes));
+    // Ctrl-C stops the run the way its end does: what it created in a cluster is deleted.
+    let cancel = CancellationToken::new();
+    crate::signals::cancel_on_signals(cancel.clone())?;
     let summary = rota_simulate::run(
         Options {
             nodes,
@@ -78,10 +82,12 @@ pub async fn run(args: SimulateArgs) -> Result<()> {
             store,
             session_ttl: None,
         },
+        &cancel,
         |done, _| bar.set_position(done as u64),
     )
-    .await?;
+    .await;
     bar.finish_and_clear();
+    let summary = summary?;
     if args.json {
         output::emit(&format!("{}\n", serde_json::to_string(&summary)?))?;
     } else {

@@ -5,6 +5,7 @@ use std::future::Future;
 
 use rota_simulate::{Options, Summary, run};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 /// Runs the rollout of `options` with `disrupt` fed its progress (the count of finished
 /// nodes, at every look of the harness); returns the summary and what `disrupt` returned.
@@ -18,7 +19,7 @@ where
 {
     let (done_tx, done) = mpsc::unbounded_channel();
     let disruptions = tokio::spawn(disrupt(done));
-    let summary = run(options, move |completed, _| {
+    let summary = run(options, &CancellationToken::new(), move |completed, _| {
         let _ = done_tx.send(completed);
     })
     .await

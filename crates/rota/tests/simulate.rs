@@ -1,0 +1,60 @@
+//! The real `rota simulate` binary on the embedded default store.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The run's own directories under `dir` (the store's, and the hosts' where there is no tmpfs).
+fn runs_in(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .expect("read the temporary directory")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with("rota-simulate-"))
+        .collect()
+}
+
+/// Ctrl-C (SIGINT) stops a run in the middle: the agents stop, the run deletes its store and
+/// says it was interrupted, and exits with a failure, instead of dying with its files left
+/// behind (or, with `--store kube`, its Nodes in the cluster).
+#[test]
+fn ctrl_c_stops_a_run_and_deletes_what_it_made() {
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    let child = Command::new(env!("CARGO_BIN_EXE_rota"))
+        .args([
+            "simulate",
+            "--nodes",
+            "3",
+            "--concurrency",
+            "1",
+            "--maintenance-time",
+            "60s",
+        ])
+        .env("TMPDIR", tmp.path())
+        .env_remove("ROTA_STORE")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start rota simulate");
+    // The store exists once the run is under way (the signal handler is installed before).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !runs_in(tmp.path())
+        .iter()
+        .any(|run| tmp.path().join(run).join("rota.db").exists())
+    {
+        assert!(Instant::now() < deadline, "no store after 30 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = child.id().to_string();
+    let status = Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -INT");
+    let output = child.wait_with_output().expect("wait for rota simulate");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{:?}: {stderr}", output.status);
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    assert_eq!(runs_in(tmp.path()), Vec::<String>::new(), "{stderr}");
+}
