@@ -14,6 +14,7 @@ use rota_e2e::postgres::{
     admit_role, database_with_own_role, end_connections, fresh_database, refuse_role,
 };
 use rota_store::{FIRST_RETRY_PAUSE, LONGEST_RETRY_PAUSE, PostgresStore, Store};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// An agent whose first call meets a connection the restarted server has ended waits for the
@@ -43,25 +44,33 @@ async fn an_agent_that_starts_during_a_database_restart_waits_for_it() {
         .run(),
     );
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        // The observer's own first read after the restart fails too: it reads again.
-        if let Ok(Some(record)) = observer.node(&node).await {
-            assert_eq!(record.state, NodeState::Idle);
-            break;
-        }
-        assert!(!agent.is_finished(), "the agent stopped: {:?}", agent.await);
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the agent never opened its session"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // The observer's own first read after the restart fails too: it reads again.
+    wait_until_started(&observer, &node, &agent, Duration::from_secs(10)).await;
     cancel.cancel();
     agent
         .await
         .expect("the agent task")
         .expect("the agent stops cleanly");
+}
+
+/// Waits until `observer` reads `node` idle, as the agent's session makes it; fails if the agent
+/// stops first or `patience` runs out.
+async fn wait_until_started(
+    observer: &PostgresStore,
+    node: &NodeName,
+    agent: &JoinHandle<rota_agent::Result<()>>,
+    patience: Duration,
+) {
+    let deadline = Instant::now() + patience;
+    while !matches!(observer.node(node).await, Ok(Some(record)) if record.state == NodeState::Idle)
+    {
+        assert!(!agent.is_finished(), "the agent stopped");
+        assert!(
+            Instant::now() < deadline,
+            "the agent did not open its session within {patience:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// When each refusal of the store came, as the agent reports them.
@@ -130,16 +139,8 @@ async fn an_agent_asks_a_database_that_refuses_it_less_and_less_often() {
     admit_role(&admin_url, &role).await;
     let observer = PostgresStore::open(&admin_url).await.expect("open");
     // The longest pause with its random part, and time to start.
-    let deadline = Instant::now() + LONGEST_RETRY_PAUSE * 2 + Duration::from_secs(10);
-    while !matches!(observer.node(&node).await, Ok(Some(record)) if record.state == NodeState::Idle)
-    {
-        assert!(!agent.is_finished(), "the agent stopped: {:?}", agent.await);
-        assert!(
-            Instant::now() < deadline,
-            "the agent did not start once the database took it again"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let patience = LONGEST_RETRY_PAUSE * 2 + Duration::from_secs(10);
+    wait_until_started(&observer, &node, &agent, patience).await;
     cancel.cancel();
     agent
         .await

@@ -19,15 +19,22 @@ use rota_kube::RotaNode;
 use rota_simulate::{KubeTarget, Options, StoreChoice, run};
 use tokio_util::sync::CancellationToken;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kube_rollout_reboots_every_node_once_never_more_than_k_at_once() {
+/// A client of the test control plane, or `None` when the tests are skipped.
+async fn test_client() -> Option<kube::Client> {
     let env = match TestEnv::get() {
         Ok(Some(env)) => env,
-        Ok(None) => return,
+        Ok(None) => return None,
         Err(e) => panic!("{e:#}"),
     };
     let config = env.config().await.expect("the test kubeconfig");
-    let client = rota_drain::client(config).expect("a client");
+    Some(rota_drain::client(config).expect("a client"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rollout_reboots_every_node_once_never_more_than_k_at_once() {
+    let Some(client) = test_client().await else {
+        return;
+    };
     let namespace = format!("rota-simulate-test-{}", std::process::id());
     let summary = run(
         Options {
@@ -56,13 +63,9 @@ async fn kube_rollout_reboots_every_node_once_never_more_than_k_at_once() {
 /// was interrupted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupted_kube_run_deletes_what_it_created() {
-    let env = match TestEnv::get() {
-        Ok(Some(env)) => env,
-        Ok(None) => return,
-        Err(e) => panic!("{e:#}"),
+    let Some(client) = test_client().await else {
+        return;
     };
-    let config = env.config().await.expect("the test kubeconfig");
-    let client = rota_drain::client(config).expect("a client");
     let namespace = format!("rota-interrupted-test-{}", std::process::id());
     let cancel = CancellationToken::new();
     let options = Options {

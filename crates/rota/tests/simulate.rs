@@ -54,7 +54,12 @@ fn ctrl_c_stops_a_run_and_deletes_what_it_made() {
     assert!(status.success(), "kill -INT");
     let output = child.wait_with_output().expect("wait for rota simulate");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{:?}: {stderr}", output.status);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{:?}: {stderr}",
+        output.status
+    );
     assert!(stderr.contains("interrupted"), "{stderr}");
     assert_eq!(runs_in(tmp.path()), Vec::<String>::new(), "{stderr}");
 }
