@@ -6,7 +6,9 @@ use async_trait::async_trait;
 use kube::Client;
 use rota_agent::{ActionError, CommandActions, NodeActions, RebootHandle};
 use rota_core::NodeName;
+use rota_store::RetryPauses;
 use tokio::sync::watch;
+use tracing::warn;
 
 use crate::drain::{DrainOptions, Progress, drain_with_progress};
 use crate::error::Error;
@@ -84,15 +86,28 @@ impl NodeActions for KubeActions {
             .map_err(|e| failed("reading the cordon", e))
     }
 
+    /// A drain that meets an API server it cannot reach, or one that cannot serve it for now,
+    /// starts again after a pause, where the cluster is (the drain is idempotent), instead of
+    /// failing the window: the agent's drain timeout bounds the whole.
     async fn drain(&self) -> Result<(), ActionError> {
-        drain_with_progress(
-            &self.client,
-            self.node.as_str(),
-            &self.drain,
-            &self.progress,
-        )
-        .await
-        .map_err(|e| failed("drain", e))
+        let mut pauses = RetryPauses::new();
+        loop {
+            let drained = drain_with_progress(
+                &self.client,
+                self.node.as_str(),
+                &self.drain,
+                &self.progress,
+            )
+            .await;
+            match drained {
+                Err(e) if e.is_unavailable() => {
+                    let pause = pauses.next_pause();
+                    warn!(node = %self.node, error = %e, pause = ?pause, "the drain met an unavailable API server; draining again");
+                    tokio::time::sleep(pause).await;
+                }
+                drained => return drained.map_err(|e| failed("drain", e)),
+            }
+        }
     }
 
     async fn uncordon(&self) -> Result<(), ActionError> {

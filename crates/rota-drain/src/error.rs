@@ -91,6 +91,12 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether a request failed because the API server could not be reached or could not serve
+    /// it for now (a restart, an overload): the same request may work a moment later.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Error::Api { source, .. } if rota_kube::is_unavailable(source))
+    }
+
     /// Wraps a failed request to `verb` a `resource` (`object` names which one).
     pub(crate) fn api(
         verb: &'static str,

@@ -4,6 +4,7 @@
 //! Timeouts here bound how long a test may hang; no test asserts how fast anything is.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
@@ -17,6 +18,7 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use rota_agent::NodeActions;
 use rota_core::NodeName;
 use rota_drain::{DrainOptions, Error, KubeActions, MIRROR_ANNOTATION, RefusalReason};
+use rota_e2e::proxy::Proxy;
 use rota_e2e::testenv::{self, Scope, TestEnv, app_labels, pod_is_running, wait_for};
 use serde_json::json;
 use tokio::sync::watch;
@@ -573,6 +575,50 @@ async fn kube_actions_drain_a_deployment_pod_onto_another_node_and_uncordon() ->
         .err()
         .context("a missing node was healthy")?;
     ensure!(err.to_string().contains("does not exist"), "{err}");
+    scope.cleanup().await
+}
+
+/// The API server out of reach as the drain starts (a restart of the control plane, the
+/// network to it down): the drain starts again after a pause, where the cluster is, instead of
+/// failing the node's window, and finishes once the API server answers. The agent reaches the
+/// API server through a proxy that the test cuts.
+#[tokio::test]
+async fn a_drain_that_meets_an_unreachable_api_server_starts_again_and_finishes() -> Result<()> {
+    let Some(env) = TestEnv::get()? else {
+        return Ok(());
+    };
+    let scope = env.scope("drain-outage").await?;
+    scope.create_ready_nodes(2).await?;
+    scope.create_deployment("api", 1, None).await?;
+    let first = running_pods(&scope, "api", 1).await?.remove(0);
+    let node = node_of(&first).context("running pod without a node")?;
+
+    let mut config = env.config().await?;
+    let server: SocketAddr = config
+        .cluster_url
+        .authority()
+        .context("the API server's address")?
+        .as_str()
+        .parse()?;
+    let proxy = Proxy::start(server).await?;
+    config.cluster_url = format!("https://{}", proxy.addr()).parse()?;
+    let actions = KubeActions::new(
+        rota_drain::client(config)?,
+        NodeName::new(node.clone())?,
+        options(),
+        "true".into(),
+        None,
+    );
+    proxy.cut();
+    let outage = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        proxy.restore();
+    };
+    let (drained, ()) = tokio::join!(tokio::time::timeout(TIMEOUT, actions.drain()), outage);
+    drained.context("the drain did not finish")??;
+    ensure!(proxy.refused() > 0, "the drain never met the outage");
+    ensure!(actions.is_cordoned().await?);
+    ensure!(!same_pod_exists(&scope, &first).await?);
     scope.cleanup().await
 }
 

@@ -45,7 +45,7 @@ impl From<KubeError> for StoreError {
 /// Whether the API server could not be reached, or could not serve the call for now (a
 /// restart, an overload): the agent tries again instead of stopping. A refusal of what was
 /// asked (a missing permission, an invalid object, a lost compare-and-swap) is not.
-pub(crate) fn is_unavailable(e: &kube::Error) -> bool {
+pub fn is_unavailable(e: &kube::Error) -> bool {
     match e {
         kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
         kube::Error::Api(status) => matches!(status.code, 429 | 500 | 502 | 503 | 504),
