@@ -15,8 +15,9 @@
 //! - **Concurrency**: key `concurrency` of the ConfigMap `rota-config` in the rota namespace
 //!   (1 when unset, as in SQLite).
 //! - **Node tags** (which keep history ids unique, see [`ids`]): a Lease
-//!   `rota-node-tag-<tag>` in the rota namespace per node, held by its RotaNode's name; nodes
-//!   of earlier versions took theirs from key `nextNodeTag` of `rota-config`.
+//!   `rota-node-tag-<tag>` in the rota namespace per node, held by its RotaNode's name and
+//!   owned by the RotaNode (the garbage collector deletes it with the RotaNode); nodes of
+//!   earlier versions took theirs from key `nextNodeTag` of `rota-config`.
 //! - **Procedures**: a cluster-scoped [`Procedure`] per maintenance procedure, named after it
 //!   (see [`procedure`]); a `scriptConfigMap` names a ConfigMap of the rota namespace. A
 //!   procedure runs at most once per node, ever: its requests stay in the RotaNode (closed

@@ -783,28 +783,18 @@ impl KubeStore {
     /// way compare-and-swaps of one counter did (at a 1,000-node first start, most agents ran
     /// out of attempts there), and no agent watches these Leases. The counter of earlier
     /// versions is the fallback once the tags a node tries are all taken.
-    async fn claim_tag(&self, node: &NodeName) -> Result<u32> {
+    /// Returns the tag and, unless it came from the counter, its Lease.
+    async fn claim_tag(&self, node: &NodeName) -> Result<(u32, Option<Lease>)> {
         let holder = self.object_name(node);
         for tag in ids::tag_candidates(&holder).take(TAG_PROBES) {
             let name = format!("{TAG_LEASE_PREFIX}{tag}");
-            let claim = Lease {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    labels: Some(BTreeMap::from([(TAG_LABEL.into(), tag.to_string())])),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(LeaseSpec {
-                    holder_identity: Some(holder.clone()),
-                    ..LeaseSpec::default()
-                }),
-            };
             match self
                 .inner
                 .leases
-                .create(&PostParams::default(), &claim)
+                .create(&PostParams::default(), &tag_claim(tag, &holder, None))
                 .await
             {
-                Ok(_) => return Ok(tag),
+                Ok(created) => return Ok((tag, Some(created))),
                 Err(e) if is_conflict(&e) => {}
                 Err(e) => return Err(e).context("create", LEASES, self.lease_path(&name)),
             }
@@ -813,12 +803,69 @@ impl KubeStore {
                 LEASES,
                 self.lease_path(&name),
             )?;
-            if taken.and_then(|l| l.spec?.holder_identity).as_deref() == Some(holder.as_str()) {
-                return Ok(tag);
+            if let Some(lease) = taken.filter(|l| claimed_by(l, &holder)) {
+                return Ok((tag, Some(lease)));
             }
         }
         warn!(node = %node, probes = TAG_PROBES, "the node tags tried are all taken; taking one from the counter");
-        self.next_tag().await
+        Ok((self.next_tag().await?, None))
+    }
+
+    /// Makes the tag Lease `claim` belong to the node's new RotaNode, so that the garbage
+    /// collector deletes the claim with the RotaNode (`kubectl delete rotanode` of a node gone
+    /// for good) and the tag can serve another node. Best effort: a claim left without its
+    /// owner stays, as claims did before.
+    async fn own_tag(&self, rota_node: &RotaNode, tag: u32, claim: Lease) {
+        let (Some(owner), Some(holder)) = (
+            kube::Resource::owner_ref(rota_node, &()),
+            rota_node.metadata.name.clone(),
+        ) else {
+            return;
+        };
+        let name = format!("{TAG_LEASE_PREFIX}{tag}");
+        let mut current = Some(claim);
+        for _ in 0..CAS_ATTEMPTS {
+            let written = match current.take() {
+                Some(mut lease) => {
+                    lease.metadata.owner_references = Some(vec![owner.clone()]);
+                    self.inner
+                        .leases
+                        .replace(&name, &PostParams::default(), &lease)
+                        .await
+                }
+                // The garbage collector took the claim, whose owner was this node's deleted
+                // RotaNode: claim the tag again, for the new one.
+                None => {
+                    self.inner
+                        .leases
+                        .create(
+                            &PostParams::default(),
+                            &tag_claim(tag, &holder, Some(owner.clone())),
+                        )
+                        .await
+                }
+            };
+            match written {
+                Ok(_) => return,
+                Err(e) if is_conflict(&e) || crate::error::is_not_found(&e) => {}
+                Err(e) => {
+                    warn!(lease = %self.lease_path(&name), error = %e, "could not tie the node's tag to its RotaNode");
+                    return;
+                }
+            }
+            match self.inner.leases.get_opt(&name).await {
+                Ok(Some(lease)) if claimed_by(&lease, &holder) => current = Some(lease),
+                Ok(None) => {}
+                Ok(Some(_)) => {
+                    warn!(lease = %self.lease_path(&name), "the node's tag was claimed by another node");
+                    return;
+                }
+                Err(e) => {
+                    warn!(lease = %self.lease_path(&name), error = %e, "could not tie the node's tag to its RotaNode");
+                    return;
+                }
+            }
+        }
     }
 
     /// Hands out the next node tag from the counter of earlier versions (see `ids`).
@@ -1131,6 +1178,30 @@ fn node_name(object: &RotaNode) -> Result<NodeName> {
     })
 }
 
+/// The Lease that claims node tag `tag` for the RotaNode named `holder`.
+fn tag_claim(tag: u32, holder: &str, owner: Option<OwnerReference>) -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(format!("{TAG_LEASE_PREFIX}{tag}")),
+            labels: Some(BTreeMap::from([(TAG_LABEL.into(), tag.to_string())])),
+            owner_references: owner.map(|o| vec![o]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(holder.to_string()),
+            ..LeaseSpec::default()
+        }),
+    }
+}
+
+fn claimed_by(lease: &Lease, holder: &str) -> bool {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+        == Some(holder)
+}
+
 fn held_by<'a>(leases: &'a [Lease], node: &NodeName) -> Option<&'a Lease> {
     leases
         .iter()
@@ -1256,7 +1327,8 @@ impl Store for KubeStore {
                     (self.replace(object).await?, id)
                 }
                 None => {
-                    let mut status = status::new_status(now, self.claim_tag(node).await?);
+                    let (tag, claim) = self.claim_tag(node).await?;
+                    let mut status = status::new_status(now, tag);
                     status.session = Some(SessionStatus { id: now, deadline });
                     let object = RotaNode {
                         metadata: ObjectMeta {
@@ -1275,7 +1347,12 @@ impl Store for KubeStore {
                         .create(&PostParams::default(), &object)
                         .await
                     {
-                        Ok(written) => (Some(written), now),
+                        Ok(written) => {
+                            if let Some(claim) = claim {
+                                self.own_tag(&written, tag, claim).await;
+                            }
+                            (Some(written), now)
+                        }
                         Err(e) if is_conflict(&e) => (None, now),
                         Err(e) => return Err(e).context("create", ROTA_NODES, name),
                     }

@@ -6,14 +6,14 @@ mod common;
 
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::{Api, Client};
 use rota_core::{NodeName, NodeState, Process};
 use rota_e2e::fleet::request_reboot_by_hand;
-use rota_kube::ids::CLAIMED_TAGS;
+use rota_kube::ids::{CLAIMED_TAGS, tag_candidates};
 use rota_kube::{KubeStore, KubeStoreConfig, RotaNode};
 use rota_store::{Acquire, Store, Transition, WAKE_ALL, WindowChange, now_millis};
 
@@ -304,8 +304,8 @@ async fn an_unlock_elsewhere_stops_the_agents_next_write_and_then_shows() {
 
 /// A fleet's first start: every new node claims a tag of its own at once, each with a Lease of
 /// its own instead of a compare-and-swap of one shared counter (which ran most agents of a
-/// 1,000-node first start out of attempts); a node started again before it made its RotaNode
-/// finds its own claim.
+/// 1,000-node first start out of attempts); a node started again after it claimed its tag and
+/// before it made its RotaNode finds its own claim.
 #[tokio::test]
 async fn new_nodes_claim_distinct_tags_at_once_and_keep_their_own() {
     let Some(env) = common::env() else { return };
@@ -353,14 +353,74 @@ async fn new_nodes_claim_distinct_tags_at_once_and_keep_their_own() {
     let counter = config.and_then(|c| c.data?.get("nextNodeTag").cloned());
     assert_eq!(counter, None, "the shared counter was not written");
 
-    api.delete(&store.object_name(&nodes[0]), &DeleteParams::default())
+    // An agent that stopped after its claim and before its RotaNode left the claim alone.
+    let late = name("late");
+    let object = store.object_name(&late);
+    let first = tag_candidates(&object).next().expect("a candidate");
+    let claim = Lease {
+        metadata: kube::api::ObjectMeta {
+            name: Some(format!("rota-node-tag-{first}")),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(object.clone()),
+            ..Default::default()
+        }),
+    };
+    scope
+        .api::<Lease>()
+        .create(&PostParams::default(), &claim)
         .await
-        .expect("delete a RotaNode, as if its agent had stopped before making it");
-    store
-        .open_session(&nodes[0], TTL)
+        .expect("the claim of an agent that stopped");
+    store.open_session(&late, TTL).await.expect("start again");
+    assert_eq!(tag_of(&late).await, first, "the node's own claim");
+}
+
+/// A node's tag claim belongs to its RotaNode: deleting the RotaNode (the record of a node gone
+/// for good, `kubectl delete rotanode`) lets the garbage collector delete the claim too, so the
+/// tag can serve another node instead of staying taken for ever.
+#[tokio::test]
+async fn a_nodes_tag_claim_goes_with_its_rota_node() {
+    let Some(env) = common::env() else { return };
+    let (scope, store) = common::scoped_store(env, "tagowner").await;
+    let node = name("owned");
+    store.open_session(&node, TTL).await.expect("open");
+    let rota_nodes: Api<RotaNode> = Api::all(scope.client());
+    let object = rota_nodes
+        .get(&store.object_name(&node))
         .await
-        .expect("start again");
-    assert_eq!(tag_of(&nodes[0]).await, tags[0], "the node's own claim");
+        .expect("the RotaNode");
+    let tag = object.status.as_ref().expect("a status").tag;
+    let claim_name = format!("rota-node-tag-{tag}");
+    let leases = scope.api::<Lease>();
+    let claim = leases.get(&claim_name).await.expect("the claim");
+    let owners: Vec<(&str, &str)> = claim
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .map(|o| (o.kind.as_str(), o.uid.as_str()))
+        .collect();
+    let uid = object.metadata.uid.as_deref().expect("a uid");
+    assert_eq!(owners, [("RotaNode", uid)]);
+
+    rota_nodes
+        .delete(&store.object_name(&node), &DeleteParams::default())
+        .await
+        .expect("delete the RotaNode");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while leases
+        .get_opt(&claim_name)
+        .await
+        .expect("read the claim")
+        .is_some()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the claim outlived its RotaNode"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Between its periodic re-reads, an agent's handle answers the agent's reads of its own node
