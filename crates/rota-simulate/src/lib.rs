@@ -260,12 +260,12 @@ fn clear_run(root: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Runs the simulation; `progress(completed, total)` is called as nodes finish.
-/// Runs the simulation of `options`; `cancel` stops it early with [`Error::Interrupted`], after
-/// stopping the agents and deleting what the run created, as its normal end does.
+/// Runs the simulation of `options`; `progress(completed, total)` is called as nodes finish.
+/// `interrupt` stops it early with [`Error::Interrupted`], after stopping the agents and
+/// deleting what the run created, as its normal end does.
 pub async fn run(
     options: Options,
-    cancel: &CancellationToken,
+    interrupt: &CancellationToken,
     progress: impl Fn(usize, usize),
 ) -> Result<Summary> {
     if options.nodes == 0 {
@@ -285,14 +285,14 @@ pub async fn run(
                 Fleet::sql(store, options.nodes)?,
                 &options,
                 dir.path(),
-                cancel,
+                interrupt,
                 progress,
             )
             .await
         }
         StoreChoice::Url(url) => {
             let fleet = Fleet::sql(url.open().await?, options.nodes)?;
-            simulate(fleet, &options, dir.path(), cancel, progress).await
+            simulate(fleet, &options, dir.path(), interrupt, progress).await
         }
         StoreChoice::Kube(target) => {
             let mut cluster = Cluster::new(target.client.clone(), target.namespace.clone());
@@ -300,10 +300,10 @@ pub async fn run(
             // it got.
             let prepared = tokio::select! {
                 prepared = cluster.prepare(options.nodes) => prepared,
-                () = cancel.cancelled() => Err(Error::Interrupted),
+                () = interrupt.cancelled() => Err(Error::Interrupted),
             };
             let result = match prepared {
-                Ok(fleet) => simulate(fleet, &options, dir.path(), cancel, progress).await,
+                Ok(fleet) => simulate(fleet, &options, dir.path(), interrupt, progress).await,
                 Err(e) => Err(e),
             };
             cluster.delete().await;
@@ -319,7 +319,7 @@ async fn simulate(
     fleet: Fleet,
     options: &Options,
     scratch: &Path,
-    cancel: &CancellationToken,
+    interrupt: &CancellationToken,
     progress: impl Fn(usize, usize),
 ) -> Result<Summary> {
     // On a real host /run is a tmpfs; so are the simulated hosts' roots where one exists.
@@ -376,7 +376,7 @@ async fn simulate(
             return Err(stopped);
         }
         tokio::select! {
-            () = cancel.cancelled() => return Err(Error::Interrupted),
+            () = interrupt.cancelled() => return Err(Error::Interrupted),
             () = tokio::time::sleep(fleet.check_every / 10) => {}
         }
     }
@@ -427,7 +427,7 @@ async fn simulate(
     };
     let finished = 'rollout: loop {
         tokio::select! {
-            () = cancel.cancelled() => break 'rollout Err(Error::Interrupted),
+            () = interrupt.cancelled() => break 'rollout Err(Error::Interrupted),
             Some((index, commanded)) = reboots.recv() => {
                     let node = &mut nodes[index];
                     let Some((cancel, agent)) = node.agent.take() else { continue };
