@@ -811,6 +811,21 @@ impl KubeStore {
         Ok((self.next_tag().await?, None))
     }
 
+    /// Writes `lease`: a compare-and-swap replace of the existing Lease `name`, or a create.
+    async fn write_lease(&self, name: &str, lease: &Lease, exists: bool) -> kube::Result<Lease> {
+        if exists {
+            self.inner
+                .leases
+                .replace(name, &PostParams::default(), lease)
+                .await
+        } else {
+            self.inner
+                .leases
+                .create(&PostParams::default(), lease)
+                .await
+        }
+    }
+
     /// Makes the tag Lease `claim` belong to the node's new RotaNode, so that the garbage
     /// collector deletes the claim with the RotaNode (`kubectl delete rotanode` of a node gone
     /// for good) and the tag can serve another node. Best effort: a claim left without its
@@ -825,26 +840,16 @@ impl KubeStore {
         let name = format!("{TAG_LEASE_PREFIX}{tag}");
         let mut current = Some(claim);
         for _ in 0..CAS_ATTEMPTS {
-            let written = match current.take() {
+            // Without the claim, the garbage collector took it (its owner was this node's
+            // deleted RotaNode): the tag is claimed again, for the new one.
+            let (lease, exists) = match current.take() {
                 Some(mut lease) => {
                     lease.metadata.owner_references = Some(vec![owner.clone()]);
-                    self.inner
-                        .leases
-                        .replace(&name, &PostParams::default(), &lease)
-                        .await
+                    (lease, true)
                 }
-                // The garbage collector took the claim, whose owner was this node's deleted
-                // RotaNode: claim the tag again, for the new one.
-                None => {
-                    self.inner
-                        .leases
-                        .create(
-                            &PostParams::default(),
-                            &tag_claim(tag, &holder, Some(owner.clone())),
-                        )
-                        .await
-                }
+                None => (tag_claim(tag, &holder, Some(owner.clone())), false),
             };
+            let written = self.write_lease(&name, &lease, exists).await;
             match written {
                 Ok(_) => return,
                 Err(e) if is_conflict(&e) || crate::error::is_not_found(&e) => {}
@@ -944,20 +949,7 @@ impl KubeStore {
         let at = released.map_or(now_millis(), |r| now_millis().max(r + 1));
         let lease = slots::taken(slot, previous, node.as_str(), owner, at);
         let name = slots::slot_name(slot);
-        let written = match previous {
-            Some(_) => {
-                self.inner
-                    .leases
-                    .replace(&name, &PostParams::default(), &lease)
-                    .await
-            }
-            None => {
-                self.inner
-                    .leases
-                    .create(&PostParams::default(), &lease)
-                    .await
-            }
-        };
+        let written = self.write_lease(&name, &lease, previous.is_some()).await;
         match written {
             Ok(written) => {
                 self.inner.changes.observe(&written, false);
