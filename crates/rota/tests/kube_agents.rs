@@ -523,30 +523,70 @@ async fn wait_woken_start(fleet: &Fleet, store: &KubeStore, node: &str, process:
     .await;
 }
 
+/// One kwok node whose agent has started and is idle: what the tests of what wakes an idle
+/// agent start from.
+struct IdleAgent {
+    scope: Scope,
+    node: String,
+    fleet: Fleet,
+    store: KubeStore,
+}
+
+/// An [`IdleAgent`] run with `--drain-force` and `extra`; `None` when the tests are skipped.
+async fn idle_agent(prefix: &str, extra: &[&str]) -> Result<Option<IdleAgent>> {
+    let Some(env) = env() else {
+        return Ok(None);
+    };
+    let scope = env.scope(prefix).await?;
+    let nodes = scope.create_ready_nodes(1).await?;
+    let mut agent_args = args(&["--drain-force"]);
+    agent_args.extend(args(extra));
+    let fleet = fleet(env, &scope, &nodes, agent_args).await;
+    let store = start(&fleet).await?;
+    let node = nodes[0].clone();
+    wait_state(&fleet, &store, &node, NodeState::Idle).await;
+    Ok(Some(IdleAgent {
+        scope,
+        node,
+        fleet,
+        store,
+    }))
+}
+
+/// The idle agent's woken reboot: it starts, finishes once, and the test cleans up.
+async fn reboots_once_when_woken(agent: IdleAgent) -> Result<()> {
+    let IdleAgent {
+        scope,
+        node,
+        fleet,
+        store,
+    } = agent;
+    wait_woken_start(&fleet, &store, &node, &Process::Reboot).await;
+    wait_finished(&fleet, &store, &node, 1).await;
+    assert_rebooted_once(&fleet, &store, &node).await?;
+    fleet.shutdown().await?;
+    scope.cleanup().await
+}
+
 /// An operator's `rota request` is a write by another process to the node's RotaNode, which
 /// no watch of the agents reports: it also writes `rota-config`'s wake key for that node, so
 /// the idle agent (with the defaults of `--store kube`: a one-minute procedure poll, a
 /// five-minute store poll) starts the work within seconds instead of at its next poll.
 #[tokio::test]
 async fn an_operators_request_reaches_an_idle_agent_within_seconds() -> Result<()> {
-    let Some(env) = env() else {
+    let Some(agent) = idle_agent("kube-request", &[]).await? else {
         return Ok(());
     };
-    let scope = env.scope("kube-request").await?;
-    let nodes = scope.create_ready_nodes(1).await?;
-    let node = &nodes[0];
-    let fleet = fleet(env, &scope, &nodes, args(&["--drain-force"])).await;
-    let store = start(&fleet).await?;
-    wait_state(&fleet, &store, node, NodeState::Idle).await;
-    let (request, created) = store
-        .request(&Fleet::node_name(node)?, &Process::Reboot, "operator")
+    let (request, created) = agent
+        .store
+        .request(
+            &Fleet::node_name(&agent.node)?,
+            &Process::Reboot,
+            "operator",
+        )
         .await?;
     ensure!(created, "a new request: {request:?}");
-    wait_woken_start(&fleet, &store, node, &Process::Reboot).await;
-    wait_finished(&fleet, &store, node, 1).await;
-    assert_rebooted_once(&fleet, &store, node).await?;
-    fleet.shutdown().await?;
-    scope.cleanup().await
+    reboots_once_when_woken(agent).await
 }
 
 /// A request written into the RotaNode by hand (`kubectl edit`: no wake) is found at the idle
@@ -554,27 +594,11 @@ async fn an_operators_request_reaches_an_idle_agent_within_seconds() -> Result<(
 /// last write, so the re-read has to ask the API server.
 #[tokio::test]
 async fn a_request_edited_in_by_hand_is_found_at_the_next_poll() -> Result<()> {
-    let Some(env) = env() else {
+    let Some(agent) = idle_agent("kube-edited", &["--procedure-poll", "2s"]).await? else {
         return Ok(());
     };
-    let scope = env.scope("kube-edited").await?;
-    let nodes = scope.create_ready_nodes(1).await?;
-    let node = &nodes[0];
-    let fleet = fleet(
-        env,
-        &scope,
-        &nodes,
-        args(&["--drain-force", "--procedure-poll", "2s"]),
-    )
-    .await;
-    let store = start(&fleet).await?;
-    wait_state(&fleet, &store, node, NodeState::Idle).await;
-    request_reboot_by_hand(scope.client(), node).await?;
-    wait_woken_start(&fleet, &store, node, &Process::Reboot).await;
-    wait_finished(&fleet, &store, node, 1).await;
-    assert_rebooted_once(&fleet, &store, node).await?;
-    fleet.shutdown().await?;
-    scope.cleanup().await
+    request_reboot_by_hand(agent.scope.client(), &agent.node).await?;
+    reboots_once_when_woken(agent).await
 }
 
 /// A procedure submitted by an operator (`rota mop submit`, another process) wakes every idle
@@ -582,15 +606,16 @@ async fn a_request_edited_in_by_hand_is_found_at_the_next_poll() -> Result<()> {
 /// at its next one-minute procedure poll.
 #[tokio::test]
 async fn a_submitted_procedure_reaches_an_idle_agent_within_seconds() -> Result<()> {
-    let Some(env) = env() else {
+    let Some(IdleAgent {
+        scope,
+        node,
+        fleet,
+        store,
+    }) = idle_agent("kube-submit", &[]).await?
+    else {
         return Ok(());
     };
-    let scope = env.scope("kube-submit").await?;
-    let nodes = scope.create_ready_nodes(1).await?;
-    let node = &nodes[0];
-    let fleet = fleet(env, &scope, &nodes, args(&["--drain-force"])).await;
-    let store = start(&fleet).await?;
-    wait_state(&fleet, &store, node, NodeState::Idle).await;
+    let node = node.as_str();
     let name = format!("{}-wake", scope.id());
     let mut spec = rota_core::ProcedureSpec::new(name.clone(), "true\n".to_string());
     spec.nodes = vec![Fleet::node_name(node)?];
