@@ -111,7 +111,7 @@ impl NodeActions for KubeActions {
     }
 
     async fn uncordon(&self) -> Result<(), ActionError> {
-        node::uncordon(&self.client, self.node.as_str())
+        node::uncordon(&self.client, self.node.as_str(), &self.drain.labels)
             .await
             .map_err(|e| failed("uncordon", e))
     }

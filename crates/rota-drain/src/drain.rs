@@ -24,6 +24,7 @@ use tracing::{debug, info, warn};
 use crate::error::{Error, Refusal, RefusalReason, Result};
 use crate::gate::{self, Leaving};
 use crate::node;
+use crate::node_labels::NodeLabels;
 
 /// Marks a static pod's mirror in the API server; the kubelet owns it, eviction cannot move it.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
@@ -48,6 +49,8 @@ pub struct DrainOptions {
     /// How often to list the node's pods while waiting for the evicted ones to go. A watch
     /// reports each deletion as it happens; the list catches what a broken watch missed.
     pub poll_interval: Duration,
+    /// Labels set on the Node with the cordon, and with the uncordon of [`crate::KubeActions`].
+    pub labels: NodeLabels,
 }
 
 impl Default for DrainOptions {
@@ -60,6 +63,7 @@ impl Default for DrainOptions {
             retry_initial: Duration::from_secs(1),
             retry_max: Duration::from_secs(30),
             poll_interval: Duration::from_secs(1),
+            labels: NodeLabels::default(),
         }
     }
 }
@@ -177,7 +181,7 @@ pub async fn drain_with_progress(
     progress: &watch::Sender<Progress>,
 ) -> Result<()> {
     progress.send_replace(Progress::default());
-    let cordoned = node::cordon(client, node).await?;
+    let cordoned = node::cordon(client, node, &options.labels).await?;
     let mut evict = Vec::new();
     let mut wait = Vec::new();
     let mut refusals = Vec::new();

@@ -83,6 +83,8 @@ pub enum Error {
         annotation: &'static str,
         detail: String,
     },
+    #[error("invalid node label {label:?}: {reason}")]
+    BadLabel { label: String, reason: String },
     #[error("node {node} cannot be drained safely: {}", list(.refusals))]
     Refused {
         node: String,

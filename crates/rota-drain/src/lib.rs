@@ -8,6 +8,7 @@ mod drain;
 mod error;
 mod gate;
 mod node;
+mod node_labels;
 
 pub use actions::{DEFAULT_REBOOT_COMMAND, KubeActions};
 pub use blockers::{KubeBlocker, PAUSE_ANNOTATION, SelectorError, parse_selector};
@@ -18,6 +19,7 @@ pub use gate::{
     workloads_not_restored,
 };
 pub use node::{check_ready, cordon, is_cordoned, uncordon};
+pub use node_labels::{NodeLabels, parse_labels};
 
 /// A client for the drain: `config` with kube's default retry of 429, 503 and 504 turned off.
 /// With it on, every eviction that a PodDisruptionBudget refuses is retried inside the client

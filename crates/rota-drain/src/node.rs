@@ -7,6 +7,7 @@ use serde_json::json;
 
 use crate::error::{Error, Result};
 use crate::gate::EVICTED_ANNOTATION;
+use crate::node_labels::NodeLabels;
 
 async fn get(client: &Client, node: &str) -> Result<Node> {
     Api::<Node>::all(client.clone())
@@ -34,17 +35,25 @@ async fn patch_node(client: &Client, node: &str, patch: serde_json::Value) -> Re
     }
 }
 
-/// Marks the node unschedulable, as `kubectl cordon` does; returns the Node as the cordon left
-/// it.
-pub async fn cordon(client: &Client, node: &str) -> Result<Node> {
-    patch_node(client, node, json!({ "spec": { "unschedulable": true } })).await
+/// Marks the node unschedulable, as `kubectl cordon` does, and sets the cordon's `labels` in
+/// the same write; returns the Node as the cordon left it.
+pub async fn cordon(client: &Client, node: &str, labels: &NodeLabels) -> Result<Node> {
+    let patch = json!({
+        "metadata": { "labels": labels.on_cordon() },
+        "spec": { "unschedulable": true },
+    });
+    patch_node(client, node, patch).await
 }
 
 /// Makes the node schedulable again, as `kubectl uncordon` does. In the same write it forgets
-/// what rota's drain evicted ([`EVICTED_ANNOTATION`]): rota uncordons when a window ends.
-pub async fn uncordon(client: &Client, node: &str) -> Result<()> {
+/// what rota's drain evicted ([`EVICTED_ANNOTATION`]), rota uncordons when a window ends, and
+/// sets the uncordon's `labels` (removing the cordon's others).
+pub async fn uncordon(client: &Client, node: &str, labels: &NodeLabels) -> Result<()> {
     let patch = json!({
-        "metadata": { "annotations": { EVICTED_ANNOTATION: null } },
+        "metadata": {
+            "annotations": { EVICTED_ANNOTATION: null },
+            "labels": labels.on_uncordon(),
+        },
         "spec": { "unschedulable": false },
     });
     patch_node(client, node, patch).await.map(drop)

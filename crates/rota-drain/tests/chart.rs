@@ -282,7 +282,7 @@ async fn the_chart_applies_and_its_rbac_is_enough_to_drain_and_no_more() -> Resu
             if reasons.iter().any(|r| r == &expected) => {}
         other => bail!("the gate as the agent: {other:?}"),
     }
-    rota_drain::uncordon(&agent_client, &node).await?;
+    rota_drain::uncordon(&agent_client, &node, &rota_drain::NodeLabels::default()).await?;
     ensure!(!rota_drain::is_cordoned(&agent_client, &node).await?);
     ensure!(
         rota_drain::evicted(&agent_client, &node).await?.is_none(),
@@ -412,6 +412,14 @@ fn bad_values_fail_helm_template_with_a_clear_message() -> Result<()> {
         (
             "notifications.templates={\"rebooted\":\"{node}\"}",
             "at '/notifications/templates': additional properties 'rebooted' not allowed",
+        ),
+        (
+            "drain.cordonLabels={\"kured\":\"not ok\"}",
+            "at '/drain/cordonLabels/kured'",
+        ),
+        (
+            "drain.uncordonLabels={\"bad key\":\"done\"}",
+            "invalid propertyName 'bad key'",
         ),
     ];
     for (set, expected) in cases {
@@ -651,6 +659,34 @@ fn the_chart_renders_metrics_notifications_and_log_format_as_agent_flags() -> Re
             "{absent} with metrics disabled:\n{disabled}"
         );
     }
+    Ok(())
+}
+
+#[test]
+fn the_chart_renders_node_labels_as_agent_flags() -> Result<()> {
+    if std::env::var(SKIP_ENV).is_ok_and(|v| v == "1") {
+        return Ok(());
+    }
+    let label_flags = |args: Vec<String>| -> Vec<String> {
+        args.into_iter()
+            .filter(|a| a.starts_with("--cordon-label") || a.starts_with("--uncordon-label"))
+            .collect()
+    };
+    let default = label_flags(agent_args(&rendered_daemonset(&[])?)?);
+    ensure!(default.is_empty(), "defaults: {default:?}");
+    let custom = label_flags(agent_args(&rendered_daemonset(&[
+        "drain.cordonLabels={\"kured\":\"rebooting\",\"example.com/out\":\"true\"}".to_string(),
+        "drain.uncordonLabels={\"kured\":\"done\"}".to_string(),
+    ])?)?);
+    ensure!(
+        custom
+            == [
+                "--cordon-label=example.com/out=true",
+                "--cordon-label=kured=rebooting",
+                "--uncordon-label=kured=done"
+            ],
+        "custom: {custom:?}"
+    );
     Ok(())
 }
 

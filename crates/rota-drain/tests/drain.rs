@@ -219,7 +219,7 @@ async fn a_budget_that_never_allows_lets_the_callers_timeout_fire_and_the_node_b
     ensure!(same_pod_exists(&scope, &pods[0]).await?);
 
     // The canceled drain left nothing behind but the cordon, which the caller lifts.
-    rota_drain::uncordon(&client, &node).await?;
+    rota_drain::uncordon(&client, &node, &rota_drain::NodeLabels::default()).await?;
     ensure!(!rota_drain::is_cordoned(&client, &node).await?);
     ensure!(pod_is_running(&scope.pods().get("db-0").await?));
 
@@ -575,6 +575,67 @@ async fn kube_actions_drain_a_deployment_pod_onto_another_node_and_uncordon() ->
         .err()
         .context("a missing node was healthy")?;
     ensure!(err.to_string().contains("does not exist"), "{err}");
+    scope.cleanup().await
+}
+
+/// The labels of the cordon go on the Node with the cordon and stay while the node is out
+/// (a repeated drain, after an agent restart, keeps them); the uncordon sets its own and removes
+/// the cordon's others. Labels set on the Node by anyone else stay as they are.
+#[tokio::test]
+async fn the_cordon_and_the_uncordon_set_their_node_labels() -> Result<()> {
+    let Some(env) = TestEnv::get()? else {
+        return Ok(());
+    };
+    let scope = env.scope("drain-labels").await?;
+    let node = scope.create_ready_nodes(1).await?.remove(0);
+    let nodes = kube::Api::<k8s_openapi::api::core::v1::Node>::all(scope.client());
+    nodes
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "labels": { "team": "payments" } } })),
+        )
+        .await?;
+    let labels = |text: &str| -> Result<BTreeMap<String, String>> {
+        Ok(rota_drain::parse_labels(text)?.into_iter().collect())
+    };
+    let mut drain = options();
+    drain.labels = rota_drain::NodeLabels::new(
+        labels("kured=rebooting,example.com/out=true")?,
+        labels("kured=done")?,
+    );
+    let actions = KubeActions::new(
+        scope.client(),
+        NodeName::new(node.clone())?,
+        drain,
+        "true".into(),
+        None,
+    );
+    let label =
+        |object: &k8s_openapi::api::core::v1::Node, key: &str| object.labels().get(key).cloned();
+    for attempt in ["the drain", "the repeated drain"] {
+        tokio::time::timeout(TIMEOUT, actions.drain())
+            .await
+            .with_context(|| format!("{attempt} did not finish"))??;
+        let object = nodes.get(&node).await?;
+        ensure!(
+            label(&object, "kured").as_deref() == Some("rebooting")
+                && label(&object, "example.com/out").as_deref() == Some("true"),
+            "after {attempt} the Node's labels are {:?}",
+            object.labels()
+        );
+        ensure!(actions.is_cordoned().await?);
+    }
+    actions.uncordon().await?;
+    let object = nodes.get(&node).await?;
+    ensure!(
+        label(&object, "kured").as_deref() == Some("done")
+            && label(&object, "example.com/out").is_none()
+            && label(&object, "team").as_deref() == Some("payments"),
+        "after the uncordon the Node's labels are {:?}",
+        object.labels()
+    );
+    ensure!(!actions.is_cordoned().await?);
     scope.cleanup().await
 }
 

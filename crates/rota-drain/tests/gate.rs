@@ -188,7 +188,7 @@ async fn the_gate_waits_for_the_evicted_workloads_to_be_whole_again() -> Result<
 
     // The record outlives the drain until the uncordon ends the window.
     ensure!(rota_drain::evicted(&client, &node).await?.is_some());
-    rota_drain::uncordon(&client, &node).await?;
+    rota_drain::uncordon(&client, &node, &rota_drain::NodeLabels::default()).await?;
     ensure!(
         rota_drain::evicted(&client, &node).await?.is_none(),
         "the uncordon kept the record"

@@ -1,19 +1,20 @@
 //! `rota agent`: one node's agent, with shell commands as its node actions.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use rota_agent::{Agent, AgentConfig, Blocker, CommandActions, NodeActions};
 use rota_blockers::{AlertFilter, PrometheusBlocker};
 use rota_core::BackoffPolicy;
-use rota_drain::{DrainOptions, KubeActions, KubeBlocker};
+use rota_drain::{DrainOptions, KubeActions, KubeBlocker, NodeLabels};
 use rota_kube::permissions;
 use rota_metrics::{Metrics, MetricsServer};
 use rota_notify::{Notifier, NotifierConfig};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::cli::{AgentArgs, NodeActionsKind};
+use crate::cli::{AgentArgs, NodeActionsKind, NodeLabelArg};
 use crate::notify::NotifyObserver;
 use crate::store::StoreLocation;
 
@@ -62,7 +63,7 @@ fn config(args: AgentArgs) -> AgentConfig {
 }
 
 /// The node actions `--node-actions` asks for. An empty command means nothing to do.
-async fn actions(args: &AgentArgs) -> Result<Arc<dyn NodeActions>> {
+async fn actions(args: &AgentArgs, labels: &NodeLabels) -> Result<Arc<dyn NodeActions>> {
     let command = |c: &Option<String>| c.clone().filter(|c| !c.trim().is_empty());
     Ok(match args.node_actions {
         NodeActionsKind::Command => {
@@ -75,6 +76,8 @@ async fn actions(args: &AgentArgs) -> Result<Arc<dyn NodeActions>> {
                 ),
                 ("--drain-grace-period", args.drain_grace_period.is_some()),
                 ("--health-pdbs", args.health_pdbs),
+                ("--cordon-label", !args.cordon_labels.is_empty()),
+                ("--uncordon-label", !args.uncordon_labels.is_empty()),
             ];
             if let Some((flag, _)) = kube_only.iter().find(|(_, given)| *given) {
                 bail!(
@@ -107,6 +110,7 @@ async fn actions(args: &AgentArgs) -> Result<Arc<dyn NodeActions>> {
                         force: args.drain_force,
                         delete_emptydir_data: args.drain_delete_emptydir_data,
                         grace_period: args.drain_grace_period,
+                        labels: labels.clone(),
                         ..DrainOptions::default()
                     },
                     args.reboot_command.clone(),
@@ -116,6 +120,20 @@ async fn actions(args: &AgentArgs) -> Result<Arc<dyn NodeActions>> {
             )
         }
     })
+}
+
+/// The labels of every `flag` given, refusing a key given twice with two values: one of them
+/// would be ignored.
+fn label_map(flag: &str, given: &[NodeLabelArg]) -> Result<BTreeMap<String, String>> {
+    let mut labels = BTreeMap::new();
+    for (key, value) in given.iter().flat_map(|arg| &arg.0) {
+        if let Some(earlier) = labels.insert(key.clone(), value.clone())
+            && earlier != *value
+        {
+            bail!("{flag} gives the label {key} twice, as {earlier:?} and {value:?}; give it once");
+        }
+    }
+    Ok(labels)
 }
 
 /// The blockers the flags ask for, each checked before anything starts: the agent never runs
@@ -216,8 +234,13 @@ pub async fn run(args: AgentArgs) -> Result<()> {
             args.host_root.display()
         );
     }
+    // Checked before anything connects anywhere.
+    let labels = NodeLabels::new(
+        label_map("--cordon-label", &args.cordon_labels)?,
+        label_map("--uncordon-label", &args.uncordon_labels)?,
+    );
     let blockers = blockers(&args).await?;
-    let actions = actions(&args).await?;
+    let actions = actions(&args, &labels).await?;
     // Bound before the store is opened: a taken port stops the agent before it does anything.
     let server = match args.metrics_addr {
         Some(addr) => Some(MetricsServer::bind(addr).await?),

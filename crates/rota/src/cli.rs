@@ -490,6 +490,16 @@ pub struct AgentArgs {
     /// With --node-actions kube: override the pods' termination grace period.
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub drain_grace_period: Option<Duration>,
+    /// With --node-actions kube: a label set on the Node in rota's cordon, such as
+    /// rota.dev/maintenance=true (repeatable, or several separated by commas; kured's
+    /// --pre-reboot-node-labels).
+    #[arg(long = "cordon-label", value_name = "KEY=VALUE", value_parser = node_labels)]
+    pub cordon_labels: Vec<NodeLabelArg>,
+    /// With --node-actions kube: a label set on the Node in rota's uncordon, which also removes
+    /// the --cordon-label keys not given here (repeatable, or several separated by commas;
+    /// kured's --post-reboot-node-labels).
+    #[arg(long = "uncordon-label", value_name = "KEY=VALUE", value_parser = node_labels)]
+    pub uncordon_labels: Vec<NodeLabelArg>,
     /// Host directory of the agent's own state (procedure runs survive restarts there).
     #[arg(long, value_name = "PATH", value_parser = host_path, default_value = rota_agent::DEFAULT_STATE_DIR)]
     pub state_dir: PathBuf,
@@ -704,6 +714,18 @@ fn label(value: &str) -> Result<(String, String), String> {
             "expected KEY=VALUE, such as pool=gpu, not {value:?}"
         )),
     }
+}
+
+/// The labels of one `--cordon-label` or `--uncordon-label`.
+#[derive(Debug, Clone)]
+pub struct NodeLabelArg(pub Vec<(String, String)>);
+
+/// Node labels as Kubernetes takes them: checked here, so that the API server never refuses
+/// a drain's cordon for them.
+fn node_labels(value: &str) -> Result<NodeLabelArg, String> {
+    rota_drain::parse_labels(value)
+        .map(NodeLabelArg)
+        .map_err(|e| e.to_string())
 }
 
 /// What `rota bench` measures.

@@ -427,6 +427,37 @@ fn bad_input_is_refused_with_one_clear_line() {
             vec![
                 "--node".into(),
                 "n".into(),
+                "--cordon-label".into(),
+                "kured=rebooting".into(),
+            ],
+            "--cordon-label needs --node-actions kube",
+        ),
+        (
+            vec![
+                "--node".into(),
+                "n".into(),
+                "--cordon-label".into(),
+                "ok=1,bad key=x".into(),
+            ],
+            "invalid node label \"bad key=x\"",
+        ),
+        (
+            vec![
+                "--node".into(),
+                "n".into(),
+                "--node-actions".into(),
+                "kube".into(),
+                "--uncordon-label".into(),
+                "kured=done".into(),
+                "--uncordon-label".into(),
+                "kured=ready".into(),
+            ],
+            "--uncordon-label gives the label kured twice",
+        ),
+        (
+            vec![
+                "--node".into(),
+                "n".into(),
                 "--release-delay".into(),
                 "a while".into(),
             ],
