@@ -32,6 +32,12 @@ pub trait NodeActions: Send + Sync {
     async fn labels(&self) -> Result<BTreeMap<String, String>, ActionError> {
         Ok(BTreeMap::new())
     }
+    /// Marks the node as waiting for maintenance (`pending`), or not, so that new workloads
+    /// prefer other nodes and are not moved twice (in Kubernetes, a `PreferNoSchedule` taint);
+    /// idempotent. Where nothing schedules onto the node there is nothing to mark.
+    async fn mark_pending(&self, _pending: bool) -> Result<(), ActionError> {
+        Ok(())
+    }
 }
 
 /// Node actions as shell commands (`sh -c`), for standalone hosts. A missing command is a

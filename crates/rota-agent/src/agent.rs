@@ -86,6 +86,9 @@ struct Running {
     /// The blockers' last answer: asked again after `blocker_interval`, or at once in another
     /// state (the check right before the reboot never reuses the one before the slot).
     checked: Option<Checked>,
+    /// Whether the node is marked as waiting for maintenance ([`NodeActions::mark_pending`]),
+    /// as this incarnation last set it; unknown at its start.
+    pending: Option<bool>,
 }
 
 /// How an incarnation (one session) of the agent ended.
@@ -324,6 +327,7 @@ impl Agent {
             health_ahead: None,
             healthy_since: None,
             window_seen: None,
+            pending: None,
             checked: None,
             unavailable: RetryPauses::new(),
         };
@@ -478,6 +482,7 @@ impl Agent {
     }
 
     async fn step(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
+        self.mark_pending(running, record).await;
         if record.blocked.is_some()
             && !matches!(record.state, NodeState::Queued | NodeState::Maintaining)
         {
@@ -495,6 +500,22 @@ impl Agent {
             NodeState::Failed => {
                 // Fail closed: keep slot and cordon until an operator retries or unlocks.
                 self.wait(running, None, None).await
+            }
+        }
+    }
+
+    /// Marks the node as waiting for maintenance from the moment it has work until it is idle
+    /// again. Best effort: a mark that cannot be set only costs the scheduler's hint, and the
+    /// next step tries again.
+    async fn mark_pending(&self, running: &mut Running, record: &NodeRecord) {
+        let pending = record.state != NodeState::Idle;
+        if running.pending == Some(pending) {
+            return;
+        }
+        match self.actions.mark_pending(pending).await {
+            Ok(()) => running.pending = Some(pending),
+            Err(e) => {
+                warn!(node = %self.config.node, error = %e, pending, "cannot mark the node as waiting for maintenance; trying again at the next step");
             }
         }
     }

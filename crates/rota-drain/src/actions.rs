@@ -26,6 +26,7 @@ pub struct KubeActions {
     progress: watch::Sender<Progress>,
     commands: CommandActions,
     health_pdbs: bool,
+    pending_taint: Option<String>,
 }
 
 impl KubeActions {
@@ -54,7 +55,16 @@ impl KubeActions {
             progress: watch::Sender::default(),
             commands,
             health_pdbs: false,
+            pending_taint: None,
         }
+    }
+
+    /// With `key`, a node waiting for maintenance carries the taint `key:PreferNoSchedule`
+    /// (kured's `--prefer-no-schedule-taint`): the scheduler places new pods, and those
+    /// evicted from the nodes out now, on nodes that will not be drained soon.
+    pub fn pending_taint(mut self, key: Option<String>) -> KubeActions {
+        self.pending_taint = key;
+        self
     }
 
     /// With `check`, the health check also waits until every PodDisruptionBudget of the
@@ -139,5 +149,14 @@ impl NodeActions for KubeActions {
         node::labels(&self.client, self.node.as_str())
             .await
             .map_err(|e| failed("reading the node's labels", e))
+    }
+
+    async fn mark_pending(&self, pending: bool) -> Result<(), ActionError> {
+        let Some(key) = &self.pending_taint else {
+            return Ok(());
+        };
+        node::set_prefer_no_schedule(&self.client, self.node.as_str(), key, pending)
+            .await
+            .map_err(|e| failed("tainting the node", e))
     }
 }

@@ -83,8 +83,20 @@ pub enum Error {
         annotation: &'static str,
         detail: String,
     },
+    #[error(
+        "node {node}: its {what} changed under every one of {attempts} compare-and-swaps; \
+         trying again later: {detail}"
+    )]
+    Contended {
+        node: String,
+        what: &'static str,
+        attempts: usize,
+        detail: String,
+    },
     #[error("invalid node label {label:?}: {reason}")]
     BadLabel { label: String, reason: String },
+    #[error("invalid taint key {key:?}: {reason}")]
+    BadTaintKey { key: String, reason: String },
     #[error("node {node} cannot be drained safely: {}", list(.refusals))]
     Refused {
         node: String,

@@ -1,6 +1,6 @@
 //! The Node object: cordon, uncordon, and what its status says.
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
@@ -57,6 +57,61 @@ pub async fn uncordon(client: &Client, node: &str, labels: &NodeLabels) -> Resul
         "spec": { "unschedulable": false },
     });
     patch_node(client, node, patch).await.map(drop)
+}
+
+/// The effect of the taint of [`set_prefer_no_schedule`].
+const PREFER_NO_SCHEDULE: &str = "PreferNoSchedule";
+
+/// Rounds of read and compare-and-swap before [`set_prefer_no_schedule`] gives up for now.
+const TAINT_ATTEMPTS: usize = 5;
+
+/// Adds (`present`) or removes the taint `key:PreferNoSchedule` on the node, leaving its other
+/// taints as they are. The taints are one list that others write too (the node lifecycle
+/// controller, operators), so the write is a compare-and-swap: a merge patch that carries the
+/// resourceVersion it was computed from, which the API server refuses with a conflict if the
+/// Node changed since.
+pub async fn set_prefer_no_schedule(
+    client: &Client,
+    node: &str,
+    key: &str,
+    present: bool,
+) -> Result<()> {
+    let mut last = None;
+    for _ in 0..TAINT_ATTEMPTS {
+        let object = get(client, node).await?;
+        let mut taints = object.spec.and_then(|spec| spec.taints).unwrap_or_default();
+        let ours = |t: &Taint| t.key == key && t.effect == PREFER_NO_SCHEDULE;
+        if taints.iter().any(ours) == present {
+            return Ok(());
+        }
+        if present {
+            taints.push(Taint {
+                key: key.to_owned(),
+                effect: PREFER_NO_SCHEDULE.to_owned(),
+                ..Taint::default()
+            });
+        } else {
+            taints.retain(|t| !ours(t));
+        }
+        let patch = json!({
+            "metadata": { "resourceVersion": object.metadata.resource_version },
+            "spec": { "taints": taints },
+        });
+        match patch_node(client, node, patch).await {
+            Ok(_) => return Ok(()),
+            Err(Error::Api {
+                source: kube::Error::Api(status),
+                ..
+            }) if status.code == 409 => last = Some(status.message),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Error::Contended {
+        node: node.to_owned(),
+        what: "taints",
+        attempts: TAINT_ATTEMPTS,
+        detail: last.unwrap_or_default(),
+    })
 }
 
 /// Whether the node is marked unschedulable.

@@ -73,6 +73,15 @@ pub fn parse_labels(text: &str) -> Result<Vec<(String, String)>> {
         .collect()
 }
 
+/// Checks a taint's key, which follows the rules of label keys.
+pub fn parse_taint_key(text: &str) -> Result<String> {
+    check_key(text).map_err(|reason| Error::BadTaintKey {
+        key: text.to_owned(),
+        reason,
+    })?;
+    Ok(text.to_owned())
+}
+
 /// A label key: an optional DNS subdomain prefix and `/`, then a name.
 fn check_key(key: &str) -> std::result::Result<(), String> {
     let (prefix, name) = match key.rsplit_once('/') {
@@ -178,6 +187,21 @@ mod tests {
         }
         let long = format!("state={}", "x".repeat(64));
         assert!(parse_labels(&long).is_err(), "a 64-character value");
+    }
+
+    #[test]
+    fn taint_keys_follow_the_rules_of_label_keys() {
+        assert_eq!(
+            parse_taint_key("rota.dev/pending").ok().as_deref(),
+            Some("rota.dev/pending")
+        );
+        for bad in ["", "rota.dev/", "a=b", "Rota.dev/pending", "pending!"] {
+            let message = match parse_taint_key(bad) {
+                Ok(key) => panic!("{bad:?} accepted as {key:?}"),
+                Err(e) => e.to_string(),
+            };
+            assert!(message.contains(&format!("{bad:?}")), "{message}");
+        }
     }
 
     #[test]

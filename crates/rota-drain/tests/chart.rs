@@ -421,6 +421,10 @@ fn bad_values_fail_helm_template_with_a_clear_message() -> Result<()> {
             "drain.uncordonLabels={\"bad key\":\"done\"}",
             "invalid propertyName 'bad key'",
         ),
+        (
+            "drain.preferNoScheduleTaint=\"Rota/pending\"",
+            "at '/drain/preferNoScheduleTaint'",
+        ),
     ];
     for (set, expected) in cases {
         let out = helm_template("rota", &[set.to_string()])?;
@@ -663,13 +667,17 @@ fn the_chart_renders_metrics_notifications_and_log_format_as_agent_flags() -> Re
 }
 
 #[test]
-fn the_chart_renders_node_labels_as_agent_flags() -> Result<()> {
+fn the_chart_renders_node_labels_and_the_pending_taint_as_agent_flags() -> Result<()> {
     if std::env::var(SKIP_ENV).is_ok_and(|v| v == "1") {
         return Ok(());
     }
     let label_flags = |args: Vec<String>| -> Vec<String> {
         args.into_iter()
-            .filter(|a| a.starts_with("--cordon-label") || a.starts_with("--uncordon-label"))
+            .filter(|a| {
+                a.starts_with("--cordon-label")
+                    || a.starts_with("--uncordon-label")
+                    || a.starts_with("--prefer-no-schedule-taint")
+            })
             .collect()
     };
     let default = label_flags(agent_args(&rendered_daemonset(&[])?)?);
@@ -677,13 +685,15 @@ fn the_chart_renders_node_labels_as_agent_flags() -> Result<()> {
     let custom = label_flags(agent_args(&rendered_daemonset(&[
         "drain.cordonLabels={\"kured\":\"rebooting\",\"example.com/out\":\"true\"}".to_string(),
         "drain.uncordonLabels={\"kured\":\"done\"}".to_string(),
+        "drain.preferNoScheduleTaint=\"rota.dev/pending\"".to_string(),
     ])?)?);
     ensure!(
         custom
             == [
                 "--cordon-label=example.com/out=true",
                 "--cordon-label=kured=rebooting",
-                "--uncordon-label=kured=done"
+                "--uncordon-label=kured=done",
+                "--prefer-no-schedule-taint=rota.dev/pending"
             ],
         "custom: {custom:?}"
     );

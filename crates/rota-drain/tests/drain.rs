@@ -639,6 +639,80 @@ async fn the_cordon_and_the_uncordon_set_their_node_labels() -> Result<()> {
     scope.cleanup().await
 }
 
+/// A node waiting for maintenance carries the taint `KEY:PreferNoSchedule` and loses it again;
+/// the Node's other taints stay as they are, and marking twice changes nothing.
+#[tokio::test]
+async fn a_node_marked_pending_carries_a_prefer_no_schedule_taint_until_unmarked() -> Result<()> {
+    let Some(env) = TestEnv::get()? else {
+        return Ok(());
+    };
+    let scope = env.scope("drain-taint").await?;
+    let node = scope.create_ready_nodes(1).await?.remove(0);
+    let nodes = kube::Api::<k8s_openapi::api::core::v1::Node>::all(scope.client());
+    let taints = || async {
+        let object = nodes.get(&node).await?;
+        anyhow::Ok(
+            object
+                .spec
+                .and_then(|s| s.taints)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|t| format!("{}:{}", t.key, t.effect))
+                .collect::<Vec<_>>(),
+        )
+    };
+    // Someone else's taint, which the marks must keep.
+    let mut object = nodes.get(&node).await?;
+    let spec = object.spec.get_or_insert_default();
+    spec.taints
+        .get_or_insert_default()
+        .push(k8s_openapi::api::core::v1::Taint {
+            key: "team".into(),
+            value: Some("payments".into()),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        });
+    nodes
+        .replace(&node, &PostParams::default(), &object)
+        .await?;
+    let before = taints().await?;
+    ensure!(
+        before.contains(&"team:NoSchedule".to_string()),
+        "{before:?}"
+    );
+    let actions = KubeActions::new(
+        scope.client(),
+        NodeName::new(node.clone())?,
+        options(),
+        "true".into(),
+        None,
+    )
+    .pending_taint(Some("rota.dev/pending".into()));
+    for _ in 0..2 {
+        actions.mark_pending(true).await?;
+        let now = taints().await?;
+        let mut expected = before.clone();
+        expected.push("rota.dev/pending:PreferNoSchedule".into());
+        ensure!(now == expected, "marked: {now:?}, before: {before:?}");
+    }
+    for _ in 0..2 {
+        actions.mark_pending(false).await?;
+        let now = taints().await?;
+        ensure!(now == before, "unmarked: {now:?}, before: {before:?}");
+    }
+
+    // Without a key there is nothing to mark, and nothing is asked.
+    let plain = KubeActions::new(
+        scope.client(),
+        NodeName::new(scope.node_name("missing"))?,
+        options(),
+        "true".into(),
+        None,
+    );
+    plain.mark_pending(true).await?;
+    scope.cleanup().await
+}
+
 /// The API server out of reach as the drain starts (a restart of the control plane, the
 /// network to it down): the drain starts again after a pause, where the cluster is, instead of
 /// failing the node's window, and finishes once the API server answers. The agent reaches the

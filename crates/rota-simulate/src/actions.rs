@@ -58,4 +58,11 @@ impl NodeActions for SimulatedActions {
             None => Ok(()),
         }
     }
+
+    async fn mark_pending(&self, pending: bool) -> Result<(), ActionError> {
+        match &self.real {
+            Some(real) => real.mark_pending(pending).await,
+            None => Ok(()),
+        }
+    }
 }

@@ -78,6 +78,10 @@ async fn actions(args: &AgentArgs, labels: &NodeLabels) -> Result<Arc<dyn NodeAc
                 ("--health-pdbs", args.health_pdbs),
                 ("--cordon-label", !args.cordon_labels.is_empty()),
                 ("--uncordon-label", !args.uncordon_labels.is_empty()),
+                (
+                    "--prefer-no-schedule-taint",
+                    args.prefer_no_schedule_taint.is_some(),
+                ),
             ];
             if let Some((flag, _)) = kube_only.iter().find(|(_, given)| *given) {
                 bail!(
@@ -116,7 +120,8 @@ async fn actions(args: &AgentArgs, labels: &NodeLabels) -> Result<Arc<dyn NodeAc
                     args.reboot_command.clone(),
                     command(&args.health_command),
                 )
-                .health_pdbs(args.health_pdbs),
+                .health_pdbs(args.health_pdbs)
+                .pending_taint(args.prefer_no_schedule_taint.clone()),
             )
         }
     })

@@ -500,6 +500,11 @@ pub struct AgentArgs {
     /// kured's --post-reboot-node-labels).
     #[arg(long = "uncordon-label", value_name = "KEY=VALUE", value_parser = node_labels)]
     pub uncordon_labels: Vec<NodeLabelArg>,
+    /// With --node-actions kube: while the node waits for maintenance (or is in its window) it
+    /// carries the taint KEY:PreferNoSchedule, so that new and evicted pods prefer nodes that
+    /// will not be drained soon (kured's --prefer-no-schedule-taint).
+    #[arg(long, value_name = "KEY", value_parser = taint_key)]
+    pub prefer_no_schedule_taint: Option<String>,
     /// Host directory of the agent's own state (procedure runs survive restarts there).
     #[arg(long, value_name = "PATH", value_parser = host_path, default_value = rota_agent::DEFAULT_STATE_DIR)]
     pub state_dir: PathBuf,
@@ -726,6 +731,11 @@ fn node_labels(value: &str) -> Result<NodeLabelArg, String> {
     rota_drain::parse_labels(value)
         .map(NodeLabelArg)
         .map_err(|e| e.to_string())
+}
+
+/// A taint's key, checked by the rules of label keys.
+fn taint_key(value: &str) -> Result<String, String> {
+    rota_drain::parse_taint_key(value).map_err(|e| e.to_string())
 }
 
 /// What `rota bench` measures.

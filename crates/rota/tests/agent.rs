@@ -458,6 +458,24 @@ fn bad_input_is_refused_with_one_clear_line() {
             vec![
                 "--node".into(),
                 "n".into(),
+                "--prefer-no-schedule-taint".into(),
+                "rota.dev/pending".into(),
+            ],
+            "--prefer-no-schedule-taint needs --node-actions kube",
+        ),
+        (
+            vec![
+                "--node".into(),
+                "n".into(),
+                "--prefer-no-schedule-taint".into(),
+                "Rota.dev/pending".into(),
+            ],
+            "invalid taint key \"Rota.dev/pending\"",
+        ),
+        (
+            vec![
+                "--node".into(),
+                "n".into(),
                 "--release-delay".into(),
                 "a while".into(),
             ],

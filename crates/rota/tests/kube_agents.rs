@@ -508,6 +508,105 @@ async fn a_node_cordoned_beforehand_stays_cordoned() -> Result<()> {
     scope.cleanup().await
 }
 
+/// kured's node marks through real agents: every node with work carries the
+/// `PreferNoSchedule` taint until it is idle again (so both nodes of a rollout that takes them
+/// one at a time carry it at once), and each window's cordon and uncordon set their labels.
+#[tokio::test]
+async fn waiting_nodes_are_tainted_and_windows_label_their_nodes() -> Result<()> {
+    let Some(env) = env() else {
+        return Ok(());
+    };
+    let scope = env.scope("kube-node-marks").await?;
+    let nodes = scope.create_ready_nodes(2).await?;
+    let fleet = fleet(
+        env,
+        &scope,
+        &nodes,
+        args(&[
+            "--concurrency",
+            "1",
+            "--drain-force",
+            "--prefer-no-schedule-taint",
+            "rota.dev/pending",
+            "--cordon-label",
+            "rota.dev/maintenance=in-progress",
+            "--uncordon-label",
+            "rota.dev/maintenance=done",
+        ]),
+    )
+    .await;
+    let store = start(&fleet).await?;
+    let marks = |node: String| {
+        let scope = &scope;
+        async move {
+            let object = scope.nodes().get(&node).await?;
+            let tainted = object
+                .spec
+                .and_then(|s| s.taints)
+                .unwrap_or_default()
+                .iter()
+                .any(|t| t.key == "rota.dev/pending" && t.effect == "PreferNoSchedule");
+            let label = object
+                .metadata
+                .labels
+                .unwrap_or_default()
+                .get("rota.dev/maintenance")
+                .cloned();
+            anyhow::Ok((tainted, label))
+        }
+    };
+    for node in &nodes {
+        ensure!(
+            marks(node.clone()).await? == (false, None),
+            "{node} marked before any work"
+        );
+        fleet.request_reboot(node)?;
+    }
+    wait(&fleet, "both nodes to carry the taint at once", || async {
+        let (first, second) = (
+            marks(nodes[0].clone()).await?,
+            marks(nodes[1].clone()).await?,
+        );
+        Ok((first.0 && second.0).then_some(()))
+    })
+    .await;
+    wait(
+        &fleet,
+        "a node in its window to carry the cordon's label",
+        || async {
+            for node in &nodes {
+                let in_window = matches!(
+                    record(&store, node).await?.map(|r| r.state),
+                    Some(NodeState::Maintaining | NodeState::Rebooting | NodeState::Verifying)
+                );
+                let (_, label) = marks(node.clone()).await?;
+                if in_window && label.as_deref() == Some("in-progress") {
+                    return Ok(Some(()));
+                }
+            }
+            Ok(None)
+        },
+    )
+    .await;
+    for node in &nodes {
+        wait_finished(&fleet, &store, node, 1).await;
+        assert_rebooted_once(&fleet, &store, node).await?;
+    }
+    for node in &nodes {
+        let node = node.clone();
+        wait(&fleet, &format!("{node} to lose its taint"), || async {
+            Ok((!marks(node.clone()).await?.0).then_some(()))
+        })
+        .await;
+        ensure!(
+            marks(node.clone()).await?.1.as_deref() == Some("done"),
+            "{node} is back in service without the uncordon's label"
+        );
+    }
+    fleet.shutdown().await?;
+    scope.cleanup().await
+}
+
 /// Waits until `node`'s agent has started `process`, for at most 20 s: what an operator's
 /// wake allows, well within the minute of the procedure poll that would otherwise find it.
 async fn wait_woken_start(fleet: &Fleet, store: &KubeStore, node: &str, process: &Process) {
