@@ -51,6 +51,12 @@ pub struct DrainOptions {
     pub poll_interval: Duration,
     /// Labels set on the Node with the cordon, and with the uncordon of [`crate::KubeActions`].
     pub labels: NodeLabels,
+    /// A pod still there this long after its deletion deadline (its `deletionTimestamp`, the
+    /// end of its grace period) is not waited for, like kubectl's
+    /// `--skip-wait-for-delete-timeout`: a pod held by a finalizer, or by a kubelet that cannot
+    /// stop it, then no longer keeps the node from the reboot that may well free it. `None`
+    /// waits for every pod.
+    pub skip_wait_for_delete: Option<Duration>,
 }
 
 impl Default for DrainOptions {
@@ -64,6 +70,7 @@ impl Default for DrainOptions {
             retry_max: Duration::from_secs(30),
             poll_interval: Duration::from_secs(1),
             labels: NodeLabels::default(),
+            skip_wait_for_delete: None,
         }
     }
 }
@@ -119,6 +126,9 @@ fn plan(pod: &Pod, options: &DrainOptions) -> std::result::Result<Plan, Vec<Refu
     if controller.is_some_and(|c| c.kind == "DaemonSet") {
         return Ok(Plan::Leave);
     }
+    if overdue(pod, options.skip_wait_for_delete) {
+        return Ok(Plan::Leave);
+    }
     if pod.metadata.deletion_timestamp.is_some() {
         return Ok(Plan::Wait);
     }
@@ -139,6 +149,23 @@ fn plan(pod: &Pod, options: &DrainOptions) -> std::result::Result<Plan, Vec<Refu
     } else {
         Err(refusals)
     }
+}
+
+/// Whether `pod` is still there more than `skip` after its deletion deadline.
+fn overdue(pod: &Pod, skip: Option<Duration>) -> bool {
+    let (Some(deadline), Some(skip)) = (&pod.metadata.deletion_timestamp, skip) else {
+        return false;
+    };
+    let late = jiff::Timestamp::now().duration_since(deadline.0);
+    let overdue = late.is_positive() && late.unsigned_abs() > skip;
+    if overdue {
+        warn!(
+            pod = %pod_ref(pod),
+            late = ?late.unsigned_abs(),
+            "a pod is still terminating long after its grace period; not waiting for it"
+        );
+    }
+    overdue
 }
 
 fn pod_ref(pod: &Pod) -> PodRef {
@@ -235,7 +262,7 @@ pub async fn drain_with_progress(
         version,
         events,
     };
-    wait_gone(client, node, waiting, options.poll_interval, progress).await?;
+    wait_gone(client, node, waiting, options, progress).await?;
     info!(node, "drained");
     Ok(())
 }
@@ -370,7 +397,7 @@ async fn wait_gone(
     client: &Client,
     node: &str,
     waiting: Waiting,
-    poll_interval: Duration,
+    options: &DrainOptions,
     progress: &watch::Sender<Progress>,
 ) -> Result<()> {
     let api = Api::<Pod>::all(client.clone());
@@ -403,11 +430,20 @@ async fn wait_gone(
             };
             until_deleted(events, &mut remaining).await;
         };
-        if tokio::time::timeout(poll_interval, watched).await.is_ok() {
+        if tokio::time::timeout(options.poll_interval, watched)
+            .await
+            .is_ok()
+        {
             continue;
         }
         let (present, listed) = pods_on(client, node).await?;
-        let present: HashSet<PodRef> = present.iter().map(pod_ref).collect();
+        let present: HashSet<PodRef> = present
+            .iter()
+            .filter(|pod| {
+                !(remaining.contains(&pod_ref(pod)) && overdue(pod, options.skip_wait_for_delete))
+            })
+            .map(pod_ref)
+            .collect();
         remaining.retain(|pod| present.contains(pod));
         version = listed;
     }
@@ -505,6 +541,28 @@ mod tests {
         let mut terminating = Pod::default();
         terminating.metadata.deletion_timestamp = Some(Time(Default::default()));
         assert_eq!(plan(&terminating, &safe), Ok(Plan::Wait));
+    }
+
+    #[test]
+    fn a_pod_terminating_long_past_its_deadline_is_left_only_when_asked() {
+        let terminating_since = |seconds_ago: i64| {
+            let mut pod = owned_by("ReplicaSet");
+            let deadline = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(seconds_ago);
+            pod.metadata.deletion_timestamp = Some(Time(deadline));
+            pod
+        };
+        let skipping = DrainOptions {
+            skip_wait_for_delete: Some(Duration::from_secs(30)),
+            ..DrainOptions::default()
+        };
+        assert_eq!(plan(&terminating_since(60), &skipping), Ok(Plan::Leave));
+        assert_eq!(plan(&terminating_since(10), &skipping), Ok(Plan::Wait));
+        // Its grace period still running: the deadline is ahead.
+        assert_eq!(plan(&terminating_since(-60), &skipping), Ok(Plan::Wait));
+        assert_eq!(
+            plan(&terminating_since(3600), &DrainOptions::default()),
+            Ok(Plan::Wait)
+        );
     }
 
     #[test]

@@ -425,6 +425,10 @@ fn bad_values_fail_helm_template_with_a_clear_message() -> Result<()> {
             "drain.preferNoScheduleTaint=\"Rota/pending\"",
             "at '/drain/preferNoScheduleTaint'",
         ),
+        (
+            "drain.skipWaitForDeleteTimeout=30",
+            "at '/drain/skipWaitForDeleteTimeout'",
+        ),
     ];
     for (set, expected) in cases {
         let out = helm_template("rota", &[set.to_string()])?;
@@ -667,7 +671,7 @@ fn the_chart_renders_metrics_notifications_and_log_format_as_agent_flags() -> Re
 }
 
 #[test]
-fn the_chart_renders_node_labels_and_the_pending_taint_as_agent_flags() -> Result<()> {
+fn the_chart_renders_the_kured_style_drain_values_as_agent_flags() -> Result<()> {
     if std::env::var(SKIP_ENV).is_ok_and(|v| v == "1") {
         return Ok(());
     }
@@ -677,6 +681,7 @@ fn the_chart_renders_node_labels_and_the_pending_taint_as_agent_flags() -> Resul
                 a.starts_with("--cordon-label")
                     || a.starts_with("--uncordon-label")
                     || a.starts_with("--prefer-no-schedule-taint")
+                    || a.starts_with("--drain-skip-wait-for-delete-timeout")
             })
             .collect()
     };
@@ -686,10 +691,12 @@ fn the_chart_renders_node_labels_and_the_pending_taint_as_agent_flags() -> Resul
         "drain.cordonLabels={\"kured\":\"rebooting\",\"example.com/out\":\"true\"}".to_string(),
         "drain.uncordonLabels={\"kured\":\"done\"}".to_string(),
         "drain.preferNoScheduleTaint=\"rota.dev/pending\"".to_string(),
+        "drain.skipWaitForDeleteTimeout=\"5m\"".to_string(),
     ])?)?);
     ensure!(
         custom
             == [
+                "--drain-skip-wait-for-delete-timeout=5m",
                 "--cordon-label=example.com/out=true",
                 "--cordon-label=kured=rebooting",
                 "--uncordon-label=kured=done",

@@ -713,6 +713,64 @@ async fn a_node_marked_pending_carries_a_prefer_no_schedule_taint_until_unmarked
     scope.cleanup().await
 }
 
+/// A pod that a finalizer keeps terminating: with the skip, the drain stops waiting for it
+/// once it is that long past its deletion deadline, and finishes; without, it waits for ever
+/// (only the caller's timeout ends it).
+#[tokio::test]
+async fn a_pod_stuck_terminating_is_not_waited_for_past_the_skip() -> Result<()> {
+    let Some(env) = TestEnv::get()? else {
+        return Ok(());
+    };
+    let scope = env.scope("drain-stuck").await?;
+    let node = scope.create_ready_nodes(1).await?.remove(0);
+    let pods = bare_pods(&scope, "held", &node, 1).await?;
+    let hold = |finalizers: serde_json::Value| {
+        let scope = &scope;
+        async move {
+            scope
+                .pods()
+                .patch(
+                    "held-0",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "metadata": { "finalizers": finalizers } })),
+                )
+                .await
+        }
+    };
+    hold(json!(["rota.dev/test-hold"])).await?;
+    let client = scope.client();
+    let skipping = DrainOptions {
+        grace_period: Some(Duration::ZERO),
+        skip_wait_for_delete: Some(Duration::from_secs(2)),
+        ..forced()
+    };
+    tokio::time::timeout(TIMEOUT, rota_drain::drain(&client, &node, &skipping))
+        .await
+        .context("the drain waited for the stuck pod")??;
+    let stuck = scope.pods().get("held-0").await?;
+    ensure!(
+        stuck.uid() == pods[0].uid() && stuck.metadata.deletion_timestamp.is_some(),
+        "the held pod should still be terminating: {:?}",
+        stuck.metadata
+    );
+
+    let waiting = DrainOptions {
+        grace_period: Some(Duration::ZERO),
+        ..forced()
+    };
+    let drained = tokio::time::timeout(
+        Duration::from_secs(3),
+        rota_drain::drain(&client, &node, &waiting),
+    )
+    .await;
+    ensure!(
+        drained.is_err(),
+        "without the skip the drain ended: {drained:?}"
+    );
+    hold(serde_json::Value::Null).await?;
+    scope.cleanup().await
+}
+
 /// The API server out of reach as the drain starts (a restart of the control plane, the
 /// network to it down): the drain starts again after a pause, where the cluster is, instead of
 /// failing the node's window, and finishes once the API server answers. The agent reaches the

@@ -75,6 +75,10 @@ async fn actions(args: &AgentArgs, labels: &NodeLabels) -> Result<Arc<dyn NodeAc
                     args.drain_delete_emptydir_data,
                 ),
                 ("--drain-grace-period", args.drain_grace_period.is_some()),
+                (
+                    "--drain-skip-wait-for-delete-timeout",
+                    args.drain_skip_wait_for_delete_timeout.is_some(),
+                ),
                 ("--health-pdbs", args.health_pdbs),
                 ("--cordon-label", !args.cordon_labels.is_empty()),
                 ("--uncordon-label", !args.uncordon_labels.is_empty()),
@@ -114,6 +118,7 @@ async fn actions(args: &AgentArgs, labels: &NodeLabels) -> Result<Arc<dyn NodeAc
                         force: args.drain_force,
                         delete_emptydir_data: args.drain_delete_emptydir_data,
                         grace_period: args.drain_grace_period,
+                        skip_wait_for_delete: args.drain_skip_wait_for_delete_timeout,
                         labels: labels.clone(),
                         ..DrainOptions::default()
                     },

@@ -490,6 +490,11 @@ pub struct AgentArgs {
     /// With --node-actions kube: override the pods' termination grace period.
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub drain_grace_period: Option<Duration>,
+    /// With --node-actions kube: a pod still terminating this long after its grace period
+    /// ended is not waited for (kubectl drain's --skip-wait-for-delete-timeout; default: wait
+    /// for every pod).
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub drain_skip_wait_for_delete_timeout: Option<Duration>,
     /// With --node-actions kube: a label set on the Node in rota's cordon, such as
     /// rota.dev/maintenance=true (repeatable, or several separated by commas; kured's
     /// --pre-reboot-node-labels).

@@ -467,6 +467,15 @@ fn bad_input_is_refused_with_one_clear_line() {
             vec![
                 "--node".into(),
                 "n".into(),
+                "--drain-skip-wait-for-delete-timeout".into(),
+                "5m".into(),
+            ],
+            "--drain-skip-wait-for-delete-timeout needs --node-actions kube",
+        ),
+        (
+            vec![
+                "--node".into(),
+                "n".into(),
                 "--prefer-no-schedule-taint".into(),
                 "Rota.dev/pending".into(),
             ],
