@@ -24,7 +24,8 @@ use rota_store::{HistoryEntry, HistoryFilter, NodeRecord, Store, now_millis};
 mod kube_common;
 
 use kube_common::{
-    PATIENCE, ROTA, args, env, fleet, record, start, unschedulable, wait, wait_started, wait_within,
+    PATIENCE, ROTA, args, env, fleet, one_slot_fleet, record, start, unschedulable, wait,
+    wait_started, wait_within,
 };
 
 async fn history(store: &KubeStore, node: &str) -> Result<Vec<HistoryEntry>> {
@@ -292,13 +293,7 @@ async fn an_agent_killed_during_the_drain_resumes_it() -> Result<()> {
     pods_on(&scope, "held", &nodes).await?;
     create_pdb(&scope, "held", Some(1), None, 0).await?;
 
-    let fleet = fleet(
-        env,
-        &scope,
-        &nodes,
-        args(&["--concurrency", "1", "--drain-force"]),
-    )
-    .await;
+    let fleet = one_slot_fleet(env, &scope, &nodes, &[]).await;
     let store = start(&fleet).await?;
     fleet.request_reboot(node)?;
     wait_state(&fleet, &store, node, NodeState::Draining).await;
@@ -338,13 +333,7 @@ async fn an_agent_killed_before_the_reboot_happens_never_reboots_twice() -> Resu
     let scope = env.scope("kube-kill-reboot").await?;
     let nodes = scope.create_ready_nodes(1).await?;
     let node = &nodes[0];
-    let fleet = fleet(
-        env,
-        &scope,
-        &nodes,
-        args(&["--concurrency", "1", "--drain-force"]),
-    )
-    .await;
+    let fleet = one_slot_fleet(env, &scope, &nodes, &[]).await;
     let store = fleet.store().await?;
     fleet.hold_reboots(node, true)?;
     fleet.start_all()?;
@@ -433,13 +422,7 @@ async fn the_slot_of_a_deleted_node_is_freed() -> Result<()> {
     let scope = env.scope("kube-node-deleted").await?;
     let nodes = scope.create_ready_nodes(2).await?;
     let (gone, next) = (&nodes[0], &nodes[1]);
-    let fleet = fleet(
-        env,
-        &scope,
-        &nodes,
-        args(&["--concurrency", "1", "--drain-force"]),
-    )
-    .await;
+    let fleet = one_slot_fleet(env, &scope, &nodes, &[]).await;
     let store = fleet.store().await?;
     fleet.hold_reboots(gone, true)?;
     fleet.start_all()?;
@@ -481,13 +464,7 @@ async fn a_node_cordoned_beforehand_stays_cordoned() -> Result<()> {
     let nodes = scope.create_ready_nodes(2).await?;
     let (cordoned, plain) = (&nodes[0], &nodes[1]);
     scope.cordon(cordoned).await?;
-    let fleet = fleet(
-        env,
-        &scope,
-        &nodes,
-        args(&["--concurrency", "1", "--drain-force"]),
-    )
-    .await;
+    let fleet = one_slot_fleet(env, &scope, &nodes, &[]).await;
     let store = start(&fleet).await?;
     for node in &nodes {
         fleet.request_reboot(node)?;
@@ -518,21 +495,18 @@ async fn waiting_nodes_are_tainted_and_windows_label_their_nodes() -> Result<()>
     };
     let scope = env.scope("kube-node-marks").await?;
     let nodes = scope.create_ready_nodes(2).await?;
-    let fleet = fleet(
+    let fleet = one_slot_fleet(
         env,
         &scope,
         &nodes,
-        args(&[
-            "--concurrency",
-            "1",
-            "--drain-force",
+        &[
             "--prefer-no-schedule-taint",
             "rota.dev/pending",
             "--cordon-label",
             "rota.dev/maintenance=in-progress",
             "--uncordon-label",
             "rota.dev/maintenance=done",
-        ]),
+        ],
     )
     .await;
     let store = start(&fleet).await?;
@@ -750,19 +724,7 @@ async fn procedures_run_once_per_node_in_priority_order_in_one_window() -> Resul
     };
     let scope = env.scope("kube-procedures").await?;
     let nodes = scope.create_ready_nodes(2).await?;
-    let fleet = fleet(
-        env,
-        &scope,
-        &nodes,
-        args(&[
-            "--concurrency",
-            "1",
-            "--drain-force",
-            "--procedure-poll",
-            "300ms",
-        ]),
-    )
-    .await;
+    let fleet = one_slot_fleet(env, &scope, &nodes, &["--procedure-poll", "300ms"]).await;
     let store = fleet.store().await?;
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("procedures.log");

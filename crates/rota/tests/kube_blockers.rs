@@ -23,7 +23,9 @@ const PAUSE: &str = "rota.dev/pause";
 
 mod kube_common;
 
-use kube_common::{PATIENCE, ROTA, args, env, fleet, record, start, unschedulable, wait};
+use kube_common::{
+    PATIENCE, ROTA, args, env, fleet, one_slot_fleet, record, start, unschedulable, wait,
+};
 
 async fn finished_reboots(store: &KubeStore, node: &str) -> Result<usize> {
     let entries = store
@@ -105,19 +107,16 @@ async fn a_blocking_pod_holds_its_node_queued_until_it_is_deleted() -> Result<()
         .create_pod_on("backup-0", held, &app_labels("backup"))
         .await?;
     scope.wait_pod_running("backup-0", PATIENCE).await?;
-    let fleet = fleet(
+    let fleet = one_slot_fleet(
         env,
         &scope,
         &nodes,
-        args(&[
-            "--concurrency",
-            "1",
-            "--drain-force",
+        &[
             "--blocking-pod-selector",
             "app=backup",
             "--blocker-interval",
             "1s",
-        ]),
+        ],
     )
     .await;
     let store = start(&fleet).await?;
@@ -216,19 +215,7 @@ async fn a_blocker_that_appears_after_the_drain_holds_the_reboot_with_the_slot()
     };
     let pdbs = scope.api::<PodDisruptionBudget>();
     pdbs.create(&PostParams::default(), &pdb).await?;
-    let fleet = fleet(
-        env,
-        &scope,
-        &nodes,
-        args(&[
-            "--concurrency",
-            "1",
-            "--drain-force",
-            "--blocker-interval",
-            "1s",
-        ]),
-    )
-    .await;
+    let fleet = one_slot_fleet(env, &scope, &nodes, &["--blocker-interval", "1s"]).await;
     let store = start(&fleet).await?;
     fleet.request_reboot(node)?;
     wait(&fleet, &format!("{node} to drain"), || async {

@@ -45,6 +45,19 @@ pub async fn fleet(env: &TestEnv, scope: &Scope, nodes: &[String], args: Vec<Str
     .expect("prepare the fleet")
 }
 
+/// [`fleet`] of agents that take one slot at a time and drain the tests' bare pods
+/// (`--concurrency 1 --drain-force`), with `extra` arguments.
+pub async fn one_slot_fleet(
+    env: &TestEnv,
+    scope: &Scope,
+    nodes: &[String],
+    extra: &[&str],
+) -> Fleet {
+    let mut list = vec!["--concurrency", "1", "--drain-force"];
+    list.extend_from_slice(extra);
+    fleet(env, scope, nodes, args(&list)).await
+}
+
 /// Waits for `check`, and on failure panics with the agents' recent logs.
 pub async fn wait<T, F, Fut>(fleet: &Fleet, what: &str, check: F) -> T
 where
