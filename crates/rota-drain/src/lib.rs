@@ -18,7 +18,7 @@ pub use gate::{
     EVICTED_ANNOTATION, Evicted, Workload, check_gate, evicted, unsatisfied_pdbs,
     workloads_not_restored,
 };
-pub use node::{check_ready, cordon, is_cordoned, set_prefer_no_schedule, uncordon};
+pub use node::{check_ready, cordon, is_cordoned, uncordon};
 pub use node_labels::{NodeLabels, parse_labels, parse_taint_key};
 
 /// A client for the drain: `config` with kube's default retry of 429, 503 and 504 turned off.

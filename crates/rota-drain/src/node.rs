@@ -46,8 +46,8 @@ pub async fn cordon(client: &Client, node: &str, labels: &NodeLabels) -> Result<
 }
 
 /// Makes the node schedulable again, as `kubectl uncordon` does. In the same write it forgets
-/// what rota's drain evicted ([`EVICTED_ANNOTATION`]), rota uncordons when a window ends, and
-/// sets the uncordon's `labels` (removing the cordon's others).
+/// what rota's drain evicted ([`EVICTED_ANNOTATION`]; rota uncordons when a window ends) and
+/// sets the uncordon's `labels`, removing the cordon's others.
 pub async fn uncordon(client: &Client, node: &str, labels: &NodeLabels) -> Result<()> {
     let patch = json!({
         "metadata": {
@@ -70,7 +70,7 @@ const TAINT_ATTEMPTS: usize = 5;
 /// controller, operators), so the write is a compare-and-swap: a merge patch that carries the
 /// resourceVersion it was computed from, which the API server refuses with a conflict if the
 /// Node changed since.
-pub async fn set_prefer_no_schedule(
+pub(crate) async fn set_prefer_no_schedule(
     client: &Client,
     node: &str,
     key: &str,
