@@ -25,6 +25,7 @@ use crate::error::{ActionError, Error, Result};
 use crate::observer::{AgentObserver, WorkOutcome};
 use crate::procedures::{ORPHAN_POLL, RunState, Runner, attempt_run};
 use crate::reboot_marker::RebootMarker;
+use crate::sentinel_command::{self, VERDICT_FILE};
 
 mod gate;
 
@@ -200,7 +201,7 @@ impl Agent {
     fn sentinel_paths(&self) -> Vec<PathBuf> {
         let mut paths: Vec<PathBuf> = self
             .config
-            .reboot_sentinels
+            .watched_reboot_sentinels()
             .iter()
             .map(|p| self.config.host_path(p))
             .collect();
@@ -223,6 +224,19 @@ impl Agent {
             self.cancel.child_token(),
         )?;
         let boot_id = read_boot_id(&self.config.boot_id_file)?;
+        // Stopped when this function returns, however it does.
+        let command_cancel = self.cancel.child_token();
+        let _stop_command = command_cancel.clone().drop_guard();
+        let sentinel_command = self.config.reboot_sentinel_command.clone().map(|command| {
+            tokio::spawn(sentinel_command::follow(
+                command,
+                self.config
+                    .host_path(&self.config.state_dir.join(VERDICT_FILE)),
+                self.config.exec_prefix.clone(),
+                self.config.node.clone(),
+                command_cancel,
+            ))
+        });
         let mut runner = Runner::new(
             self.config.host_path(&self.config.state_dir).join("runs"),
             self.config.host_path(&self.config.marker_dir),
@@ -259,6 +273,11 @@ impl Agent {
         self.cancel.cancel();
         if let Err(e) = watcher.join().await {
             warn!(error = %e, "sentinel watcher ended with an error");
+        }
+        if let Some(task) = sentinel_command
+            && let Err(e) = task.await
+        {
+            warn!(error = %e, "the reboot sentinel command's task ended abnormally");
         }
         result
     }
@@ -698,7 +717,7 @@ impl Agent {
     fn wanted(&self, running: &mut Running, record: &NodeRecord) -> Vec<(Process, String)> {
         let snapshot = running.sentinels.borrow_and_update().clone();
         let mut wanted: Vec<(Process, String)> = Vec::new();
-        for path in &self.config.reboot_sentinels {
+        for path in &self.config.watched_reboot_sentinels() {
             let present = snapshot
                 .get(&self.config.host_path(path))
                 .and_then(|s| s.present);
@@ -840,7 +859,7 @@ impl Agent {
 
     fn sentinel_source(&self, source: &str) -> bool {
         self.config
-            .reboot_sentinels
+            .watched_reboot_sentinels()
             .iter()
             .chain(std::iter::once(&self.config.maintenance_required))
             .any(|p| p.as_os_str() == source)

@@ -2,6 +2,8 @@ use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
+use crate::sentinel_command::{SentinelCommand, VERDICT_FILE};
+
 use rota_core::{BackoffPolicy, MaintenanceWindows, NodeName};
 
 /// The reboot sentinels watched by default (kured's and the reboot coordinator's).
@@ -64,6 +66,9 @@ pub struct AgentConfig {
     pub failure_budget: Option<u32>,
     /// How often a blocked node asks its blockers again (and how long an answer is reused).
     pub blocker_interval: Duration,
+    /// A command whose success says the node needs a reboot, run every so often; its verdict
+    /// is one more reboot sentinel (see [`crate::SentinelCommand`]).
+    pub reboot_sentinel_command: Option<SentinelCommand>,
 }
 
 impl AgentConfig {
@@ -98,7 +103,18 @@ impl AgentConfig {
             windows: None,
             failure_budget: None,
             blocker_interval: Duration::from_secs(60),
+            reboot_sentinel_command: None,
         }
+    }
+
+    /// The host paths whose presence asks for a reboot: the reboot sentinels, and the verdict
+    /// of the reboot sentinel command when there is one.
+    pub fn watched_reboot_sentinels(&self) -> Vec<PathBuf> {
+        let mut paths = self.reboot_sentinels.clone();
+        if self.reboot_sentinel_command.is_some() {
+            paths.push(self.state_dir.join(VERDICT_FILE));
+        }
+        paths
     }
 
     /// Where a host path is reachable from this process.

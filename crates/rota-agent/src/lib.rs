@@ -10,6 +10,7 @@ mod error;
 mod observer;
 mod procedures;
 mod reboot_marker;
+mod sentinel_command;
 
 pub use actions::{CommandActions, NodeActions, RebootHandle};
 pub use agent::{Agent, read_boot_id};
@@ -20,3 +21,4 @@ pub use config::{
 };
 pub use error::{ActionError, Error, Result};
 pub use observer::{AgentObserver, WorkOutcome};
+pub use sentinel_command::{SentinelCommand, VERDICT_FILE};

@@ -429,6 +429,10 @@ fn bad_values_fail_helm_template_with_a_clear_message() -> Result<()> {
             "drain.skipWaitForDeleteTimeout=30",
             "at '/drain/skipWaitForDeleteTimeout'",
         ),
+        (
+            "agent.rebootSentinelCommandInterval=300",
+            "at '/agent/rebootSentinelCommandInterval': got number, want string",
+        ),
     ];
     for (set, expected) in cases {
         let out = helm_template("rota", &[set.to_string()])?;
@@ -682,6 +686,7 @@ fn the_chart_renders_the_kured_style_drain_values_as_agent_flags() -> Result<()>
                     || a.starts_with("--uncordon-label")
                     || a.starts_with("--prefer-no-schedule-taint")
                     || a.starts_with("--drain-skip-wait-for-delete-timeout")
+                    || a.starts_with("--reboot-sentinel-command")
             })
             .collect()
     };
@@ -692,10 +697,13 @@ fn the_chart_renders_the_kured_style_drain_values_as_agent_flags() -> Result<()>
         "drain.uncordonLabels={\"kured\":\"done\"}".to_string(),
         "drain.preferNoScheduleTaint=\"rota.dev/pending\"".to_string(),
         "drain.skipWaitForDeleteTimeout=\"5m\"".to_string(),
+        "agent.rebootSentinelCommand=\"! needs-restarting -r\"".to_string(),
     ])?)?);
     ensure!(
         custom
             == [
+                "--reboot-sentinel-command=! needs-restarting -r",
+                "--reboot-sentinel-command-interval=5m",
                 "--drain-skip-wait-for-delete-timeout=5m",
                 "--cordon-label=example.com/out=true",
                 "--cordon-label=kured=rebooting",

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use rota_agent::{Agent, AgentConfig, Blocker, CommandActions, NodeActions};
+use rota_agent::{Agent, AgentConfig, Blocker, CommandActions, NodeActions, SentinelCommand};
 use rota_blockers::{AlertFilter, PrometheusBlocker};
 use rota_core::BackoffPolicy;
 use rota_drain::{DrainOptions, KubeActions, KubeBlocker, NodeLabels};
@@ -39,6 +39,10 @@ fn config(args: AgentArgs) -> AgentConfig {
     config.blocker_interval = args.blocker_interval;
     config.host_root = args.host_root;
     config.reboot_sentinels = args.reboot_sentinels;
+    config.reboot_sentinel_command = args.reboot_sentinel_command.map(|command| SentinelCommand {
+        command,
+        interval: args.reboot_sentinel_command_interval,
+    });
     config.maintenance_required = args.maintenance_sentinel;
     config.maintenance_in_progress = args.maintenance_in_progress;
     config.boot_id_file = args.boot_id_file;

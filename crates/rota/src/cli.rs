@@ -411,6 +411,14 @@ pub struct AgentArgs {
     #[arg(long = "reboot-sentinel", value_name = "PATH", value_parser = host_path,
           default_values = rota_agent::DEFAULT_REBOOT_SENTINELS)]
     pub reboot_sentinels: Vec<PathBuf>,
+    /// A command whose success (exit status 0) says the node needs a reboot, for systems that
+    /// leave no sentinel file, such as "! needs-restarting -r" (kured's
+    /// --reboot-sentinel-command); run with sh -c under --exec-prefix.
+    #[arg(long, value_name = "CMD", value_parser = command_text)]
+    pub reboot_sentinel_command: Option<String>,
+    /// How often the --reboot-sentinel-command runs.
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "5m")]
+    pub reboot_sentinel_command_interval: Duration,
     /// kustodian's sentinel: a host script creates it to ask for maintenance and deletes it
     /// when done.
     #[arg(long, value_name = "PATH", value_parser = host_path,
@@ -736,6 +744,16 @@ fn node_labels(value: &str) -> Result<NodeLabelArg, String> {
     rota_drain::parse_labels(value)
         .map(NodeLabelArg)
         .map_err(|e| e.to_string())
+}
+
+/// A shell command that says something.
+fn command_text(value: &str) -> Result<String, String> {
+    if value.trim().is_empty() {
+        return Err(
+            "the command is empty; give a shell command, such as \"! needs-restarting -r\"".into(),
+        );
+    }
+    Ok(value.to_owned())
 }
 
 /// A taint's key, checked by the rules of label keys.

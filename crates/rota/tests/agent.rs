@@ -382,6 +382,51 @@ async fn an_agent_whose_session_expired_while_it_was_frozen_carries_on() {
     assert_eq!(host.log(), ["drain", "reboot", "health", "uncordon"]);
 }
 
+/// kured's `--reboot-sentinel-command`: its "needed" asks for one reboot. After that reboot the
+/// same verdict asks for nothing (it is older than the reboot), so a command that goes on
+/// saying "needed" cannot reboot the node in a loop; a "not needed" and then a new "needed" asks
+/// again.
+#[tokio::test]
+async fn a_sentinel_command_asks_for_one_reboot_per_need() {
+    let host = Host::new();
+    let flag = host.path("needs-reboot");
+    let command = format!("test -e {}", flag.display());
+    let args = [
+        "--reboot-sentinel-command",
+        command.as_str(),
+        "--reboot-sentinel-command-interval",
+        "200ms",
+    ];
+    let verdict = host.root("var/lib/rota/reboot-required-by-command");
+    let agent = host.agent(&args);
+    host.wait_for("registered", |_| true).await;
+    touch(&flag);
+    host.wait_until("the reboot", || host.count("reboot") == 1)
+        .await;
+    agent.kill();
+    host.reboot_host("boot-2");
+    let agent = host.agent(&args);
+    host.wait_for("finished", |r| {
+        r.state == NodeState::Idle && r.last_result.as_deref() == Some("finished")
+    })
+    .await;
+    // The command still says "needed": several runs later, no second reboot.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(host.count("reboot"), 1, "{:?}", host.log());
+    assert!(
+        verdict.exists(),
+        "the verdict is kept while the command says so"
+    );
+
+    std::fs::remove_file(&flag).expect("rm");
+    host.wait_until("the verdict withdrawn", || !verdict.exists())
+        .await;
+    touch(&flag);
+    host.wait_until("the second reboot", || host.count("reboot") == 2)
+        .await;
+    agent.kill();
+}
+
 #[test]
 fn bad_input_is_refused_with_one_clear_line() {
     let host = Host::new();
@@ -462,6 +507,15 @@ fn bad_input_is_refused_with_one_clear_line() {
                 "rota.dev/pending".into(),
             ],
             "--prefer-no-schedule-taint needs --node-actions kube",
+        ),
+        (
+            vec![
+                "--node".into(),
+                "n".into(),
+                "--reboot-sentinel-command".into(),
+                " ".into(),
+            ],
+            "the command is empty",
         ),
         (
             vec![
