@@ -382,7 +382,7 @@ async fn an_agent_whose_session_expired_while_it_was_frozen_carries_on() {
     assert_eq!(host.log(), ["drain", "reboot", "health", "uncordon"]);
 }
 
-/// kured's `--reboot-sentinel-command`: its "needed" asks for one reboot. After that reboot the
+/// kured's `--reboot-sentinel-command`, run under `--exec-prefix`: its "needed" asks for one reboot. After that reboot the
 /// same verdict asks for nothing (it is older than the reboot), so a command that goes on
 /// saying "needed" cannot reboot the node in a loop; a "not needed" and then a new "needed" asks
 /// again.
@@ -390,12 +390,18 @@ async fn an_agent_whose_session_expired_while_it_was_frozen_carries_on() {
 async fn a_sentinel_command_asks_for_one_reboot_per_need() {
     let host = Host::new();
     let flag = host.path("needs-reboot");
-    let command = format!("test -e {}", flag.display());
+    // Under --exec-prefix, as in the chart (where it enters the host's namespaces).
+    let command = format!(
+        "test \"$ROTA_TEST_PREFIX\" = applied && test -e {}",
+        flag.display()
+    );
     let args = [
         "--reboot-sentinel-command",
         command.as_str(),
         "--reboot-sentinel-command-interval",
         "200ms",
+        "--exec-prefix",
+        "env ROTA_TEST_PREFIX=applied",
     ];
     let verdict = host.root("var/lib/rota/reboot-required-by-command");
     let agent = host.agent(&args);
