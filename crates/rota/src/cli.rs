@@ -518,7 +518,8 @@ pub struct AgentArgs {
     /// will not be drained soon (kured's --prefer-no-schedule-taint).
     #[arg(long, value_name = "KEY", value_parser = taint_key)]
     pub prefer_no_schedule_taint: Option<String>,
-    /// Host directory of the agent's own state (procedure runs survive restarts there).
+    /// Host directory of the agent's own state (procedure runs and the reboot sentinel
+    /// command's verdict survive restarts there).
     #[arg(long, value_name = "PATH", value_parser = host_path, default_value = rota_agent::DEFAULT_STATE_DIR)]
     pub state_dir: PathBuf,
     /// Command words procedure scripts run under, split at spaces (in a pod:
