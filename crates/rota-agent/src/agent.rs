@@ -25,7 +25,7 @@ use crate::error::{ActionError, Error, Result};
 use crate::observer::{AgentObserver, WorkOutcome};
 use crate::procedures::{ORPHAN_POLL, RunState, Runner, attempt_run};
 use crate::reboot_marker::RebootMarker;
-use crate::sentinel_command::{self, VERDICT_FILE};
+use crate::sentinel_command;
 
 mod gate;
 
@@ -231,7 +231,7 @@ impl Agent {
             tokio::spawn(sentinel_command::follow(
                 command,
                 self.config
-                    .host_path(&self.config.state_dir.join(VERDICT_FILE)),
+                    .host_path(&self.config.sentinel_command_verdict()),
                 self.config.exec_prefix.clone(),
                 self.config.node.clone(),
                 command_cancel,

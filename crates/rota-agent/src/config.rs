@@ -112,9 +112,14 @@ impl AgentConfig {
     pub fn watched_reboot_sentinels(&self) -> Vec<PathBuf> {
         let mut paths = self.reboot_sentinels.clone();
         if self.reboot_sentinel_command.is_some() {
-            paths.push(self.state_dir.join(VERDICT_FILE));
+            paths.push(self.sentinel_command_verdict());
         }
         paths
+    }
+
+    /// The host path of the file that holds the reboot sentinel command's "needed".
+    pub(crate) fn sentinel_command_verdict(&self) -> PathBuf {
+        self.state_dir.join(VERDICT_FILE)
     }
 
     /// Where a host path is reachable from this process.

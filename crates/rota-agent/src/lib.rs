@@ -21,4 +21,4 @@ pub use config::{
 };
 pub use error::{ActionError, Error, Result};
 pub use observer::{AgentObserver, WorkOutcome};
-pub use sentinel_command::{SentinelCommand, VERDICT_FILE};
+pub use sentinel_command::SentinelCommand;

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 /// The file, under the agent's state directory, that holds the command's "needed".
-pub const VERDICT_FILE: &str = "reboot-required-by-command";
+pub(crate) const VERDICT_FILE: &str = "reboot-required-by-command";
 
 /// The longest a run of the command may take before it counts as no answer.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);

@@ -84,12 +84,11 @@ pub enum Error {
         detail: String,
     },
     #[error(
-        "node {node}: its {what} changed under every one of {attempts} compare-and-swaps; \
+        "node {node}: its taints changed under every one of {attempts} compare-and-swaps; \
          trying again later: {detail}"
     )]
-    Contended {
+    TaintsContended {
         node: String,
-        what: &'static str,
         attempts: usize,
         detail: String,
     },

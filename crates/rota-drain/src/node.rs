@@ -106,9 +106,8 @@ pub(crate) async fn set_prefer_no_schedule(
             Err(e) => return Err(e),
         }
     }
-    Err(Error::Contended {
+    Err(Error::TaintsContended {
         node: node.to_owned(),
-        what: "taints",
         attempts: TAINT_ATTEMPTS,
         detail: last.unwrap_or_default(),
     })

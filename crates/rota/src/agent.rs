@@ -67,7 +67,7 @@ fn config(args: AgentArgs) -> AgentConfig {
 }
 
 /// The node actions `--node-actions` asks for. An empty command means nothing to do.
-async fn actions(args: &AgentArgs, labels: &NodeLabels) -> Result<Arc<dyn NodeActions>> {
+async fn actions(args: &AgentArgs, labels: NodeLabels) -> Result<Arc<dyn NodeActions>> {
     let command = |c: &Option<String>| c.clone().filter(|c| !c.trim().is_empty());
     Ok(match args.node_actions {
         NodeActionsKind::Command => {
@@ -123,7 +123,7 @@ async fn actions(args: &AgentArgs, labels: &NodeLabels) -> Result<Arc<dyn NodeAc
                         delete_emptydir_data: args.drain_delete_emptydir_data,
                         grace_period: args.drain_grace_period,
                         skip_wait_for_delete: args.drain_skip_wait_for_delete_timeout,
-                        labels: labels.clone(),
+                        labels,
                         ..DrainOptions::default()
                     },
                     args.reboot_command.clone(),
@@ -254,7 +254,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         label_map("--uncordon-label", &args.uncordon_labels)?,
     );
     let blockers = blockers(&args).await?;
-    let actions = actions(&args, &labels).await?;
+    let actions = actions(&args, labels).await?;
     // Bound before the store is opened: a taken port stops the agent before it does anything.
     let server = match args.metrics_addr {
         Some(addr) => Some(MetricsServer::bind(addr).await?),
