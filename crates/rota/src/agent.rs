@@ -273,6 +273,8 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     for blocker in blockers {
         agent = agent.block_with(blocker);
     }
+    // systemd's READY=1 waits for what /readyz waits for.
+    agent = agent.observe(Arc::new(crate::systemd::Readiness::default()));
     let mut counters = None;
     let mut delivery = None;
     if let Some(notify) = notify {
@@ -292,7 +294,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         let stop = CancellationToken::new();
         serving = Some((tokio::spawn(server.serve(metrics, stop.clone())), stop));
     }
-    let result = agent.run().await;
+    let result = crate::systemd::supervise(agent.run(), &cancel).await;
     // The agent, and with it the notifier's last handle, is gone: the delivery task ends once
     // the queue is empty, or is stopped after one request timeout.
     if let Some((mut task, stop)) = delivery

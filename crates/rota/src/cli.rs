@@ -405,7 +405,7 @@ pub struct AgentArgs {
     pub host_root: PathBuf,
     /// The fleet-wide number of slots: at most this many nodes are out at once. Sets the
     /// store's value when given; the store keeps the last value set (default 1).
-    #[arg(long, value_name = "K", value_parser = concurrency)]
+    #[arg(long, value_name = "K", env = "ROTA_CONCURRENCY", value_parser = concurrency)]
     pub concurrency: Option<u32>,
     /// A file whose presence asks for a reboot (repeatable; replaces the defaults).
     #[arg(long = "reboot-sentinel", value_name = "PATH", value_parser = host_path,
@@ -414,7 +414,8 @@ pub struct AgentArgs {
     /// A command whose success (exit status 0) says the node needs a reboot, for systems that
     /// leave no sentinel file, such as "! needs-restarting -r" (kured's
     /// --reboot-sentinel-command); run with sh -c under --exec-prefix.
-    #[arg(long, value_name = "CMD", value_parser = command_text)]
+    #[arg(long, value_name = "CMD", env = "ROTA_REBOOT_SENTINEL_COMMAND",
+          value_parser = command_text)]
     pub reboot_sentinel_command: Option<String>,
     /// How often the --reboot-sentinel-command runs.
     #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "5m")]
@@ -432,16 +433,21 @@ pub struct AgentArgs {
     #[arg(long, value_name = "PATH", default_value = rota_agent::DEFAULT_BOOT_ID_FILE)]
     pub boot_id_file: PathBuf,
     /// Cordons and drains the node (`sh -c`; ROTA_NODE is set). Empty: nothing to drain.
-    #[arg(long, value_name = "CMD")]
+    #[arg(long, value_name = "CMD", env = "ROTA_DRAIN_COMMAND")]
     pub drain_command: Option<String>,
     /// Returns the node to service.
-    #[arg(long, value_name = "CMD")]
+    #[arg(long, value_name = "CMD", env = "ROTA_UNCORDON_COMMAND")]
     pub uncordon_command: Option<String>,
     /// Reboots the host; run as a child process, never exec'd.
-    #[arg(long, value_name = "CMD", default_value = "systemctl reboot")]
+    #[arg(
+        long,
+        value_name = "CMD",
+        env = "ROTA_REBOOT_COMMAND",
+        default_value = "systemctl reboot"
+    )]
     pub reboot_command: String,
     /// Must succeed before the slot is released.
-    #[arg(long, value_name = "CMD")]
+    #[arg(long, value_name = "CMD", env = "ROTA_HEALTH_COMMAND")]
     pub health_command: Option<String>,
     /// A drain that takes longer fails: uncordon, release the slot, back off.
     #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "10m")]
@@ -537,7 +543,7 @@ pub struct AgentArgs {
     pub procedure_poll: Option<Duration>,
     /// Serve /metrics (Prometheus), /healthz and /readyz on this address, such as
     /// 127.0.0.1:9746 or 0.0.0.0:9746 (default: off).
-    #[arg(long, value_name = "IP:PORT")]
+    #[arg(long, value_name = "IP:PORT", env = "ROTA_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
     /// POST each notification (drain started, reboot, finished, failed) as a JSON object to
     /// this http(s) URL (repeatable).
@@ -554,12 +560,12 @@ pub struct AgentArgs {
     /// A maintenance window, "[DAYS] HH:MM[:SS]-HH:MM[:SS] [TIME ZONE]" such as
     /// "mon-fri 22:00-04:00 Europe/Berlin" (repeatable: any open window lets disruptive steps
     /// start). Checked before the slot, the drain, each procedure and the reboot; work whose
-    /// window closes waits for the next one. Default: always open.
-    #[arg(long = "window", value_name = "WINDOW", value_parser = window)]
+    /// window closes waits for the next one. Default: always open. ROTA_WINDOW holds one.
+    #[arg(long = "window", value_name = "WINDOW", env = "ROTA_WINDOW", value_parser = window)]
     pub windows: Vec<MaintenanceWindow>,
     /// Pause the whole fleet before taking a slot once this many nodes failed since the last
     /// `rota resume` (or ever). Default: no budget.
-    #[arg(long, value_name = "F", value_parser = failure_budget)]
+    #[arg(long, value_name = "F", env = "ROTA_FAILURE_BUDGET", value_parser = failure_budget)]
     pub failure_budget: Option<u32>,
     /// A pod running on this node that matches this label selector (such as `app=backup`)
     /// holds the node back before it takes a slot and before its reboot (repeatable; any
@@ -568,7 +574,7 @@ pub struct AgentArgs {
     pub blocking_pod_selectors: Vec<String>,
     /// While this Prometheus (http(s) base URL) reports active alerts, the node holds back
     /// before it takes a slot and before its reboot; an unreachable Prometheus holds it back too.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", env = "ROTA_PROMETHEUS_URL")]
     pub prometheus_url: Option<String>,
     /// Alerts whose name matches this regular expression do not hold the node back (with
     /// --alert-filter-match-only: only they do).

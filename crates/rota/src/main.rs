@@ -13,6 +13,7 @@ mod signals;
 mod simulate;
 mod status;
 mod store;
+mod systemd;
 mod watch;
 
 use std::process::ExitCode;
