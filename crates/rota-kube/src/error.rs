@@ -23,18 +23,50 @@ pub enum KubeError {
         attempts: u32,
     },
     #[error(
-        "the RotaNode resource (rotanodes.rota.dev) is not installed in this cluster: apply \
-         charts/rota/crds/rotanodes.yaml ({source})"
+        "{} not installed in this cluster: install rota's CRDs with `kubectl apply -f \
+         charts/rota/crds/` or `helm install rota charts/rota` (`helm template` renders them \
+         only with `--include-crds`, and `helm upgrade` never adds them)",
+        crds_are(resources)
     )]
     CrdMissing {
-        #[source]
-        source: kube::Error,
+        /// The CRDs' names (`rotanodes.rota.dev`).
+        resources: Vec<String>,
     },
+    #[error(
+        "the namespace {namespace} does not exist (it holds rota's slot Leases and ConfigMap; \
+         --namespace names it): create it with `kubectl create namespace {namespace}`, or \
+         install the chart with namespace.create=true and namespace.name={namespace}"
+    )]
+    NamespaceMissing { namespace: String },
+    #[error(
+        "the API server refused this client's credentials (401 Unauthorized): in a pod, its \
+         ServiceAccount was deleted or its token is not valid: check that the ServiceAccount \
+         of the pod's serviceAccountName exists (the chart creates serviceAccount.name, \
+         default rota-agent, in its namespace) and delete the pod so it starts with a fresh \
+         token; outside the cluster, renew the token or certificate of the kubeconfig \
+         (--kubeconfig, KUBECONFIG or ~/.kube/config)"
+    )]
+    Unauthorized,
+}
+
+/// "the CRD x is" or "the CRDs x, y are".
+fn crds_are(names: &[String]) -> String {
+    match names {
+        [name] => format!("the CRD {name} is"),
+        _ => format!("the CRDs {} are", names.join(", ")),
+    }
+}
+
+impl KubeError {
+    /// Whether the API server could not serve the call for now (see [`is_unavailable`]).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, KubeError::Api { source, .. } if is_unavailable(source))
+    }
 }
 
 impl From<KubeError> for StoreError {
     fn from(e: KubeError) -> StoreError {
-        if matches!(&e, KubeError::Api { source, .. } if is_unavailable(source)) {
+        if e.is_unavailable() {
             StoreError::Unavailable(Box::new(e))
         } else {
             StoreError::Backend(Box::new(e))

@@ -93,6 +93,7 @@
 pub mod crd;
 pub mod ids;
 pub mod permissions;
+pub mod preflight;
 pub mod procedure;
 pub mod slots;
 

@@ -26,6 +26,7 @@ use crate::config_view::{self, ConfigView, watch_config_maps};
 use crate::crd::{BlockedStatus, RotaNode, RotaNodeSpec, RotaNodeStatus, SessionStatus, Timestamp};
 use crate::error::{Context, KubeError, is_conflict};
 use crate::ids::{self, TAG_LIMIT};
+use crate::preflight;
 use crate::procedure_status::{self, StatusReporter};
 use crate::procedures::Procedures;
 use crate::queue_labels;
@@ -197,22 +198,11 @@ impl Seen {
 }
 
 impl KubeStore {
-    /// A store on `client`'s cluster. Checks that the RotaNode resource is installed and
-    /// readable, and starts the watch on the slot Leases.
+    /// A store on `client`'s cluster. Checks what the store needs of the cluster (see
+    /// [`preflight`]), and starts the watches on the slot Leases and the ConfigMaps.
     pub async fn connect(client: Client, config: KubeStoreConfig) -> Result<KubeStore> {
+        preflight::check(&client, &config.namespace).await?;
         let rota_nodes: Api<RotaNode> = Api::all(client.clone());
-        rota_nodes
-            .list_metadata(&ListParams::default().limit(1))
-            .await
-            .map_err(|source| match &source {
-                kube::Error::Api(s) if s.is_not_found() => KubeError::CrdMissing { source },
-                _ => KubeError::Api {
-                    verb: "list",
-                    resource: ROTA_NODES,
-                    name: "(all)".into(),
-                    source,
-                },
-            })?;
         let leases: Api<Lease> = Api::namespaced(client.clone(), &config.namespace);
         let changes = Changes::new();
         let watch = tokio::spawn(watch_leases(leases.clone(), changes.clone())).abort_handle();

@@ -3,12 +3,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use rota_agent::{Agent, AgentConfig, Blocker, CommandActions, NodeActions, SentinelCommand};
 use rota_blockers::{AlertFilter, PrometheusBlocker};
 use rota_core::BackoffPolicy;
 use rota_drain::{DrainOptions, KubeActions, KubeBlocker, NodeLabels};
-use rota_kube::permissions;
+use rota_kube::{permissions, preflight};
 use rota_metrics::{Metrics, MetricsServer};
 use rota_notify::{Notifier, NotifierConfig};
 use tokio_util::sync::CancellationToken;
@@ -200,9 +200,12 @@ async fn blockers(args: &AgentArgs) -> Result<Vec<Arc<dyn Blocker>>> {
     Ok(blockers)
 }
 
-/// Stops the agent before it does anything if its service account lacks a permission it will
-/// need, naming every one; waits while the API server is unavailable, as the store does.
-async fn check_permissions(args: &AgentArgs) -> Result<()> {
+/// Stops the agent before it does anything if the cluster lacks what it needs, naming what is
+/// missing: credentials the API server accepts, rota's CRDs and its namespace (see
+/// `rota_kube::preflight`), then every permission its service account will need. Those come
+/// first: without credentials every review fails, and a missing CRD is what to fix before
+/// RBAC. Waits while the API server is unavailable, as the store does.
+async fn check_cluster(args: &AgentArgs) -> Result<()> {
     let client = crate::store::client(args.store.kubeconfig.as_ref()).await?;
     let wanted = permissions::agent_permissions(
         &args.store.namespace,
@@ -210,17 +213,20 @@ async fn check_permissions(args: &AgentArgs) -> Result<()> {
     );
     let mut pauses = rota_store::RetryPauses::new();
     let missing = loop {
-        match permissions::missing(&client, &wanted).await {
+        let checked = async {
+            preflight::check(&client, &args.store.namespace).await?;
+            permissions::missing(&client, &wanted).await
+        };
+        match checked.await {
             Ok(missing) => break missing,
-            Err(e) => {
-                let e = rota_store::Error::from(e);
-                if !e.is_unavailable() {
-                    return Err(e).context("checking the agent's RBAC permissions");
-                }
+            Err(e) if e.is_unavailable() => {
                 let pause = pauses.next_pause();
-                warn!(error = %e, pause = ?pause, "the API server is unavailable; checking the permissions again");
+                warn!(error = %e, pause = ?pause, "the API server is unavailable; checking the cluster again");
                 tokio::time::sleep(pause).await;
             }
+            // Each names what it checked (the missing piece, or the call that failed): one
+            // line with nothing before it.
+            Err(e) => return Err(e.into()),
         }
     };
     let (needed, courtesy): (Vec<_>, Vec<_>) = missing.into_iter().partition(|p| p.needed());
@@ -262,7 +268,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     };
     let notify = crate::notify::config(&args)?;
     if args.store.store == StoreLocation::Kube {
-        check_permissions(&args).await?;
+        check_cluster(&args).await?;
     }
     let store = crate::store::open(&args.store, true).await?;
     let cancel = CancellationToken::new();

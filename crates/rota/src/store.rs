@@ -2,7 +2,7 @@
 //! `rota_store::StoreUrl`, the Kubernetes store through a client built from `--kubeconfig`.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -55,11 +55,32 @@ pub async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
                 .await
                 .with_context(|| format!("--kubeconfig {}", path.display()))?
         }
-        None => kube::Config::infer()
-            .await
-            .context("finding the cluster (in-cluster config, KUBECONFIG or ~/.kube/config)")?,
+        None => match kube::Config::infer().await {
+            Ok(config) => config,
+            Err(_) if in_pod_without_token() => bail!(
+                "this pod has no service account token ({SERVICE_ACCOUNT_TOKEN} does not exist) \
+                 and no kubeconfig: run it with a ServiceAccount whose token is mounted (not \
+                 automountServiceAccountToken: false), as the chart's DaemonSet does"
+            ),
+            Err(e) => Err(e)
+                .context("finding the cluster (in-cluster config, KUBECONFIG or ~/.kube/config)")?,
+        },
     };
     rota_drain::client(config).context("creating the Kubernetes client")
+}
+
+/// Where Kubernetes mounts a pod's service account token.
+const SERVICE_ACCOUNT_TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+
+/// In a pod (Kubernetes sets `KUBERNETES_SERVICE_HOST` in every container) that was given no
+/// kubeconfig and no service account token: kube's own error names every place it looked,
+/// not which one should have been there.
+fn in_pod_without_token() -> bool {
+    std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+        && std::env::var_os("KUBECONFIG").is_none()
+        && !std::env::var_os("HOME")
+            .is_some_and(|home| Path::new(&home).join(".kube/config").exists())
+        && !Path::new(SERVICE_ACCOUNT_TOKEN).exists()
 }
 
 /// Opens the store. `create` is false for operator commands, which never create a new, empty

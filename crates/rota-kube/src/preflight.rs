@@ -1,0 +1,201 @@
+//! What the store needs of the cluster besides permissions (those are `permissions`), checked
+//! when it connects: rota's custom resources served, its namespace there, and the client's
+//! credentials accepted. An installation that lacks one fails with an error naming what is
+//! missing and how to add it, instead of the bare 404 or 401 of whichever call met it first
+//! (a missing CRD answers `404 page not found`, not even a Status; a missing namespace lets
+//! every list and watch answer an empty collection and only the first create fail).
+//!
+//! Three requests, sent at once: a list of one item of each custom resource, which answers
+//! 404 exactly when the API server does not serve it (API discovery would need no permission,
+//! but lags a moment behind a CRD that just became established), and a dry-run create of a
+//! Lease, which the API server refuses with a 404 on `namespaces` when the namespace does not
+//! exist, and which writes nothing.
+
+use std::fmt;
+
+use futures::future::join_all;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{ApiResource, DynamicObject, ListParams, PostParams};
+use kube::core::Status;
+use kube::{Api, Client};
+
+use crate::error::KubeError;
+
+/// A resource the store uses, as the API server serves it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServedResource {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub plural: &'static str,
+}
+
+impl fmt::Display for ServedResource {
+    /// The CRD's name: `rotanodes.rota.dev`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.plural, self.group)
+    }
+}
+
+/// rota's custom resources (`charts/rota/crds/`).
+pub const ROTA_RESOURCES: [ServedResource; 2] = [
+    ServedResource {
+        group: "rota.dev",
+        version: "v1alpha1",
+        plural: "rotanodes",
+    },
+    ServedResource {
+        group: "rota.dev",
+        version: "v1alpha1",
+        plural: "procedures",
+    },
+];
+
+/// The name of the Lease whose dry-run create tells whether the namespace exists. A Lease of
+/// that name that exists says so too (409).
+const PROBE_LEASE: &str = "rota-preflight";
+
+/// Checks that the client's credentials are accepted, that rota's custom resources are
+/// installed and that `namespace` exists, in that order: the first that fails is the error.
+pub async fn check(client: &Client, namespace: &str) -> Result<(), KubeError> {
+    let (resources, namespace) = tokio::join!(
+        check_resources(client, &ROTA_RESOURCES),
+        check_namespace(client, namespace)
+    );
+    match (resources, namespace) {
+        (_, Err(e @ KubeError::Unauthorized)) | (Err(e), _) | (Ok(()), Err(e)) => Err(e),
+        (Ok(()), Ok(())) => Ok(()),
+    }
+}
+
+/// Fails with [`KubeError::CrdMissing`] naming every one of `resources` that the API server
+/// does not serve. A resource the client may not list counts as served: the permission check
+/// and the store's own calls name what is not allowed.
+pub async fn check_resources(
+    client: &Client,
+    resources: &[ServedResource],
+) -> Result<(), KubeError> {
+    let answers = join_all(resources.iter().map(|r| served(client, r))).await;
+    let mut missing = Vec::new();
+    for (resource, answer) in resources.iter().zip(answers) {
+        if !answer? {
+            missing.push(resource.to_string());
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(KubeError::CrdMissing { resources: missing })
+    }
+}
+
+async fn served(client: &Client, resource: &ServedResource) -> Result<bool, KubeError> {
+    let api: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource {
+            group: resource.group.into(),
+            version: resource.version.into(),
+            api_version: format!("{}/{}", resource.group, resource.version),
+            kind: String::new(),
+            plural: resource.plural.into(),
+        },
+    );
+    match api.list_metadata(&ListParams::default().limit(1)).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) => match status.code {
+            // A collection the API server serves never answers 404 to a list.
+            404 => Ok(false),
+            401 => Err(KubeError::Unauthorized),
+            403 => Ok(true),
+            _ => Err(list_error(resource, kube::Error::Api(status))),
+        },
+        Err(source) => Err(list_error(resource, source)),
+    }
+}
+
+fn list_error(resource: &ServedResource, source: kube::Error) -> KubeError {
+    KubeError::Api {
+        verb: "list",
+        resource: resource.plural,
+        name: format!("(all) of {}/{}", resource.group, resource.version),
+        source,
+    }
+}
+
+/// Fails with [`KubeError::NamespaceMissing`] if `namespace` does not exist. Any other answer
+/// to the dry run (created, forbidden, unavailable) is left to the store's own calls, which
+/// name the call that met it.
+async fn check_namespace(client: &Client, namespace: &str) -> Result<(), KubeError> {
+    let probe = Lease {
+        metadata: ObjectMeta {
+            name: Some(PROBE_LEASE.into()),
+            ..ObjectMeta::default()
+        },
+        ..Lease::default()
+    };
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    match leases.create(&dry_run, &probe).await {
+        Err(kube::Error::Api(status)) if status.code == 401 => Err(KubeError::Unauthorized),
+        Err(kube::Error::Api(status)) if is_namespace_missing(&status) => {
+            Err(KubeError::NamespaceMissing {
+                namespace: namespace.into(),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The API server's refusal of an object in a namespace that does not exist: a 404 whose
+/// details name the namespace, not the object (`namespaces "x" not found`).
+fn is_namespace_missing(status: &Status) -> bool {
+    status.code == 404
+        && status
+            .details
+            .as_ref()
+            .is_some_and(|d| d.kind == "namespaces")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_404_on_the_namespace_means_it_is_missing() {
+        // As the API server sends them.
+        let not_found = |kind: &str| -> Status {
+            serde_json::from_value(serde_json::json!({
+                "kind": "Status",
+                "apiVersion": "v1",
+                "status": "Failure",
+                "message": format!("{kind} \"x\" not found"),
+                "reason": "NotFound",
+                "details": { "name": "x", "kind": kind },
+                "code": 404,
+            }))
+            .expect("a Status")
+        };
+        assert!(is_namespace_missing(&not_found("namespaces")));
+        assert!(!is_namespace_missing(&not_found("leases")));
+        assert!(!is_namespace_missing(
+            &Status::failure("404 page not found", "Failed to parse error data").with_code(404)
+        ));
+    }
+
+    #[test]
+    fn the_resources_checked_are_rotas_crds() {
+        let crds = [crate::rota_node_crd(), crate::procedure_crd()];
+        for (resource, crd) in ROTA_RESOURCES.iter().zip(&crds) {
+            assert_eq!(Some(resource.to_string()), crd.metadata.name);
+            assert_eq!(resource.group, crd.spec.group);
+            assert_eq!(resource.plural, crd.spec.names.plural);
+            assert!(
+                crd.spec.versions.iter().any(|v| v.name == resource.version),
+                "{resource}"
+            );
+        }
+    }
+}

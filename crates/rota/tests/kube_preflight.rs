@@ -1,0 +1,183 @@
+//! The real `rota` binary against the real control plane of `testenv/`, in an installation
+//! that lacks something: the agent (and an operator's command) stops at once with one error
+//! line that names what is missing and how to add it, and exits non-zero. A missing CRD is
+//! tested in rota-kube (`tests/preflight.rs`): the shared cluster's CRDs stay installed.
+
+use std::path::Path;
+use std::process::Output;
+
+use anyhow::{Context as _, Result, ensure};
+use kube::Api;
+use kube::config::Kubeconfig;
+use rota_kube::RotaNode;
+
+#[allow(dead_code, reason = "these tests start no fleet")]
+mod kube_common;
+
+use kube_common::{PATIENCE, ROTA, env};
+
+/// Runs `rota` with `args` until it stops.
+async fn rota(args: &[&str]) -> Result<Output> {
+    let run = tokio::process::Command::new(ROTA)
+        .args(args)
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(PATIENCE, run)
+        .await
+        .context("rota did not stop")?
+        .context("running rota")
+}
+
+/// The one line `rota` failed with; fails unless it failed, with exactly one error line.
+fn error_line(out: &Output) -> Result<String> {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(!out.status.success(), "rota succeeded: {stderr}");
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.contains("error")).collect();
+    ensure!(errors.len() == 1, "not one error line: {stderr}");
+    Ok(errors[0].to_owned())
+}
+
+/// `rota agent --store kube --node-actions kube` for `node`, with `extra` arguments.
+async fn agent(kubeconfig: &Path, host_root: &Path, node: &str, extra: &[&str]) -> Result<Output> {
+    let (kubeconfig, host_root) = (path(kubeconfig)?, path(host_root)?);
+    let mut args = vec![
+        "agent",
+        "--store",
+        "kube",
+        "--node-actions",
+        "kube",
+        "--kubeconfig",
+        kubeconfig,
+        "--host-root",
+        host_root,
+        "--node",
+        node,
+    ];
+    args.extend_from_slice(extra);
+    rota(&args).await
+}
+
+fn path(p: &Path) -> Result<&str> {
+    p.to_str()
+        .with_context(|| format!("{} is not UTF-8", p.display()))
+}
+
+#[tokio::test]
+async fn an_agent_whose_namespace_does_not_exist_stops_with_one_line_saying_how_to_create_it()
+-> Result<()> {
+    let Some(env) = env() else {
+        return Ok(());
+    };
+    let scope = env.scope("kube-preflight-ns").await?;
+    rota_e2e::fleet::install_crd(scope.client()).await?;
+    let node = scope.create_ready_nodes(1).await?.remove(0);
+    let absent = format!("{}-absent", scope.id());
+    let dir = tempfile::tempdir()?;
+    let out = agent(
+        env.kubeconfig(),
+        dir.path(),
+        &node,
+        &["--namespace", &absent],
+    )
+    .await?;
+    let line = error_line(&out)?;
+    for expected in [
+        format!("the namespace {absent} does not exist"),
+        format!("`kubectl create namespace {absent}`"),
+    ] {
+        ensure!(line.contains(&expected), "no {expected:?} in: {line}");
+    }
+    // It stopped before it did anything: no RotaNode of its own.
+    let written = Api::<RotaNode>::all(scope.client()).get_opt(&node).await?;
+    ensure!(written.is_none(), "the agent wrote its RotaNode");
+
+    // An operator's command on the same installation says the same.
+    let out = rota(&[
+        "status",
+        "--store",
+        "kube",
+        "--kubeconfig",
+        path(env.kubeconfig())?,
+        "--namespace",
+        &absent,
+    ])
+    .await?;
+    let line = error_line(&out)?;
+    ensure!(
+        line.contains(&format!("`kubectl create namespace {absent}`")),
+        "{line}"
+    );
+    scope.cleanup().await
+}
+
+/// A token the API server does not accept (401): the agent says so before it asks about its
+/// permissions, whose reviews would only be refused the same way.
+#[tokio::test]
+async fn an_agent_whose_token_is_refused_stops_with_one_line_saying_so() -> Result<()> {
+    let Some(env) = env() else {
+        return Ok(());
+    };
+    let scope = env.scope("kube-preflight-401").await?;
+    // It stops before it looks at its Node.
+    let node = scope.node_name("n");
+    let dir = tempfile::tempdir()?;
+    let mut kubeconfig = Kubeconfig::read_from(env.kubeconfig())?;
+    for user in &mut kubeconfig.auth_infos {
+        user.auth_info = Some(serde_json::from_value(
+            serde_json::json!({ "token": "not-a-token-the-api-server-issued" }),
+        )?);
+    }
+    let refused = dir.path().join("kubeconfig");
+    std::fs::write(&refused, serde_json::to_string(&kubeconfig)?)?;
+    let out = agent(
+        &refused,
+        dir.path(),
+        &node,
+        &["--namespace", scope.namespace()],
+    )
+    .await?;
+    let line = error_line(&out)?;
+    for expected in ["401 Unauthorized", "ServiceAccount", "kubeconfig"] {
+        ensure!(line.contains(expected), "no {expected:?} in: {line}");
+    }
+    ensure!(!line.contains("selfsubjectaccessreviews"), "{line}");
+    scope.cleanup().await
+}
+
+/// A pod without a mounted service account token (`automountServiceAccountToken: false`) and
+/// without a kubeconfig: the agent names the token, not every place kube looked for a
+/// cluster. Needs no control plane: it stops before it sends a request.
+#[tokio::test]
+async fn an_agent_in_a_pod_without_a_service_account_token_says_so() -> Result<()> {
+    const TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+    if Path::new(TOKEN).exists() {
+        eprintln!("this machine has {TOKEN}: it cannot play a pod without one");
+        return Ok(());
+    }
+    let home = tempfile::tempdir()?;
+    let run = tokio::process::Command::new(ROTA)
+        .args([
+            "agent",
+            "--store",
+            "kube",
+            "--node-actions",
+            "kube",
+            "--node",
+            "n",
+        ])
+        .arg("--host-root")
+        .arg(home.path())
+        .env_remove("KUBECONFIG")
+        .env("HOME", home.path())
+        // What Kubernetes sets in every container.
+        .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        .env("KUBERNETES_SERVICE_PORT", "443")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(PATIENCE, run).await??;
+    let line = error_line(&out)?;
+    for expected in [TOKEN, "automountServiceAccountToken"] {
+        ensure!(line.contains(expected), "no {expected:?} in: {line}");
+    }
+    Ok(())
+}
