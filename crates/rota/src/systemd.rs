@@ -19,14 +19,30 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 /// Tells systemd the agent is ready, the first time it is: `Metrics::ready`'s condition.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Readiness {
     session: AtomicBool,
     store_ok: AtomicBool,
     told: AtomicBool,
+    tell: fn(),
+}
+
+impl Default for Readiness {
+    fn default() -> Readiness {
+        Readiness::telling(|| send(&NotifyState::Ready))
+    }
 }
 
 impl Readiness {
+    fn telling(tell: fn()) -> Readiness {
+        Readiness {
+            session: AtomicBool::new(false),
+            store_ok: AtomicBool::new(false),
+            told: AtomicBool::new(false),
+            tell,
+        }
+    }
+
     fn check(&self) {
         // Stores before loads, all SeqCst: of two observers racing (the loop and the
         // heartbeat), at least one sees both true, and the swap lets one of them tell.
@@ -34,7 +50,7 @@ impl Readiness {
             && self.store_ok.load(Ordering::SeqCst)
             && !self.told.swap(true, Ordering::SeqCst)
         {
-            send(&NotifyState::Ready);
+            (self.tell)();
         }
     }
 }
@@ -100,7 +116,37 @@ fn send(state: &NotifyState<'_>) {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::AtomicUsize;
+
     use super::*;
+
+    #[test]
+    fn ready_is_told_once_the_session_is_open_and_the_store_answered_and_only_then() {
+        static TOLD: AtomicUsize = AtomicUsize::new(0);
+        let told = || TOLD.load(Ordering::SeqCst);
+        let readiness = Readiness::telling(|| {
+            TOLD.fetch_add(1, Ordering::SeqCst);
+        });
+        // The store answered the session's opening attempt, which then failed.
+        readiness.store_access(true);
+        readiness.session(false);
+        assert_eq!(told(), 0, "no session yet");
+        readiness.store_access(false);
+        readiness.session(true);
+        assert_eq!(
+            told(),
+            0,
+            "the store has not answered the session's agent yet"
+        );
+        readiness.store_access(true);
+        assert_eq!(told(), 1);
+        // A lost and reopened session, a store down and up again: systemd knows already.
+        readiness.session(false);
+        readiness.store_access(false);
+        readiness.session(true);
+        readiness.store_access(true);
+        assert_eq!(told(), 1);
+    }
 
     #[test]
     fn the_watchdog_is_pinged_at_half_its_interval_and_never_at_zero() {

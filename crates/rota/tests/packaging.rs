@@ -242,6 +242,10 @@ fn the_package_holds_the_static_binary_the_unit_and_its_conffile() {
 
     let binary = unpacked("/usr/bin/rota");
     assert!(
+        has_interpreter(&read(ROTA)),
+        "the check tells a dynamic binary (the one under test, linked against glibc)"
+    );
+    assert!(
         !has_interpreter(&binary),
         "the packaged rota is linked statically"
     );
