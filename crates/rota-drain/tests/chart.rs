@@ -358,6 +358,14 @@ fn bad_values_fail_helm_template_with_a_clear_message() -> Result<()> {
             "host path /etc/reboot-now is not under any of hostMounts",
         ),
         (
+            "hostPathPrefix=\"var/lib/host\"",
+            "at '/hostPathPrefix': 'var/lib/host' does not match pattern",
+        ),
+        (
+            "hostPathPrefix=\"/srv/host/\"",
+            "at '/hostPathPrefix': '/srv/host/' does not match pattern",
+        ),
+        (
             "agent.releaseDelay=30",
             "at '/agent/releaseDelay': got number, want string",
         ),

@@ -6,10 +6,12 @@
 //! `rota agent` processes against it, one per kwok node. [`postgres`] gives each test a
 //! database of its own on a throwaway PostgreSQL. [`proxy`] stands between a test and one of
 //! those servers, to cut it off as an outage would, and [`disrupt`] times such disruptions by
-//! a rollout's progress.
+//! a rollout's progress. [`real_node`] is the control plane with a real kubelet node, where
+//! rota's image and chart are installed as users install them.
 
 pub mod disrupt;
 pub mod fleet;
 pub mod postgres;
 pub mod proxy;
+pub mod real_node;
 pub mod testenv;

@@ -237,7 +237,7 @@ pub struct Scope {
 }
 
 impl Scope {
-    async fn new(client: Client, name: &str) -> Result<Scope> {
+    pub(crate) async fn new(client: Client, name: &str) -> Result<Scope> {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)

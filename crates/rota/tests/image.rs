@@ -16,7 +16,11 @@ fn archive() -> Result<PathBuf> {
         format!("{IMAGE_ENV} is not set: build the image with scripts/image and set it to the archive it prints (scripts/test does)")
     })?;
     let path = PathBuf::from(path);
-    ensure!(path.is_file(), "{IMAGE_ENV}={} does not exist", path.display());
+    ensure!(
+        path.is_file(),
+        "{IMAGE_ENV}={} does not exist",
+        path.display()
+    );
     Ok(path)
 }
 
@@ -151,7 +155,10 @@ fn the_images_rota_runs_with_only_the_images_files() -> Result<()> {
     let version = run(Command::new("chroot")
         .arg(&root)
         .args(["/usr/bin/rota", "--version"]))?;
-    assert_eq!(version.trim(), format!("rota {}", env!("CARGO_PKG_VERSION")));
+    assert_eq!(
+        version.trim(),
+        format!("rota {}", env!("CARGO_PKG_VERSION"))
+    );
     let shell = run(Command::new("chroot").arg(&root).args([
         "/bin/sh",
         "-c",

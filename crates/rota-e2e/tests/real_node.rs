@@ -1,0 +1,521 @@
+//! rota as users install it: `helm install` of charts/rota with the image `scripts/image`
+//! built, on the control plane whose one real node runs a kubelet and containerd
+//! (`testenv/node-up`). The agent pod runs under the kubelet with the chart's pod spec, talks to
+//! the API server with its own service account, drains real containers under a
+//! PodDisruptionBudget and runs a stand-in reboot command through the chart's values. Every host
+//! path of the chart points into a directory of the test; nothing can reboot or change this
+//! machine.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, ensure};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+use rota_e2e::real_node::{RealNode, run, tool};
+use rota_e2e::testenv::{Scope, api_error_code, pod_is_running, wait_for};
+use rota_kube::RotaNode;
+use serde_json::json;
+
+const IMAGE_ENV: &str = "ROTA_TEST_IMAGE";
+/// The name the chart's default image (`repository: rota`, the tag its appVersion) has in
+/// containerd.
+const IMAGE: &str = "docker.io/library/rota:0.1.0";
+const RELEASE: &str = "rota";
+const NAMESPACE: &str = "rota-system";
+const TIMEOUT: Duration = Duration::from_secs(180);
+
+/// The host side of the chart's mounts: `<dir>/run`, `<dir>/var`, `<dir>/var/run` stand for
+/// the node's own.
+struct Host {
+    dir: tempfile::TempDir,
+    /// Boot ids are `<test>-<n>`: tests share the node and its RotaNode, never a boot id.
+    test: String,
+}
+
+impl Host {
+    fn new(node: &RealNode, test: &str) -> Result<Host> {
+        let dir = tempfile::Builder::new()
+            .prefix("host-")
+            .tempdir_in(node.dir()?)?;
+        for sub in ["run", "var/run", "var/lib/rota"] {
+            std::fs::create_dir_all(dir.path().join(sub))?;
+        }
+        let host = Host {
+            dir,
+            test: test.to_string(),
+        };
+        host.set_boot(1)?;
+        Ok(host)
+    }
+
+    fn path(&self, sub: &str) -> PathBuf {
+        self.dir.path().join(sub)
+    }
+
+    fn set_boot(&self, n: u32) -> Result<()> {
+        let id = format!("{}-{n}", self.test);
+        Ok(std::fs::write(self.path("var/boot-id"), format!("{id}\n"))?)
+    }
+
+    /// How many times the stand-in reboot command ran.
+    fn reboots(&self) -> usize {
+        std::fs::read_to_string(self.path("reboots"))
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    }
+
+    /// What a reboot does to the node's /run: it comes back empty.
+    fn empty_run(&self) -> Result<()> {
+        for entry in std::fs::read_dir(self.path("run"))? {
+            let path = entry?.path();
+            if path.is_dir() {
+                std::fs::remove_dir_all(&path)?;
+            } else {
+                std::fs::remove_file(&path)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The chart's values for this test: every host path under `host`, a reboot command that only
+/// records that it ran (in this machine's namespaces, entered through the kubelet's pid, as the
+/// chart's nsenter would enter PID 1's on a real node), the agent only on the real node.
+fn values(node: &RealNode, host: &Host) -> Result<serde_json::Value> {
+    let enter = format!("nsenter -t {} -m -u -i -n -p --", node.kubelet_pid()?);
+    Ok(json!({
+        "image": { "pullPolicy": "Never" },
+        "hostPathPrefix": host.dir.path(),
+        "nodeSelector": { "rota.dev/testenv-real-node": "true" },
+        "agent": {
+            "concurrency": 1,
+            "bootIdFile": "/host/var/boot-id",
+            "rebootCommand": format!("{enter} sh -c 'echo reboot >> {}'", host.path("reboots").display()),
+            "execPrefix": enter,
+            "healthInterval": "1s",
+            "verifyTimeout": "3m",
+            "backoff": { "initial": "1s", "max": "10s", "exponent": 2 },
+            "procedurePoll": "10s",
+        },
+        "drain": { "gracePeriod": "5s" },
+    }))
+}
+
+fn helm(node: &RealNode, args: &[&str]) -> Result<String> {
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../charts/rota");
+    let mut cmd = Command::new(tool("helm")?);
+    cmd.arg("--kubeconfig").arg(node.kubeconfig());
+    for arg in args {
+        if *arg == "CHART" {
+            cmd.arg(&chart);
+        } else {
+            cmd.arg(arg);
+        }
+    }
+    run(&mut cmd)
+}
+
+fn helm_install(node: &RealNode, host: &Host) -> Result<()> {
+    let values_file = host.path("values.json");
+    std::fs::write(&values_file, serde_json::to_vec(&values(node, host)?)?)?;
+    let values_file = values_file.to_str().context("non-UTF-8 path")?.to_string();
+    helm(
+        node,
+        &["install", RELEASE, "CHART", "--values", &values_file],
+    )?;
+    Ok(())
+}
+
+fn pod_is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The agent pod on the real node once it is Ready (its probes passed), and its name.
+async fn agent_ready(client: &Client, node: &str) -> Result<Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let selector = format!("app.kubernetes.io/name=rota,app.kubernetes.io/instance={RELEASE}");
+    wait_for("the agent pod Ready on the real node", TIMEOUT, || async {
+        let list = pods.list(&ListParams::default().labels(&selector)).await?;
+        Ok(list.items.into_iter().find(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+                && pod_is_ready(p)
+        }))
+    })
+    .await
+}
+
+/// A Deployment of two busybox containers that stop at once on SIGTERM, one on the real node
+/// (preferred) and one on a kwok node (never two on one node), under a budget that lets one go
+/// at a time.
+async fn workload(scope: &Scope, node: &RealNode, kwok: &[String]) -> Result<()> {
+    let mut hosts = kwok.to_vec();
+    hosts.push(node.name()?.to_string());
+    let labels = json!({ "app": "web" });
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": { "name": "web" },
+        "spec": {
+            "replicas": 2,
+            "selector": { "matchLabels": labels },
+            "template": {
+                "metadata": { "labels": labels },
+                "spec": {
+                    "terminationGracePeriodSeconds": 5,
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [{ "matchExpressions": [{
+                                    "key": "kubernetes.io/hostname", "operator": "In", "values": hosts,
+                                }]}],
+                            },
+                            "preferredDuringSchedulingIgnoredDuringExecution": [{
+                                "weight": 100,
+                                "preference": { "matchExpressions": [{
+                                    "key": "rota.dev/testenv-real-node", "operator": "In", "values": ["true"],
+                                }]},
+                            }],
+                        },
+                        "podAntiAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": [{
+                                "labelSelector": { "matchLabels": labels },
+                                "topologyKey": "kubernetes.io/hostname",
+                            }],
+                        },
+                    },
+                    "containers": [{
+                        "name": "web",
+                        "image": node.busybox_image()?,
+                        "imagePullPolicy": "Never",
+                        "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"],
+                    }],
+                },
+            },
+        },
+    }))?;
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": { "name": "web" },
+        "spec": { "minAvailable": 1, "selector": { "matchLabels": labels } },
+    }))?;
+    scope
+        .api::<Deployment>()
+        .create(&PostParams::default(), &deployment)
+        .await?;
+    scope
+        .api::<PodDisruptionBudget>()
+        .create(&PostParams::default(), &pdb)
+        .await?;
+    Ok(())
+}
+
+fn running_on<'a>(pods: &'a [Pod], node: &str) -> Option<&'a Pod> {
+    pods.iter().find(|p| {
+        pod_is_running(p) && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+    })
+}
+
+/// The node's RotaNode; none before the chart installed the CRD, or before the agent made it.
+async fn rota_node(client: &Client, node: &str) -> Result<Option<RotaNode>> {
+    match Api::<RotaNode>::all(client.clone()).get_opt(node).await {
+        Err(e) if api_error_code(&e) == Some(404) => Ok(None),
+        other => Ok(other?),
+    }
+}
+
+async fn unschedulable(client: &Client, node: &str) -> Result<bool> {
+    let node = Api::<Node>::all(client.clone()).get(node).await?;
+    Ok(node.spec.and_then(|s| s.unschedulable).unwrap_or(false))
+}
+
+/// What both tests start from: the image in containerd, a host directory, two kwok nodes beside
+/// the real one, and the web workload with one container on the real node.
+struct Fixture {
+    node: RealNode,
+    client: Client,
+    name: String,
+    host: Host,
+    scope: Scope,
+    /// The web pod on the real node.
+    real_pod: String,
+    /// `finished` entries in the RotaNode's history before this test (earlier tests share the
+    /// node).
+    finished_before: usize,
+}
+
+impl Fixture {
+    async fn new(test: &str) -> Result<Fixture> {
+        let node = RealNode::get()?;
+        let archive = std::env::var_os(IMAGE_ENV).map(PathBuf::from).with_context(|| {
+            format!("{IMAGE_ENV} is not set: scripts/test sets it to the archive scripts/image writes")
+        })?;
+        node.import_image(&archive, IMAGE)?;
+        let client = node.client().await?;
+        let name = node.name()?.to_string();
+        let host = Host::new(&node, test)?;
+        let scope = node.scope(test).await?;
+        let kwok = scope.create_ready_nodes(2).await?;
+        workload(&scope, &node, &kwok).await?;
+        let web = scope.pods();
+        let real_pod = wait_for(
+            "a web container running on the real node",
+            TIMEOUT,
+            || async {
+                let pods = web
+                    .list(&ListParams::default().labels("app=web"))
+                    .await?
+                    .items;
+                Ok(running_on(&pods, &name).map(|p| p.name_any()))
+            },
+        )
+        .await?;
+        let finished_before = finished_entries(&client, &name).await?;
+        Ok(Fixture {
+            node,
+            client,
+            name,
+            host,
+            scope,
+            real_pod,
+            finished_before,
+        })
+    }
+
+    /// `helm install` with this test's values; the agent pod once Ready.
+    async fn install(&self) -> Result<Pod> {
+        let installed = Instant::now();
+        helm_install(&self.node, &self.host)?;
+        let agent = agent_ready(&self.client, &self.name).await?;
+        eprintln!(
+            "helm install -> agent pod {} Ready in {:.1}s",
+            agent.name_any(),
+            installed.elapsed().as_secs_f64()
+        );
+        Ok(agent)
+    }
+
+    /// `helm uninstall`, until the agent pods are gone.
+    async fn uninstall(&self) -> Result<()> {
+        helm(&self.node, &["uninstall", RELEASE, "--wait"])?;
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), NAMESPACE);
+        let selector = format!("app.kubernetes.io/instance={RELEASE}");
+        wait_for("the agent pods gone", TIMEOUT, || async {
+            let left = pods.list(&ListParams::default().labels(&selector)).await?;
+            Ok(left.items.is_empty().then_some(()))
+        })
+        .await
+    }
+
+    /// Touches the reboot sentinel and waits until the stand-in reboot command ran: the node
+    /// is then cordoned, its web container evicted, and its RotaNode `rebooting`.
+    async fn request_reboot_and_wait_for_it(&self) -> Result<()> {
+        std::fs::write(self.host.path("run/reboot-needed"), b"")?;
+        wait_for("the stand-in reboot command to run", TIMEOUT, || async {
+            Ok((self.host.reboots() > 0).then_some(()))
+        })
+        .await?;
+        ensure!(
+            unschedulable(&self.client, &self.name).await?,
+            "the node is not cordoned while it reboots"
+        );
+        let pods = self
+            .scope
+            .pods()
+            .list(&ListParams::default().labels("app=web"))
+            .await?
+            .items;
+        ensure!(
+            pods.iter().all(|p| p.name_any() != self.real_pod),
+            "the web pod {} on the real node was not evicted: {:?}",
+            self.real_pod,
+            pods.iter().map(|p| p.name_any()).collect::<Vec<_>>()
+        );
+        self.expect_state("rebooting").await
+    }
+
+    async fn expect_state(&self, state: &str) -> Result<()> {
+        let status = rota_node(&self.client, &self.name)
+            .await?
+            .and_then(|r| r.status);
+        ensure!(
+            status.as_ref().map(|s| s.state.to_string()).as_deref() == Some(state),
+            "the RotaNode is not {state}: {status:?}"
+        );
+        Ok(())
+    }
+
+    /// What a reboot does to the node as the agent sees it: a new boot id and an empty /run.
+    fn reboot(&self) -> Result<()> {
+        self.host.set_boot(2)?;
+        self.host.empty_run()
+    }
+
+    /// Waits until the node finished its reboot: idle, a new `finished` entry, uncordoned, its
+    /// slot released, and rebooted exactly once.
+    async fn wait_finished(&self) -> Result<()> {
+        let status = wait_for(
+            "the RotaNode idle with the reboot finished",
+            TIMEOUT,
+            || async {
+                let finished = finished_entries(&self.client, &self.name).await?;
+                let status = rota_node(&self.client, &self.name)
+                    .await?
+                    .and_then(|r| r.status);
+                Ok(status
+                    .filter(|s| s.state.to_string() == "idle" && finished > self.finished_before))
+            },
+        )
+        .await?;
+        ensure!(
+            !unschedulable(&self.client, &self.name).await?,
+            "the node is still cordoned after it finished"
+        );
+        assert_eq!(
+            self.host.reboots(),
+            1,
+            "the node did not reboot exactly once"
+        );
+        assert!(
+            status.slot.is_none(),
+            "the slot was not released: {status:?}"
+        );
+        Ok(())
+    }
+
+    async fn cleanup(self) -> Result<()> {
+        self.scope.cleanup().await
+    }
+}
+
+/// `VmRSS` of the `rota agent` processes that run in a container: started as the chart starts
+/// them (`rota agent`, where the tests' local agents run a path), in a mount namespace other
+/// than this process's.
+fn agent_rss() -> Result<String> {
+    let own = std::fs::read_link("/proc/self/ns/mnt")?;
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc")? {
+        let proc = entry?.path();
+        let Ok(cmdline) = std::fs::read(proc.join("cmdline")) else {
+            continue;
+        };
+        let in_container = std::fs::read_link(proc.join("ns/mnt")).is_ok_and(|ns| ns != own);
+        if in_container && cmdline.starts_with(b"rota\0agent\0") {
+            let status = std::fs::read_to_string(proc.join("status")).unwrap_or_default();
+            if let Some(rss) = status.lines().find(|l| l.starts_with("VmRSS:")) {
+                found.push(rss.trim_start_matches("VmRSS:").trim().to_string());
+            }
+        }
+    }
+    ensure!(
+        !found.is_empty(),
+        "no rota agent process runs in a container of the real node"
+    );
+    Ok(found.join(", "))
+}
+
+async fn finished_entries(client: &Client, node: &str) -> Result<usize> {
+    let status = rota_node(client, node).await?.and_then(|r| r.status);
+    Ok(status.map_or(0, |s| {
+        s.history
+            .iter()
+            .filter(|h| h.event.to_string() == "finished")
+            .count()
+    }))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn helm_install_puts_the_agent_on_the_real_node_and_it_reboots_it_once() -> Result<()> {
+    let fx = Fixture::new("real-node-reboot").await?;
+    let agent = fx.install().await?;
+    // The agent uses the pod's own service account, not an admin kubeconfig.
+    assert_eq!(
+        agent
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.as_deref()),
+        Some("rota-agent")
+    );
+    // A measurement for the closing note, not an assertion: the idle agent's resident memory
+    // in its pod, as the kernel counts it.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    eprintln!("idle agent in its pod: {}", agent_rss()?);
+    fx.request_reboot_and_wait_for_it().await?;
+
+    // The "reboot": and the agent pod goes with the old boot.
+    fx.reboot()?;
+    Api::<Pod>::namespaced(fx.client.clone(), NAMESPACE)
+        .delete(&agent.name_any(), &DeleteParams::default())
+        .await?;
+    fx.wait_finished().await?;
+    let new_agent = agent_ready(&fx.client, &fx.name).await?;
+    assert_ne!(new_agent.name_any(), agent.name_any());
+
+    let events: Api<Event> = Api::all(fx.client.clone());
+    let on_node = events
+        .list(&ListParams::default().fields(&format!(
+            "involvedObject.name={},involvedObject.kind=Node",
+            fx.name
+        )))
+        .await?
+        .items;
+    let reasons: Vec<String> = on_node.iter().filter_map(|e| e.reason.clone()).collect();
+    eprintln!("events on the node: {reasons:?}");
+    for reason in [
+        "SlotAcquired",
+        "Rebooting",
+        "Verifying",
+        "MaintenanceFinished",
+    ] {
+        ensure!(
+            reasons.iter().any(|r| r == reason),
+            "no {reason} Event on the node: {reasons:?}"
+        );
+    }
+
+    fx.uninstall().await?;
+    fx.cleanup().await
+}
+
+/// `helm uninstall` while the node is in its window (rebooting) takes the agents and their
+/// RBAC, and keeps their namespace (`helm.sh/resource-policy: keep`) with the slot Leases: the
+/// node stays cordoned, holds its slot, and its RotaNode keeps its state (custom resources
+/// outlive the release). Installed again, the agent takes up the window where it stopped and
+/// finishes it: the reboot is not repeated. (Without the keep, the namespace and the Lease went,
+/// and the new agent, fenced at every step, left the node cordoned for good.)
+#[tokio::test(flavor = "multi_thread")]
+async fn helm_uninstall_in_the_middle_of_a_window_leaves_the_node_out_until_reinstalled()
+-> Result<()> {
+    let fx = Fixture::new("real-node-uninstall").await?;
+    fx.install().await?;
+    fx.request_reboot_and_wait_for_it().await?;
+
+    fx.uninstall().await?;
+    ensure!(
+        unschedulable(&fx.client, &fx.name).await?,
+        "the node was uncordoned by the uninstall"
+    );
+    fx.expect_state("rebooting").await?;
+    // The namespace stays, and in it the node's slot.
+    let lease = Api::<Lease>::namespaced(fx.client.clone(), NAMESPACE)
+        .get("rota-slot-0")
+        .await
+        .context("the slot Lease after helm uninstall")?;
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some(fx.name.as_str()),
+        "the node in its window no longer holds its slot"
+    );
+
+    fx.reboot()?;
+    fx.install().await?;
+    fx.wait_finished().await?;
+    fx.uninstall().await?;
+    fx.cleanup().await
+}
