@@ -479,8 +479,66 @@ async fn helm_install_puts_the_agent_on_the_real_node_and_it_reboots_it_once() -
         );
     }
 
+    scraped_through_the_annotations(&new_agent).await?;
     fx.uninstall().await?;
     fx.cleanup().await
+}
+
+/// The agent pod found through the chart's `prometheus.io/*` annotations, as a cluster's
+/// Prometheus finds it, handed to the test Prometheus (`scripts/prometheus-up`, whose file_sd
+/// directory is `ROTA_TEST_PROMETHEUS_TARGETS`), which then scrapes its `/metrics`.
+async fn scraped_through_the_annotations(agent: &Pod) -> Result<()> {
+    let url = std::env::var("ROTA_TEST_PROMETHEUS_URL")
+        .context("ROTA_TEST_PROMETHEUS_URL is not set: scripts/test starts the test Prometheus")?;
+    let targets = std::env::var("ROTA_TEST_PROMETHEUS_TARGETS").context(
+        "ROTA_TEST_PROMETHEUS_TARGETS is not set: scripts/test names the test Prometheus's file_sd directory",
+    )?;
+    let annotations = agent.annotations();
+    let annotation = |key: &str| {
+        annotations
+            .get(key)
+            .cloned()
+            .with_context(|| format!("the agent pod has no {key} annotation: {annotations:?}"))
+    };
+    ensure!(annotation("prometheus.io/scrape")? == "true");
+    let ip = agent
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .context("the agent pod has no IP")?;
+    let target = json!([{
+        "targets": [format!("{ip}:{}", annotation("prometheus.io/port")?)],
+        "labels": {
+            "__metrics_path__": annotation("prometheus.io/path")?,
+            "kubernetes_pod_name": agent.name_any(),
+        },
+    }]);
+    let file = Path::new(&targets).join("rota-agent.json");
+    std::fs::write(&file, serde_json::to_vec(&target)?)?;
+
+    let http = reqwest::Client::new();
+    let query = format!(
+        "rota_slot_held{{job=\"annotated-pods\",kubernetes_pod_name=\"{}\"}}",
+        agent.name_any()
+    );
+    let series = wait_for("Prometheus to scrape the agent pod", TIMEOUT, || async {
+        let answer: serde_json::Value = http
+            .get(format!("{url}/api/v1/query"))
+            .query(&[("query", &query)])
+            .send()
+            .await?
+            .json()
+            .await?;
+        let result = answer["data"]["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        Ok((!result.is_empty()).then_some(result))
+    })
+    .await;
+    std::fs::remove_file(&file)?;
+    eprintln!("scraped: {}", serde_json::Value::Array(series?));
+    Ok(())
 }
 
 /// `helm uninstall` while the node is in its window (rebooting) takes the agents and their
