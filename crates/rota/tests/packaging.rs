@@ -108,6 +108,10 @@ fn the_unit_restarts_the_agent_spares_its_children_and_waits_for_its_readiness()
         ("ExecStart", "/usr/bin/rota agent $ROTA_AGENT_ARGS"),
         // The default store, sqlite:///var/lib/rota/rota.db, lives there.
         ("StateDirectory", "rota"),
+        // The sandboxing that the agent's commands do not feel.
+        ("LockPersonality", "yes"),
+        ("RestrictRealtime", "yes"),
+        ("SystemCallArchitectures", "native"),
     ] {
         assert_eq!(
             settings.get(key).map(String::as_str),
