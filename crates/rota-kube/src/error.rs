@@ -62,6 +62,11 @@ impl KubeError {
     pub fn is_unavailable(&self) -> bool {
         matches!(self, KubeError::Api { source, .. } if is_unavailable(source))
     }
+
+    /// Whether the API server refused the call for want of a permission (403).
+    pub fn is_forbidden(&self) -> bool {
+        matches!(self, KubeError::Api { source: kube::Error::Api(status), .. } if status.code == 403)
+    }
 }
 
 impl From<KubeError> for StoreError {

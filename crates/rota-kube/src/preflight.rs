@@ -6,12 +6,10 @@
 //! every list and watch answer an empty collection and only the first create fail).
 //!
 //! Three requests, sent at once: a list of one item of each custom resource, which answers
-//! 404 exactly when the API server does not serve it (API discovery would need no permission,
-//! but lags a moment behind a CRD that just became established), and a dry-run create of a
-//! Lease, which the API server refuses with a 404 on `namespaces` when the namespace does not
-//! exist, and which writes nothing.
-
-use std::fmt;
+//! 404 exactly when the API server does not serve it (API discovery lags a moment behind a CRD
+//! that just became established, so it is only asked when the client may not list), and a
+//! dry-run create of a Lease, which the API server refuses with a 404 on `namespaces` when the
+//! namespace does not exist, and which writes nothing.
 
 use futures::future::join_all;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -25,29 +23,36 @@ use crate::error::KubeError;
 /// A resource the store uses, as the API server serves it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ServedResource {
-    pub group: &'static str,
+    /// The CRD's name: `<plural>.<group>` (`rotanodes.rota.dev`).
+    pub name: &'static str,
     pub version: &'static str,
-    pub plural: &'static str,
 }
 
-impl fmt::Display for ServedResource {
-    /// The CRD's name: `rotanodes.rota.dev`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.plural, self.group)
+impl ServedResource {
+    fn plural(&self) -> &'static str {
+        self.name
+            .split_once('.')
+            .map_or(self.name, |(plural, _)| plural)
+    }
+
+    fn group(&self) -> &'static str {
+        self.name.split_once('.').map_or("", |(_, group)| group)
+    }
+
+    fn api_version(&self) -> String {
+        format!("{}/{}", self.group(), self.version)
     }
 }
 
 /// rota's custom resources (`charts/rota/crds/`).
 pub const ROTA_RESOURCES: [ServedResource; 2] = [
     ServedResource {
-        group: "rota.dev",
+        name: "rotanodes.rota.dev",
         version: "v1alpha1",
-        plural: "rotanodes",
     },
     ServedResource {
-        group: "rota.dev",
+        name: "procedures.rota.dev",
         version: "v1alpha1",
-        plural: "procedures",
     },
 ];
 
@@ -69,35 +74,40 @@ pub async fn check(client: &Client, namespace: &str) -> Result<(), KubeError> {
 }
 
 /// Fails with [`KubeError::CrdMissing`] naming every one of `resources` that the API server
-/// does not serve. A resource the client may not list counts as served: the permission check
-/// and the store's own calls name what is not allowed.
+/// does not serve; else with the first refusal to list one (a missing permission), as before
+/// the store could read them.
 pub async fn check_resources(
     client: &Client,
     resources: &[ServedResource],
 ) -> Result<(), KubeError> {
     let answers = join_all(resources.iter().map(|r| served(client, r))).await;
     let mut missing = Vec::new();
+    let mut failed = None;
     for (resource, answer) in resources.iter().zip(answers) {
-        if !answer? {
-            missing.push(resource.to_string());
+        match answer {
+            Ok(true) => {}
+            Ok(false) => missing.push(resource.name.to_owned()),
+            Err(KubeError::Unauthorized) => return Err(KubeError::Unauthorized),
+            Err(e) => {
+                failed.get_or_insert(e);
+            }
         }
     }
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(KubeError::CrdMissing { resources: missing })
+    if !missing.is_empty() {
+        return Err(KubeError::CrdMissing { resources: missing });
     }
+    failed.map_or(Ok(()), Err)
 }
 
 async fn served(client: &Client, resource: &ServedResource) -> Result<bool, KubeError> {
     let api: Api<DynamicObject> = Api::all_with(
         client.clone(),
         &ApiResource {
-            group: resource.group.into(),
+            group: resource.group().into(),
             version: resource.version.into(),
-            api_version: format!("{}/{}", resource.group, resource.version),
+            api_version: resource.api_version(),
             kind: String::new(),
-            plural: resource.plural.into(),
+            plural: resource.plural().into(),
         },
     );
     match api.list_metadata(&ListParams::default().limit(1)).await {
@@ -106,18 +116,42 @@ async fn served(client: &Client, resource: &ServedResource) -> Result<bool, Kube
             // A collection the API server serves never answers 404 to a list.
             404 => Ok(false),
             401 => Err(KubeError::Unauthorized),
-            403 => Ok(true),
+            // Authorization comes before the 404: ask discovery, which every authenticated
+            // client may read, so that a missing CRD is not hidden behind missing RBAC.
+            403 => match discovered(client, resource).await? {
+                true => Err(list_error(resource, kube::Error::Api(status))),
+                false => Ok(false),
+            },
             _ => Err(list_error(resource, kube::Error::Api(status))),
         },
         Err(source) => Err(list_error(resource, source)),
     }
 }
 
+/// Whether API discovery lists `resource` (it lags a moment behind a new CRD: only asked
+/// when the list cannot tell).
+async fn discovered(client: &Client, resource: &ServedResource) -> Result<bool, KubeError> {
+    match client
+        .list_api_group_resources(&resource.api_version())
+        .await
+    {
+        Ok(list) => Ok(list.resources.iter().any(|r| r.name == resource.plural())),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+        Err(kube::Error::Api(status)) if status.code == 401 => Err(KubeError::Unauthorized),
+        Err(source) => Err(KubeError::Api {
+            verb: "get",
+            resource: "API discovery",
+            name: resource.api_version(),
+            source,
+        }),
+    }
+}
+
 fn list_error(resource: &ServedResource, source: kube::Error) -> KubeError {
     KubeError::Api {
         verb: "list",
-        resource: resource.plural,
-        name: format!("(all) of {}/{}", resource.group, resource.version),
+        resource: resource.name,
+        name: "(all)".into(),
         source,
     }
 }
@@ -189,12 +223,12 @@ mod tests {
     fn the_resources_checked_are_rotas_crds() {
         let crds = [crate::rota_node_crd(), crate::procedure_crd()];
         for (resource, crd) in ROTA_RESOURCES.iter().zip(&crds) {
-            assert_eq!(Some(resource.to_string()), crd.metadata.name);
-            assert_eq!(resource.group, crd.spec.group);
-            assert_eq!(resource.plural, crd.spec.names.plural);
+            assert_eq!(Some(resource.name), crd.metadata.name.as_deref());
+            assert_eq!(resource.group(), crd.spec.group);
+            assert_eq!(resource.plural(), crd.spec.names.plural);
             assert!(
                 crd.spec.versions.iter().any(|v| v.name == resource.version),
-                "{resource}"
+                "{resource:?}"
             );
         }
     }

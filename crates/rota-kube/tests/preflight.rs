@@ -48,14 +48,12 @@ async fn a_crd_the_api_server_does_not_serve_is_named_with_how_to_install_it() {
     // does not know at all: both are a 404, the second not even a Status.
     let mut wanted = ROTA_RESOURCES.to_vec();
     wanted.push(ServedResource {
-        group: "rota.dev",
+        name: "neverinstalleds.rota.dev",
         version: "v1alpha1",
-        plural: "neverinstalleds",
     });
     wanted.push(ServedResource {
-        group: "absent.rota.dev",
+        name: "widgets.absent.rota.dev",
         version: "v1",
-        plural: "widgets",
     });
     let failed = check_resources(&client, &wanted)
         .await
@@ -75,6 +73,40 @@ async fn a_crd_the_api_server_does_not_serve_is_named_with_how_to_install_it() {
     ] {
         assert!(message.contains(expected), "no {expected:?} in: {message}");
     }
+}
+
+/// Authorization comes before the 404 of a resource that is not served: a client that may not
+/// list is still told which CRD is missing, and otherwise that it may not list.
+#[tokio::test]
+async fn a_missing_crd_is_named_to_a_client_without_permissions() {
+    let Some(env) = common::env() else { return };
+    let scope = env.scope("preflight-rbac").await.expect("a scope");
+    common::install_crd(scope.client()).await;
+    let weak = scope
+        .service_account_client(env, "weak")
+        .await
+        .expect("a client without permissions");
+    let mut wanted = ROTA_RESOURCES.to_vec();
+    wanted.push(ServedResource {
+        name: "neverinstalleds.rota.dev",
+        version: "v1alpha1",
+    });
+    match check_resources(&weak, &wanted).await {
+        Err(KubeError::CrdMissing { resources }) => {
+            assert_eq!(resources, ["neverinstalleds.rota.dev"])
+        }
+        other => panic!("not a missing CRD: {other:?}"),
+    }
+    let refused = check_resources(&weak, &ROTA_RESOURCES)
+        .await
+        .expect_err("it may not list them");
+    assert!(refused.is_forbidden(), "{refused:?}");
+    let message = refused.to_string();
+    assert!(
+        message.contains("cannot list rotanodes.rota.dev (all)"),
+        "{message}"
+    );
+    scope.cleanup().await.expect("clean up");
 }
 
 #[tokio::test]

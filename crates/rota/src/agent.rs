@@ -214,7 +214,11 @@ async fn check_cluster(args: &AgentArgs) -> Result<()> {
     let mut pauses = rota_store::RetryPauses::new();
     let missing = loop {
         let checked = async {
-            preflight::check(&client, &args.store.namespace).await?;
+            match preflight::check(&client, &args.store.namespace).await {
+                // The reviews name every permission it lacks, not only the first refused.
+                Err(e) if e.is_forbidden() => {}
+                checked => checked?,
+            }
             permissions::missing(&client, &wanted).await
         };
         match checked.await {
