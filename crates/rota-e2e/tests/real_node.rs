@@ -15,7 +15,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
 use kube::{Client, ResourceExt};
 use rota_e2e::real_node::{RealNode, run, tool};
 use rota_e2e::testenv::{Scope, api_error_code, pod_is_running, wait_for};
@@ -121,14 +121,16 @@ fn helm(node: &RealNode, args: &[&str]) -> Result<String> {
     run(&mut cmd)
 }
 
-fn helm_install(node: &RealNode, host: &Host) -> Result<()> {
+/// `helm install` with this test's values and `extra` ones (`--set` arguments).
+fn helm_install(node: &RealNode, host: &Host, extra: &[&str]) -> Result<()> {
     let values_file = host.path("values.json");
     std::fs::write(&values_file, serde_json::to_vec(&values(node, host)?)?)?;
     let values_file = values_file.to_str().context("non-UTF-8 path")?.to_string();
-    helm(
-        node,
-        &["install", RELEASE, "CHART", "--values", &values_file],
-    )?;
+    let mut args = vec!["install", RELEASE, "CHART", "--values", &values_file];
+    for set in extra {
+        args.extend(["--set", set]);
+    }
+    helm(node, &args)?;
     Ok(())
 }
 
@@ -291,7 +293,7 @@ impl Fixture {
     /// `helm install` with this test's values; the agent pod once Ready.
     async fn install(&self) -> Result<Pod> {
         let installed = Instant::now();
-        helm_install(&self.node, &self.host)?;
+        helm_install(&self.node, &self.host, &[])?;
         let agent = agent_ready(&self.client, &self.name).await?;
         eprintln!(
             "helm install -> agent pod {} Ready in {:.1}s",
@@ -480,6 +482,39 @@ async fn helm_install_puts_the_agent_on_the_real_node_and_it_reboots_it_once() -
     }
 
     scraped_through_the_annotations(&new_agent).await?;
+
+    // `helm upgrade` with a changed value rolls the DaemonSet: a new agent pod, Ready.
+    let values_file = fx.host.path("values.json");
+    let values_file = values_file.to_str().context("non-UTF-8 path")?;
+    helm(
+        &fx.node,
+        &[
+            "upgrade",
+            RELEASE,
+            "CHART",
+            "--values",
+            values_file,
+            "--set",
+            "agent.logLevel=debug",
+        ],
+    )?;
+    let upgraded = wait_for("the upgraded agent pod Ready", TIMEOUT, || async {
+        let agent = agent_ready(&fx.client, &fx.name).await?;
+        Ok((agent.name_any() != new_agent.name_any()).then_some(agent))
+    })
+    .await?;
+    let env = upgraded
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.env.as_ref())
+        .and_then(|env| env.iter().find(|e| e.name == "RUST_LOG"))
+        .and_then(|e| e.value.clone());
+    assert_eq!(
+        env.as_deref(),
+        Some("debug"),
+        "the upgrade did not reach the pod"
+    );
     fx.uninstall().await?;
     fx.cleanup().await
 }
@@ -576,4 +611,53 @@ async fn helm_uninstall_in_the_middle_of_a_window_leaves_the_node_out_until_rein
     fx.wait_finished().await?;
     fx.uninstall().await?;
     fx.cleanup().await
+}
+
+/// An agent whose service account has none of the chart's RBAC (`rbac.create=false`) stops at
+/// once with one line naming what it lacks, and the pod's logs (through the kubelet) show it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_without_its_rbac_names_what_it_lacks_in_its_pod_logs() -> Result<()> {
+    let node = RealNode::get()?;
+    let archive = std::env::var_os(IMAGE_ENV)
+        .map(PathBuf::from)
+        .with_context(|| format!("{IMAGE_ENV} is not set"))?;
+    node.import_image(&archive, IMAGE)?;
+    let client = node.client().await?;
+    let host = Host::new(&node, "real-node-rbac")?;
+    helm_install(&node, &host, &["rbac.create=false"])?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let selector = format!("app.kubernetes.io/instance={RELEASE}");
+    let logs = wait_for("the agent's error in its pod's logs", TIMEOUT, || async {
+        for pod in pods
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items
+        {
+            for previous in [false, true] {
+                let params = LogParams {
+                    previous,
+                    ..LogParams::default()
+                };
+                if let Ok(logs) = pods.logs(&pod.name_any(), &params).await
+                    && logs.contains("RBAC permission(s) it needs")
+                {
+                    return Ok(Some(logs));
+                }
+            }
+        }
+        Ok(None)
+    })
+    .await;
+    helm(&node, &["uninstall", RELEASE, "--wait"])?;
+    let logs = logs?;
+    eprintln!("the agent's logs: {logs}");
+    let line = logs
+        .lines()
+        .find(|l| l.starts_with("error:"))
+        .context("no error line in the agent's logs")?;
+    ensure!(
+        line.contains("lacks") && line.contains("on `nodes`") && line.contains("rbac.create=true"),
+        "the error line does not name the permissions and the fix: {line}"
+    );
+    Ok(())
 }
