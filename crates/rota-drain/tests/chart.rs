@@ -16,33 +16,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use rota_e2e::testenv::{SKIP_ENV, TestEnv, pod_is_running, testenv_dir, wait_for};
+use rota_e2e::testenv::{SKIP_ENV, TestEnv, pod_is_running, tool, wait_for};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 
 fn chart_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../charts/rota")
-}
-
-/// The path of a binary that `testenv/build` built (`helm`, `kubectl`).
-fn tool(name: &str) -> Result<PathBuf> {
-    let build = testenv_dir().join("build");
-    let out = Command::new(&build)
-        .arg("--paths")
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("running {} --paths", build.display()))?;
-    ensure!(
-        out.status.success(),
-        "{} --paths failed: {}",
-        build.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{name}=")).map(PathBuf::from))
-        .with_context(|| format!("{} --paths does not list {name}", build.display()))
 }
 
 /// `helm template` of the chart with `--set` arguments; the raw output, whatever the status.

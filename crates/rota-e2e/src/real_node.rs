@@ -5,12 +5,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, ensure};
 use kube::{Client, Config, config::KubeConfigOptions, config::Kubeconfig};
 
-use crate::testenv::{Scope, testenv_dir};
+use crate::testenv::{Scope, run};
 
 /// Env var with the kubeconfig of the control plane that has the real node.
 pub const REAL_NODE_KUBECONFIG_ENV: &str = "ROTA_TESTENV_REAL_NODE_KUBECONFIG";
@@ -127,31 +127,4 @@ impl RealNode {
             })
             .context("the node's pids file lists no kubelet")
     }
-}
-
-/// The path of a binary that `testenv/build` built (`helm`, `kubectl`).
-pub fn tool(name: &str) -> Result<PathBuf> {
-    let build = testenv_dir().join("build");
-    let paths = run(Command::new(&build).arg("--paths"))?;
-    paths
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{name}=")).map(PathBuf::from))
-        .with_context(|| format!("{} --paths does not list {name}", build.display()))
-}
-
-/// Runs a command to its end; its stdout, or an error with its stderr.
-pub fn run(cmd: &mut Command) -> Result<String> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("running {cmd:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed with {}: {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr),
-            String::from_utf8_lossy(&out.stdout)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }

@@ -210,6 +210,33 @@ pub fn testenv_dir() -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testenv"))
 }
 
+/// The path of a binary that `testenv/build` built (`helm`, `kubectl`).
+pub fn tool(name: &str) -> Result<PathBuf> {
+    let build = testenv_dir().join("build");
+    let paths = run(Command::new(&build).arg("--paths"))?;
+    paths
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}=")).map(PathBuf::from))
+        .with_context(|| format!("{} --paths does not list {name}", build.display()))
+}
+
+/// Runs a command to its end; its stdout, or an error with its stderr.
+pub fn run(cmd: &mut Command) -> Result<String> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed with {}: {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// Starts a detached process that waits for this process to exit, then runs `testenv/down` on
 /// the run directory. It outlives a panic, an abort or a SIGKILL of the test process.
 fn spawn_reaper(run_dir: &Path) -> Result<()> {

@@ -17,8 +17,8 @@ use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
 use kube::{Client, ResourceExt};
-use rota_e2e::real_node::{RealNode, run, tool};
-use rota_e2e::testenv::{Scope, api_error_code, pod_is_running, wait_for};
+use rota_e2e::real_node::RealNode;
+use rota_e2e::testenv::{Scope, api_error_code, pod_is_running, run, tool, wait_for};
 use rota_kube::RotaNode;
 use serde_json::json;
 
@@ -134,11 +134,19 @@ fn helm_install(node: &RealNode, host: &Host, extra: &[&str]) -> Result<()> {
     Ok(())
 }
 
-fn pod_is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+/// The real node, with rota's image (`ROTA_TEST_IMAGE`, the archive of `scripts/image`) in its
+/// containerd.
+fn real_node_with_the_image() -> Result<RealNode> {
+    let node = RealNode::get()?;
+    let archive = std::env::var_os(IMAGE_ENV)
+        .map(PathBuf::from)
+        .with_context(|| {
+            format!(
+                "{IMAGE_ENV} is not set: scripts/test sets it to the archive scripts/image writes"
+            )
+        })?;
+    node.import_image(&archive, IMAGE)?;
+    Ok(node)
 }
 
 /// The agent pod on the real node once it is Ready (its probes passed), and its name.
@@ -147,11 +155,7 @@ async fn agent_ready(client: &Client, node: &str) -> Result<Pod> {
     let selector = format!("app.kubernetes.io/name=rota,app.kubernetes.io/instance={RELEASE}");
     wait_for("the agent pod Ready on the real node", TIMEOUT, || async {
         let list = pods.list(&ListParams::default().labels(&selector)).await?;
-        Ok(list.items.into_iter().find(|p| {
-            p.metadata.deletion_timestamp.is_none()
-                && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
-                && pod_is_ready(p)
-        }))
+        Ok(running_on(&list.items, node).cloned())
     })
     .await
 }
@@ -254,11 +258,7 @@ struct Fixture {
 
 impl Fixture {
     async fn new(test: &str) -> Result<Fixture> {
-        let node = RealNode::get()?;
-        let archive = std::env::var_os(IMAGE_ENV).map(PathBuf::from).with_context(|| {
-            format!("{IMAGE_ENV} is not set: scripts/test sets it to the archive scripts/image writes")
-        })?;
-        node.import_image(&archive, IMAGE)?;
+        let node = real_node_with_the_image()?;
         let client = node.client().await?;
         let name = node.name()?.to_string();
         let host = Host::new(&node, test)?;
@@ -617,11 +617,7 @@ async fn helm_uninstall_in_the_middle_of_a_window_leaves_the_node_out_until_rein
 /// once with one line naming what it lacks, and the pod's logs (through the kubelet) show it.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_agent_without_its_rbac_names_what_it_lacks_in_its_pod_logs() -> Result<()> {
-    let node = RealNode::get()?;
-    let archive = std::env::var_os(IMAGE_ENV)
-        .map(PathBuf::from)
-        .with_context(|| format!("{IMAGE_ENV} is not set"))?;
-    node.import_image(&archive, IMAGE)?;
+    let node = real_node_with_the_image()?;
     let client = node.client().await?;
     let host = Host::new(&node, "real-node-rbac")?;
     helm_install(&node, &host, &["rbac.create=false"])?;

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
 use rota_core::{ConfigMapKey, NodeName, Priority, ProcedureSpec, Process, sha256_hex};
-use rota_e2e::testenv::{SKIP_ENV, TestEnv, testenv_dir};
+use rota_e2e::testenv::{self, SKIP_ENV, TestEnv};
 use rota_kube::{KubeStore, KubeStoreConfig, Procedure};
 use rota_store::Store;
 use serde_json::json;
@@ -29,17 +29,7 @@ fn chart_dir(chart: &str) -> PathBuf {
 
 /// The path of a binary that `testenv/build` built (`helm`, `kubectl`).
 fn tool(name: &str) -> PathBuf {
-    let build = testenv_dir().join("build");
-    let out = Command::new(&build)
-        .arg("--paths")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("running {} --paths: {e}", build.display()));
-    assert!(out.status.success(), "{} --paths failed", build.display());
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{name}=")).map(PathBuf::from))
-        .unwrap_or_else(|| panic!("{} --paths does not list {name}", build.display()))
+    testenv::tool(name).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 /// `helm template` of the mop chart with `--set-json` arguments; the raw output.

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context as _, Result, bail, ensure};
+use rota_e2e::testenv::run;
 use serde_json::Value;
 
 const IMAGE_ENV: &str = "ROTA_TEST_IMAGE";
@@ -22,17 +23,6 @@ fn archive() -> Result<PathBuf> {
         path.display()
     );
     Ok(path)
-}
-
-fn run(cmd: &mut Command) -> Result<String> {
-    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
-    ensure!(
-        out.status.success(),
-        "{cmd:?} failed with {}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// An unpacked OCI layout: its one image's config and the layer archives, lowest first.
