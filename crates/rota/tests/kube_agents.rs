@@ -838,6 +838,13 @@ async fn evicted_pods_that_are_not_ready_again_hold_the_slot() -> Result<()> {
     wait_started(&fleet, &store).await;
     fleet.request_reboot(first)?;
     wait_state(&fleet, &store, first, NodeState::Rebooting).await;
+    // The crash below must come after the reboot command ran: an agent killed between recording
+    // the reboot and running the command never runs it again (at most once), and waits out its
+    // reboot timeout instead.
+    wait(&fleet, "the reboot command", || async {
+        Ok((fleet.reboot_commands(first)? == 1).then_some(()))
+    })
+    .await;
     fleet.request_reboot(second)?;
     wait_state(&fleet, &store, second, NodeState::Queued).await;
 
