@@ -1,19 +1,16 @@
-//! The agent's two fleet-level gates on disruptive steps: maintenance windows (checked before
-//! the slot, the drain, each procedure and the reboot) and the failure budget (checked before
-//! the slot).
-
-use std::collections::BTreeSet;
+//! Maintenance windows, checked before the slot, the drain, each procedure and the reboot: a
+//! step that would start outside them is postponed to the next window, without backoff.
 
 use jiff::Timestamp;
-use rota_core::{Event, HistoryEvent, NodeState};
-use rota_store::{HistoryFilter, Millis, NodeRecord, Transition, WindowChange, now_millis};
-use tracing::{info, warn};
+use rota_core::{Event, NodeState};
+use rota_store::{Millis, NodeRecord, Transition, WindowChange, now_millis};
+use tracing::info;
 
 use super::{Agent, Running, instant_at};
 use crate::error::Result;
 
 /// An instant in store time as the windows see it.
-fn timestamp(at: Millis) -> Timestamp {
+pub(super) fn timestamp(at: Millis) -> Timestamp {
     Timestamp::from_millisecond(at).unwrap_or(Timestamp::MAX)
 }
 
@@ -109,63 +106,6 @@ impl Agent {
         )
         .await?;
         Ok(())
-    }
-
-    /// With a failure budget: counts the nodes that failed since the rollout began (the last
-    /// `rota resume`, or ever), and at the budget pauses the whole fleet (the pause then holds
-    /// every node back, this one included, as a blocker).
-    pub(super) async fn enforce_failure_budget(&self) -> Result<()> {
-        let Some(budget) = self.config.failure_budget else {
-            return Ok(());
-        };
-        let since = self.store.resumed_at().await?;
-        let failed: BTreeSet<String> = self
-            .store
-            .history(&HistoryFilter {
-                event: Some(HistoryEvent::Failed),
-                since,
-                ..HistoryFilter::default()
-            })
-            .await?
-            .into_iter()
-            .map(|e| e.node.to_string())
-            .collect();
-        let count = u32::try_from(failed.len()).unwrap_or(u32::MAX);
-        self.tell(|o| o.failure_budget(count, budget));
-        if count < budget {
-            return Ok(());
-        }
-        let began = since.map_or_else(
-            || "the beginning".to_string(),
-            |at| timestamp(at).to_string(),
-        );
-        let names: Vec<String> = failed.into_iter().collect();
-        let reason = format!(
-            "failure budget exhausted: {count} node{} failed since {began} ({}), budget {budget}; rota resume continues",
-            if count == 1 { "" } else { "s" },
-            names.join(", ")
-        );
-        // Several agents may reach the budget at once: the first pause stands if it is already
-        // there.
-        if self.store.paused().await?.is_none() {
-            warn!(node = %self.config.node, reason, "pausing the fleet");
-            self.store.pause(&reason).await?;
-        }
-        Ok(())
-    }
-
-    /// Whether kustodian's maintenance is about to start: its host script asked for it and
-    /// `/var/maintenance-in-progress` is not announced yet (once it is, the script runs and is
-    /// left to finish).
-    pub(super) fn kustodian_starting(&self, running: &Running) -> bool {
-        let required = self.config.host_path(&self.config.maintenance_required);
-        let in_progress = self.config.host_path(&self.config.maintenance_in_progress);
-        let pending = running
-            .sentinels
-            .borrow()
-            .get(&required)
-            .is_some_and(|s| s.present.is_some());
-        pending && !in_progress.exists()
     }
 
     /// A queued node that was granted a slot just before a restart, outside its windows: the

@@ -1,0 +1,148 @@
+//! Every persisted transition goes through here: the lifecycle check, the fenced write, the
+//! observers, and the effects (uncordon, the pending mark) that follow a write.
+
+use rota_core::{Effect, Event, NodeState, Process};
+use rota_store::{NodeRecord, RequestState, RetryPauses, Transition, WindowChange};
+use tracing::{info, warn};
+
+use super::{Agent, Running};
+use crate::error::Result;
+use crate::observer::WorkOutcome;
+
+impl Agent {
+    /// Marks the node as waiting for maintenance from the moment it has work until it is idle
+    /// again. Best effort: a mark that cannot be set only costs the scheduler's hint, and the
+    /// next step tries again.
+    pub(super) async fn mark_pending(&self, running: &mut Running, record: &NodeRecord) {
+        let pending = record.state != NodeState::Idle;
+        if running.pending == Some(pending) {
+            return;
+        }
+        match self.actions.mark_pending(pending).await {
+            Ok(()) => running.pending = Some(pending),
+            Err(e) => {
+                warn!(node = %self.config.node, error = %e, pending, "cannot mark the node as waiting for maintenance; trying again at the next step");
+            }
+        }
+    }
+
+    /// Applies `event` to the node's lifecycle through the pure core and persists the result.
+    /// An `Uncordon` effect is carried out first, while the node still holds its slot.
+    pub(super) async fn commit(
+        &self,
+        running: &mut Running,
+        record: &NodeRecord,
+        event: Event,
+        transition: Transition,
+    ) -> Result<NodeRecord> {
+        self.commit_as(running, record, event, transition, false)
+            .await
+    }
+
+    /// [`Agent::commit`] for a step that a disruptive one follows at once: the transition
+    /// carries the fence (see [`Store::fenced_transition`]).
+    pub(super) async fn commit_fenced(
+        &self,
+        running: &mut Running,
+        record: &NodeRecord,
+        event: Event,
+        transition: Transition,
+    ) -> Result<NodeRecord> {
+        let updated = self
+            .commit_as(running, record, event, transition, true)
+            .await?;
+        running.fenced = Some((updated.state, updated.since));
+        Ok(updated)
+    }
+
+    /// Proves right before a disruptive step that this session still holds the node's slot,
+    /// unless the transition that led to `record` just proved it.
+    pub(super) async fn fence(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
+        if running.fenced.take() == Some((record.state, record.since)) {
+            return Ok(());
+        }
+        self.store
+            .fence(&running.session, self.config.session_ttl)
+            .await?;
+        Ok(())
+    }
+
+    pub(super) async fn commit_as(
+        &self,
+        running: &mut Running,
+        record: &NodeRecord,
+        event: Event,
+        mut transition: Transition,
+        fenced: bool,
+    ) -> Result<NodeRecord> {
+        let (next, effects) = record.lifecycle().apply(&event)?;
+        if effects.contains(&Effect::Uncordon) {
+            self.uncordon(running, record).await?;
+        }
+        transition.from = record.state;
+        transition.to = next.state;
+        transition.fields.pre_cordoned = Some(next.pre_cordoned);
+        transition.fields.cordoned_by_rota = Some(next.cordoned_by_rota);
+        let ending = match &transition.window {
+            WindowChange::Finish => Some((WorkOutcome::Finished, None)),
+            WindowChange::Fail { cause, .. } => Some((WorkOutcome::Failed, Some(cause.clone()))),
+            WindowChange::Cancel { reason } => Some((WorkOutcome::Canceled, Some(reason.clone()))),
+            WindowChange::Postpone { reason } => {
+                Some((WorkOutcome::Postponed, Some(reason.clone())))
+            }
+            _ => None,
+        };
+        // The store ends the window's active requests in the transition; read them first so
+        // that observers learn which work ended.
+        let ended: Vec<Process> = match ending {
+            Some(_) if !self.observers.is_empty() => self
+                .store
+                .open_requests(&self.config.node)
+                .await?
+                .into_iter()
+                .filter(|r| r.state == RequestState::Active)
+                .map(|r| r.process)
+                .collect(),
+            _ => Vec::new(),
+        };
+        let updated = if fenced {
+            self.store
+                .fenced_transition(&running.session, transition, self.config.session_ttl)
+                .await?
+        } else {
+            self.store.transition(&running.session, transition).await?
+        };
+        info!(node = %self.config.node, event = %event, from = %record.state, to = %updated.state, "transition");
+        self.tell(|o| o.transition(record, &updated, &event));
+        if let Some((outcome, cause)) = ending {
+            for process in &ended {
+                self.tell(|o| o.work_ended(process, outcome, cause.as_deref()));
+            }
+        }
+        // Last: observers see the work end while the node still holds the window's slot.
+        self.tell(|o| o.record(&updated));
+        Ok(updated)
+    }
+
+    /// Uncordons the node, retrying until it works: releasing the slot of a node that is
+    /// still cordoned would let one more node out than `concurrency` allows. Each attempt is
+    /// fenced, the first by the transition that led to `record` if that one proved the slot.
+    pub(super) async fn uncordon(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
+        let mut pauses = RetryPauses::new();
+        loop {
+            self.fence(running, record).await?;
+            let pause = match self.actions.uncordon().await {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    let pause = pauses.next_pause();
+                    warn!(node = %self.config.node, error = %e, pause = ?pause, "uncordon failed; retrying");
+                    pause
+                }
+            };
+            tokio::select! {
+                () = running.cancel.cancelled() => return Ok(()),
+                () = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! The agent loop: read the node's record from the store, take the one step its state calls
+//! for, persist the result, repeat. Every step starts from persisted state, so an agent killed
+//! at any point continues where it stopped when it starts again.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rota_core::{NodeState, Process};
+use rota_sentinel::{SentinelWatcher, Snapshot, WatcherOptions};
+use rota_store::{
+    Millis, NodeRecord, ProcedureRecord, RequestRecord, RetryPauses, Session, Store, now_millis,
+};
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::actions::{NodeActions, RebootHandle};
+use crate::blockers::{Block, Blocker};
+use crate::config::AgentConfig;
+use crate::error::{ActionError, Error, Result};
+use crate::observer::AgentObserver;
+use crate::procedures::Runner;
+use crate::reboot_marker::RebootMarker;
+use crate::sentinel_command;
+
+mod blocking;
+mod budget;
+mod commit;
+mod kustodian;
+mod mops;
+mod requests;
+mod session;
+mod step;
+mod wait;
+mod windows;
+
+/// Pause before retrying a step whose store write or node action failed transiently.
+const RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+pub struct Agent {
+    config: AgentConfig,
+    /// Which recorded reboot this boot started.
+    reboot_marker: RebootMarker,
+    store: Arc<dyn Store>,
+    actions: Arc<dyn NodeActions>,
+    cancel: CancellationToken,
+    observers: Vec<Arc<dyn AgentObserver>>,
+    blockers: Vec<Arc<dyn Blocker>>,
+}
+
+/// What one agent incarnation needs while it runs.
+struct Running {
+    session: Session,
+    boot_id: String,
+    /// Ends this incarnation: shutdown, or the loss of its session.
+    cancel: CancellationToken,
+    sentinels: watch::Receiver<Snapshot>,
+    changes: watch::Receiver<u64>,
+    /// The reboot command this incarnation started, until it exits.
+    reboot: Option<RebootHandle>,
+    /// The sentinels changed since requests were last synced with them.
+    sentinels_dirty: bool,
+    /// The store's change counter as of the last read of the node: a wait without a target of
+    /// its own ends when it has jumped by [`WAKE_ALL`] since (a new concurrency, a pause or
+    /// resume, an operator's wake), so a jump between that read and the wait is not missed.
+    changes_at_read: u64,
+    runner: Runner,
+    /// Notified when a procedure this agent started exits.
+    procedure_exits: Arc<Notify>,
+    /// Procedures whose request this incarnation has made (or found) on this node.
+    ensured: HashSet<String>,
+    /// When procedures were last looked for.
+    procedures_checked: Option<Instant>,
+    /// The change count at which the queue's last answer said this node's turn may come.
+    /// Before it, another look almost always says "wait" again (a store may answer it from
+    /// memory), so the look reads nothing else that only a grant needs.
+    turn_at: Option<u64>,
+    /// The record (state and since) that this incarnation's last fenced transition wrote: the
+    /// disruptive step right after it needs no fence of its own. Any wait ends the proof.
+    fenced: Option<(NodeState, Millis)>,
+    /// A health check made along with the write that started a verification (its `since`), for
+    /// that verification's first step. Any wait makes it stale.
+    health_ahead: Option<(Millis, std::result::Result<(), ActionError>)>,
+    /// When the node's current verification (by its start) was first found healthy, for the
+    /// release delay. Not persisted: a restart starts the delay again, the safe direction.
+    healthy_since: Option<(Millis, Instant)>,
+    /// The pauses while the store is unavailable; a step that goes through resets them.
+    unavailable: RetryPauses,
+    /// Whether the maintenance window was open at the last check, so that each opening and
+    /// closing is logged once.
+    window_seen: Option<bool>,
+    /// The blockers' last answer: asked again after `blocker_interval`, or at once in another
+    /// state (the check right before the reboot never reuses the one before the slot).
+    checked: Option<Checked>,
+    /// Whether the node is marked as waiting for maintenance ([`NodeActions::mark_pending`]),
+    /// as this incarnation last set it; unknown at its start.
+    pending: Option<bool>,
+}
+
+/// How an incarnation (one session) of the agent ended.
+enum Ended {
+    /// Shutdown, or a fatal error.
+    Stopped(Result<()>),
+    Lost(SessionLost),
+}
+
+/// Why a session could not be renewed.
+enum SessionLost {
+    /// Another agent opened a newer session for the node.
+    Superseded,
+    /// It ran out while still the node's latest.
+    Expired,
+}
+
+/// What the blockers said, when, and in which state.
+struct Checked {
+    at: Instant,
+    state: NodeState,
+    blocks: Vec<Block>,
+}
+
+/// A node's procedures by name.
+type Procedures = HashMap<String, ProcedureRecord>;
+
+/// Whether a request needs the node drained: a reboot and kustodian's maintenance always do,
+/// a procedure when it says so (an unknown one, to be safe, does).
+fn needs_drain(request: &RequestRecord, procedures: &Procedures) -> bool {
+    match &request.process {
+        Process::Mop(name) => procedures.get(name).is_none_or(|p| p.spec.needs_drain()),
+        Process::Reboot | Process::Maintenance => true,
+    }
+}
+
+/// Whether a window's node is out of service: rota cordoned it (and drained it), or it was
+/// cordoned before. A window whose work needed no drain is neither.
+fn drained(record: &NodeRecord) -> bool {
+    record.cordoned_by_rota || record.pre_cordoned
+}
+
+fn millis(time: SystemTime) -> Millis {
+    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn instant_at(at: Millis) -> Instant {
+    let wait = u64::try_from(at.saturating_sub(now_millis())).unwrap_or(0);
+    Instant::now() + Duration::from_millis(wait)
+}
+
+fn ms(duration: Duration) -> Millis {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Reads the kernel's boot id (or the file standing in for it).
+pub fn read_boot_id(path: &std::path::Path) -> Result<String> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::BootId {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let id = text.trim();
+    if id.is_empty() {
+        return Err(Error::EmptyBootId {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(id.to_string())
+}
+
+impl Agent {
+    pub fn new(
+        config: AgentConfig,
+        store: Arc<dyn Store>,
+        actions: Arc<dyn NodeActions>,
+        cancel: CancellationToken,
+    ) -> Agent {
+        Agent {
+            reboot_marker: RebootMarker::new(&config.host_path(&config.state_dir)),
+            config,
+            store,
+            actions,
+            cancel,
+            observers: Vec::new(),
+            blockers: Vec::new(),
+        }
+    }
+
+    /// Adds a blocker, asked before the node takes a slot and again right before its reboot.
+    pub fn block_with(mut self, blocker: Arc<dyn Blocker>) -> Agent {
+        self.blockers.push(blocker);
+        self
+    }
+
+    /// Adds an observer that is told about sessions, store accesses, transitions and work
+    /// results as they happen.
+    pub fn observe(mut self, observer: Arc<dyn AgentObserver>) -> Agent {
+        self.observers.push(observer);
+        self
+    }
+
+    fn tell(&self, what: impl Fn(&dyn AgentObserver)) {
+        for observer in &self.observers {
+            what(observer.as_ref());
+        }
+    }
+
+    fn sentinel_paths(&self) -> Vec<PathBuf> {
+        let mut paths: Vec<PathBuf> = self
+            .config
+            .watched_reboot_sentinels()
+            .iter()
+            .map(|p| self.config.host_path(p))
+            .collect();
+        paths.push(self.config.host_path(&self.config.maintenance_required));
+        paths
+    }
+
+    /// Runs until canceled (graceful shutdown) or until a fatal error.
+    ///
+    /// Each session is one incarnation of the agent. A session that expired (the store out of
+    /// reach, or this process frozen, for longer than `--session-ttl`) ends its incarnation:
+    /// as nobody took the node over, the next opens a new session and carries on from the
+    /// stored state, as a restarted process would. A superseded session stops the agent.
+    pub async fn run(self) -> Result<()> {
+        let watcher = SentinelWatcher::spawn(
+            self.sentinel_paths(),
+            WatcherOptions {
+                safety_recheck: self.config.safety_recheck,
+            },
+            self.cancel.child_token(),
+        )?;
+        let boot_id = read_boot_id(&self.config.boot_id_file)?;
+        // Stopped when this function returns, however it does.
+        let command_cancel = self.cancel.child_token();
+        let _stop_command = command_cancel.clone().drop_guard();
+        let sentinel_command = self.config.reboot_sentinel_command.clone().map(|command| {
+            tokio::spawn(sentinel_command::follow(
+                command,
+                self.config
+                    .host_path(&self.config.sentinel_command_verdict()),
+                self.config.exec_prefix.clone(),
+                self.config.node.clone(),
+                command_cancel,
+            ))
+        });
+        let mut runner = Runner::new(
+            self.config.host_path(&self.config.state_dir).join("runs"),
+            self.config.host_path(&self.config.marker_dir),
+            self.config.exec_prefix.clone(),
+            self.config.node.as_str(),
+        );
+        for stale in runner.clean_stale_markers()? {
+            info!(node = %self.config.node, marker = %stale.display(), "removed a stale procedure marker");
+        }
+        let result = loop {
+            let Some(session) = self.open_session().await? else {
+                break Ok(());
+            };
+            info!(node = %self.config.node, session = session.id, boot_id, "agent started");
+            let (ended, returned) = self
+                .incarnation(session, boot_id.clone(), &watcher, runner)
+                .await;
+            runner = returned;
+            match ended {
+                Ended::Stopped(result) => break result,
+                Ended::Lost(SessionLost::Expired) => {
+                    warn!(
+                        node = %self.config.node,
+                        "the session expired (not renewed within --session-ttl: the store was out of reach, or this process was frozen); nobody took the node over, so a new one carries on"
+                    );
+                }
+                Ended::Lost(SessionLost::Superseded) => {
+                    return Err(Error::Superseded {
+                        node: self.config.node.clone(),
+                    });
+                }
+            }
+        };
+        self.cancel.cancel();
+        if let Err(e) = watcher.join().await {
+            warn!(error = %e, "sentinel watcher ended with an error");
+        }
+        if let Some(task) = sentinel_command
+            && let Err(e) = task.await
+        {
+            warn!(error = %e, "the reboot sentinel command's task ended abnormally");
+        }
+        result
+    }
+}

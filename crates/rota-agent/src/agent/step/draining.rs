@@ -1,0 +1,84 @@
+//! `draining`: cordon the node and evict its pods (or skip that for work that needs no drain).
+
+use rota_core::{Event, NodeState, Process};
+use rota_store::{NodeRecord, RequestRecord, RequestState, Transition, WindowChange};
+use tracing::{info, warn};
+
+use crate::agent::{Agent, Running, needs_drain};
+use crate::error::Result;
+
+impl Agent {
+    pub(super) async fn draining(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
+        if !self.window_open(running) {
+            return self.postpone(running, record, "the drain").await;
+        }
+        let record = self.join_pending(running, record).await?;
+        // A node cordoned beforehand is always drained: afterwards, rota could not tell
+        // whether its window drained it.
+        if !record.pre_cordoned && self.drain_skippable().await? {
+            info!(node = %self.config.node, "no work of this window needs a drain");
+            self.commit(
+                running,
+                &record,
+                Event::DrainSkipped,
+                Transition::new(NodeState::Draining, NodeState::Maintaining),
+            )
+            .await?;
+            return Ok(());
+        }
+        self.fence(running, &record).await?;
+        self.tell(|o| o.drain_started(&record));
+        let drained = tokio::select! {
+            () = running.cancel.cancelled() => return Ok(()),
+            drained = tokio::time::timeout(self.config.drain_timeout, self.actions.drain()) => drained,
+        };
+        let cause = match drained {
+            Ok(Ok(())) => {
+                self.commit(
+                    running,
+                    &record,
+                    Event::Drained,
+                    Transition::new(NodeState::Draining, NodeState::Maintaining),
+                )
+                .await?;
+                return Ok(());
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!(
+                "drain did not finish within the drain timeout of {}s",
+                self.config.drain_timeout.as_secs()
+            ),
+        };
+        warn!(node = %self.config.node, cause, "drain failed; giving the slot back");
+        self.commit(
+            running,
+            &record,
+            Event::DrainFailed,
+            Transition::new(NodeState::Draining, NodeState::Queued).window(WindowChange::Fail {
+                cause,
+                policy: self.config.backoff,
+                keep_slot: false,
+            }),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Whether every active request of the window is a procedure that needs no drain. The
+    /// procedures are read only when the window has nothing but procedures: a reboot window
+    /// pays nothing for the question.
+    pub(super) async fn drain_skippable(&self) -> Result<bool> {
+        let active: Vec<RequestRecord> = self
+            .store
+            .open_requests(&self.config.node)
+            .await?
+            .into_iter()
+            .filter(|r| r.state == RequestState::Active)
+            .collect();
+        if active.is_empty() || active.iter().any(|r| !matches!(r.process, Process::Mop(_))) {
+            return Ok(false);
+        }
+        let procedures = self.procedure_map().await?;
+        Ok(!active.iter().any(|r| needs_drain(r, &procedures)))
+    }
+}

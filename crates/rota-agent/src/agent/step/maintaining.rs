@@ -1,0 +1,104 @@
+//! `maintaining`: run the window's procedures and kustodian's maintenance, then start the
+//! reboot when one was requested.
+
+use rota_core::{Event, NodeState, Process};
+use rota_store::{NodeFields, NodeRecord, RequestRecord, RequestState, Transition, now_millis};
+use tracing::info;
+
+use crate::agent::{Agent, Running, ms};
+use crate::error::Result;
+
+impl Agent {
+    pub(super) async fn maintaining(
+        &self,
+        running: &mut Running,
+        record: &NodeRecord,
+    ) -> Result<()> {
+        let record = self.join_pending(running, record).await?;
+        let active: Vec<RequestRecord> = self
+            .store
+            .open_requests(&self.config.node)
+            .await?
+            .into_iter()
+            .filter(|r| r.state == RequestState::Active)
+            .collect();
+        let procedures: Vec<&RequestRecord> = active
+            .iter()
+            .filter(|r| matches!(r.process, Process::Mop(_)))
+            .collect();
+        if !procedures.is_empty() {
+            return self.run_procedures(running, &record, &procedures).await;
+        }
+        let active: Vec<Process> = active.into_iter().map(|r| r.process).collect();
+        if active.contains(&Process::Maintenance)
+            && self.kustodian_starting(running)
+            && !self.window_open(running)
+        {
+            return self
+                .postpone(running, &record, "kustodian's maintenance")
+                .await;
+        }
+        if active.contains(&Process::Maintenance) && !self.kustodian_done(running).await? {
+            return self.wait(running, None, None).await;
+        }
+        if !active.contains(&Process::Reboot) {
+            self.commit(
+                running,
+                &record,
+                Event::WorkDone,
+                Transition::new(NodeState::Maintaining, NodeState::Verifying),
+            )
+            .await?;
+            return Ok(());
+        }
+        if !self.window_open(running) {
+            return self.postpone(running, &record, "the reboot").await;
+        }
+        // Like kured holding its lock: a blocked node keeps its slot and cordon, and waits.
+        let seen = *running.changes.borrow_and_update();
+        if self.blocked(running, &record, seen).await? {
+            return Ok(());
+        }
+        // The boot id goes to the store before the reboot starts: after it, only a different
+        // boot id proves that the reboot happened.
+        let now = now_millis();
+        let record = self
+            .commit_fenced(
+                running,
+                &record,
+                Event::RebootStarted,
+                Transition::new(NodeState::Maintaining, NodeState::Rebooting)
+                    .process(Some(Process::Reboot))
+                    .fields(NodeFields {
+                        boot_id: Some(Some(running.boot_id.clone())),
+                        reboot_started_at: Some(Some(now)),
+                        reboot_deadline: Some(Some(
+                            now.saturating_add(ms(self.config.reboot_timeout)),
+                        )),
+                        last_reboot_at: Some(now),
+                        ..NodeFields::default()
+                    }),
+            )
+            .await?;
+        self.start_reboot(running, &record).await
+    }
+
+    /// Starts the reboot that `record` (in `rebooting`) recorded, once it has proven the slot.
+    pub(super) async fn start_reboot(
+        &self,
+        running: &mut Running,
+        record: &NodeRecord,
+    ) -> Result<()> {
+        self.fence(running, record).await?;
+        if let Some(started_at) = record.reboot_started_at {
+            self.reboot_marker.record(&running.boot_id, started_at)?;
+        }
+        info!(node = %self.config.node, "rebooting");
+        self.tell(|o| o.reboot_started(record));
+        match self.actions.reboot().await {
+            Ok(handle) => running.reboot = Some(handle),
+            Err(e) => self.reboot_failed(running, record, &e).await?,
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,89 @@
+//! The state machine's steps: one module per state, each taking the one step its state calls
+//! for from the node's persisted record.
+
+use rota_core::NodeState;
+use rota_store::{NodeRecord, WAKE_ALL};
+use tracing::{info, warn};
+
+use super::{Agent, Running};
+use crate::error::{Error, Result};
+
+mod draining;
+mod idle;
+mod maintaining;
+mod queued;
+mod rebooting;
+mod verifying;
+
+impl Agent {
+    pub(super) async fn run_steps(&self, running: &mut Running) -> Result<()> {
+        while !running.cancel.is_cancelled() {
+            let changes = *running.changes.borrow();
+            if changes >= running.changes_at_read.saturating_add(WAKE_ALL) {
+                // Everyone looks again, also for procedures: a new one may be what woke us.
+                running.procedures_checked = None;
+            }
+            running.changes_at_read = changes;
+            let record = match self.store.node(&self.config.node).await {
+                Ok(record) => record.ok_or_else(|| rota_store::Error::NoSuchNode {
+                    node: self.config.node.clone(),
+                })?,
+                Err(e) if e.is_unavailable() => {
+                    self.pause_unavailable(running, &e).await?;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            self.tell(|o| {
+                o.store_access(true);
+                o.record(&record);
+            });
+            // The node's read may come from the store's memory (Kubernetes): only a step that
+            // went through shows the store answers again.
+            match self.step(running, &record).await {
+                Ok(()) => running.unavailable.reset(),
+                Err(Error::Store(e)) if e.is_unavailable() => {
+                    self.pause_unavailable(running, &e).await?;
+                }
+                Err(Error::Store(rota_store::Error::Conflict { .. })) => {
+                    info!(node = %self.config.node, "state changed under this agent; re-reading");
+                }
+                Err(Error::Store(rota_store::Error::Fenced { .. })) => {
+                    // The slot or the session is gone: take no disruptive step, re-read.
+                    warn!(node = %self.config.node, "fenced: this agent no longer owns the step");
+                    self.pause(running).await?;
+                }
+                Err(Error::Store(e)) => {
+                    self.tell(|o| o.store_access(false));
+                    warn!(node = %self.config.node, error = %e, "store error; retrying");
+                    self.pause(running).await?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    async fn step(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
+        self.mark_pending(running, record).await;
+        if record.blocked.is_some()
+            && !matches!(record.state, NodeState::Queued | NodeState::Maintaining)
+        {
+            // Blocks are asked about only in those two states: one left behind is stale.
+            self.tell(|o| o.blocked(None));
+            return self.unblock(running, record).await;
+        }
+        match record.state {
+            NodeState::Idle => self.idle(running, record).await,
+            NodeState::Queued => self.queued(running, record).await,
+            NodeState::Draining => self.draining(running, record).await,
+            NodeState::Maintaining => self.maintaining(running, record).await,
+            NodeState::Rebooting => self.rebooting(running, record).await,
+            NodeState::Verifying => self.verifying(running, record).await,
+            NodeState::Failed => {
+                // Fail closed: keep slot and cordon until an operator retries or unlocks.
+                self.wait(running, None, None).await
+            }
+        }
+    }
+}

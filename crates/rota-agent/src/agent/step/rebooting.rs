@@ -1,0 +1,86 @@
+//! `rebooting`: wait for the new boot id, or fail the window when it does not come in time.
+
+use rota_core::{Event, NodeState};
+use rota_store::{NodeRecord, Transition, WindowChange, now_millis};
+use tracing::{info, warn};
+
+use crate::agent::{Agent, Running, instant_at, ms};
+use crate::error::Result;
+
+impl Agent {
+    pub(super) async fn reboot_failed(
+        &self,
+        running: &mut Running,
+        record: &NodeRecord,
+        cause: &(dyn std::fmt::Display + Sync),
+    ) -> Result<()> {
+        warn!(node = %self.config.node, %cause, "reboot failed; the node keeps its slot and cordon");
+        self.commit(
+            running,
+            record,
+            Event::RebootTimedOut,
+            Transition::new(NodeState::Rebooting, NodeState::Failed).window(WindowChange::Fail {
+                cause: cause.to_string(),
+                policy: self.config.backoff,
+                keep_slot: true,
+            }),
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub(super) async fn rebooting(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
+        if record.boot_id.as_deref() != Some(running.boot_id.as_str()) {
+            info!(node = %self.config.node, boot_id = running.boot_id, "node came back with a new boot id");
+            // The verification's first health check goes with the write that starts it, and
+            // the write carries the fence, so that a node healthy at once uncordons right
+            // after: one round trip where there were three.
+            let (updated, health) = tokio::join!(
+                self.commit_fenced(
+                    running,
+                    record,
+                    Event::BootChanged,
+                    Transition::new(NodeState::Rebooting, NodeState::Verifying),
+                ),
+                self.actions.health()
+            );
+            running.health_ahead = Some((updated?.since, health));
+            return Ok(());
+        }
+        let deadline = record
+            .reboot_deadline
+            .unwrap_or_else(|| now_millis().saturating_add(ms(self.config.reboot_timeout)));
+        if now_millis() >= deadline {
+            let cause = format!(
+                "boot id {} unchanged {}s after the reboot started",
+                running.boot_id,
+                self.config.reboot_timeout.as_secs()
+            );
+            return self.reboot_failed(running, record, &cause).await;
+        }
+        let Some(handle) = running.reboot.as_mut() else {
+            if let Some(started_at) = record.reboot_started_at
+                && !self.reboot_marker.started(&running.boot_id, started_at)?
+            {
+                warn!(
+                    node = %self.config.node,
+                    started_at,
+                    "the recorded reboot was never started (the agent stopped, or its store call failed, between recording it and starting it); starting it now"
+                );
+                return self.start_reboot(running, record).await;
+            }
+            // Never start a reboot again: a restarted agent only waits for the outcome.
+            return self.wait(running, Some(instant_at(deadline)), None).await;
+        };
+        let exited = tokio::select! {
+            () = running.cancel.cancelled() => return Ok(()),
+            () = tokio::time::sleep_until(instant_at(deadline)) => return Ok(()),
+            exited = handle => exited,
+        };
+        running.reboot = None;
+        match exited {
+            Ok(Ok(())) | Err(_) => Ok(()),
+            Ok(Err(e)) => self.reboot_failed(running, record, &e).await,
+        }
+    }
+}

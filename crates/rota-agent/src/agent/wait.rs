@@ -1,0 +1,86 @@
+//! Waiting between steps: for a change in the store, a sentinel, a procedure's exit or a
+//! deadline, and the pauses while the store is out of reach.
+
+use std::time::Duration;
+
+use rota_store::WAKE_ALL;
+use tokio::time::Instant;
+use tracing::warn;
+
+use super::{Agent, RETRY_PAUSE, Running};
+use crate::error::{Error, Result};
+
+impl Agent {
+    /// Reports a store that cannot be reached for now; the caller tries again after `pause`.
+    pub(super) fn unavailable(&self, e: &rota_store::Error, pause: Duration) {
+        self.tell(|o| o.store_access(false));
+        warn!(node = %self.config.node, error = %e, pause = ?pause, "the store is unavailable; retrying");
+    }
+
+    pub(super) async fn pause(&self, running: &mut Running) -> Result<()> {
+        self.wait(running, Some(Instant::now() + RETRY_PAUSE), None)
+            .await
+    }
+
+    /// Waits before asking a store that is unavailable again, longer after each failure in a row.
+    pub(super) async fn pause_unavailable(
+        &self,
+        running: &mut Running,
+        e: &rota_store::Error,
+    ) -> Result<()> {
+        let pause = running.unavailable.next_pause();
+        self.unavailable(e, pause);
+        self.wait(running, Some(Instant::now() + pause), None).await
+    }
+
+    /// Waits for anything that may change what the next step is: a sentinel, the deadline,
+    /// the slow store re-read, shutdown, and the store's change counter reaching
+    /// `store_changes`, or without it, jumping by [`WAKE_ALL`] since the node was read.
+    pub(super) async fn wait(
+        &self,
+        running: &mut Running,
+        until: Option<Instant>,
+        store_changes: Option<u64>,
+    ) -> Result<()> {
+        running.fenced = None;
+        running.health_ahead = None;
+        let mut poll = Instant::now() + self.config.store_poll;
+        if let Some(checked) = running.procedures_checked {
+            // New procedures do not notify: look for them on time even with a slow store poll.
+            poll = poll.min(checked + self.config.procedure_poll);
+        }
+        let until = until.map_or(poll, |u| u.min(poll));
+        let exits = running.procedure_exits.clone();
+        let cancel = running.cancel.clone();
+        let target =
+            store_changes.unwrap_or_else(|| running.changes_at_read.saturating_add(WAKE_ALL));
+        let changes = &mut running.changes;
+        let store_changed = async move {
+            if changes.wait_for(|n| *n >= target).await.is_err() {
+                // A store whose counter is gone wakes nobody again.
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            () = cancel.cancelled() => Ok(()),
+            changed = running.sentinels.changed() => {
+                running.sentinels_dirty = true;
+                // The watcher ends with the agent's token; only an early end is an error.
+                if changed.is_err() && !self.cancel.is_cancelled() {
+                    return Err(Error::WatcherStopped {
+                        node: self.config.node.clone(),
+                    });
+                }
+                Ok(())
+            }
+            () = store_changed => Ok(()),
+            () = exits.notified() => Ok(()),
+            () = tokio::time::sleep_until(until) => {
+                // The periodic re-read (and the one after a failed step) is there to find what
+                // nobody announced: it asks the store, not what the handle last saw.
+                self.store.refresh(&self.config.node);
+                Ok(())
+            }
+        }
+    }
+}
