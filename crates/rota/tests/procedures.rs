@@ -344,6 +344,64 @@ async fn an_agent_killed_in_the_middle_of_a_script_never_starts_it_again() {
     );
 }
 
+/// A procedure without `retry` whose agent died while it ran, and that is no longer running
+/// when the agent comes back (its process group was killed too): the request fails closed with
+/// a cause that says so, in one readable sentence.
+#[tokio::test]
+async fn a_procedure_interrupted_with_its_agent_fails_and_says_why() {
+    let host = Host::new();
+    // Operator commands never create a store: this one is the fleet's.
+    host.store().await;
+    host.submitted("long", &host.script("long", true), &[]);
+    let agent = host.procedure_agent();
+    host.wait_log("start long").await;
+    agent.kill();
+    let pids: Vec<_> = walk(&host.path("root"))
+        .into_iter()
+        .filter(|p| {
+            p.ends_with("pid")
+                && p.parent()
+                    .and_then(|d| d.parent())
+                    .is_some_and(|d| d.ends_with("runs"))
+        })
+        .collect();
+    assert_eq!(pids.len(), 1, "one run directory with a pid: {pids:?}");
+    let pid = std::fs::read_to_string(&pids[0]).expect("pid");
+    let killed = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{}", pid.trim())])
+        .status()
+        .expect("kill");
+    assert!(killed.success(), "killing the procedure's process group");
+
+    let _agent = host.procedure_agent();
+    host.wait_for("failed", |r| r.state == NodeState::Failed)
+        .await;
+    let failures = host.events("mop/long", HistoryEvent::Failed).await;
+    assert_eq!(
+        failures,
+        [Some(
+            "procedure long was interrupted: its agent stopped while it ran and it is no longer \
+             running (set retry to run it again)"
+                .to_string()
+        )]
+    );
+    assert_eq!(host.script_log(), ["start long"], "never started again");
+}
+
+/// Every file under `dir`, depth first.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
 #[tokio::test]
 async fn a_marker_names_the_running_procedure_and_stale_ones_are_removed() {
     let host = Host::new();

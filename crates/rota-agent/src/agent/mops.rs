@@ -53,7 +53,8 @@ impl Agent {
                     }
                     RunState::Interrupted if !attempt.recorded && !procedure.spec.retry => {
                         let cause = format!(
-                            "procedure {name} was interrupted: its agent stopped while it ran                              and it is no longer running (set retry to run it again)"
+                            "procedure {name} was interrupted: its agent stopped while it ran and it is no \
+                             longer running (set retry to run it again)"
                         );
                         return self
                             .procedure_failed(
