@@ -18,6 +18,26 @@ pub const DEFAULT_STATE_DIR: &str = "/var/lib/rota";
 /// Where the seed's `<priority>.maintenance` markers live (host path).
 pub const MARKER_DIR: &str = "/var";
 
+// The defaults of the agent's timings, which the command line shows and uses too.
+/// A drain that takes longer fails.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(600);
+/// The same boot id this long after the reboot started means the reboot failed.
+pub const REBOOT_TIMEOUT: Duration = Duration::from_secs(900);
+/// How long the health check may keep failing before the node fails.
+pub const VERIFY_TIMEOUT: Duration = Duration::from_secs(600);
+pub const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+pub const RELEASE_DELAY: Duration = Duration::ZERO;
+pub const SESSION_TTL: Duration = Duration::from_secs(30);
+/// The slow re-check of the sentinels in case an inotify event was missed.
+pub const SAFETY_RECHECK: Duration = Duration::from_secs(60);
+/// How often a SQLite or PostgreSQL agent re-reads the store.
+pub const STORE_POLL: Duration = Duration::from_secs(1);
+/// How often a SQLite or PostgreSQL agent looks for new procedures.
+pub const PROCEDURE_POLL: Duration = Duration::from_secs(5);
+pub const BLOCKER_INTERVAL: Duration = Duration::from_secs(60);
+/// How often the reboot sentinel command runs.
+pub const SENTINEL_COMMAND_INTERVAL: Duration = Duration::from_secs(300);
+
 /// Everything one agent needs to know about its node and its policies.
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
@@ -82,27 +102,23 @@ impl AgentConfig {
             maintenance_in_progress: PathBuf::from(MAINTENANCE_IN_PROGRESS),
             boot_id_file: PathBuf::from(DEFAULT_BOOT_ID_FILE),
             concurrency: None,
-            drain_timeout: Duration::from_secs(600),
-            reboot_timeout: Duration::from_secs(900),
-            verify_timeout: Duration::from_secs(600),
-            health_interval: Duration::from_secs(5),
-            release_delay: Duration::ZERO,
-            session_ttl: Duration::from_secs(30),
-            backoff: BackoffPolicy {
-                initial: Duration::from_secs(60),
-                maximum: Duration::from_secs(3600),
-                exponent: 2.0,
-            },
-            safety_recheck: Duration::from_secs(60),
-            store_poll: Duration::from_secs(1),
+            drain_timeout: DRAIN_TIMEOUT,
+            reboot_timeout: REBOOT_TIMEOUT,
+            verify_timeout: VERIFY_TIMEOUT,
+            health_interval: HEALTH_INTERVAL,
+            release_delay: RELEASE_DELAY,
+            session_ttl: SESSION_TTL,
+            backoff: BackoffPolicy::DEFAULT,
+            safety_recheck: SAFETY_RECHECK,
+            store_poll: STORE_POLL,
             state_dir: PathBuf::from(DEFAULT_STATE_DIR),
             marker_dir: PathBuf::from(MARKER_DIR),
             exec_prefix: Vec::new(),
             node_labels: BTreeMap::new(),
-            procedure_poll: Duration::from_secs(5),
+            procedure_poll: PROCEDURE_POLL,
             windows: None,
             failure_budget: None,
-            blocker_interval: Duration::from_secs(60),
+            blocker_interval: BLOCKER_INTERVAL,
             reboot_sentinel_command: None,
         }
     }

@@ -16,8 +16,10 @@ pub use actions::{CommandActions, NodeActions, RebootHandle};
 pub use agent::{Agent, read_boot_id};
 pub use blockers::{Block, BlockKind, Blocker};
 pub use config::{
-    AgentConfig, DEFAULT_BOOT_ID_FILE, DEFAULT_REBOOT_SENTINELS, DEFAULT_STATE_DIR,
-    MAINTENANCE_IN_PROGRESS, MAINTENANCE_REQUIRED, MARKER_DIR,
+    AgentConfig, BLOCKER_INTERVAL, DEFAULT_BOOT_ID_FILE, DEFAULT_REBOOT_SENTINELS,
+    DEFAULT_STATE_DIR, DRAIN_TIMEOUT, HEALTH_INTERVAL, MAINTENANCE_IN_PROGRESS,
+    MAINTENANCE_REQUIRED, MARKER_DIR, PROCEDURE_POLL, REBOOT_TIMEOUT, RELEASE_DELAY,
+    SAFETY_RECHECK, SENTINEL_COMMAND_INTERVAL, SESSION_TTL, STORE_POLL, VERIFY_TIMEOUT,
 };
 pub use error::{ActionError, Error, Result};
 pub use observer::{AgentObserver, WorkOutcome};

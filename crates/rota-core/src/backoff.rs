@@ -41,6 +41,13 @@ fn ceil_seconds_f64(x: f64) -> u64 {
 }
 
 impl BackoffPolicy {
+    /// The policy without flags: a minute, doubling, at most an hour.
+    pub const DEFAULT: BackoffPolicy = BackoffPolicy {
+        initial: Duration::from_secs(60),
+        maximum: Duration::from_secs(3600),
+        exponent: 2.0,
+    };
+
     /// The policy with design.md §6's normalisation applied: an exponent below 1 (or NaN)
     /// becomes 1, an initial wait below 1 s becomes 1 s, and a maximum below the initial wait
     /// becomes the initial wait. Both durations are also rounded up to whole seconds, because

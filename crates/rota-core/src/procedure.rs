@@ -47,10 +47,16 @@ pub struct BackoffSpec {
 
 impl Default for BackoffSpec {
     fn default() -> Self {
+        BackoffSpec::from(BackoffPolicy::DEFAULT)
+    }
+}
+
+impl From<BackoffPolicy> for BackoffSpec {
+    fn from(policy: BackoffPolicy) -> Self {
         BackoffSpec {
-            initial: Duration::from_secs(60),
-            maximum: Duration::from_secs(3600),
-            exponent: 2.0,
+            initial: policy.initial,
+            maximum: policy.maximum,
+            exponent: policy.exponent,
         }
     }
 }

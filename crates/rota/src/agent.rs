@@ -6,7 +6,6 @@ use std::sync::Arc;
 use anyhow::{Result, bail};
 use rota_agent::{Agent, AgentConfig, Blocker, CommandActions, NodeActions, SentinelCommand};
 use rota_blockers::{AlertFilter, PrometheusBlocker};
-use rota_core::BackoffPolicy;
 use rota_drain::{DrainOptions, KubeActions, KubeBlocker, NodeLabels};
 use rota_kube::{permissions, preflight};
 use rota_metrics::{Metrics, MetricsServer};
@@ -18,50 +17,64 @@ use crate::cli::{AgentArgs, NodeActionsKind, NodeLabelArg};
 use crate::notify::NotifyObserver;
 use crate::store::StoreLocation;
 
-const DEFAULT_DRAIN_CONCURRENCY: usize = 5;
-
+/// The one conversion of the command line into the agent's configuration: every default
+/// comes from the constants that `AgentConfig::new` uses too.
 fn config(args: AgentArgs) -> AgentConfig {
-    let mut config = AgentConfig::new(args.node.clone());
-    config.node_labels = args.node_labels();
-    config.state_dir = args.state_dir;
-    config.exec_prefix = args
-        .exec_prefix
-        .split_whitespace()
-        .map(String::from)
-        .collect();
-    config.procedure_poll = args.procedure_poll.unwrap_or(match args.store.store {
-        StoreLocation::Kube => rota_kube::AGENT_PROCEDURE_POLL,
-        StoreLocation::Url(_) => config.procedure_poll,
+    let node_labels = args.node_labels();
+    let AgentArgs {
+        store,
+        node,
+        host_root,
+        concurrency,
+        state_dir,
+        exec_prefix,
+        windows,
+        failure_budget,
+        sentinels,
+        timing,
+        backoff,
+        blockers,
+        ..
+    } = args;
+    let kube = store.store == StoreLocation::Kube;
+    let mut config = AgentConfig::new(node);
+    config.node_labels = node_labels;
+    config.state_dir = state_dir;
+    config.exec_prefix = exec_prefix.split_whitespace().map(String::from).collect();
+    config.procedure_poll = timing.procedure_poll.unwrap_or(if kube {
+        rota_kube::AGENT_PROCEDURE_POLL
+    } else {
+        rota_agent::PROCEDURE_POLL
     });
     // The flag's parser already refused malformed windows; no flag is no window.
-    config.windows = rota_core::MaintenanceWindows::new(args.windows).ok();
-    config.failure_budget = args.failure_budget;
-    config.blocker_interval = args.blocker_interval;
-    config.host_root = args.host_root;
-    config.reboot_sentinels = args.reboot_sentinels;
-    config.reboot_sentinel_command = args.reboot_sentinel_command.map(|command| SentinelCommand {
-        command,
-        interval: args.reboot_sentinel_command_interval,
-    });
-    config.maintenance_required = args.maintenance_sentinel;
-    config.maintenance_in_progress = args.maintenance_in_progress;
-    config.boot_id_file = args.boot_id_file;
-    config.concurrency = args.concurrency;
-    config.drain_timeout = args.drain_timeout;
-    config.reboot_timeout = args.reboot_timeout;
-    config.verify_timeout = args.verify_timeout;
-    config.health_interval = args.health_interval;
-    config.release_delay = args.release_delay;
-    config.session_ttl = args.session_ttl;
-    config.backoff = BackoffPolicy {
-        initial: args.backoff_initial,
-        maximum: args.backoff_max,
-        exponent: args.backoff_exponent,
-    };
-    config.safety_recheck = args.safety_recheck;
-    config.store_poll = args.store_poll.unwrap_or(match args.store.store {
-        StoreLocation::Kube => rota_kube::AGENT_STORE_POLL,
-        StoreLocation::Url(_) => config.store_poll,
+    config.windows = rota_core::MaintenanceWindows::new(windows).ok();
+    config.failure_budget = failure_budget;
+    config.blocker_interval = blockers.blocker_interval.into();
+    config.host_root = host_root;
+    config.reboot_sentinels = sentinels.reboot_sentinels;
+    config.reboot_sentinel_command =
+        sentinels
+            .reboot_sentinel_command
+            .map(|command| SentinelCommand {
+                command,
+                interval: sentinels.reboot_sentinel_command_interval.into(),
+            });
+    config.maintenance_required = sentinels.maintenance_sentinel;
+    config.maintenance_in_progress = sentinels.maintenance_in_progress;
+    config.boot_id_file = sentinels.boot_id_file;
+    config.concurrency = concurrency;
+    config.drain_timeout = timing.drain_timeout.into();
+    config.reboot_timeout = timing.reboot_timeout.into();
+    config.verify_timeout = timing.verify_timeout.into();
+    config.health_interval = timing.health_interval.into();
+    config.release_delay = timing.release_delay.into();
+    config.session_ttl = timing.session_ttl.into();
+    config.backoff = backoff.policy();
+    config.safety_recheck = timing.safety_recheck.into();
+    config.store_poll = timing.store_poll.unwrap_or(if kube {
+        rota_kube::AGENT_STORE_POLL
+    } else {
+        rota_agent::STORE_POLL
     });
     config
 }
@@ -72,23 +85,32 @@ async fn actions(args: &AgentArgs, labels: NodeLabels) -> Result<Arc<dyn NodeAct
     Ok(match args.node_actions {
         NodeActionsKind::Command => {
             let kube_only = [
-                ("--drain-concurrency", args.drain_concurrency.is_some()),
-                ("--drain-force", args.drain_force),
+                (
+                    "--drain-concurrency",
+                    args.kube_drain.drain_concurrency.is_some(),
+                ),
+                ("--drain-force", args.kube_drain.drain_force),
                 (
                     "--drain-delete-emptydir-data",
-                    args.drain_delete_emptydir_data,
+                    args.kube_drain.drain_delete_emptydir_data,
                 ),
-                ("--drain-grace-period", args.drain_grace_period.is_some()),
+                (
+                    "--drain-grace-period",
+                    args.kube_drain.drain_grace_period.is_some(),
+                ),
                 (
                     "--drain-skip-wait-for-delete-timeout",
-                    args.drain_skip_wait_for_delete_timeout.is_some(),
+                    args.kube_drain.drain_skip_wait_for_delete_timeout.is_some(),
                 ),
-                ("--health-pdbs", args.health_pdbs),
-                ("--cordon-label", !args.cordon_labels.is_empty()),
-                ("--uncordon-label", !args.uncordon_labels.is_empty()),
+                ("--health-pdbs", args.kube_drain.health_pdbs),
+                ("--cordon-label", !args.kube_drain.cordon_labels.is_empty()),
+                (
+                    "--uncordon-label",
+                    !args.kube_drain.uncordon_labels.is_empty(),
+                ),
                 (
                     "--prefer-no-schedule-taint",
-                    args.prefer_no_schedule_taint.is_some(),
+                    args.kube_drain.prefer_no_schedule_taint.is_some(),
                 ),
             ];
             if let Some((flag, _)) = kube_only.iter().find(|(_, given)| *given) {
@@ -99,14 +121,14 @@ async fn actions(args: &AgentArgs, labels: NodeLabels) -> Result<Arc<dyn NodeAct
             }
             Arc::new(CommandActions {
                 node: Some(args.node.clone()),
-                drain: command(&args.drain_command),
-                uncordon: command(&args.uncordon_command),
-                reboot: command(&Some(args.reboot_command.clone())),
-                health: command(&args.health_command),
+                drain: command(&args.commands.drain_command),
+                uncordon: command(&args.commands.uncordon_command),
+                reboot: command(&Some(args.commands.reboot_command.clone())),
+                health: command(&args.commands.health_command),
             })
         }
         NodeActionsKind::Kube => {
-            if args.drain_command.is_some() || args.uncordon_command.is_some() {
+            if args.commands.drain_command.is_some() || args.commands.uncordon_command.is_some() {
                 bail!(
                     "--drain-command and --uncordon-command need --node-actions command; \
                      with --node-actions kube rota cordons and drains through the API"
@@ -118,19 +140,22 @@ async fn actions(args: &AgentArgs, labels: NodeLabels) -> Result<Arc<dyn NodeAct
                     client,
                     args.node.clone(),
                     DrainOptions {
-                        concurrency: args.drain_concurrency.unwrap_or(DEFAULT_DRAIN_CONCURRENCY),
-                        force: args.drain_force,
-                        delete_emptydir_data: args.drain_delete_emptydir_data,
-                        grace_period: args.drain_grace_period,
-                        skip_wait_for_delete: args.drain_skip_wait_for_delete_timeout,
+                        concurrency: args
+                            .kube_drain
+                            .drain_concurrency
+                            .unwrap_or(DrainOptions::default().concurrency),
+                        force: args.kube_drain.drain_force,
+                        delete_emptydir_data: args.kube_drain.drain_delete_emptydir_data,
+                        grace_period: args.kube_drain.drain_grace_period,
+                        skip_wait_for_delete: args.kube_drain.drain_skip_wait_for_delete_timeout,
                         labels,
                         ..DrainOptions::default()
                     },
-                    args.reboot_command.clone(),
-                    command(&args.health_command),
+                    args.commands.reboot_command.clone(),
+                    command(&args.commands.health_command),
                 )
-                .health_pdbs(args.health_pdbs)
-                .pending_taint(args.prefer_no_schedule_taint.clone()),
+                .health_pdbs(args.kube_drain.health_pdbs)
+                .pending_taint(args.kube_drain.prefer_no_schedule_taint.clone()),
             )
         }
     })
@@ -155,17 +180,23 @@ fn label_map(flag: &str, given: &[NodeLabelArg]) -> Result<BTreeMap<String, Stri
 /// counts.
 async fn blockers(args: &AgentArgs) -> Result<Vec<Arc<dyn Blocker>>> {
     let filter = AlertFilter::new(
-        args.alert_filter_regexp.as_deref(),
-        args.alert_filter_match_only,
-        args.alert_firing_only,
+        args.blockers.alert_filter_regexp.as_deref(),
+        args.blockers.alert_filter_match_only,
+        args.blockers.alert_firing_only,
     )?;
-    let prometheus = match &args.prometheus_url {
+    let prometheus = match &args.blockers.prometheus_url {
         Some(url) => Some(PrometheusBlocker::new(url, filter)?),
         None => {
             let alert_flags = [
-                ("--alert-filter-regexp", args.alert_filter_regexp.is_some()),
-                ("--alert-filter-match-only", args.alert_filter_match_only),
-                ("--alert-firing-only", args.alert_firing_only),
+                (
+                    "--alert-filter-regexp",
+                    args.blockers.alert_filter_regexp.is_some(),
+                ),
+                (
+                    "--alert-filter-match-only",
+                    args.blockers.alert_filter_match_only,
+                ),
+                ("--alert-firing-only", args.blockers.alert_firing_only),
             ];
             if let Some((flag, _)) = alert_flags.iter().find(|(_, given)| *given) {
                 bail!("{flag} needs --prometheus-url (the Prometheus whose alerts it filters)");
@@ -175,6 +206,7 @@ async fn blockers(args: &AgentArgs) -> Result<Vec<Arc<dyn Blocker>>> {
     };
     let mut blockers: Vec<Arc<dyn Blocker>> = Vec::new();
     let selectors = args
+        .blockers
         .blocking_pod_selectors
         .iter()
         .map(|s| rota_drain::parse_selector(s))
@@ -260,8 +292,8 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     }
     // Checked before anything connects anywhere.
     let labels = NodeLabels::new(
-        label_map("--cordon-label", &args.cordon_labels)?,
-        label_map("--uncordon-label", &args.uncordon_labels)?,
+        label_map("--cordon-label", &args.kube_drain.cordon_labels)?,
+        label_map("--uncordon-label", &args.kube_drain.uncordon_labels)?,
     );
     let blockers = blockers(&args).await?;
     let actions = actions(&args, labels).await?;
@@ -325,4 +357,86 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     }
     result?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use clap::Parser;
+    use rota_core::NodeName;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn agent_args(extra: &[&str]) -> AgentArgs {
+        let args = [
+            "rota",
+            "agent",
+            "--node",
+            "node-a",
+            "--store",
+            "sqlite://x.db",
+        ];
+        let cli = Cli::try_parse_from(args.iter().chain(extra)).expect("valid arguments");
+        match cli.command {
+            Command::Agent(args) => *args,
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    /// The flags' defaults and `AgentConfig::new`'s are the same constants: an agent started
+    /// without flags behaves as one built in code.
+    #[test]
+    fn the_command_lines_defaults_are_the_configs() {
+        let node = NodeName::new("node-a").expect("name");
+        let built = AgentConfig::new(node);
+        let parsed = config(agent_args(&[]));
+        assert_eq!(parsed.host_root, built.host_root);
+        assert_eq!(parsed.reboot_sentinels, built.reboot_sentinels);
+        assert_eq!(parsed.maintenance_required, built.maintenance_required);
+        assert_eq!(
+            parsed.maintenance_in_progress,
+            built.maintenance_in_progress
+        );
+        assert_eq!(parsed.boot_id_file, built.boot_id_file);
+        assert_eq!(parsed.drain_timeout, built.drain_timeout);
+        assert_eq!(parsed.reboot_timeout, built.reboot_timeout);
+        assert_eq!(parsed.verify_timeout, built.verify_timeout);
+        assert_eq!(parsed.health_interval, built.health_interval);
+        assert_eq!(parsed.release_delay, built.release_delay);
+        assert_eq!(parsed.session_ttl, built.session_ttl);
+        assert_eq!(parsed.backoff, built.backoff);
+        assert_eq!(parsed.safety_recheck, built.safety_recheck);
+        assert_eq!(parsed.store_poll, built.store_poll);
+        assert_eq!(parsed.procedure_poll, built.procedure_poll);
+        assert_eq!(parsed.blocker_interval, built.blocker_interval);
+        assert_eq!(parsed.state_dir, built.state_dir);
+        assert_eq!(parsed.exec_prefix, built.exec_prefix);
+    }
+
+    /// Each group's flags land in their field of the configuration.
+    #[test]
+    fn grouped_flags_reach_the_config() {
+        let parsed = config(agent_args(&[
+            "--drain-timeout",
+            "3m",
+            "--backoff-initial",
+            "10s",
+            "--backoff-exponent",
+            "1.5",
+            "--blocker-interval",
+            "7s",
+            "--reboot-sentinel-command",
+            "true",
+            "--reboot-sentinel-command-interval",
+            "42s",
+        ]));
+        assert_eq!(parsed.drain_timeout, Duration::from_secs(180));
+        assert_eq!(parsed.backoff.initial, Duration::from_secs(10));
+        assert!((parsed.backoff.exponent - 1.5).abs() < f64::EPSILON);
+        assert_eq!(parsed.blocker_interval, Duration::from_secs(7));
+        let sentinel = parsed.reboot_sentinel_command.expect("a sentinel command");
+        assert_eq!(sentinel.interval, Duration::from_secs(42));
+    }
 }

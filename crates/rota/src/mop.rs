@@ -42,11 +42,7 @@ fn spec(args: &MopSubmitArgs, script: String) -> ProcedureSpec {
     spec.sha256 = args.sha256.clone();
     spec.exclusive = args.exclusive;
     spec.retry = args.retry;
-    spec.backoff = BackoffSpec {
-        initial: args.backoff_initial,
-        maximum: args.backoff_max,
-        exponent: args.backoff_exponent,
-    };
+    spec.backoff = BackoffSpec::from(args.backoff.policy());
     spec
 }
 

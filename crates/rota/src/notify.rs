@@ -14,13 +14,14 @@ use crate::cli::AgentArgs;
 /// The notifier's configuration from the command line; `None` without any webhook.
 pub fn config(args: &AgentArgs) -> Result<Option<NotifierConfig>> {
     let webhooks: Vec<_> = args
+        .notify
         .notify_webhooks
         .iter()
-        .chain(&args.notify_slack)
+        .chain(&args.notify.notify_slack)
         .cloned()
         .collect();
     if webhooks.is_empty() {
-        if let Some((kind, _)) = args.notify_templates.first() {
+        if let Some((kind, _)) = args.notify.notify_templates.first() {
             bail!(
                 "--notify-template {kind}=…: no webhook to send it to; add --notify-webhook URL \
                  or --notify-slack URL"
@@ -30,7 +31,7 @@ pub fn config(args: &AgentArgs) -> Result<Option<NotifierConfig>> {
     }
     let mut templates = Templates::default();
     let mut seen = Vec::new();
-    for (kind, template) in &args.notify_templates {
+    for (kind, template) in &args.notify.notify_templates {
         if seen.contains(kind) {
             bail!("--notify-template {kind}={template}: a second template for {kind}; give one");
         }

@@ -1,0 +1,36 @@
+//! `rota simulate`'s arguments.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::parse::{concurrency, duration};
+use crate::store::StoreLocation;
+
+#[derive(Debug, Clone, Args)]
+pub struct SimulateArgs {
+    /// How many nodes (each with its own real agent).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub nodes: u32,
+    /// How many may be out at once.
+    #[arg(long, value_name = "K", value_parser = concurrency)]
+    pub concurrency: u32,
+    /// How long a simulated reboot keeps a node down.
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "1s")]
+    pub maintenance_time: Duration,
+    /// The store to run against (default: SQLite in a temporary directory): sqlite://…,
+    /// postgres://…, or kube (kwok nodes in a cluster, with real cordon, drain and uncordon).
+    #[arg(long, value_name = "URL")]
+    pub store: Option<StoreLocation>,
+    /// With --store kube: the kubeconfig (default: in-cluster config, KUBECONFIG, ~/.kube/config).
+    #[arg(long, value_name = "PATH", env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// With --store kube: the namespace to create for the run, deleted at the end; it must not
+    /// exist (default: rota-simulate-<random>).
+    #[arg(long, value_name = "NAME")]
+    pub namespace: Option<String>,
+    /// Print one JSON object with the rollout's numbers instead of a summary.
+    #[arg(long)]
+    pub json: bool,
+}
