@@ -1,6 +1,21 @@
-//! rota's per-node agent (design.md §3): it watches the node's sentinels, queues requests,
-//! waits for a slot, drains, runs the maintenance (kustodian's file protocol, a reboot),
-//! verifies, and hands the slot on, persisting every step so that a restart continues it.
+//! rota's per-node agent (docs/design.md §3): it watches the node's sentinels, queues
+//! requests, waits for a slot, drains, runs the maintenance (kustodian's file protocol, a
+//! reboot), verifies, and hands the slot on, persisting every step so that a restart continues
+//! it.
+//!
+//! - `agent`: the loop. `agent/mod.rs` holds [`Agent`] and one incarnation's state; `agent/step/`
+//!   has one module per lifecycle state; beside them the session, the wait, the one `commit`,
+//!   request syncing, blockers, kustodian's protocol, procedures (`mops`), maintenance windows
+//!   and the failure budget;
+//! - `actions`: [`NodeActions`], how the agent acts on its node, and [`CommandActions`], shell
+//!   commands for a standalone host;
+//! - `blockers`: the [`Blocker`] trait and what a block says;
+//! - `config`: [`AgentConfig`] and the defaults that the command line shows and uses;
+//! - `observer`: [`AgentObserver`], what the agent tells metrics and notifications;
+//! - `procedures`: running procedure scripts so that a run outlives the agent that started it;
+//! - `reboot_marker`: the host's record that this boot's reboot command was started;
+//! - `sentinel_command`: kured's `--reboot-sentinel-command` as one more sentinel file;
+//! - `error`: the crate's error type.
 
 mod actions;
 mod agent;
