@@ -9,6 +9,7 @@ mod sqlite;
 mod store;
 mod url;
 
+#[cfg(feature = "conformance")]
 pub mod conformance;
 
 pub use error::{Error, Result};
