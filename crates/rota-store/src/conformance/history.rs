@@ -1,0 +1,85 @@
+//! History: ordered, and filtered by node, event and time.
+
+use std::sync::Arc;
+
+use rota_core::HistoryEvent;
+
+use super::{enqueue, fail_closed, finish_window, node, open_window, session};
+use crate::model::{HistoryFilter, now_millis};
+use crate::store::Store;
+
+pub async fn history_is_ordered_and_filterable(store: Arc<dyn Store>) {
+    store.set_concurrency(2).await.expect("set concurrency");
+    let a = session(&*store, "a").await;
+    let b = session(&*store, "b").await;
+    enqueue(&*store, &a, now_millis() - 2000).await;
+    enqueue(&*store, &b, now_millis() - 1000).await;
+    assert!(
+        store
+            .try_acquire_slot(&a)
+            .await
+            .expect("a")
+            .slot()
+            .is_some()
+    );
+    assert!(
+        store
+            .try_acquire_slot(&b)
+            .await
+            .expect("b")
+            .slot()
+            .is_some()
+    );
+    open_window(&*store, &a).await;
+    open_window(&*store, &b).await;
+    finish_window(&*store, &b).await;
+    fail_closed(&*store, &a).await;
+
+    let all = store
+        .history(&HistoryFilter::default())
+        .await
+        .expect("history");
+    let events: Vec<(String, HistoryEvent)> =
+        all.iter().map(|e| (e.node.to_string(), e.event)).collect();
+    assert_eq!(
+        events,
+        vec![
+            ("a".into(), HistoryEvent::Started),
+            ("b".into(), HistoryEvent::Started),
+            ("b".into(), HistoryEvent::Finished),
+            ("a".into(), HistoryEvent::Failed),
+        ]
+    );
+    assert!(
+        all.windows(2)
+            .all(|w| w[0].id < w[1].id && w[0].at <= w[1].at)
+    );
+    assert!(all[2].released, "the finish gave the slot back");
+    assert!(!all[3].released, "a failed maintenance keeps its slot");
+    assert_eq!(all[3].cause.as_deref(), Some("script exited 3"));
+
+    let only_a = store
+        .history(&HistoryFilter {
+            node: Some(node("a")),
+            ..HistoryFilter::default()
+        })
+        .await
+        .expect("filter by node");
+    assert_eq!(only_a.len(), 2);
+    let failed = store
+        .history(&HistoryFilter {
+            event: Some(HistoryEvent::Failed),
+            ..HistoryFilter::default()
+        })
+        .await
+        .expect("filter by event");
+    assert_eq!(failed.len(), 1);
+    let none = store
+        .history(&HistoryFilter {
+            since: Some(now_millis() + 60_000),
+            ..HistoryFilter::default()
+        })
+        .await
+        .expect("filter by time");
+    assert!(none.is_empty());
+}
