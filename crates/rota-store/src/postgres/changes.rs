@@ -1,0 +1,112 @@
+//! Waking waiters on every host: `NOTIFY rota_changes` inside every wake-worthy write, and
+//! the LISTEN loop that moves each handle's change counter.
+
+use std::sync::Arc;
+
+use sqlx::postgres::PgListener;
+use sqlx::{Postgres, Transaction};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{debug, warn};
+
+use super::PostgresStore;
+use crate::error::{Context, Result};
+use crate::retry_pauses::RetryPauses;
+use crate::store::WAKE_ALL;
+
+/// How far an operator's request, cancel or new procedure moves every agent's counter. Such a
+/// change lets no waiter go on, but an idle agent would otherwise find it only at its next
+/// `--store-poll` or `--procedure-poll`: it wakes every agent, which re-reads its node and
+/// lists the procedures.
+pub(super) const OPERATOR_WAKES: u64 = WAKE_ALL;
+
+/// The channel every wake-worthy write notifies; the payload is `ORIGIN:WAKES`.
+pub(super) const CHANNEL: &str = "rota_changes";
+
+/// Stops the LISTEN loop when the last clone of the store is dropped.
+pub(super) struct ListenerTask(JoinHandle<()>);
+
+impl ListenerTask {
+    pub(super) fn spawn(
+        listener: PgListener,
+        origin: u64,
+        changes: Arc<watch::Sender<u64>>,
+    ) -> ListenerTask {
+        ListenerTask(tokio::spawn(follow_changes(listener, origin, changes)))
+    }
+}
+
+impl Drop for ListenerTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl PostgresStore {
+    /// Notifies every listener of `wakes` inside the transaction (delivered only if it commits),
+    /// commits, and counts the wakes for this handle's own waiters.
+    pub(super) async fn commit(
+        &self,
+        mut tx: Transaction<'_, Postgres>,
+        wakes: u64,
+        context: &'static str,
+    ) -> Result<()> {
+        if let Some(payload) = self.payload(wakes) {
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(CHANNEL)
+                .bind(payload)
+                .execute(&mut *tx)
+                .await
+                .context(context)?;
+        }
+        tx.commit().await.context(context)?;
+        self.woke(wakes);
+        Ok(())
+    }
+
+    /// The notification of `wakes` from this handle, if any.
+    pub(super) fn payload(&self, wakes: u64) -> Option<String> {
+        (wakes > 0).then(|| format!("{}:{wakes}", self.origin))
+    }
+
+    pub(super) fn woke(&self, wakes: u64) {
+        if wakes > 0 {
+            self.changes.send_modify(|n| *n = n.wrapping_add(wakes));
+        }
+    }
+}
+
+/// Moves the change counter by every other handle's notifications. Notifications sent while
+/// the connection was down are lost, so a reconnect wakes every waiter to re-read the store.
+async fn follow_changes(mut listener: PgListener, origin: u64, changes: Arc<watch::Sender<u64>>) {
+    let mut pauses = RetryPauses::new();
+    loop {
+        let received = listener.try_recv().await;
+        if received.is_ok() {
+            pauses.reset();
+        }
+        match received {
+            Ok(Some(notification)) => {
+                let payload = notification.payload();
+                let parsed = payload.split_once(':').and_then(|(from, wakes)| {
+                    Some((from.parse::<u64>().ok()?, wakes.parse().ok()?))
+                });
+                match parsed {
+                    Some((from, _)) if from == origin => {}
+                    Some((_, wakes)) => changes.send_modify(|n| *n = n.wrapping_add(wakes)),
+                    None => debug!(payload, "ignoring a malformed change notification"),
+                }
+            }
+            Ok(None) => {
+                warn!("the change listener lost its connection; waking every waiter");
+                changes.send_modify(|n| *n = n.wrapping_add(WAKE_ALL));
+            }
+            Err(e) => {
+                let pause = pauses.next_pause();
+                warn!(error = %e, pause = ?pause, "the change listener cannot reconnect; retrying");
+                changes.send_modify(|n| *n = n.wrapping_add(WAKE_ALL));
+                tokio::time::sleep(pause).await;
+            }
+        }
+    }
+}

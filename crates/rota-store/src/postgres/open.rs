@@ -1,0 +1,152 @@
+//! Opening a store: the URL, the checks and migrations of the schema, and the listener.
+
+use std::hash::{BuildHasher, Hasher};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use tokio::sync::watch;
+
+use super::PostgresStore;
+use super::changes::{CHANNEL, ListenerTask};
+use super::connections::Connections;
+use crate::error::{Context, Error, Result};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
+
+/// The URL without its password, for messages and logs.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    match rest.split_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
+/// A random id for this handle, from the standard library's per-process random hash keys.
+fn random_origin() -> u64 {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::UNIX_EPOCH
+            .elapsed()
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    hasher.finish()
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (`postgres://…` or `postgresql://…`) and applies
+    /// migrations. A database holding other programs' tables, or a rota schema newer than this
+    /// binary, is refused without changing anything.
+    pub async fn open(url: &str) -> Result<PostgresStore> {
+        let location = redact(url);
+        let options = PgConnectOptions::from_str(url).map_err(|e| Error::Url {
+            url: location.clone(),
+            reason: e.to_string(),
+        })?;
+        // sqlx's pool serves the checks and migrations at start-up, then keeps the listener's
+        // connection (and opens a new one when the listener reconnects).
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.clone())
+            .await
+            .map_err(|e| Error::Url {
+                url: location.clone(),
+                reason: format!("cannot connect: {e}"),
+            })?;
+        check_is_rota(&pool, &location).await?;
+        MIGRATOR.run(&pool).await.map_err(|e| Error::NotRota {
+            location: location.clone(),
+            reason: format!("migration failed: {e}"),
+        })?;
+
+        // LISTEN before returning: no change committed after `open` may go unnoticed.
+        let mut listener = PgListener::connect_with(&pool)
+            .await
+            .context("connecting the change listener")?;
+        listener
+            .listen(CHANNEL)
+            .await
+            .context("listening for changes")?;
+        let (changes, _) = watch::channel(0);
+        let changes = Arc::new(changes);
+        let origin = random_origin();
+        let listener = ListenerTask::spawn(listener, origin, changes.clone());
+        Ok(PostgresStore {
+            connections: Arc::new(Connections::new(options)),
+            location,
+            origin,
+            changes,
+            _listener: Arc::new(listener),
+        })
+    }
+
+    /// The database's URL, without its password.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+}
+
+/// Refuses a database that holds other programs' tables or a newer rota schema. Only tables in
+/// the connection's current schema count, so a shared database can give rota a schema of its
+/// own through `search_path`.
+async fn check_is_rota(pool: &PgPool, location: &str) -> Result<()> {
+    let not_rota = |e: sqlx::Error| Error::NotRota {
+        location: location.to_string(),
+        reason: e.to_string(),
+    };
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::TEXT FROM information_schema.tables \
+         WHERE table_schema = current_schema() ORDER BY table_name",
+    )
+    .fetch_all(pool)
+    .await
+    .map_err(not_rota)?;
+    // Only the migrations table: another agent is creating the schema right now.
+    if tables.iter().all(|t| t == "_sqlx_migrations") {
+        return Ok(());
+    }
+    if !tables.iter().any(|t| t == "rota_meta") {
+        return Err(Error::NotRota {
+            location: location.to_string(),
+            reason: format!("it holds other tables ({})", tables.join(", ")),
+        });
+    }
+    let found: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations")
+        .fetch_one(pool)
+        .await
+        .map_err(not_rota)?;
+    let supported = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+    match found {
+        Some(found) if found > supported => Err(Error::SchemaTooNew {
+            location: location.to_string(),
+            found,
+            supported,
+        }),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_only_the_password() {
+        assert_eq!(
+            redact("postgres://rota:secret@db:5432/rota"),
+            "postgres://rota:***@db:5432/rota"
+        );
+        assert_eq!(
+            redact("postgres://rota@127.0.0.1/rota"),
+            "postgres://rota@127.0.0.1/rota"
+        );
+        assert_eq!(redact("postgresql://db/rota"), "postgresql://db/rota");
+    }
+}

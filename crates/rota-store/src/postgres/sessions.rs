@@ -1,0 +1,78 @@
+//! Sessions: opened by `rota_open_session`, which supersedes the node's last one under its
+//! row lock, renewed only while current and unexpired.
+
+use std::time::Duration;
+
+use rota_core::NodeName;
+
+use super::PostgresStore;
+use super::rows::millis;
+use crate::error::{Context, Error, Result};
+use crate::model::Session;
+
+pub(super) async fn open_session(
+    store: &PostgresStore,
+    node: &NodeName,
+    ttl: Duration,
+) -> Result<Session> {
+    let mut conn = store.connections.lease("opening a session").await?;
+    let id: i64 = sqlx::query_scalar("SELECT rota_open_session($1, $2)")
+        .bind(node.as_str())
+        .bind(millis(ttl))
+        .fetch_one(&mut *conn)
+        .await
+        .context("opening a session")?;
+    conn.finish();
+    Ok(Session {
+        id,
+        node: node.clone(),
+    })
+}
+
+pub(super) async fn heartbeat(
+    store: &PostgresStore,
+    session: &Session,
+    ttl: Duration,
+) -> Result<()> {
+    let mut conn = store.connections.lease("extending the session").await?;
+    let extended = sqlx::query(
+        "UPDATE sessions s SET deadline = rota_now_ms() + $3 FROM nodes n \
+         WHERE s.id = $1 AND n.node = $2 AND n.session_id = s.id AND NOT s.superseded \
+           AND s.deadline > rota_now_ms()",
+    )
+    .bind(session.id)
+    .bind(session.node.as_str())
+    .bind(millis(ttl))
+    .execute(&mut *conn)
+    .await
+    .context("extending the session")?;
+    if extended.rows_affected() > 0 {
+        conn.finish();
+        return Ok(());
+    }
+    let latest: Option<i64> = sqlx::query_scalar(
+        "SELECT s.id FROM nodes n JOIN sessions s ON s.id = n.session_id \
+         WHERE n.node = $1 AND s.id = $2 AND NOT s.superseded",
+    )
+    .bind(session.node.as_str())
+    .bind(session.id)
+    .fetch_optional(&mut *conn)
+    .await
+    .context("checking the session")?;
+    conn.finish();
+    Err(Error::renewal_refused(session, latest.is_some()))
+}
+
+pub(super) async fn close_session(store: &PostgresStore, session: &Session) -> Result<()> {
+    let mut conn = store.connections.lease("closing the session").await?;
+    sqlx::query(
+        "UPDATE sessions SET deadline = rota_now_ms() \
+         WHERE id = $1 AND deadline > rota_now_ms()",
+    )
+    .bind(session.id)
+    .execute(&mut *conn)
+    .await
+    .context("closing the session")?;
+    conn.finish();
+    Ok(())
+}
