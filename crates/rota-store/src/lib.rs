@@ -5,6 +5,7 @@ mod error;
 mod model;
 mod postgres;
 mod retry_pauses;
+mod rows;
 mod sqlite;
 mod store;
 mod url;

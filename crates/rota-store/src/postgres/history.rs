@@ -1,14 +1,11 @@
 //! What happened and what waits: history and backoff.
 
-use std::time::Duration;
-
 use rota_core::{HistoryEvent, NodeName};
-use sqlx::Row;
 
 use super::PostgresStore;
-use super::rows::{getter, parse, slot_index};
 use crate::error::{Context, Result};
 use crate::model::{BackoffRecord, HistoryEntry, HistoryFilter};
+use crate::rows::{backoff_record, history_entry};
 
 pub(super) async fn backoffs(store: &PostgresStore, node: &NodeName) -> Result<Vec<BackoffRecord>> {
     let mut conn = store.connections.lease("reading backoff").await?;
@@ -21,19 +18,7 @@ pub(super) async fn backoffs(store: &PostgresStore, node: &NodeName) -> Result<V
     .await
     .context("reading backoff")?;
     conn.finish();
-    rows.iter()
-        .map(|row| {
-            let get = getter("reading backoff");
-            let secs: i64 = row.try_get("last_interval_s").map_err(&get)?;
-            Ok(BackoffRecord {
-                node: parse("backoff.node", row.try_get("node").map_err(&get)?)?,
-                process: parse("backoff.process", row.try_get("process").map_err(&get)?)?,
-                until: row.try_get("until").map_err(&get)?,
-                last_interval: Duration::from_secs(u64::try_from(secs).unwrap_or(0)),
-                cause: row.try_get("cause").map_err(&get)?,
-            })
-        })
-        .collect()
+    rows.iter().map(backoff_record).collect()
 }
 
 pub(super) async fn history(
@@ -56,19 +41,5 @@ pub(super) async fn history(
     .await
     .context("reading history")?;
     conn.finish();
-    rows.iter()
-        .map(|row| {
-            let get = getter("reading history");
-            Ok(HistoryEntry {
-                id: row.try_get("id").map_err(&get)?,
-                node: parse("history.node", row.try_get("node").map_err(&get)?)?,
-                process: parse("history.process", row.try_get("process").map_err(&get)?)?,
-                event: parse("history.event", row.try_get("event").map_err(&get)?)?,
-                at: row.try_get("at").map_err(&get)?,
-                cause: row.try_get("cause").map_err(&get)?,
-                slot: slot_index(row.try_get("slot").map_err(&get)?),
-                released: row.try_get("released").map_err(&get)?,
-            })
-        })
-        .collect()
+    rows.iter().map(history_entry).collect()
 }

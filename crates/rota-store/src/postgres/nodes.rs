@@ -6,10 +6,11 @@ use sqlx::{Connection, Row};
 
 use super::PostgresStore;
 use super::changes::CHANNEL;
-use super::rows::{NODE_COLUMNS, Written, fetch_node, getter, node_record, written};
+use super::queries::{Written, fetch_node, written};
 use super::windows::{window_result, window_write};
 use crate::error::{Context, Error, Result};
 use crate::model::{Blocked, NodeRecord, RequestState, Session, Transition, WindowChange};
+use crate::rows::{NODE_COLUMNS, getter, node_record};
 
 pub(super) async fn set_blocked(
     store: &PostgresStore,

@@ -5,13 +5,13 @@ use sqlx::Connection;
 
 use super::PostgresStore;
 use super::changes::{CHANNEL, OPERATOR_WAKES};
-use super::rows::{
-    Locked, REQUEST_COLUMNS, Written, existing_request, expect_node, fetch_node, lock_node,
-    request_record, written,
+use super::queries::{
+    Locked, REQUEST_COLUMNS, Written, existing_request, expect_node, fetch_node, lock_node, written,
 };
 use super::windows::{window_result, window_write};
 use crate::error::{Context, Error, Result};
 use crate::model::{NodeRecord, RequestRecord, RequestState, WindowChange};
+use crate::rows::request_record;
 
 pub(super) async fn unlock(
     store: &PostgresStore,

@@ -5,9 +5,9 @@ use sqlx::Connection;
 
 use super::PostgresStore;
 use super::changes::OPERATOR_WAKES;
-use super::rows::procedure_record;
 use crate::error::{Context, Error, Result};
 use crate::model::ProcedureRecord;
+use crate::rows::procedure_record;
 
 pub(super) async fn submit_procedure(
     store: &PostgresStore,

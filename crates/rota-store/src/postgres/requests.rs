@@ -5,10 +5,11 @@ use rota_core::{HistoryEvent, NodeName, NodeState, Process};
 use sqlx::{Connection, Row};
 
 use super::PostgresStore;
-use super::rows::{REQUEST_COLUMNS, existing_request, getter, lock_node, refusal, request_record};
+use super::queries::{REQUEST_COLUMNS, existing_request, lock_node, refusal};
 use super::windows::whole_seconds;
 use crate::error::{Context, Error, Result};
 use crate::model::{Outcome, RequestRecord, Session};
+use crate::rows::{getter, request_record};
 
 pub(super) async fn add_request(
     store: &PostgresStore,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use rota_core::NodeName;
 
 use super::PostgresStore;
-use super::rows::millis;
+use super::queries::millis;
 use crate::error::{Context, Error, Result};
 use crate::model::Session;
 

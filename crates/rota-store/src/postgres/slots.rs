@@ -3,12 +3,13 @@
 
 use std::time::Duration;
 
-use sqlx::{Connection, Row};
+use sqlx::Connection;
 
 use super::PostgresStore;
-use super::rows::{getter, millis, parse, slot_index};
+use super::queries::millis;
 use crate::error::{Context, Error, Result};
 use crate::model::{Acquire, Session, SlotHolder};
+use crate::rows::{parse, slot_holder, slot_index};
 use crate::store::WAKE_ALL;
 
 pub(super) async fn concurrency(store: &PostgresStore) -> Result<Option<u32>> {
@@ -99,14 +100,5 @@ pub(super) async fn slot_holders(store: &PostgresStore) -> Result<Vec<SlotHolder
         .await
         .context("reading slots")?;
     conn.finish();
-    rows.iter()
-        .map(|row| {
-            let get = getter("reading slots");
-            Ok(SlotHolder {
-                slot: slot_index(row.try_get("slot").map_err(&get)?).unwrap_or(0),
-                node: parse("slots.holder", row.try_get("holder").map_err(&get)?)?,
-                acquired_at: row.try_get("acquired_at").map_err(&get)?,
-            })
-        })
-        .collect()
+    rows.iter().map(slot_holder).collect()
 }

@@ -5,7 +5,7 @@
 //! transaction: SQLite's single-writer lock serialises them across processes, and the primary
 //! and unique keys on `slots` make a double grant impossible even if a check were wrong.
 
-mod rows;
+mod queries;
 mod writer;
 mod writes;
 
@@ -15,22 +15,23 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rota_core::{NodeName, ProcedureSpec, Process};
+use sqlx::ConnectOptions;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{ConnectOptions, Row};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use self::rows::{
-    NODE_COLUMNS, changes_before_turn, fetch_node, node_record, parse, procedure_record,
-    request_record, slot_index,
-};
+use self::queries::{changes_before_turn, fetch_node};
 use self::writer::{Op, Reply};
 use crate::error::{Context, Error, Result};
 use crate::model::{
     Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome,
     Pause, ProcedureRecord, RequestRecord, Session, SlotHolder, Transition, decode_resumed_at,
     now_millis,
+};
+use crate::rows::{
+    NODE_COLUMNS, backoff_record, history_entry, node_record, parse, procedure_record,
+    request_record, slot_holder, slot_index,
 };
 use crate::store::Store;
 
@@ -317,19 +318,7 @@ impl Store for SqliteStore {
             .fetch_all(&self.pool)
             .await
             .context("reading slots")?;
-        rows.iter()
-            .map(|row| {
-                let get = |e| Error::Database {
-                    context: "reading slots",
-                    source: e,
-                };
-                Ok(SlotHolder {
-                    slot: slot_index(row.try_get("slot").map_err(get)?).unwrap_or(0),
-                    node: parse("slots.holder", row.try_get("holder").map_err(get)?)?,
-                    acquired_at: row.try_get("acquired_at").map_err(get)?,
-                })
-            })
-            .collect()
+        rows.iter().map(slot_holder).collect()
     }
 
     async fn add_request(
@@ -461,22 +450,7 @@ impl Store for SqliteStore {
         .fetch_all(&self.pool)
         .await
         .context("reading backoff")?;
-        rows.iter()
-            .map(|row| {
-                let get = |e| Error::Database {
-                    context: "reading backoff",
-                    source: e,
-                };
-                let secs: i64 = row.try_get("last_interval_s").map_err(get)?;
-                Ok(BackoffRecord {
-                    node: parse("backoff.node", row.try_get("node").map_err(get)?)?,
-                    process: parse("backoff.process", row.try_get("process").map_err(get)?)?,
-                    until: row.try_get("until").map_err(get)?,
-                    last_interval: Duration::from_secs(u64::try_from(secs).unwrap_or(0)),
-                    cause: row.try_get("cause").map_err(get)?,
-                })
-            })
-            .collect()
+        rows.iter().map(backoff_record).collect()
     }
 
     async fn history(&self, filter: &HistoryFilter) -> Result<Vec<HistoryEntry>> {
@@ -494,24 +468,7 @@ impl Store for SqliteStore {
         .fetch_all(&self.pool)
         .await
         .context("reading history")?;
-        rows.iter()
-            .map(|row| {
-                let get = |e| Error::Database {
-                    context: "reading history",
-                    source: e,
-                };
-                Ok(HistoryEntry {
-                    id: row.try_get("id").map_err(get)?,
-                    node: parse("history.node", row.try_get("node").map_err(get)?)?,
-                    process: parse("history.process", row.try_get("process").map_err(get)?)?,
-                    event: parse("history.event", row.try_get("event").map_err(get)?)?,
-                    at: row.try_get("at").map_err(get)?,
-                    cause: row.try_get("cause").map_err(get)?,
-                    slot: slot_index(row.try_get("slot").map_err(get)?),
-                    released: row.try_get("released").map_err(get)?,
-                })
-            })
-            .collect()
+        rows.iter().map(history_entry).collect()
     }
 
     async fn unlock(&self, node: &NodeName, reason: &str) -> Result<NodeRecord> {

@@ -7,15 +7,13 @@ use std::time::Duration;
 use rota_core::{HistoryEvent, NodeName, NodeState, ProcedureSpec, Process};
 use sqlx::SqliteConnection;
 
-use super::rows::{
-    changes_before_turn, fetch_node, node_record, procedure_record, read_concurrency,
-    request_record, slot_index,
-};
+use super::queries::{changes_before_turn, fetch_node, read_concurrency};
 use crate::error::{Context, Error, Result};
 use crate::model::{
     Acquire, Blocked, Millis, NodeRecord, Outcome, ProcedureRecord, RequestRecord, RequestState,
     Session, Transition, WindowChange, now_millis,
 };
+use crate::rows::{node_record, procedure_record, request_record, slot_index};
 
 fn typed<T>(result: Result<T>) -> Result<T> {
     result

@@ -1,7 +1,5 @@
-//! Reading rows: how stored values map to the model, and the node and request queries the
-//! writes share.
+//! The node and request queries the writes share, and the outcome of a one-call write.
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use rota_core::{NodeName, NodeState, Process};
@@ -9,38 +7,8 @@ use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
 use crate::error::{Context, Error, Result};
-use crate::model::{
-    Blocked, Millis, NodeRecord, ProcedureRecord, RequestRecord, RequestState, Session,
-};
-
-pub(super) fn parse<T: FromStr>(column: &'static str, value: String) -> Result<T>
-where
-    T::Err: std::fmt::Display,
-{
-    value.parse().map_err(|e: T::Err| Error::Corrupt {
-        column,
-        reason: e.to_string(),
-        value,
-    })
-}
-
-pub(super) fn request_state(value: String) -> Result<RequestState> {
-    match value.as_str() {
-        "pending" => Ok(RequestState::Pending),
-        "active" => Ok(RequestState::Active),
-        "done" => Ok(RequestState::Done),
-        "canceled" => Ok(RequestState::Canceled),
-        _ => Err(Error::Corrupt {
-            column: "requests.state",
-            value,
-            reason: "expected pending, active, done or canceled".into(),
-        }),
-    }
-}
-
-pub(super) fn slot_index(value: Option<i64>) -> Option<u32> {
-    value.and_then(|v| u32::try_from(v).ok())
-}
+use crate::model::{Millis, NodeRecord, Session};
+use crate::rows::{NODE_COLUMNS, getter, node_record, parse};
 
 pub(super) fn millis(d: Duration) -> i64 {
     // Capped far below i64::MAX so that `now + ttl` cannot overflow in SQL.
@@ -49,69 +17,7 @@ pub(super) fn millis(d: Duration) -> i64 {
         .min(1 << 52)
 }
 
-pub(super) fn getter(context: &'static str) -> impl Fn(sqlx::Error) -> Error {
-    move |source| Error::Database { context, source }
-}
-
-pub(super) const NODE_COLUMNS: &str = "n.node, n.state, n.since, n.process, n.pre_cordoned, \
-    n.cordoned_by_rota, n.boot_id, n.reboot_started_at, n.reboot_deadline, n.last_reboot_at, \
-    n.queued_at, n.last_result, n.blocked_reason, n.blocked_since, s.slot";
-
-pub(super) fn node_record(row: &PgRow) -> Result<NodeRecord> {
-    let get = getter("reading a node");
-    Ok(NodeRecord {
-        node: parse("nodes.node", row.try_get("node").map_err(&get)?)?,
-        state: parse("nodes.state", row.try_get("state").map_err(&get)?)?,
-        since: row.try_get("since").map_err(&get)?,
-        process: row
-            .try_get::<Option<String>, _>("process")
-            .map_err(&get)?
-            .map(|p| parse("nodes.process", p))
-            .transpose()?,
-        slot: slot_index(row.try_get("slot").map_err(&get)?),
-        pre_cordoned: row.try_get("pre_cordoned").map_err(&get)?,
-        cordoned_by_rota: row.try_get("cordoned_by_rota").map_err(&get)?,
-        boot_id: row.try_get("boot_id").map_err(&get)?,
-        reboot_started_at: row.try_get("reboot_started_at").map_err(&get)?,
-        reboot_deadline: row.try_get("reboot_deadline").map_err(&get)?,
-        last_reboot_at: row.try_get("last_reboot_at").map_err(&get)?,
-        queued_at: row.try_get("queued_at").map_err(&get)?,
-        last_result: row.try_get("last_result").map_err(&get)?,
-        blocked: match row
-            .try_get::<Option<String>, _>("blocked_reason")
-            .map_err(&get)?
-        {
-            Some(reason) => Some(Blocked {
-                reason,
-                since: row
-                    .try_get::<Option<i64>, _>("blocked_since")
-                    .map_err(&get)?
-                    .unwrap_or_default(),
-            }),
-            None => None,
-        },
-    })
-}
-
 pub(super) const REQUEST_COLUMNS: &str = "id, node, process, source, created_at, state";
-
-pub(super) fn procedure_record(row: &PgRow) -> Result<ProcedureRecord> {
-    let get = getter("reading a procedure");
-    let json: String = row.try_get("spec").map_err(&get)?;
-    ProcedureRecord::from_stored(&json, row.try_get("submitted_at").map_err(&get)?)
-}
-
-pub(super) fn request_record(row: &PgRow) -> Result<RequestRecord> {
-    let get = getter("reading a request");
-    Ok(RequestRecord {
-        id: row.try_get("id").map_err(&get)?,
-        node: parse("requests.node", row.try_get("node").map_err(&get)?)?,
-        process: parse("requests.process", row.try_get("process").map_err(&get)?)?,
-        source: row.try_get("source").map_err(&get)?,
-        created_at: row.try_get("created_at").map_err(&get)?,
-        state: request_state(row.try_get("state").map_err(&get)?)?,
-    })
-}
 
 /// The request that stands for `process` on `node`: its open one, or for a procedure any one
 /// ever made (a procedure's request is made once per node).

@@ -1,0 +1,169 @@
+//! Reading rows of either SQL store: how stored values map to the model. The SQLite and
+//! PostgreSQL schemas give these columns the same names and kinds, so one decoder serves both.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::PgRow;
+use sqlx::sqlite::SqliteRow;
+use sqlx::{Decode, Postgres, Row, Sqlite, Type};
+
+use crate::error::{Error, Result};
+use crate::model::{
+    BackoffRecord, Blocked, HistoryEntry, NodeRecord, ProcedureRecord, RequestRecord, RequestState,
+    SlotHolder,
+};
+
+/// A value that both databases decode.
+pub(crate) trait Value:
+    for<'r> Decode<'r, Sqlite> + Type<Sqlite> + for<'r> Decode<'r, Postgres> + Type<Postgres>
+{
+}
+
+impl<T> Value for T where
+    T: for<'r> Decode<'r, Sqlite> + Type<Sqlite> + for<'r> Decode<'r, Postgres> + Type<Postgres>
+{
+}
+
+/// A row of either database, read by column name.
+pub(crate) trait SqlRow {
+    fn column<T: Value>(&self, name: &str) -> std::result::Result<T, sqlx::Error>;
+}
+
+impl SqlRow for PgRow {
+    fn column<T: Value>(&self, name: &str) -> std::result::Result<T, sqlx::Error> {
+        self.try_get(name)
+    }
+}
+
+impl SqlRow for SqliteRow {
+    fn column<T: Value>(&self, name: &str) -> std::result::Result<T, sqlx::Error> {
+        self.try_get(name)
+    }
+}
+
+pub(crate) fn parse<T: FromStr>(column: &'static str, value: String) -> Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    value.parse().map_err(|e: T::Err| Error::Corrupt {
+        column,
+        reason: e.to_string(),
+        value,
+    })
+}
+
+pub(crate) fn request_state(value: String) -> Result<RequestState> {
+    match value.as_str() {
+        "pending" => Ok(RequestState::Pending),
+        "active" => Ok(RequestState::Active),
+        "done" => Ok(RequestState::Done),
+        "canceled" => Ok(RequestState::Canceled),
+        _ => Err(Error::Corrupt {
+            column: "requests.state",
+            value,
+            reason: "expected pending, active, done or canceled".into(),
+        }),
+    }
+}
+
+pub(crate) fn slot_index(value: Option<i64>) -> Option<u32> {
+    value.and_then(|v| u32::try_from(v).ok())
+}
+
+pub(crate) fn getter(context: &'static str) -> impl Fn(sqlx::Error) -> Error {
+    move |source| Error::Database { context, source }
+}
+
+pub(crate) const NODE_COLUMNS: &str = "n.node, n.state, n.since, n.process, n.pre_cordoned, \
+    n.cordoned_by_rota, n.boot_id, n.reboot_started_at, n.reboot_deadline, n.last_reboot_at, \
+    n.queued_at, n.last_result, n.blocked_reason, n.blocked_since, s.slot";
+
+/// A node's row with its slot, as [`NODE_COLUMNS`] selects them.
+pub(crate) fn node_record(row: &impl SqlRow) -> Result<NodeRecord> {
+    let get = getter("reading a node");
+    Ok(NodeRecord {
+        node: parse("nodes.node", row.column("node").map_err(&get)?)?,
+        state: parse("nodes.state", row.column("state").map_err(&get)?)?,
+        since: row.column("since").map_err(&get)?,
+        process: row
+            .column::<Option<String>>("process")
+            .map_err(&get)?
+            .map(|p| parse("nodes.process", p))
+            .transpose()?,
+        slot: slot_index(row.column("slot").map_err(&get)?),
+        pre_cordoned: row.column("pre_cordoned").map_err(&get)?,
+        cordoned_by_rota: row.column("cordoned_by_rota").map_err(&get)?,
+        boot_id: row.column("boot_id").map_err(&get)?,
+        reboot_started_at: row.column("reboot_started_at").map_err(&get)?,
+        reboot_deadline: row.column("reboot_deadline").map_err(&get)?,
+        last_reboot_at: row.column("last_reboot_at").map_err(&get)?,
+        queued_at: row.column("queued_at").map_err(&get)?,
+        last_result: row.column("last_result").map_err(&get)?,
+        blocked: blocked(
+            row.column("blocked_reason").map_err(&get)?,
+            row.column("blocked_since").map_err(&get)?,
+        ),
+    })
+}
+
+/// A stored blocked reason: both columns are set together, or neither.
+fn blocked(reason: Option<String>, since: Option<i64>) -> Option<Blocked> {
+    Some(Blocked {
+        reason: reason?,
+        since: since.unwrap_or_default(),
+    })
+}
+
+pub(crate) fn request_record(row: &impl SqlRow) -> Result<RequestRecord> {
+    let get = getter("reading a request");
+    Ok(RequestRecord {
+        id: row.column("id").map_err(&get)?,
+        node: parse("requests.node", row.column("node").map_err(&get)?)?,
+        process: parse("requests.process", row.column("process").map_err(&get)?)?,
+        source: row.column("source").map_err(&get)?,
+        created_at: row.column("created_at").map_err(&get)?,
+        state: request_state(row.column("state").map_err(&get)?)?,
+    })
+}
+
+pub(crate) fn procedure_record(row: &impl SqlRow) -> Result<ProcedureRecord> {
+    let get = getter("reading a procedure");
+    let json: String = row.column("spec").map_err(&get)?;
+    ProcedureRecord::from_stored(&json, row.column("submitted_at").map_err(&get)?)
+}
+
+pub(crate) fn slot_holder(row: &impl SqlRow) -> Result<SlotHolder> {
+    let get = getter("reading slots");
+    Ok(SlotHolder {
+        slot: slot_index(row.column("slot").map_err(&get)?).unwrap_or(0),
+        node: parse("slots.holder", row.column("holder").map_err(&get)?)?,
+        acquired_at: row.column("acquired_at").map_err(&get)?,
+    })
+}
+
+pub(crate) fn backoff_record(row: &impl SqlRow) -> Result<BackoffRecord> {
+    let get = getter("reading backoff");
+    let secs: i64 = row.column("last_interval_s").map_err(&get)?;
+    Ok(BackoffRecord {
+        node: parse("backoff.node", row.column("node").map_err(&get)?)?,
+        process: parse("backoff.process", row.column("process").map_err(&get)?)?,
+        until: row.column("until").map_err(&get)?,
+        last_interval: Duration::from_secs(u64::try_from(secs).unwrap_or(0)),
+        cause: row.column("cause").map_err(&get)?,
+    })
+}
+
+pub(crate) fn history_entry(row: &impl SqlRow) -> Result<HistoryEntry> {
+    let get = getter("reading history");
+    Ok(HistoryEntry {
+        id: row.column("id").map_err(&get)?,
+        node: parse("history.node", row.column("node").map_err(&get)?)?,
+        process: parse("history.process", row.column("process").map_err(&get)?)?,
+        event: parse("history.event", row.column("event").map_err(&get)?)?,
+        at: row.column("at").map_err(&get)?,
+        cause: row.column("cause").map_err(&get)?,
+        slot: slot_index(row.column("slot").map_err(&get)?),
+        released: row.column("released").map_err(&get)?,
+    })
+}
