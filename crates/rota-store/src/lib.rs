@@ -1,5 +1,15 @@
 //! rota's state: the [`Store`] trait, the embedded SQLite store, the PostgreSQL store for
 //! bare-metal fleets, and the conformance suite that every store must pass (design.md §7).
+//!
+//! - `store`: the [`Store`] trait, what every substrate offers the agent and the operator.
+//! - `model`: the records a store reads and writes, and the changes an agent asks for.
+//! - `error`: the store's [`Error`], fencing and conflicts among them.
+//! - `url`: [`StoreUrl`], which names a store and opens it.
+//! - `sqlite`: [`SqliteStore`], one file shared by every agent on a host.
+//! - `postgres`: [`PostgresStore`], one database shared by every host's agent.
+//! - `rows`: how the rows of both SQL stores map to the model.
+//! - `retry_pauses`: [`RetryPauses`], the waits before asking an unavailable store again.
+//! - `conformance`: the suite every store must pass, behind the feature `conformance`.
 
 mod error;
 mod model;
