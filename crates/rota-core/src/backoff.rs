@@ -1,4 +1,4 @@
-//! Exponential backoff after failed work (design.md §6, Monogon BMDB's formula).
+//! Exponential backoff after failed work (docs/design.md §6, Monogon BMDB's formula).
 
 use std::time::Duration;
 
@@ -48,7 +48,7 @@ impl BackoffPolicy {
         exponent: 2.0,
     };
 
-    /// The policy with design.md §6's normalisation applied: an exponent below 1 (or NaN)
+    /// The policy with docs/design.md §6's normalisation applied: an exponent below 1 (or NaN)
     /// becomes 1, an initial wait below 1 s becomes 1 s, and a maximum below the initial wait
     /// becomes the initial wait. Both durations are also rounded up to whole seconds, because
     /// backoff is stored and computed in whole seconds.

@@ -1,6 +1,6 @@
 //! A pure model of `concurrency` slots shared by many nodes, each following its [`Lifecycle`].
 //!
-//! Used by property tests of the safety invariants (design.md §4) and by `rota simulate`'s
+//! Used by property tests of the safety invariants (docs/design.md §4) and by `rota simulate`'s
 //! bookkeeping; the stores enforce the same slot limit against real substrates.
 
 use crate::lifecycle::{Effect, Event, Lifecycle, NodeState, TransitionError};

@@ -1,6 +1,6 @@
 //! The pure core of rota: no I/O, no async, no clock reads (time is passed in as values).
 //!
-//! The vocabulary and rules come from the project's design guide (`design.md`):
+//! The vocabulary and rules come from the project's design guide (`docs/design.md`):
 //! - [`priority`]: two-digit procedure priorities, lower is more important (§2, §5);
 //! - [`names`]: node names, processes (`reboot`, `maintenance`, `mop/<name>`) and history
 //!   events (§2);

@@ -1,9 +1,9 @@
-//! The node lifecycle of design.md §3 as a pure state machine.
+//! The node lifecycle of docs/design.md §3 as a pure state machine.
 //!
 //! [`Lifecycle::apply`] maps a state and an event to the next state and the effects the caller
-//! must carry out (cordon, release the slot, record history, back off). Every pair not listed in
-//! design.md §3 is an error, never a silent no-op, so a caller that lost track of the state finds
-//! out at once.
+//! must carry out (cordon, release the slot, record history, back off). Every pair not listed
+//! in docs/design.md §3 is an error, never a silent no-op, so a caller that lost track of the
+//! state finds out at once.
 
 use std::fmt;
 use std::str::FromStr;
@@ -386,7 +386,7 @@ mod tests {
         effects
     }
 
-    /// The table of design.md §3, written out independently of `apply`.
+    /// The table of docs/design.md §3, written out independently of `apply`.
     fn expected(state: NodeState, event: &Event, by_rota: bool) -> Expected {
         let fail = Some((S::Failed, vec![E::RecordFailed, E::BackOff]));
         match (state, event) {

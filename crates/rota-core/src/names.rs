@@ -1,4 +1,4 @@
-//! Validated names from the vocabulary of design.md §2: nodes, processes and history events.
+//! Validated names from the vocabulary of docs/design.md §2: nodes, processes and history events.
 
 use std::fmt;
 use std::str::FromStr;
@@ -106,7 +106,7 @@ impl AsRef<str> for NodeName {
     }
 }
 
-/// The kind of work (design.md §2); each process has its own backoff policy.
+/// The kind of work (docs/design.md §2); each process has its own backoff policy.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum Process {
@@ -188,7 +188,7 @@ impl From<Process> for String {
     }
 }
 
-/// One entry kind of the append-only history (design.md §2).
+/// One entry kind of the append-only history (docs/design.md §2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum HistoryEvent {

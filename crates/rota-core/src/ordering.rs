@@ -1,4 +1,4 @@
-//! The per-node procedure priority rule (design.md §5).
+//! The per-node procedure priority rule (docs/design.md §5).
 //!
 //! Procedure P may start when no other procedure Q on the node, running or waiting, has
 //! `Q.priority < P.priority`, or `Q.priority == P.priority` and Q arrived first. A more important
@@ -32,8 +32,8 @@ impl ProcedureEntry {
 /// Whether procedures may overlap on one node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Overlap {
-    /// The rule of design.md §5: a more important procedure starts even while a less important
-    /// one runs.
+    /// The rule of docs/design.md §5: a more important procedure starts even while a less
+    /// important one runs.
     #[default]
     Allowed,
     /// Never more than one procedure runs at a time on the node.

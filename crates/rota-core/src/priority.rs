@@ -1,4 +1,4 @@
-//! Procedure priorities (design.md §2 and §5).
+//! Procedure priorities (docs/design.md §2 and §5).
 //!
 //! A priority is a two-digit value `00..99` following the systemd convention: the **lower**
 //! value is the **more important** one, and the default is `99`.

@@ -1,4 +1,4 @@
-//! Maintenance procedures (MOPs, design.md §2 and §5): what a procedure is, which nodes it
+//! Maintenance procedures (MOPs, docs/design.md §2 and §5): what a procedure is, which nodes it
 //! applies to, and whether a script is the one its author pinned.
 //!
 //! The serialized form (camelCase JSON) is the one stored by the SQL stores and the `spec` of
@@ -125,7 +125,7 @@ fn default_timeout() -> Duration {
 }
 
 impl ProcedureSpec {
-    /// A procedure with the defaults of design.md: priority 99, drain, no reboot.
+    /// A procedure with the defaults of docs/design.md: priority 99, drain, no reboot.
     pub fn new(name: impl Into<String>, script: impl Into<String>) -> ProcedureSpec {
         ProcedureSpec {
             name: name.into(),

@@ -1,4 +1,4 @@
-//! rota's node actions in a Kubernetes cluster (design.md §3): cordon, drain through the
+//! rota's node actions in a Kubernetes cluster (docs/design.md §3): cordon, drain through the
 //! Eviction API with kubectl's safety rules, uncordon, and [`KubeActions`], which gives them to
 //! the agent together with the reboot and health commands.
 

@@ -1,5 +1,5 @@
 //! rota's state: the [`Store`] trait, the embedded SQLite store, the PostgreSQL store for
-//! bare-metal fleets, and the conformance suite that every store must pass (design.md §7).
+//! bare-metal fleets, and the conformance suite that every store must pass (docs/design.md §7).
 //!
 //! - `store`: the [`Store`] trait, what every substrate offers the agent and the operator.
 //! - `model`: the records a store reads and writes, and the changes an agent asks for.

@@ -1,5 +1,6 @@
-//! The window's procedures (MOPs), run by the priority rule of design.md §5: starting the ones
-//! the rule clears, recording each attempt's end, failing a request whose procedure is gone.
+//! The window's procedures (MOPs), run by the priority rule of docs/design.md §5: starting the
+//! ones the rule clears, recording each attempt's end, failing a request whose procedure is
+//! gone.
 
 use rota_core::{ProcedureEntry, Process};
 use rota_store::{NodeRecord, Outcome, ProcedureRecord, RequestRecord};
@@ -12,7 +13,7 @@ use crate::observer::WorkOutcome;
 use crate::procedures::{ORPHAN_POLL, RunState, attempt_run};
 
 impl Agent {
-    /// One step of the window's procedures, by the priority rule of design.md §5: records an
+    /// One step of the window's procedures, by the priority rule of docs/design.md §5: records an
     /// attempt that ended, starts the procedures the rule clears, or waits for a change.
     pub(super) async fn run_procedures(
         &self,

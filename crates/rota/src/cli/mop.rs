@@ -26,7 +26,7 @@ pub struct MopSubmitArgs {
     /// The procedure's name, a DNS-1123 label; its process is mop/<NAME>.
     #[arg(long, value_name = "NAME")]
     pub name: String,
-    /// 00..99; lower runs first and may overlap less important ones (design.md §5).
+    /// 00..99; lower runs first and may overlap less important ones (docs/design.md §5).
     #[arg(long, value_name = "PP", default_value = "99", value_parser = priority, allow_hyphen_values = true)]
     pub priority: Priority,
     /// The script, run with `sh -s` on the host (`-` reads stdin).
