@@ -8,14 +8,10 @@
 //! - [`procedure`]: maintenance procedures, their node selectors and checksum pins (§5);
 //! - [`backoff`]: BMDB's exponential backoff formula (§6);
 //! - [`lifecycle`]: the node lifecycle state machine and its effects (§3);
-//! - [`fleet`]: a model of `concurrency` slots shared by many nodes, for checking the safety
-//!   invariants of §4;
 //! - [`window`]: maintenance windows, the days and hours in which new maintenance may start
 //!   (§2).
 
 pub mod backoff;
-pub mod error;
-pub mod fleet;
 pub mod lifecycle;
 pub mod names;
 pub mod ordering;
@@ -24,8 +20,6 @@ pub mod procedure;
 pub mod window;
 
 pub use backoff::BackoffPolicy;
-pub use error::Error;
-pub use fleet::{Fleet, FleetError};
 pub use lifecycle::{Effect, Event, Lifecycle, NodeState, NodeStateError, TransitionError};
 pub use names::{HistoryEvent, NameError, NodeName, Process};
 pub use ordering::{Overlap, ProcedureEntry, may_start, startable, startable_with};
