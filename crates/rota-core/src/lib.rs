@@ -22,7 +22,7 @@ pub mod window;
 pub use backoff::BackoffPolicy;
 pub use lifecycle::{Effect, Event, Lifecycle, NodeState, NodeStateError, TransitionError};
 pub use names::{HistoryEvent, NameError, NodeName, Process};
-pub use ordering::{Overlap, ProcedureEntry, may_start, startable, startable_with};
+pub use ordering::{ProcedureEntry, may_start, startable};
 pub use priority::{Priority, PriorityError};
 pub use procedure::{BackoffSpec, ConfigMapKey, ProcedureError, ProcedureSpec, sha256_hex};
 pub use window::{MaintenanceWindow, MaintenanceWindows, WindowError, WindowProblem};

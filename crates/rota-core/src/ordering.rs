@@ -19,6 +19,9 @@ pub struct ProcedureEntry {
     pub arrival: u64,
     /// Whether the procedure is running (otherwise it is waiting).
     pub running: bool,
+    /// Never overlaps another procedure on the node: it starts only when nothing runs, and
+    /// nothing starts while it runs.
+    pub exclusive: bool,
 }
 
 impl ProcedureEntry {
@@ -27,17 +30,6 @@ impl ProcedureEntry {
     fn rank(&self) -> (Priority, u64, u64) {
         (self.priority, self.arrival, self.id)
     }
-}
-
-/// Whether procedures may overlap on one node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Overlap {
-    /// The rule of docs/design.md §5: a more important procedure starts even while a less
-    /// important one runs.
-    #[default]
-    Allowed,
-    /// Never more than one procedure runs at a time on the node.
-    Exclusive,
 }
 
 /// Whether `candidate` may start now given the `others` on its node (running or waiting). An
@@ -49,29 +41,27 @@ pub fn may_start(candidate: &ProcedureEntry, others: &[ProcedureEntry]) -> bool 
         .all(|other| other.rank() > candidate.rank())
 }
 
-/// Ids of the waiting entries that may start now, most important first.
+/// Ids of the waiting entries that may start now, most important first. An exclusive entry
+/// starts only if nothing runs and nothing was cleared before it; while one runs, or once one
+/// is cleared, nothing else is.
 pub fn startable(entries: &[ProcedureEntry]) -> Vec<u64> {
     let mut ready: Vec<&ProcedureEntry> = entries
         .iter()
         .filter(|entry| !entry.running && may_start(entry, entries))
         .collect();
     ready.sort_by_key(|entry| entry.rank());
-    ready.into_iter().map(|entry| entry.id).collect()
-}
-
-/// Like [`startable`], but with [`Overlap::Exclusive`] nothing starts while anything runs and at
-/// most the single best waiting entry starts otherwise.
-pub fn startable_with(entries: &[ProcedureEntry], overlap: Overlap) -> Vec<u64> {
-    match overlap {
-        Overlap::Allowed => startable(entries),
-        Overlap::Exclusive => {
-            if entries.iter().any(|entry| entry.running) {
-                Vec::new()
-            } else {
-                startable(entries).into_iter().take(1).collect()
-            }
+    let mut anything_running = entries.iter().any(|entry| entry.running);
+    let mut exclusive_running = entries.iter().any(|entry| entry.running && entry.exclusive);
+    let mut cleared = Vec::new();
+    for entry in ready {
+        if exclusive_running || (entry.exclusive && anything_running) {
+            continue;
         }
+        anything_running = true;
+        exclusive_running |= entry.exclusive;
+        cleared.push(entry.id);
     }
+    cleared
 }
 
 #[cfg(test)]
@@ -90,6 +80,14 @@ mod tests {
             priority: prio(priority),
             arrival,
             running,
+            exclusive: false,
+        }
+    }
+
+    fn exclusive(entry: ProcedureEntry) -> ProcedureEntry {
+        ProcedureEntry {
+            exclusive: true,
+            ..entry
         }
     }
 
@@ -164,11 +162,33 @@ mod tests {
     #[test]
     fn exclusive_never_overlaps() {
         let entries = [entry(1, 99, 0, true), entry(2, 0, 1, false)];
-        assert_eq!(startable_with(&entries, Overlap::Allowed), vec![2]);
-        assert!(startable_with(&entries, Overlap::Exclusive).is_empty());
-        let waiting = [entry(1, 99, 0, false), entry(2, 0, 1, false)];
-        assert_eq!(startable_with(&waiting, Overlap::Exclusive), vec![2]);
-        assert!(startable_with(&[], Overlap::Exclusive).is_empty());
+        assert_eq!(startable(&entries), vec![2]);
+        let all_exclusive = entries.map(exclusive);
+        assert!(startable(&all_exclusive).is_empty());
+        let waiting = [entry(1, 99, 0, false), entry(2, 0, 1, false)].map(exclusive);
+        assert_eq!(startable(&waiting), vec![2]);
+        assert!(startable(&[]).is_empty());
+    }
+
+    #[test]
+    fn an_exclusive_procedure_waits_for_any_running_and_holds_every_other() {
+        let beside_running = [entry(1, 99, 0, true), exclusive(entry(2, 0, 1, false))];
+        assert!(
+            startable(&beside_running).is_empty(),
+            "waits for a running one"
+        );
+        let running_exclusive = [exclusive(entry(1, 99, 0, true)), entry(2, 0, 1, false)];
+        assert!(
+            startable(&running_exclusive).is_empty(),
+            "holds a more important one"
+        );
+        let alone_and_first = [exclusive(entry(1, 0, 0, false)), entry(2, 50, 1, true)];
+        assert!(
+            startable(&alone_and_first).is_empty(),
+            "waits for a less important one"
+        );
+        let exclusive_first = [exclusive(entry(1, 0, 0, false)), entry(2, 0, 1, false)];
+        assert_eq!(startable(&exclusive_first), vec![1]);
     }
 
     fn arb_entry() -> impl Strategy<Value = ProcedureEntry> {
@@ -180,7 +200,8 @@ mod tests {
     /// by index), or the node starts whatever the rule clears.
     #[derive(Debug, Clone)]
     enum Step {
-        Arrive(u8),
+        /// A procedure of this priority arrives; exclusive if the flag says so.
+        Arrive(u8, bool),
         Finish(usize),
         Start,
     }
@@ -188,7 +209,7 @@ mod tests {
     fn arb_step() -> impl Strategy<Value = Step> {
         prop_oneof![
             // Few distinct priorities so that equal priorities meet often.
-            (0_u8..4).prop_map(|p| Step::Arrive(p * 33)),
+            (0_u8..4, prop::bool::weighted(0.2)).prop_map(|(p, alone)| Step::Arrive(p * 33, alone)),
             any::<usize>().prop_map(Step::Finish),
             Just(Step::Start),
         ]
@@ -216,14 +237,14 @@ mod tests {
             steps in prop::collection::vec(arb_step(), 0..200),
             exclusive in any::<bool>(),
         ) {
-            let overlap = if exclusive { Overlap::Exclusive } else { Overlap::Allowed };
             let mut entries: Vec<ProcedureEntry> = Vec::new();
             let mut next_id = 0_u64;
             let mut last_started: HashMap<Priority, u64> = HashMap::new();
             for step in steps {
                 match step {
-                    Step::Arrive(p) => {
-                        entries.push(entry(next_id, p, next_id, false));
+                    Step::Arrive(p, alone) => {
+                        let arrived = entry(next_id, p, next_id, false);
+                        entries.push(ProcedureEntry { exclusive: exclusive || alone, ..arrived });
                         next_id += 1;
                     }
                     Step::Finish(pick) => {
@@ -235,7 +256,7 @@ mod tests {
                         }
                     }
                     Step::Start => {
-                        let ready = startable_with(&entries, overlap);
+                        let ready = startable(&entries);
                         for id in &ready {
                             let Some(started) = entries.iter().find(|e| e.id == *id).copied()
                             else {
@@ -267,8 +288,12 @@ mod tests {
                     *running_per_priority.entry(e.priority).or_default() += 1;
                 }
                 prop_assert!(running_per_priority.values().all(|n| *n <= 1));
+                let running = entries.iter().filter(|e| e.running).count();
+                if entries.iter().any(|e| e.running && e.exclusive) {
+                    prop_assert!(running <= 1, "an exclusive procedure overlapped: {entries:?}");
+                }
                 if exclusive {
-                    prop_assert!(entries.iter().filter(|e| e.running).count() <= 1);
+                    prop_assert!(running <= 1);
                 }
             }
         }

@@ -25,7 +25,6 @@ impl Agent {
         let mut entries = Vec::new();
         let mut ready = Vec::new();
         let mut orphans = false;
-        let mut exclusive_running = false;
         for request in requests {
             let Process::Mop(name) = &request.process else {
                 continue;
@@ -43,7 +42,6 @@ impl Agent {
                 Some(attempt) => match attempt.state {
                     RunState::Running => {
                         orphans |= running.runner.is_orphan(&attempt.run);
-                        exclusive_running |= procedure.spec.exclusive;
                         entries.push(entry(request, procedure, true));
                         continue;
                     }
@@ -88,9 +86,6 @@ impl Agent {
                 continue;
             };
             let spec = &procedure.spec;
-            if exclusive_running || (spec.exclusive && anything_running) {
-                continue;
-            }
             let Some(script) = &procedure.script else {
                 let cause = format!(
                     "the script of procedure {} could not be read (its ConfigMap or key is missing)",
@@ -120,7 +115,6 @@ impl Agent {
             running.runner.start(run, spec, script)?;
             info!(node = %self.config.node, procedure = spec.name, priority = %spec.priority, run, "procedure started");
             anything_running = true;
-            exclusive_running |= spec.exclusive;
             started = true;
         }
         if started {
@@ -209,5 +203,6 @@ fn entry(request: &RequestRecord, procedure: &ProcedureRecord, running: bool) ->
         priority: procedure.spec.priority,
         arrival: id,
         running,
+        exclusive: procedure.spec.exclusive,
     }
 }
