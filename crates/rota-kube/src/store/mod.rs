@@ -33,6 +33,11 @@ use crate::queue_labels;
 use crate::slots::{self, SLOT_LABEL};
 use crate::status;
 
+mod queue;
+
+pub(crate) use queue::Waiter;
+use queue::{changes_before_turn, waiters_ahead};
+
 const ROTA_NODES: &str = "rotanodes.rota.dev";
 const LEASES: &str = "leases.coordination.k8s.io";
 const CONFIG_MAPS: &str = "configmaps";
@@ -1213,43 +1218,6 @@ fn parse_config(key: &'static str, value: Option<&str>) -> Result<Option<u32>> {
         .transpose()
 }
 
-/// A queued node as the queue sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Waiter {
-    pub node: String,
-    pub queued_at: Millis,
-    pub alive: bool,
-    pub holds_slot: bool,
-}
-
-/// How many live waiters are ahead of `me`, queued at `mine`, in the queue.
-pub(crate) fn waiters_ahead(me: &str, mine: Millis, waiters: &[Waiter], now: Millis) -> usize {
-    waiters
-        .iter()
-        .filter(|w| w.node != me && w.alive && !w.holds_slot && w.queued_at <= now)
-        .filter(|w| (w.queued_at, w.node.as_str()) < (mine, me))
-        .count()
-}
-
-/// How many wake-ups must happen at least before `me` (queued at `queued_at`) can take a slot,
-/// as the SQLite store counts them: 0 when fewer live waiters are ahead of it than slots are
-/// free; a node not queued or still in backoff waits for its own timer, counted as one.
-pub(crate) fn changes_before_turn(
-    me: &str,
-    queued_at: Option<Millis>,
-    waiters: &[Waiter],
-    concurrency: u32,
-    held: usize,
-    now: Millis,
-) -> u64 {
-    let Some(mine) = queued_at.filter(|q| *q <= now) else {
-        return 1;
-    };
-    let ahead = i64::try_from(waiters_ahead(me, mine, waiters, now)).unwrap_or(i64::MAX);
-    let free = i64::from(concurrency) - i64::try_from(held).unwrap_or(i64::MAX);
-    u64::try_from(ahead - free + 1).unwrap_or(0)
-}
-
 fn transition_event(transition: &Transition, node: &NodeName) -> (EventType, &'static str, String) {
     let failed = matches!(transition.window, WindowChange::Fail { .. })
         || transition.to == NodeState::Failed;
@@ -2113,84 +2081,5 @@ impl Store for KubeStore {
 
     fn changes(&self) -> watch::Receiver<u64> {
         self.inner.changes.subscribe()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const NOW: Millis = 1_800_000_000_000;
-
-    fn waiter(node: &str, queued_at: Millis) -> Waiter {
-        Waiter {
-            node: node.into(),
-            queued_at,
-            alive: true,
-            holds_slot: false,
-        }
-    }
-
-    #[test]
-    fn the_front_of_the_queue_takes_a_free_slot() {
-        let waiters = [
-            waiter("a", NOW - 3),
-            waiter("b", NOW - 2),
-            waiter("c", NOW - 1),
-        ];
-        let turn = |me, q| changes_before_turn(me, Some(q), &waiters, 1, 0, NOW);
-        assert_eq!(turn("a", NOW - 3), 0);
-        assert_eq!(turn("b", NOW - 2), 1);
-        assert_eq!(turn("c", NOW - 1), 2);
-    }
-
-    #[test]
-    fn dead_waiters_and_holders_do_not_hold_the_queue_up() {
-        let mut dead = waiter("a", NOW - 3);
-        dead.alive = false;
-        let mut holder = waiter("b", NOW - 2);
-        holder.holds_slot = true;
-        let waiters = [dead, holder, waiter("c", NOW - 1)];
-        assert_eq!(
-            changes_before_turn("c", Some(NOW - 1), &waiters, 2, 1, NOW),
-            0
-        );
-        assert_eq!(
-            changes_before_turn("c", Some(NOW - 1), &waiters, 1, 1, NOW),
-            1,
-            "no free slot: wait for one release"
-        );
-    }
-
-    #[test]
-    fn waiters_at_the_front_each_have_their_own_place() {
-        let waiters = [
-            waiter("a", NOW - 3),
-            waiter("b", NOW - 2),
-            waiter("c", NOW - 1),
-        ];
-        let places: Vec<usize> = waiters
-            .iter()
-            .map(|w| waiters_ahead(&w.node, w.queued_at, &waiters, NOW))
-            .collect();
-        assert_eq!(places, [0, 1, 2]);
-    }
-
-    #[test]
-    fn equal_times_go_by_name_and_backoff_waits_for_its_timer() {
-        let waiters = [waiter("a", NOW - 1), waiter("b", NOW - 1)];
-        assert_eq!(
-            changes_before_turn("b", Some(NOW - 1), &waiters, 1, 0, NOW),
-            1
-        );
-        assert_eq!(
-            changes_before_turn("a", Some(NOW - 1), &waiters, 1, 0, NOW),
-            0
-        );
-        assert_eq!(
-            changes_before_turn("d", Some(NOW + 60_000), &waiters, 1, 0, NOW),
-            1
-        );
-        assert_eq!(changes_before_turn("d", None, &waiters, 1, 0, NOW), 1);
     }
 }
