@@ -1,0 +1,169 @@
+//! Settings in the ConfigMap `rota-config`: its keys, reading it (from its watch when that
+//! has listed it), compare-and-swap writes of one key, and waking idle agents through it.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::PostParams;
+use rota_core::NodeName;
+use rota_store::{Error, Result, now_millis};
+use tracing::warn;
+
+use super::{CONFIG_MAPS, KubeStore, jitter};
+use crate::config_view;
+use crate::error::{Context, KubeError, is_conflict};
+
+/// The ConfigMap holding the concurrency and the node tag counter.
+pub const CONFIG_MAP: &str = "rota-config";
+
+/// The rota-config key that holds the fleet's pause (empty: none).
+pub(crate) const PAUSED_KEY: &str = "paused";
+
+/// The rota-config key that holds when the fleet was last resumed (the start of the rollout).
+pub(crate) const RESUMED_KEY: &str = "resumedAt";
+
+pub(crate) const CONCURRENCY_KEY: &str = "concurrency";
+
+/// An operator's latest change that an idle agent must act on (see `wake_agents`).
+pub(crate) const WAKE_KEY: &str = "wake";
+
+/// Attempts at `rota-config`, which every new node writes once.
+const CONFIG_ATTEMPTS: u32 = 64;
+
+impl KubeStore {
+    /// `rota-config` from its watch, or read now while the watch has not listed it (or failed
+    /// since). The pause before a disruptive step and the concurrency at a look at the queue
+    /// come from here: a change reaches them when its event arrives, milliseconds after the
+    /// write, as a read would have found it a moment later.
+    pub(super) async fn config_map(&self) -> Result<Option<ConfigMap>> {
+        match self.inner.settings.current(CONFIG_MAP) {
+            Some(map) => Ok(map),
+            None => self.read_config_map().await,
+        }
+    }
+
+    async fn read_config_map(&self) -> Result<Option<ConfigMap>> {
+        let map = self.inner.config_maps.get_opt(CONFIG_MAP).await.context(
+            "get",
+            CONFIG_MAPS,
+            self.lease_path(CONFIG_MAP),
+        )?;
+        if let Some(map) = &map {
+            self.inner.settings.observe(map);
+        }
+        Ok(map)
+    }
+
+    /// Changes one key of `rota-config` with a compare-and-swap; `change` gets the current
+    /// value and returns the new one and what to return. Every new node takes a tag here, and
+    /// a DaemonSet rollout starts them all at once: a lost race waits a random while (growing
+    /// with the attempts) so that they spread out instead of colliding again.
+    pub(super) async fn update_config<T>(
+        &self,
+        key: &str,
+        mut change: impl FnMut(Option<&str>) -> Result<(String, T)>,
+    ) -> Result<T> {
+        let path = self.lease_path(CONFIG_MAP);
+        for attempt in 0..CONFIG_ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(jitter(attempt)).await;
+            }
+            // A lost compare-and-swap means the view is behind: read the ConfigMap itself.
+            let existing = if attempt == 0 {
+                self.config_map().await?
+            } else {
+                self.read_config_map().await?
+            };
+            let current = existing
+                .as_ref()
+                .and_then(|c| c.data.as_ref())
+                .and_then(|d| d.get(key))
+                .map(String::as_str);
+            let (value, result) = change(current)?;
+            let written = match existing {
+                Some(mut map) => {
+                    map.data
+                        .get_or_insert_with(BTreeMap::new)
+                        .insert(key.into(), value);
+                    self.inner
+                        .config_maps
+                        .replace(CONFIG_MAP, &PostParams::default(), &map)
+                        .await
+                }
+                None => {
+                    let map = ConfigMap {
+                        metadata: ObjectMeta {
+                            name: Some(CONFIG_MAP.into()),
+                            ..ObjectMeta::default()
+                        },
+                        data: Some(BTreeMap::from([(key.into(), value)])),
+                        ..ConfigMap::default()
+                    };
+                    self.inner
+                        .config_maps
+                        .create(&PostParams::default(), &map)
+                        .await
+                }
+            };
+            match written {
+                // What this handle wrote is what its next look must see, and a new setting
+                // wakes this process's waiters at once, before the watch echoes it.
+                Ok(map) => {
+                    self.inner.settings.observe(&map);
+                    return Ok(result);
+                }
+                Err(e) if is_conflict(&e) => {}
+                Err(e) => return Err(e).context("write", CONFIG_MAPS, path),
+            }
+        }
+        Err(KubeError::Contended {
+            resource: CONFIG_MAPS,
+            name: path,
+            attempts: CONFIG_ATTEMPTS,
+        }
+        .into())
+    }
+
+    /// Tells the idle agent of `node` (of every node: `None`) that an operator changed what
+    /// it has to do, through the ConfigMap every agent watches: without this, an idle agent
+    /// would see it at its next `--procedure-poll`. Best effort: the change is already
+    /// written, and the poll still finds it.
+    pub(super) async fn wake_agents(&self, node: Option<&NodeName>) {
+        let value = config_view::wake_value(now_millis(), node.map(NodeName::as_str));
+        if let Err(e) = self
+            .update_config(WAKE_KEY, |_| Ok((value.clone(), ())))
+            .await
+        {
+            warn!(error = %e, "could not wake the agents; they see the change at their next procedure poll");
+        }
+    }
+
+    /// The concurrency for a look at the queue (see `config_map`).
+    pub(super) async fn read_concurrency(&self) -> Result<u32> {
+        let map = self.config_map().await?;
+        Ok(concurrency_of(map.as_ref())?.unwrap_or(1))
+    }
+}
+
+pub(super) fn concurrency_of(map: Option<&ConfigMap>) -> Result<Option<u32>> {
+    let value = map
+        .and_then(|c| c.data.as_ref())
+        .and_then(|d| d.get(CONCURRENCY_KEY))
+        .map(String::as_str);
+    parse_config("rota-config.data.concurrency", value)
+}
+
+pub(super) fn parse_config(key: &'static str, value: Option<&str>) -> Result<Option<u32>> {
+    value
+        .map(|v| {
+            v.trim()
+                .parse()
+                .map_err(|e: std::num::ParseIntError| Error::Corrupt {
+                    column: key,
+                    value: v.into(),
+                    reason: e.to_string(),
+                })
+        })
+        .transpose()
+}
