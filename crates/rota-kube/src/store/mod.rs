@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference};
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{ListParams, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::{Api, Client};
 use rota_core::{NodeName, NodeState, ProcedureSpec, Process};
 use rota_store::{
@@ -32,10 +32,12 @@ use crate::queue_labels;
 use crate::slots::{self, SLOT_LABEL};
 use crate::status;
 
+mod events;
 mod queue;
 mod settings;
 mod tags;
 
+use events::{outcome_event, transition_event};
 pub(crate) use queue::Waiter;
 use queue::{changes_before_turn, waiters_ahead};
 pub use settings::CONFIG_MAP;
@@ -791,32 +793,6 @@ impl KubeStore {
         }
     }
 
-    /// An Event on the node's Node object, sent in the background: it stays off the path of
-    /// the step that caused it, and a node's maintenance does not stop because its Event could
-    /// not be written.
-    fn emit(&self, node: &NodeName, type_: EventType, reason: &'static str, note: String) {
-        let reference = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(node.as_str().into()),
-            ..ObjectReference::default()
-        };
-        let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: "Maintenance".into(),
-            secondary: None,
-        };
-        let recorder = self.inner.recorder.clone();
-        let node = node.clone();
-        tokio::spawn(async move {
-            if let Err(e) = recorder.publish(&event, &reference).await {
-                warn!(node = %node, error = %e, reason, "could not record an Event on the Node");
-            }
-        });
-    }
-
     fn cached_wait(&self, session: &Session, counter: u64, now: Millis) -> Option<u64> {
         let waits = self.inner.waits.lock().unwrap_or_else(|e| e.into_inner());
         waits
@@ -948,39 +924,6 @@ fn held_by<'a>(leases: &'a [Lease], node: &NodeName) -> Option<&'a Lease> {
         .iter()
         .filter(|l| slots::slot_of(l).is_some())
         .find(|l| slots::holder(l) == Some(node.as_str()))
-}
-
-fn transition_event(transition: &Transition, node: &NodeName) -> (EventType, &'static str, String) {
-    let failed = matches!(transition.window, WindowChange::Fail { .. })
-        || transition.to == NodeState::Failed;
-    let type_ = if failed {
-        EventType::Warning
-    } else {
-        EventType::Normal
-    };
-    let reason = match (&transition.window, transition.to) {
-        (WindowChange::Open, _) => "SlotAcquired",
-        (WindowChange::Finish, _) => "MaintenanceFinished",
-        (WindowChange::Fail { .. }, _) => "MaintenanceFailed",
-        (WindowChange::Cancel { .. }, _) => "MaintenanceCanceled",
-        (WindowChange::Postpone { .. }, _) => "MaintenancePostponed",
-        (_, NodeState::Idle) => "Idle",
-        (_, NodeState::Queued) => "Queued",
-        (_, NodeState::Draining) => "Draining",
-        (_, NodeState::Maintaining) => "Maintaining",
-        (_, NodeState::Rebooting) => "Rebooting",
-        (_, NodeState::Verifying) => "Verifying",
-        (_, NodeState::Failed) => "Failed",
-    };
-    let mut note = format!("rota: node {node} {} → {}", transition.from, transition.to);
-    match &transition.window {
-        WindowChange::Fail { cause, .. } => note.push_str(&format!(": {cause}")),
-        WindowChange::Cancel { reason } | WindowChange::Postpone { reason } => {
-            note.push_str(&format!(": {reason}"));
-        }
-        _ => {}
-    }
-    (type_, reason, note)
 }
 
 #[async_trait]
@@ -1469,18 +1412,7 @@ impl Store for KubeStore {
                 Ok(Edit::Write(request))
             })
             .await?;
-        let (type_, reason, note) = match outcome {
-            Outcome::Succeeded { .. } => (
-                EventType::Normal,
-                "ProcedureSucceeded",
-                format!("rota: {process} succeeded on node {}", session.node),
-            ),
-            Outcome::Failed { cause, .. } => (
-                EventType::Warning,
-                "ProcedureFailed",
-                format!("rota: {process} failed on node {}: {cause}", session.node),
-            ),
-        };
+        let (type_, reason, note) = outcome_event(process, &session.node, outcome);
         self.emit(&session.node, type_, reason, note);
         Ok(status::request_record(&session.node, &request))
     }
