@@ -32,11 +32,13 @@ use crate::queue_labels;
 use crate::slots::{self, SLOT_LABEL};
 use crate::status;
 
+mod caches;
 mod events;
 mod queue;
 mod settings;
 mod tags;
 
+use caches::{CachedWait, Known, LocalSession};
 use events::{outcome_event, transition_event};
 pub(crate) use queue::Waiter;
 use queue::{changes_before_turn, waiters_ahead};
@@ -57,10 +59,6 @@ const CAS_ATTEMPTS: u32 = 16;
 /// How long an idle agent's heartbeats go without asking the API server whether its session
 /// is still current (a read; idle heartbeats never write).
 const IDLE_RECHECK: Millis = 5 * 60 * 1000;
-/// How long a waiter's place in the queue is taken as known while the change counter stands
-/// still (see `try_acquire_slot`).
-const WAIT_CACHE: Millis = 5_000;
-
 /// Where the store keeps its objects.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KubeStoreConfig {
@@ -123,48 +121,12 @@ struct Inner {
     status_writer: AbortHandle,
 }
 
-/// A RotaNode as this process last read or wrote it.
-#[derive(Clone)]
-struct Known {
-    object: RotaNode,
-    /// When it was read or written.
-    at: Millis,
-    /// Whether the agent's reads may still be answered from it (see `own_object`); the
-    /// agent's periodic re-read clears it (`refresh`).
-    answers_reads: bool,
-    /// Whether `held` was up to date with it then: it came with a list of the Leases, or from
-    /// writes that started from such an object and were never refused (nobody else wrote it
-    /// in between, so neither did an operator who gave the slot back).
-    with_lease: bool,
-}
-
-/// A `Wait` answer and the change counter it was computed at.
-#[derive(Clone, Copy, Debug)]
-struct CachedWait {
-    session: i64,
-    counter: u64,
-    at: Millis,
-    changes: u64,
-}
-
 impl Drop for Inner {
     fn drop(&mut self) {
         self.watch.abort();
         self.config_watch.abort();
         self.status_writer.abort();
     }
-}
-
-/// A session as this process last saw it.
-#[derive(Clone, Copy, Debug)]
-struct LocalSession {
-    id: i64,
-    /// The node was idle at the last read or write: heartbeats stay in memory.
-    idle: bool,
-    /// The deadline as renewed by heartbeats, possibly later than the one in the RotaNode.
-    deadline: Millis,
-    /// When the API server last confirmed the session.
-    checked_at: Millis,
 }
 
 /// What a fenced edit does after looking at the node.
@@ -354,30 +316,6 @@ impl KubeStore {
         Ok(held)
     }
 
-    /// The slot Lease `node` holds: as this process last saw it, unless `fresh`. A stale one is
-    /// harmless: every write of a Lease is a compare-and-swap that fails on it, and the writes
-    /// of the RotaNode that name its slot are only made by the node's own agent, which learns
-    /// of a lost slot at the next fence.
-    async fn lease_of(&self, node: &NodeName, fresh: bool) -> Result<Option<Lease>> {
-        if !fresh {
-            let held = self.inner.held.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(lease) = held.get(node.as_str()) {
-                return Ok(Some(lease.clone()));
-            }
-        }
-        self.held_lease(node).await
-    }
-
-    fn cache_lease(&self, node: &NodeName, lease: &Lease) {
-        let mut held = self.inner.held.lock().unwrap_or_else(|e| e.into_inner());
-        held.insert(node.as_str().into(), lease.clone());
-    }
-
-    fn forget_lease(&self, node: &NodeName) {
-        let mut held = self.inner.held.lock().unwrap_or_else(|e| e.into_inner());
-        held.remove(node.as_str());
-    }
-
     /// Writes `object` if it is unchanged since it was read; `None` when it was not.
     async fn replace(&self, mut object: RotaNode) -> Result<Option<RotaNode>> {
         let name = object.metadata.name.clone().unwrap_or_default();
@@ -409,46 +347,6 @@ impl KubeStore {
         ])
     }
 
-    fn local_session(&self, node: &NodeName) -> Option<LocalSession> {
-        let sessions = self
-            .inner
-            .sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        sessions.get(node.as_str()).copied()
-    }
-
-    /// Records what this process learnt of its session from a read or a write.
-    fn remember(&self, session: &Session, status: &RotaNodeStatus, deadline: Millis) {
-        let mut sessions = self
-            .inner
-            .sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let entry = sessions
-            .entry(session.node.as_str().to_string())
-            .or_insert(LocalSession {
-                id: session.id,
-                idle: true,
-                deadline,
-                checked_at: 0,
-            });
-        if entry.id > session.id {
-            return;
-        }
-        let kept = if entry.id == session.id {
-            entry.deadline
-        } else {
-            0
-        };
-        *entry = LocalSession {
-            id: session.id,
-            idle: status.state == NodeState::Idle,
-            deadline: deadline.max(kept),
-            checked_at: now_millis(),
-        };
-    }
-
     /// Whether `session` is the node's current one and has not expired: by the deadline in the
     /// RotaNode, or by the later one this process renewed in memory while the node was idle.
     fn session_ok(&self, status: &RotaNodeStatus, session: &Session, now: Millis) -> bool {
@@ -460,63 +358,6 @@ impl KubeStore {
             .filter(|l| l.id == session.id)
             .map_or(0, |l| l.deadline);
         current.id == session.id && current.deadline.0.max(local) > now
-    }
-
-    fn cached(&self, node: &NodeName) -> Option<Known> {
-        let objects = self.inner.objects.lock().unwrap_or_else(|e| e.into_inner());
-        objects.get(node.as_str()).cloned()
-    }
-
-    fn cache(&self, node: &NodeName, object: &RotaNode, with_lease: bool) {
-        let mut objects = self.inner.objects.lock().unwrap_or_else(|e| e.into_inner());
-        let known = Known {
-            object: object.clone(),
-            at: now_millis(),
-            answers_reads: true,
-            with_lease,
-        };
-        objects.insert(node.as_str().into(), known);
-    }
-
-    /// The RotaNode of a node whose agent runs in this process, for its reads between steps.
-    ///
-    /// The agent reads its node before every step, right after the write that ended the last
-    /// one, and nobody but the agent writes an agent's RotaNode except an operator (unlock,
-    /// retry). So the object this process last wrote or read is the answer, until the agent's
-    /// periodic re-read (`refresh`) asks the API server again. An operator's command announces
-    /// its write with a wake (`wake_agents`), and what this process saw of the node before that
-    /// wake arrived is not used. A read can miss only a change nobody announced (a `kubectl
-    /// edit`, a wake lost with its watch), which that re-read finds. Nothing unsafe follows
-    /// from that: every write of the agent is a compare-and-swap that fails on the stale
-    /// object, and every disruptive step is fenced. Other nodes' objects (an operator's reads)
-    /// always come from the API server.
-    async fn own_object(&self, node: &NodeName) -> Result<Option<RotaNode>> {
-        if let Some(known) = self.recent(node) {
-            return Ok(Some(known.object));
-        }
-        let object = self.get_rota_node(node).await?;
-        if let Some(object) = &object
-            && self.local_session(node).is_some()
-        {
-            self.cache(node, object, false);
-        }
-        Ok(object)
-    }
-
-    /// What `own_object` answers with without asking, if anything.
-    fn recent(&self, node: &NodeName) -> Option<Known> {
-        self.local_session(node)?;
-        // An operator's wake says that the node changed after what this process saw of it.
-        let woken = self.inner.settings.woken_at(node.as_str());
-        self.cached(node)
-            .filter(|known| known.answers_reads && known.at > woken)
-    }
-
-    /// The slot a node whose agent runs in this process holds, as this process last saw its
-    /// Lease (see `lease_of`).
-    fn own_slot(&self, node: &NodeName) -> Option<u32> {
-        let held = self.inner.held.lock().unwrap_or_else(|e| e.into_inner());
-        held.get(node.as_str()).and_then(slots::slot_of)
     }
 
     /// The fenced compare-and-swap behind every write of a node's agent: reads the RotaNode
@@ -793,42 +634,6 @@ impl KubeStore {
         }
     }
 
-    fn cached_wait(&self, session: &Session, counter: u64, now: Millis) -> Option<u64> {
-        let waits = self.inner.waits.lock().unwrap_or_else(|e| e.into_inner());
-        waits
-            .get(session.node.as_str())
-            .filter(|w| w.session == session.id && now - w.at < WAIT_CACHE)
-            .and_then(|w| (w.counter.wrapping_add(w.changes)).checked_sub(counter))
-            .filter(|left| *left > 0)
-    }
-
-    /// Whether this handle told the session to wait since its node last changed state.
-    fn answered_before(&self, session: &Session) -> bool {
-        let waits = self.inner.waits.lock().unwrap_or_else(|e| e.into_inner());
-        waits
-            .get(session.node.as_str())
-            .is_some_and(|w| w.session == session.id)
-    }
-
-    fn cache_wait(&self, session: &Session, counter: u64, now: Millis, changes: u64) -> Acquire {
-        let mut waits = self.inner.waits.lock().unwrap_or_else(|e| e.into_inner());
-        waits.insert(
-            session.node.as_str().into(),
-            CachedWait {
-                session: session.id,
-                counter,
-                at: now,
-                changes,
-            },
-        );
-        Acquire::Wait { changes }
-    }
-
-    fn forget_wait(&self, node: &NodeName) {
-        let mut waits = self.inner.waits.lock().unwrap_or_else(|e| e.into_inner());
-        waits.remove(node.as_str());
-    }
-
     /// One transition of a node's agent; with `fence` (a session TTL) it also renews the
     /// session as the fence does.
     async fn apply(
@@ -998,22 +803,15 @@ impl Store for KubeStore {
                 node: node.clone(),
             };
             let status = written.status.unwrap_or_default();
-            {
-                let mut sessions = self
-                    .inner
-                    .sessions
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
-                sessions.insert(
-                    node.as_str().into(),
-                    LocalSession {
-                        id,
-                        idle: status.state == NodeState::Idle,
-                        deadline: deadline.0,
-                        checked_at: now,
-                    },
-                );
-            }
+            self.open_local(
+                node,
+                LocalSession {
+                    id,
+                    idle: status.state == NodeState::Idle,
+                    deadline: deadline.0,
+                    checked_at: now,
+                },
+            );
             self.inner.settings.add_local(node.as_str());
             // An idle node holds no slot: one it still holds was left by an agent that died
             // between recording the end of its window and giving the slot back.
@@ -1046,14 +844,7 @@ impl Store for KubeStore {
                 if local.deadline <= now {
                     return Err(self.expired_or_fenced(session).await);
                 }
-                let mut sessions = self
-                    .inner
-                    .sessions
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
-                if let Some(entry) = sessions.get_mut(session.node.as_str()) {
-                    entry.deadline = entry.deadline.max(now.saturating_add(ttl_ms));
-                }
+                self.renew_locally(session, now.saturating_add(ttl_ms));
                 return Ok(());
             }
         }
@@ -1080,18 +871,7 @@ impl Store for KubeStore {
     }
 
     async fn close_session(&self, session: &Session) -> Result<()> {
-        {
-            let mut sessions = self
-                .inner
-                .sessions
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            if let Some(entry) = sessions.get_mut(session.node.as_str())
-                && entry.id == session.id
-            {
-                entry.deadline = 0;
-            }
-        }
+        self.end_locally(session);
         let closed = self
             .edit(session, false, |status, seen| {
                 if let Some(current) = status.session.as_mut() {
@@ -1428,12 +1208,7 @@ impl Store for KubeStore {
     async fn procedures(&self) -> Result<Vec<ProcedureRecord>> {
         // An agent's handle reads them from the API server's cache; an operator's command
         // reads them as they are now.
-        let agent = !self
-            .inner
-            .sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty();
+        let agent = self.has_local_sessions();
         if agent {
             self.inner
                 .procedures
@@ -1493,10 +1268,7 @@ impl Store for KubeStore {
     }
 
     fn refresh(&self, node: &NodeName) {
-        let mut objects = self.inner.objects.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(known) = objects.get_mut(node.as_str()) {
-            known.answers_reads = false;
-        }
+        self.stop_answering_reads(node);
     }
 
     async fn nodes(&self) -> Result<Vec<NodeRecord>> {

@@ -1,0 +1,270 @@
+//! What this process remembers of each node between requests (the sessions it opened, the
+//! RotaNodes and slot Leases it last read or wrote, the `Wait` answers it gave), and the
+//! agent's reads answered from it. Every lock of the four caches is taken here.
+
+use k8s_openapi::api::coordination::v1::Lease;
+use rota_core::{NodeName, NodeState};
+use rota_store::{Acquire, Millis, Result, Session, now_millis};
+
+use super::KubeStore;
+use crate::crd::{RotaNode, RotaNodeStatus};
+use crate::slots;
+
+/// How long a waiter's place in the queue is taken as known while the change counter stands
+/// still (see `try_acquire_slot`).
+const WAIT_CACHE: Millis = 5_000;
+
+/// A RotaNode as this process last read or wrote it.
+#[derive(Clone)]
+pub(super) struct Known {
+    pub(super) object: RotaNode,
+    /// When it was read or written.
+    at: Millis,
+    /// Whether the agent's reads may still be answered from it (see `own_object`); the
+    /// agent's periodic re-read clears it (`refresh`).
+    answers_reads: bool,
+    /// Whether `held` was up to date with it then: it came with a list of the Leases, or from
+    /// writes that started from such an object and were never refused (nobody else wrote it
+    /// in between, so neither did an operator who gave the slot back).
+    pub(super) with_lease: bool,
+}
+
+/// A `Wait` answer and the change counter it was computed at.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct CachedWait {
+    session: i64,
+    counter: u64,
+    at: Millis,
+    changes: u64,
+}
+
+/// A session as this process last saw it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct LocalSession {
+    pub(super) id: i64,
+    /// The node was idle at the last read or write: heartbeats stay in memory.
+    pub(super) idle: bool,
+    /// The deadline as renewed by heartbeats, possibly later than the one in the RotaNode.
+    pub(super) deadline: Millis,
+    /// When the API server last confirmed the session.
+    pub(super) checked_at: Millis,
+}
+
+impl KubeStore {
+    /// The slot Lease `node` holds: as this process last saw it, unless `fresh`. A stale one is
+    /// harmless: every write of a Lease is a compare-and-swap that fails on it, and the writes
+    /// of the RotaNode that name its slot are only made by the node's own agent, which learns
+    /// of a lost slot at the next fence.
+    pub(super) async fn lease_of(&self, node: &NodeName, fresh: bool) -> Result<Option<Lease>> {
+        if !fresh {
+            let held = self.inner.held.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(lease) = held.get(node.as_str()) {
+                return Ok(Some(lease.clone()));
+            }
+        }
+        self.held_lease(node).await
+    }
+
+    pub(super) fn cache_lease(&self, node: &NodeName, lease: &Lease) {
+        let mut held = self.inner.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.insert(node.as_str().into(), lease.clone());
+    }
+
+    pub(super) fn forget_lease(&self, node: &NodeName) {
+        let mut held = self.inner.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.remove(node.as_str());
+    }
+
+    pub(super) fn local_session(&self, node: &NodeName) -> Option<LocalSession> {
+        let sessions = self
+            .inner
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        sessions.get(node.as_str()).copied()
+    }
+
+    /// Records what this process learnt of its session from a read or a write.
+    pub(super) fn remember(&self, session: &Session, status: &RotaNodeStatus, deadline: Millis) {
+        let mut sessions = self
+            .inner
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let entry = sessions
+            .entry(session.node.as_str().to_string())
+            .or_insert(LocalSession {
+                id: session.id,
+                idle: true,
+                deadline,
+                checked_at: 0,
+            });
+        if entry.id > session.id {
+            return;
+        }
+        let kept = if entry.id == session.id {
+            entry.deadline
+        } else {
+            0
+        };
+        *entry = LocalSession {
+            id: session.id,
+            idle: status.state == NodeState::Idle,
+            deadline: deadline.max(kept),
+            checked_at: now_millis(),
+        };
+    }
+
+    pub(super) fn cached(&self, node: &NodeName) -> Option<Known> {
+        let objects = self.inner.objects.lock().unwrap_or_else(|e| e.into_inner());
+        objects.get(node.as_str()).cloned()
+    }
+
+    pub(super) fn cache(&self, node: &NodeName, object: &RotaNode, with_lease: bool) {
+        let mut objects = self.inner.objects.lock().unwrap_or_else(|e| e.into_inner());
+        let known = Known {
+            object: object.clone(),
+            at: now_millis(),
+            answers_reads: true,
+            with_lease,
+        };
+        objects.insert(node.as_str().into(), known);
+    }
+
+    /// The RotaNode of a node whose agent runs in this process, for its reads between steps.
+    ///
+    /// The agent reads its node before every step, right after the write that ended the last
+    /// one, and nobody but the agent writes an agent's RotaNode except an operator (unlock,
+    /// retry). So the object this process last wrote or read is the answer, until the agent's
+    /// periodic re-read (`refresh`) asks the API server again. An operator's command announces
+    /// its write with a wake (`wake_agents`), and what this process saw of the node before that
+    /// wake arrived is not used. A read can miss only a change nobody announced (a `kubectl
+    /// edit`, a wake lost with its watch), which that re-read finds. Nothing unsafe follows
+    /// from that: every write of the agent is a compare-and-swap that fails on the stale
+    /// object, and every disruptive step is fenced. Other nodes' objects (an operator's reads)
+    /// always come from the API server.
+    pub(super) async fn own_object(&self, node: &NodeName) -> Result<Option<RotaNode>> {
+        if let Some(known) = self.recent(node) {
+            return Ok(Some(known.object));
+        }
+        let object = self.get_rota_node(node).await?;
+        if let Some(object) = &object
+            && self.local_session(node).is_some()
+        {
+            self.cache(node, object, false);
+        }
+        Ok(object)
+    }
+
+    /// What `own_object` answers with without asking, if anything.
+    pub(super) fn recent(&self, node: &NodeName) -> Option<Known> {
+        self.local_session(node)?;
+        // An operator's wake says that the node changed after what this process saw of it.
+        let woken = self.inner.settings.woken_at(node.as_str());
+        self.cached(node)
+            .filter(|known| known.answers_reads && known.at > woken)
+    }
+
+    /// The slot a node whose agent runs in this process holds, as this process last saw its
+    /// Lease (see `lease_of`).
+    pub(super) fn own_slot(&self, node: &NodeName) -> Option<u32> {
+        let held = self.inner.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.get(node.as_str()).and_then(slots::slot_of)
+    }
+
+    pub(super) fn cached_wait(&self, session: &Session, counter: u64, now: Millis) -> Option<u64> {
+        let waits = self.inner.waits.lock().unwrap_or_else(|e| e.into_inner());
+        waits
+            .get(session.node.as_str())
+            .filter(|w| w.session == session.id && now - w.at < WAIT_CACHE)
+            .and_then(|w| (w.counter.wrapping_add(w.changes)).checked_sub(counter))
+            .filter(|left| *left > 0)
+    }
+
+    /// Whether this handle told the session to wait since its node last changed state.
+    pub(super) fn answered_before(&self, session: &Session) -> bool {
+        let waits = self.inner.waits.lock().unwrap_or_else(|e| e.into_inner());
+        waits
+            .get(session.node.as_str())
+            .is_some_and(|w| w.session == session.id)
+    }
+
+    pub(super) fn cache_wait(
+        &self,
+        session: &Session,
+        counter: u64,
+        now: Millis,
+        changes: u64,
+    ) -> Acquire {
+        let mut waits = self.inner.waits.lock().unwrap_or_else(|e| e.into_inner());
+        waits.insert(
+            session.node.as_str().into(),
+            CachedWait {
+                session: session.id,
+                counter,
+                at: now,
+                changes,
+            },
+        );
+        Acquire::Wait { changes }
+    }
+
+    pub(super) fn forget_wait(&self, node: &NodeName) {
+        let mut waits = self.inner.waits.lock().unwrap_or_else(|e| e.into_inner());
+        waits.remove(node.as_str());
+    }
+
+    /// Records the session `open_session` just opened for `node`.
+    pub(super) fn open_local(&self, node: &NodeName, local: LocalSession) {
+        let mut sessions = self
+            .inner
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        sessions.insert(node.as_str().into(), local);
+    }
+
+    /// Renews an idle node's session in memory only (see `heartbeat`).
+    pub(super) fn renew_locally(&self, session: &Session, deadline: Millis) {
+        let mut sessions = self
+            .inner
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = sessions.get_mut(session.node.as_str()) {
+            entry.deadline = entry.deadline.max(deadline);
+        }
+    }
+
+    /// Drops the deadline renewed in memory, so that a closed session is over here at once.
+    pub(super) fn end_locally(&self, session: &Session) {
+        let mut sessions = self
+            .inner
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = sessions.get_mut(session.node.as_str())
+            && entry.id == session.id
+        {
+            entry.deadline = 0;
+        }
+    }
+
+    /// Whether an agent runs on this handle: it opened a session.
+    pub(super) fn has_local_sessions(&self) -> bool {
+        !self
+            .inner
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
+    /// Makes `node`'s next read go to the API server (see `own_object`).
+    pub(super) fn stop_answering_reads(&self, node: &NodeName) {
+        let mut objects = self.inner.objects.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = objects.get_mut(node.as_str()) {
+            known.answers_reads = false;
+        }
+    }
+}
