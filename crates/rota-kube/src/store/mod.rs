@@ -33,12 +33,15 @@ use crate::slots::{self, SLOT_LABEL};
 use crate::status;
 
 mod caches;
+mod cas;
 mod events;
 mod queue;
 mod settings;
 mod tags;
 
 use caches::{CachedWait, Known, LocalSession};
+pub(crate) use cas::jitter;
+use cas::{CAS_ATTEMPTS, Edit, Seen};
 use events::{outcome_event, transition_event};
 pub(crate) use queue::Waiter;
 use queue::{changes_before_turn, waiters_ahead};
@@ -54,8 +57,6 @@ const NODES: &str = "nodes";
 pub const NAMESPACE_LABEL: &str = "rota.dev/namespace";
 /// Label on every RotaNode: its state, so that the queue is one filtered list.
 pub const STATE_LABEL: &str = "rota.dev/state";
-/// How often one write may lose its compare-and-swap before the store gives up.
-const CAS_ATTEMPTS: u32 = 16;
 /// How long an idle agent's heartbeats go without asking the API server whether its session
 /// is still current (a read; idle heartbeats never write).
 const IDLE_RECHECK: Millis = 5 * 60 * 1000;
@@ -126,30 +127,6 @@ impl Drop for Inner {
         self.watch.abort();
         self.config_watch.abort();
         self.status_writer.abort();
-    }
-}
-
-/// What a fenced edit does after looking at the node.
-enum Edit<T> {
-    Write(T),
-    Keep(T),
-}
-
-/// What an edit sees besides the node: the time and the slot Lease the node holds.
-struct Seen {
-    now: Millis,
-    held: Option<Lease>,
-}
-
-impl Seen {
-    fn slot(&self) -> Option<u32> {
-        self.held.as_ref().and_then(slots::slot_of)
-    }
-
-    /// The time for history entries: never before the node took its slot (see `slots`).
-    fn history_time(&self) -> Millis {
-        let acquired = self.held.as_ref().and_then(slots::acquired_at);
-        acquired.map_or(self.now, |a| a.max(self.now))
     }
 }
 
@@ -316,30 +293,6 @@ impl KubeStore {
         Ok(held)
     }
 
-    /// Writes `object` if it is unchanged since it was read; `None` when it was not.
-    async fn replace(&self, mut object: RotaNode) -> Result<Option<RotaNode>> {
-        let name = object.metadata.name.clone().unwrap_or_default();
-        let state = object.status.as_ref().map_or(NodeState::Idle, |s| s.state);
-        let labels = object.metadata.labels.get_or_insert_with(BTreeMap::new);
-        labels.extend(self.labels(state));
-        if let Some(status) = &object.status {
-            queue_labels::mirror(labels, status);
-        }
-        match self
-            .inner
-            .rota_nodes
-            .replace(&name, &PostParams::default(), &object)
-            .await
-        {
-            Ok(written) => {
-                self.inner.reporter.observe(&written);
-                Ok(Some(written))
-            }
-            Err(e) if is_conflict(&e) => Ok(None),
-            Err(e) => Err(e).context("update", ROTA_NODES, name),
-        }
-    }
-
     fn labels(&self, state: NodeState) -> BTreeMap<String, String> {
         BTreeMap::from([
             (NAMESPACE_LABEL.into(), self.inner.config.namespace.clone()),
@@ -358,95 +311,6 @@ impl KubeStore {
             .filter(|l| l.id == session.id)
             .map_or(0, |l| l.deadline);
         current.id == session.id && current.deadline.0.max(local) > now
-    }
-
-    /// The fenced compare-and-swap behind every write of a node's agent: reads the RotaNode
-    /// (and, with `with_lease`, the slot Lease the node holds), refuses a session that is not
-    /// current, lets `edit` change the status, and writes it back only if nothing changed in
-    /// between, else starts over.
-    ///
-    /// An agent is almost always the only writer of its RotaNode, so the first attempt starts
-    /// from the object as this process last saw it, without reading it again: if it is stale,
-    /// the write fails its compare-and-swap and the next attempt reads. A refusal (fenced, or
-    /// a conflict of `edit`) is only ever given on a fresh read.
-    async fn edit<T>(
-        &self,
-        session: &Session,
-        with_lease: bool,
-        mut edit: impl FnMut(&mut RotaNodeStatus, &Seen) -> Result<Edit<T>>,
-    ) -> Result<(T, RotaNodeStatus, Seen)> {
-        let mut cached = self.cached(&session.node);
-        for _ in 0..CAS_ATTEMPTS {
-            let (mut object, fresh, held, lease_known) = match cached.take() {
-                Some(known) => {
-                    let held = if with_lease {
-                        self.lease_of(&session.node, false).await?
-                    } else {
-                        None
-                    };
-                    (known.object, false, held, known.with_lease)
-                }
-                None => {
-                    let lease = async {
-                        if with_lease {
-                            self.held_lease(&session.node).await
-                        } else {
-                            Ok(None)
-                        }
-                    };
-                    match tokio::try_join!(self.get_rota_node(&session.node), lease)? {
-                        (Some(object), held) => (object, true, held, with_lease),
-                        (None, _) => return Err(fenced(session)),
-                    }
-                }
-            };
-            if fresh {
-                self.cache(&session.node, &object, lease_known);
-            }
-            let seen = Seen {
-                now: now_millis(),
-                held,
-            };
-            let mut status = object.status.take().unwrap_or_default();
-            if !self.session_ok(&status, session, seen.now) {
-                if fresh {
-                    return Err(fenced(session));
-                }
-                continue;
-            }
-            let value = match edit(&mut status, &seen) {
-                Ok(Edit::Keep(value)) if fresh => {
-                    let deadline = status.session.as_ref().map_or(0, |s| s.deadline.0);
-                    self.remember(session, &status, deadline);
-                    return Ok((value, status, seen));
-                }
-                Ok(Edit::Write(value)) => value,
-                Err(e) if fresh => return Err(e),
-                Ok(Edit::Keep(_)) | Err(_) => continue,
-            };
-            // A deadline renewed in memory while idle is written with the next write.
-            let local = self
-                .local_session(&session.node)
-                .filter(|l| l.id == session.id)
-                .map_or(0, |l| l.deadline);
-            if let Some(current) = status.session.as_mut() {
-                current.deadline = Timestamp(current.deadline.0.max(local));
-            }
-            let deadline = status.session.as_ref().map_or(0, |s| s.deadline.0);
-            object.status = Some(status);
-            if let Some(written) = self.replace(object).await? {
-                self.cache(&session.node, &written, lease_known);
-                let status = written.status.unwrap_or_default();
-                self.remember(session, &status, deadline);
-                return Ok((value, status, seen));
-            }
-        }
-        Err(KubeError::Contended {
-            resource: ROTA_NODES,
-            name: self.object_name(&session.node),
-            attempts: CAS_ATTEMPTS,
-        }
-        .into())
     }
 
     /// Gives `lease` back (compare-and-swap; re-read and retried while the node still holds
@@ -699,16 +563,6 @@ impl KubeStore {
     }
 }
 
-/// A pause of up to 10 ms × 2^attempt (at most 1 s), random enough to break up a herd: the
-/// clock's nanoseconds differ between the racers.
-pub(crate) fn jitter(attempt: u32) -> Duration {
-    let ceiling = 10u64.saturating_mul(1 << attempt.min(7)).min(1000);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::from(d.subsec_nanos()));
-    Duration::from_millis(nanos % ceiling + 1)
-}
-
 fn fenced(session: &Session) -> Error {
     Error::Fenced {
         node: session.node.clone(),
@@ -823,12 +677,7 @@ impl Store for KubeStore {
             }
             return Ok(session);
         }
-        Err(KubeError::Contended {
-            resource: ROTA_NODES,
-            name,
-            attempts: CAS_ATTEMPTS,
-        }
-        .into())
+        Err(self.contended(node))
     }
 
     async fn heartbeat(&self, session: &Session, ttl: Duration) -> Result<()> {
@@ -1365,12 +1214,7 @@ impl Store for KubeStore {
             self.wake_agents(Some(node)).await;
             return Ok(status::node_record(node, &status, None));
         }
-        Err(KubeError::Contended {
-            resource: ROTA_NODES,
-            name: self.object_name(node),
-            attempts: CAS_ATTEMPTS,
-        }
-        .into())
+        Err(self.contended(node))
     }
 
     async fn retry(&self, node: &NodeName) -> Result<NodeRecord> {
@@ -1405,12 +1249,7 @@ impl Store for KubeStore {
             let leases = self.list_leases().await?;
             return self.record_of(&written, &leases);
         }
-        Err(KubeError::Contended {
-            resource: ROTA_NODES,
-            name: self.object_name(node),
-            attempts: CAS_ATTEMPTS,
-        }
-        .into())
+        Err(self.contended(node))
     }
 
     async fn request(
@@ -1436,12 +1275,7 @@ impl Store for KubeStore {
                 return Ok((status::request_record(node, &request), true));
             }
         }
-        Err(KubeError::Contended {
-            resource: ROTA_NODES,
-            name: self.object_name(node),
-            attempts: CAS_ATTEMPTS,
-        }
-        .into())
+        Err(self.contended(node))
     }
 
     async fn cancel(&self, node: &NodeName, process: &Process) -> Result<bool> {
@@ -1460,12 +1294,7 @@ impl Store for KubeStore {
                 return Ok(true);
             }
         }
-        Err(KubeError::Contended {
-            resource: ROTA_NODES,
-            name: self.object_name(node),
-            attempts: CAS_ATTEMPTS,
-        }
-        .into())
+        Err(self.contended(node))
     }
 
     async fn pause(&self, reason: &str) -> Result<Pause> {

@@ -10,7 +10,8 @@ use rota_core::NodeName;
 use rota_store::{Error, Result, now_millis};
 use tracing::warn;
 
-use super::{CONFIG_MAPS, KubeStore, jitter};
+use super::cas::jitter;
+use super::{CONFIG_MAPS, KubeStore};
 use crate::config_view;
 use crate::error::{Context, KubeError, is_conflict};
 

@@ -11,8 +11,9 @@ use rota_core::NodeName;
 use rota_store::Result;
 use tracing::warn;
 
+use super::cas::CAS_ATTEMPTS;
 use super::settings::parse_config;
-use super::{CAS_ATTEMPTS, KubeStore, LEASES};
+use super::{KubeStore, LEASES};
 use crate::crd::RotaNode;
 use crate::error::{Context, is_conflict};
 use crate::ids::{self, TAG_LIMIT};

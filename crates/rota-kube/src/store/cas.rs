@@ -1,0 +1,173 @@
+//! Compare-and-swap writes of RotaNodes: `replace` on the `resourceVersion` read, the fenced
+//! `edit` behind every write of a node's agent, and the pause that spreads out the racers
+//! of a lost compare-and-swap.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::PostParams;
+use rota_core::{NodeName, NodeState};
+use rota_store::{Error, Millis, Result, Session, now_millis};
+
+use super::{KubeStore, ROTA_NODES, fenced};
+use crate::crd::{RotaNode, RotaNodeStatus, Timestamp};
+use crate::error::{Context, KubeError, is_conflict};
+use crate::{queue_labels, slots};
+
+/// How often one write may lose its compare-and-swap before the store gives up.
+pub(super) const CAS_ATTEMPTS: u32 = 16;
+
+/// What a fenced edit does after looking at the node.
+pub(super) enum Edit<T> {
+    Write(T),
+    Keep(T),
+}
+
+/// What an edit sees besides the node: the time and the slot Lease the node holds.
+pub(super) struct Seen {
+    pub(super) now: Millis,
+    pub(super) held: Option<Lease>,
+}
+
+impl Seen {
+    pub(super) fn slot(&self) -> Option<u32> {
+        self.held.as_ref().and_then(slots::slot_of)
+    }
+
+    /// The time for history entries: never before the node took its slot (see `slots`).
+    pub(super) fn history_time(&self) -> Millis {
+        let acquired = self.held.as_ref().and_then(slots::acquired_at);
+        acquired.map_or(self.now, |a| a.max(self.now))
+    }
+}
+
+impl KubeStore {
+    /// Writes `object` if it is unchanged since it was read; `None` when it was not.
+    pub(super) async fn replace(&self, mut object: RotaNode) -> Result<Option<RotaNode>> {
+        let name = object.metadata.name.clone().unwrap_or_default();
+        let state = object.status.as_ref().map_or(NodeState::Idle, |s| s.state);
+        let labels = object.metadata.labels.get_or_insert_with(BTreeMap::new);
+        labels.extend(self.labels(state));
+        if let Some(status) = &object.status {
+            queue_labels::mirror(labels, status);
+        }
+        match self
+            .inner
+            .rota_nodes
+            .replace(&name, &PostParams::default(), &object)
+            .await
+        {
+            Ok(written) => {
+                self.inner.reporter.observe(&written);
+                Ok(Some(written))
+            }
+            Err(e) if is_conflict(&e) => Ok(None),
+            Err(e) => Err(e).context("update", ROTA_NODES, name),
+        }
+    }
+
+    /// The fenced compare-and-swap behind every write of a node's agent: reads the RotaNode
+    /// (and, with `with_lease`, the slot Lease the node holds), refuses a session that is not
+    /// current, lets `edit` change the status, and writes it back only if nothing changed in
+    /// between, else starts over.
+    ///
+    /// An agent is almost always the only writer of its RotaNode, so the first attempt starts
+    /// from the object as this process last saw it, without reading it again: if it is stale,
+    /// the write fails its compare-and-swap and the next attempt reads. A refusal (fenced, or
+    /// a conflict of `edit`) is only ever given on a fresh read.
+    pub(super) async fn edit<T>(
+        &self,
+        session: &Session,
+        with_lease: bool,
+        mut edit: impl FnMut(&mut RotaNodeStatus, &Seen) -> Result<Edit<T>>,
+    ) -> Result<(T, RotaNodeStatus, Seen)> {
+        let mut cached = self.cached(&session.node);
+        for _ in 0..CAS_ATTEMPTS {
+            let (mut object, fresh, held, lease_known) = match cached.take() {
+                Some(known) => {
+                    let held = if with_lease {
+                        self.lease_of(&session.node, false).await?
+                    } else {
+                        None
+                    };
+                    (known.object, false, held, known.with_lease)
+                }
+                None => {
+                    let lease = async {
+                        if with_lease {
+                            self.held_lease(&session.node).await
+                        } else {
+                            Ok(None)
+                        }
+                    };
+                    match tokio::try_join!(self.get_rota_node(&session.node), lease)? {
+                        (Some(object), held) => (object, true, held, with_lease),
+                        (None, _) => return Err(fenced(session)),
+                    }
+                }
+            };
+            if fresh {
+                self.cache(&session.node, &object, lease_known);
+            }
+            let seen = Seen {
+                now: now_millis(),
+                held,
+            };
+            let mut status = object.status.take().unwrap_or_default();
+            if !self.session_ok(&status, session, seen.now) {
+                if fresh {
+                    return Err(fenced(session));
+                }
+                continue;
+            }
+            let value = match edit(&mut status, &seen) {
+                Ok(Edit::Keep(value)) if fresh => {
+                    let deadline = status.session.as_ref().map_or(0, |s| s.deadline.0);
+                    self.remember(session, &status, deadline);
+                    return Ok((value, status, seen));
+                }
+                Ok(Edit::Write(value)) => value,
+                Err(e) if fresh => return Err(e),
+                Ok(Edit::Keep(_)) | Err(_) => continue,
+            };
+            // A deadline renewed in memory while idle is written with the next write.
+            let local = self
+                .local_session(&session.node)
+                .filter(|l| l.id == session.id)
+                .map_or(0, |l| l.deadline);
+            if let Some(current) = status.session.as_mut() {
+                current.deadline = Timestamp(current.deadline.0.max(local));
+            }
+            let deadline = status.session.as_ref().map_or(0, |s| s.deadline.0);
+            object.status = Some(status);
+            if let Some(written) = self.replace(object).await? {
+                self.cache(&session.node, &written, lease_known);
+                let status = written.status.unwrap_or_default();
+                self.remember(session, &status, deadline);
+                return Ok((value, status, seen));
+            }
+        }
+        Err(self.contended(&session.node))
+    }
+
+    /// Why a write of `node`'s RotaNode gave up: it lost every compare-and-swap.
+    pub(super) fn contended(&self, node: &NodeName) -> Error {
+        KubeError::Contended {
+            resource: ROTA_NODES,
+            name: self.object_name(node),
+            attempts: CAS_ATTEMPTS,
+        }
+        .into()
+    }
+}
+
+/// A pause of up to 10 ms × 2^attempt (at most 1 s), random enough to break up a herd: the
+/// clock's nanoseconds differ between the racers.
+pub(crate) fn jitter(attempt: u32) -> Duration {
+    let ceiling = 10u64.saturating_mul(1 << attempt.min(7)).min(1000);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::from(d.subsec_nanos()));
+    Duration::from_millis(nanos % ceiling + 1)
+}
