@@ -7,7 +7,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ListParams;
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::{Api, Client};
@@ -27,10 +26,10 @@ use crate::error::Context;
 use crate::preflight;
 use crate::procedure_status::{self, StatusReporter};
 use crate::procedures::Procedures;
-use crate::queue_labels;
 use crate::slots;
 use crate::status;
 
+mod acquire;
 mod caches;
 mod cas;
 mod events;
@@ -45,7 +44,6 @@ pub(crate) use cas::jitter;
 use cas::{CAS_ATTEMPTS, Edit, Seen};
 use events::{outcome_event, transition_event};
 pub(crate) use queue::Waiter;
-use queue::{changes_before_turn, waiters_ahead};
 pub use settings::CONFIG_MAP;
 use settings::concurrency_of;
 pub(crate) use settings::{CONCURRENCY_KEY, PAUSED_KEY, RESUMED_KEY, WAKE_KEY};
@@ -214,37 +212,6 @@ impl KubeStore {
             .context("get", ROTA_NODES, name)
     }
 
-    /// The label selector of the queued RotaNodes, with `place` (a `queuedAt`) of those queued
-    /// no later than it.
-    fn queue_selector(&self, place: Option<Millis>) -> String {
-        let queued = format!("{},{STATE_LABEL}=queued", self.selector());
-        match place {
-            // Label selectors compare integers with `<`; a node queued at the same instant
-            // may be ahead by its name.
-            Some(place) if place >= 0 => format!(
-                "{queued},{}<{}",
-                queue_labels::QUEUED_AT_LABEL,
-                place.saturating_add(1)
-            ),
-            _ => queued,
-        }
-    }
-
-    /// The metadata of the RotaNodes with `selector`, for a look at the queue, whose labels hold
-    /// all it needs (see `queue_labels`). The list is consistent: it holds every queueing the
-    /// API server had taken when it was asked, so the queue order is the written one. (The API
-    /// server serves it from its cache once the cache has caught up with etcd.) A list from a
-    /// lagging cache could miss a node ahead of this one and grant out of order.
-    async fn list_queue_metadata(&self, selector: &str) -> Result<Vec<ObjectMeta>> {
-        let list = self
-            .inner
-            .rota_nodes
-            .list_metadata(&ListParams::default().labels(selector))
-            .await
-            .context("list", ROTA_NODES, format!("with labels {selector}"))?;
-        Ok(list.items.into_iter().map(|o| o.metadata).collect())
-    }
-
     async fn list_rota_nodes(&self, selector: &str) -> Result<Vec<RotaNode>> {
         let list = self
             .inner
@@ -373,155 +340,7 @@ impl Store for KubeStore {
     }
 
     async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire> {
-        // Waiters ask often (at every change, and at every re-read of the agent), and an answer
-        // costs five requests. An answer "wait for n changes" given at counter c stands until
-        // the counter reaches c + n: every change this process can see is counted, and each
-        // moves a waiter at most one place. So only the waiters at the front ask the API server
-        // after a release. The answer is recomputed after `WAIT_CACHE` anyway, for what the
-        // counter does not show (a waiter ahead whose session ran out, or that left the queue
-        // in another process).
-        let counter = self.inner.changes.current();
-        if let Some(changes) = self.cached_wait(session, counter, now_millis()) {
-            return Ok(Acquire::Wait { changes });
-        }
-        // Only the nodes queued no later than this one can be ahead of it: the list asks for
-        // those alone, by the place this process last saw the node take (a queued node keeps
-        // it). At a fleet-wide start that halves what 100 looks list, and the front waiters,
-        // who take the slots, list almost nothing.
-        let place_seen = self
-            .cached(&session.node)
-            .and_then(|known| known.object.status?.queued_at)
-            .map(|t| t.0);
-        let first_queue = self.queue_selector(place_seen);
-        // A waiter whose earlier answer has run out is likely at the front: it reads its Node
-        // (for the Lease's owner) with the rest. A node's first look after it queued reads it
-        // only if granted: when a fleet queues at once, most are told to wait.
-        let turn_may_have_come = self.answered_before(session);
-        for _ in 0..CAS_ATTEMPTS {
-            // The reads are independent: one round trip instead of five in a row, which is
-            // most of a handoff.
-            let owner_now = async {
-                if turn_may_have_come {
-                    self.node_owner(&session.node).await.map(Some)
-                } else {
-                    Ok(None)
-                }
-            };
-            let (object, leases, concurrency, queued, owner) = tokio::try_join!(
-                self.own_object(&session.node),
-                self.list_leases(),
-                self.read_concurrency(),
-                self.list_queue_metadata(&first_queue),
-                owner_now,
-            )?;
-            let now = now_millis();
-            // The node's own object may come from this process's last write (see
-            // `own_object`); a refusal is only ever given on a fresh read.
-            let mut object = object;
-            if !object.as_ref().is_some_and(|o| {
-                self.session_ok(&o.status.clone().unwrap_or_default(), session, now)
-            }) {
-                object = self.get_rota_node(&session.node).await?;
-            }
-            let Some(object) = object else {
-                return Err(fenced(session));
-            };
-            let status = object.status.unwrap_or_default();
-            if !self.session_ok(&status, session, now) {
-                return Err(fenced(session));
-            }
-            if let Some(lease) = held_by(&leases, &session.node)
-                && let Some(slot) = slots::slot_of(lease)
-            {
-                self.cache_lease(&session.node, lease);
-                return Ok(Acquire::Granted(slot));
-            }
-            let queued_at = (status.state == NodeState::Queued)
-                .then(|| status.queued_at.map(|t| t.0))
-                .flatten();
-            let holders: Vec<&str> = leases.iter().filter_map(slots::holder).collect();
-            let waiters: Vec<Waiter> = if queued_at.is_some_and(|q| q <= now) {
-                let queue = self.queue_selector(queued_at);
-                // The node took a later place than this process knew of (an operator
-                // re-queued it): the list may have missed nodes between the two.
-                let queued = match (place_seen, queued_at) {
-                    (Some(seen), Some(place)) if seen < place => {
-                        self.list_queue_metadata(&queue).await?
-                    }
-                    _ => queued,
-                };
-                let prefix = &self.inner.config.name_prefix;
-                match queue_labels::waiters(&queued, prefix, &holders, now) {
-                    Some(waiters) => waiters,
-                    None => self
-                        .list_rota_nodes(&queue)
-                        .await?
-                        .iter()
-                        .filter_map(|o| {
-                            // A blocked node keeps its place without holding the queue up.
-                            let s = o.status.as_ref().filter(|s| s.blocked.is_none())?;
-                            Some(Waiter {
-                                node: o.spec.node.clone(),
-                                queued_at: s.queued_at?.0,
-                                alive: s.session.as_ref().is_some_and(|x| x.deadline.0 > now),
-                                holds_slot: holders.contains(&o.spec.node.as_str()),
-                            })
-                        })
-                        .collect(),
-                }
-            } else {
-                Vec::new()
-            };
-            let changes = changes_before_turn(
-                session.node.as_str(),
-                queued_at,
-                &waiters,
-                concurrency,
-                holders.len(),
-                now,
-            );
-            if changes > 0 {
-                return Ok(if queued_at.is_some_and(|q| q <= now) {
-                    self.cache_wait(session, counter, now, changes)
-                } else {
-                    Acquire::Wait { changes }
-                });
-            }
-            let free: Vec<_> = (0..concurrency)
-                .filter_map(|slot| {
-                    let name = slots::slot_name(slot);
-                    match leases
-                        .iter()
-                        .find(|l| l.metadata.name.as_deref() == Some(&name))
-                    {
-                        None => Some((slot, None)),
-                        Some(l) if slots::holder(l).is_none() => Some((slot, Some(l))),
-                        Some(_) => None,
-                    }
-                })
-                .collect();
-            // The waiters at the front all take a slot at once (after a burst of releases, or
-            // at the start): each its own, by its place in the queue, instead of all racing
-            // for the first free one and all but one starting over.
-            let place = queued_at.map_or(0, |q| {
-                waiters_ahead(session.node.as_str(), q, &waiters, now)
-            });
-            let Some(&(slot, previous)) = free.get(place).or(free.first()) else {
-                if self.free_orphaned(&leases).await? > 0 {
-                    continue;
-                }
-                return Ok(self.cache_wait(session, counter, now, 1));
-            };
-            let owner = match owner {
-                Some(owner) => owner,
-                None => self.node_owner(&session.node).await?,
-            };
-            if self.take(slot, previous, &session.node, owner).await? {
-                return Ok(Acquire::Granted(slot));
-            }
-        }
-        // Lost every race: others took the free slots; their releases will wake this waiter.
-        Ok(Acquire::Wait { changes: 1 })
+        self.acquire_slot(session).await
     }
 
     async fn fence(&self, session: &Session, ttl: Duration) -> Result<u32> {

@@ -2,7 +2,12 @@
 //! from what a look at the queue found. No API calls here, so that the counting, which must
 //! match the SQLite store's, is tested without a cluster.
 
+use k8s_openapi::api::coordination::v1::Lease;
+use rota_core::NodeState;
 use rota_store::Millis;
+
+use crate::crd::{RotaNode, RotaNodeStatus};
+use crate::slots;
 
 /// A queued node as the queue sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,6 +44,51 @@ pub(super) fn changes_before_turn(
     let ahead = i64::try_from(waiters_ahead(me, mine, waiters, now)).unwrap_or(i64::MAX);
     let free = i64::from(concurrency) - i64::try_from(held).unwrap_or(i64::MAX);
     u64::try_from(ahead - free + 1).unwrap_or(0)
+}
+
+/// The node's place in the queue (its `queuedAt`) while it is queued.
+pub(super) fn place_in_queue(status: &RotaNodeStatus) -> Option<Millis> {
+    (status.state == NodeState::Queued)
+        .then(|| status.queued_at.map(|t| t.0))
+        .flatten()
+}
+
+/// A queued RotaNode as the queue sees it, read from its status (an object whose labels do
+/// not tell it, see `queue_labels`); `None` for one that does not hold the queue up.
+pub(super) fn waiter_of(object: &RotaNode, holders: &[&str], now: Millis) -> Option<Waiter> {
+    // A blocked node keeps its place without holding the queue up.
+    let s = object.status.as_ref().filter(|s| s.blocked.is_none())?;
+    Some(Waiter {
+        node: object.spec.node.clone(),
+        queued_at: s.queued_at?.0,
+        alive: s.session.as_ref().is_some_and(|x| x.deadline.0 > now),
+        holds_slot: holders.contains(&object.spec.node.as_str()),
+    })
+}
+
+/// The free slot (of `0..concurrency`) for the waiter `place` waiters behind the front, and
+/// its Lease if it has one. The waiters at the front all take a slot at once (after a burst of
+/// releases, or at the start): each its own, by its place in the queue, instead of all racing
+/// for the first free one and all but one starting over.
+pub(super) fn slot_for(
+    leases: &[Lease],
+    concurrency: u32,
+    place: usize,
+) -> Option<(u32, Option<&Lease>)> {
+    let free: Vec<_> = (0..concurrency)
+        .filter_map(|slot| {
+            let name = slots::slot_name(slot);
+            match leases
+                .iter()
+                .find(|l| l.metadata.name.as_deref() == Some(&name))
+            {
+                None => Some((slot, None)),
+                Some(l) if slots::holder(l).is_none() => Some((slot, Some(l))),
+                Some(_) => None,
+            }
+        })
+        .collect();
+    free.get(place).or(free.first()).copied()
 }
 
 #[cfg(test)]
@@ -117,5 +167,44 @@ mod tests {
             1
         );
         assert_eq!(changes_before_turn("d", None, &waiters, 1, 0, NOW), 1);
+    }
+
+    #[test]
+    fn each_waiter_at_the_front_takes_its_own_free_slot() {
+        let leases = [
+            slots::taken(0, None, "a", None, NOW - 9),
+            slots::released(&slots::taken(1, None, "b", None, NOW - 9), NOW - 5),
+        ];
+        let slot = |concurrency, place| {
+            slot_for(&leases, concurrency, place).map(|(s, l)| (s, l.is_some()))
+        };
+        assert_eq!(
+            slot(3, 0),
+            Some((1, true)),
+            "a released Lease is taken over"
+        );
+        assert_eq!(
+            slot(3, 1),
+            Some((2, false)),
+            "a slot without a Lease is created"
+        );
+        assert_eq!(
+            slot(3, 5),
+            Some((1, true)),
+            "behind the free slots: the first"
+        );
+        assert_eq!(slot(1, 0), None, "slot 0 is held");
+    }
+
+    #[test]
+    fn only_a_queued_node_has_a_place() {
+        let mut status = RotaNodeStatus {
+            state: NodeState::Queued,
+            queued_at: Some(crate::crd::Timestamp(NOW - 1)),
+            ..RotaNodeStatus::default()
+        };
+        assert_eq!(place_in_queue(&status), Some(NOW - 1));
+        status.state = NodeState::Draining;
+        assert_eq!(place_in_queue(&status), None);
     }
 }
