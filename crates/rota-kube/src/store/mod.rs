@@ -8,13 +8,13 @@ use async_trait::async_trait;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::ListParams;
-use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::events::{Recorder, Reporter};
 use kube::{Api, Client};
 use rota_core::{NodeName, NodeState, ProcedureSpec, Process};
 use rota_store::{
     Acquire, BackoffRecord, Blocked, Error, HistoryEntry, HistoryFilter, Millis, NodeRecord,
     Outcome, Pause, ProcedureRecord, RequestRecord, Result, Session, SlotHolder, Store, Transition,
-    WindowChange, now_millis,
+    now_millis,
 };
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
@@ -33,16 +33,18 @@ mod acquire;
 mod caches;
 mod cas;
 mod events;
+mod operator;
 mod queue;
 mod sessions;
 mod settings;
 mod slot_leases;
 mod tags;
+mod transitions;
 
 use caches::{CachedWait, Known, LocalSession};
+use cas::Edit;
 pub(crate) use cas::jitter;
-use cas::{CAS_ATTEMPTS, Edit, Seen};
-use events::{outcome_event, transition_event};
+use events::outcome_event;
 pub(crate) use queue::Waiter;
 pub use settings::CONFIG_MAP;
 use settings::concurrency_of;
@@ -227,63 +229,6 @@ impl KubeStore {
             (NAMESPACE_LABEL.into(), self.inner.config.namespace.clone()),
             (STATE_LABEL.into(), state.as_str().into()),
         ])
-    }
-
-    /// One transition of a node's agent; with `fence` (a session TTL) it also renews the
-    /// session as the fence does.
-    async fn apply(
-        &self,
-        session: &Session,
-        transition: Transition,
-        fence: Option<Duration>,
-    ) -> Result<NodeRecord> {
-        let fence = fence.map(|ttl| i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
-        self.forget_wait(&session.node);
-        let releases = transition.window.releases_slot();
-        // The Lease is read only where it matters: to give it back, and to name the slot (and
-        // date the history after it was taken) when the window opens. Other steps keep the
-        // slot recorded at the opening.
-        let with_lease = releases || transition.window == WindowChange::Open;
-        let (slot, status, seen) = self
-            .edit(session, with_lease, |status, seen| {
-                if status.state != transition.from {
-                    return Err(Error::Conflict {
-                        node: session.node.clone(),
-                        expected: transition.from,
-                        actual: status.state.to_string(),
-                    });
-                }
-                let slot = if with_lease { seen.slot() } else { status.slot };
-                status::apply_transition(status, &transition, slot, seen.history_time());
-                for (process, source) in &transition.requests {
-                    status::add_request(status, process, source, seen.now);
-                }
-                if let (Some(ttl), Some(current)) = (fence, status.session.as_mut()) {
-                    let deadline = seen.now.saturating_add(ttl);
-                    current.deadline = Timestamp(current.deadline.0.max(deadline));
-                }
-                Ok(Edit::Write(slot))
-            })
-            .await?;
-        let slot = if releases {
-            match &seen.held {
-                Some(lease) => {
-                    let released = status.history.last().map_or(seen.now, |h| h.at.0);
-                    self.release_lease(lease, &session.node, released).await?;
-                }
-                // Nothing to give back, but the release still counts, as in the SQLite store.
-                None => self.inner.changes.bump(1),
-            }
-            None
-        } else {
-            slot
-        };
-        if transition.from == NodeState::Queued && transition.to == NodeState::Idle {
-            self.inner.changes.bump(1);
-        }
-        let (type_, reason, note) = transition_event(&transition, &session.node);
-        self.emit(&session.node, type_, reason, note);
-        Ok(status::node_record(&session.node, &status, slot))
     }
 
     fn record_of(&self, object: &RotaNode, leases: &[Lease]) -> Result<NodeRecord> {
@@ -616,83 +561,11 @@ impl Store for KubeStore {
     }
 
     async fn unlock(&self, node: &NodeName, reason: &str) -> Result<NodeRecord> {
-        for _ in 0..CAS_ATTEMPTS {
-            let Some(mut object) = self.get_rota_node(node).await? else {
-                return Err(Error::NoSuchNode { node: node.clone() });
-            };
-            let held = self.held_lease(node).await?;
-            let seen = Seen {
-                now: now_millis(),
-                held,
-            };
-            let mut status = object.status.take().unwrap_or_default();
-            if seen.held.is_none() && !status.state.holds_slot() {
-                return Err(Error::NotAllowed {
-                    node: node.clone(),
-                    state: status.state,
-                    action: "unlock",
-                    needs: "holds a slot",
-                });
-            }
-            status::apply_unlock(&mut status, reason, seen.slot(), seen.history_time());
-            object.status = Some(status);
-            let Some(written) = self.replace(object).await? else {
-                continue;
-            };
-            self.cache(node, &written, false);
-            let status = written.status.unwrap_or_default();
-            match &seen.held {
-                Some(lease) => {
-                    let released = status.history.last().map_or(seen.now, |h| h.at.0);
-                    self.release_lease(lease, node, released).await?;
-                }
-                None => self.inner.changes.bump(1),
-            }
-            self.emit(
-                node,
-                EventType::Warning,
-                "Unlocked",
-                format!("rota: node {node} unlocked by an operator: {reason}"),
-            );
-            self.wake_agents(Some(node)).await;
-            return Ok(status::node_record(node, &status, None));
-        }
-        Err(self.contended(node))
+        self.operator_unlock(node, reason).await
     }
 
     async fn retry(&self, node: &NodeName) -> Result<NodeRecord> {
-        for _ in 0..CAS_ATTEMPTS {
-            let Some(mut object) = self.get_rota_node(node).await? else {
-                return Err(Error::NoSuchNode { node: node.clone() });
-            };
-            let mut status = object.status.take().unwrap_or_default();
-            if status.state != NodeState::Failed {
-                return Err(Error::NotAllowed {
-                    node: node.clone(),
-                    state: status.state,
-                    action: "retry",
-                    needs: "is failed",
-                });
-            }
-            status.state = NodeState::Maintaining;
-            status.since = Timestamp(now_millis());
-            object.status = Some(status);
-            let Some(written) = self.replace(object).await? else {
-                continue;
-            };
-            self.cache(node, &written, false);
-            self.inner.changes.bump(1);
-            self.emit(
-                node,
-                EventType::Normal,
-                "Retried",
-                format!("rota: node {node} retried by an operator"),
-            );
-            self.wake_agents(Some(node)).await;
-            let leases = self.list_leases().await?;
-            return self.record_of(&written, &leases);
-        }
-        Err(self.contended(node))
+        self.operator_retry(node).await
     }
 
     async fn request(
@@ -701,43 +574,11 @@ impl Store for KubeStore {
         process: &Process,
         source: &str,
     ) -> Result<(RequestRecord, bool)> {
-        for _ in 0..CAS_ATTEMPTS {
-            let Some(mut object) = self.get_rota_node(node).await? else {
-                return Err(Error::NoSuchNode { node: node.clone() });
-            };
-            let mut status = object.status.take().unwrap_or_default();
-            let (request, created) =
-                status::add_request(&mut status, process, source, now_millis());
-            if !created {
-                return Ok((status::request_record(node, &request), false));
-            }
-            object.status = Some(status);
-            if let Some(written) = self.replace(object).await? {
-                self.cache(node, &written, false);
-                self.wake_agents(Some(node)).await;
-                return Ok((status::request_record(node, &request), true));
-            }
-        }
-        Err(self.contended(node))
+        self.operator_request(node, process, source).await
     }
 
     async fn cancel(&self, node: &NodeName, process: &Process) -> Result<bool> {
-        for _ in 0..CAS_ATTEMPTS {
-            let Some(mut object) = self.get_rota_node(node).await? else {
-                return Err(Error::NoSuchNode { node: node.clone() });
-            };
-            let mut status = object.status.take().unwrap_or_default();
-            if !status::cancel_request(&mut status, process, now_millis()) {
-                return Ok(false);
-            }
-            object.status = Some(status);
-            if let Some(written) = self.replace(object).await? {
-                self.cache(node, &written, false);
-                self.wake_agents(Some(node)).await;
-                return Ok(true);
-            }
-        }
-        Err(self.contended(node))
+        self.operator_cancel(node, process).await
     }
 
     async fn pause(&self, reason: &str) -> Result<Pause> {

@@ -1,0 +1,146 @@
+//! An operator's commands on a node (unlock, retry, request, cancel): compare-and-swap
+//! writes of its RotaNode without a session, each followed by a wake of the node's agent.
+
+use kube::runtime::events::EventType;
+use rota_core::{NodeName, NodeState, Process};
+use rota_store::{Error, NodeRecord, RequestRecord, Result, now_millis};
+
+use super::KubeStore;
+use super::cas::{CAS_ATTEMPTS, Seen};
+use crate::crd::Timestamp;
+use crate::status;
+
+impl KubeStore {
+    /// `Store::unlock`: ends the node's window and gives its slot back.
+    pub(super) async fn operator_unlock(
+        &self,
+        node: &NodeName,
+        reason: &str,
+    ) -> Result<NodeRecord> {
+        for _ in 0..CAS_ATTEMPTS {
+            let Some(mut object) = self.get_rota_node(node).await? else {
+                return Err(Error::NoSuchNode { node: node.clone() });
+            };
+            let held = self.held_lease(node).await?;
+            let seen = Seen {
+                now: now_millis(),
+                held,
+            };
+            let mut status = object.status.take().unwrap_or_default();
+            if seen.held.is_none() && !status.state.holds_slot() {
+                return Err(Error::NotAllowed {
+                    node: node.clone(),
+                    state: status.state,
+                    action: "unlock",
+                    needs: "holds a slot",
+                });
+            }
+            status::apply_unlock(&mut status, reason, seen.slot(), seen.history_time());
+            object.status = Some(status);
+            let Some(written) = self.replace(object).await? else {
+                continue;
+            };
+            self.cache(node, &written, false);
+            let status = written.status.unwrap_or_default();
+            match &seen.held {
+                Some(lease) => {
+                    let released = status.history.last().map_or(seen.now, |h| h.at.0);
+                    self.release_lease(lease, node, released).await?;
+                }
+                None => self.inner.changes.bump(1),
+            }
+            self.emit(
+                node,
+                EventType::Warning,
+                "Unlocked",
+                format!("rota: node {node} unlocked by an operator: {reason}"),
+            );
+            self.wake_agents(Some(node)).await;
+            return Ok(status::node_record(node, &status, None));
+        }
+        Err(self.contended(node))
+    }
+
+    /// `Store::retry`: a failed node goes back to maintaining.
+    pub(super) async fn operator_retry(&self, node: &NodeName) -> Result<NodeRecord> {
+        for _ in 0..CAS_ATTEMPTS {
+            let Some(mut object) = self.get_rota_node(node).await? else {
+                return Err(Error::NoSuchNode { node: node.clone() });
+            };
+            let mut status = object.status.take().unwrap_or_default();
+            if status.state != NodeState::Failed {
+                return Err(Error::NotAllowed {
+                    node: node.clone(),
+                    state: status.state,
+                    action: "retry",
+                    needs: "is failed",
+                });
+            }
+            status.state = NodeState::Maintaining;
+            status.since = Timestamp(now_millis());
+            object.status = Some(status);
+            let Some(written) = self.replace(object).await? else {
+                continue;
+            };
+            self.cache(node, &written, false);
+            self.inner.changes.bump(1);
+            self.emit(
+                node,
+                EventType::Normal,
+                "Retried",
+                format!("rota: node {node} retried by an operator"),
+            );
+            self.wake_agents(Some(node)).await;
+            let leases = self.list_leases().await?;
+            return self.record_of(&written, &leases);
+        }
+        Err(self.contended(node))
+    }
+
+    /// `Store::request`: a procedure request for the node, unless it has one.
+    pub(super) async fn operator_request(
+        &self,
+        node: &NodeName,
+        process: &Process,
+        source: &str,
+    ) -> Result<(RequestRecord, bool)> {
+        for _ in 0..CAS_ATTEMPTS {
+            let Some(mut object) = self.get_rota_node(node).await? else {
+                return Err(Error::NoSuchNode { node: node.clone() });
+            };
+            let mut status = object.status.take().unwrap_or_default();
+            let (request, created) =
+                status::add_request(&mut status, process, source, now_millis());
+            if !created {
+                return Ok((status::request_record(node, &request), false));
+            }
+            object.status = Some(status);
+            if let Some(written) = self.replace(object).await? {
+                self.cache(node, &written, false);
+                self.wake_agents(Some(node)).await;
+                return Ok((status::request_record(node, &request), true));
+            }
+        }
+        Err(self.contended(node))
+    }
+
+    /// `Store::cancel`: cancels the node's open request for `process`, if any.
+    pub(super) async fn operator_cancel(&self, node: &NodeName, process: &Process) -> Result<bool> {
+        for _ in 0..CAS_ATTEMPTS {
+            let Some(mut object) = self.get_rota_node(node).await? else {
+                return Err(Error::NoSuchNode { node: node.clone() });
+            };
+            let mut status = object.status.take().unwrap_or_default();
+            if !status::cancel_request(&mut status, process, now_millis()) {
+                return Ok(false);
+            }
+            object.status = Some(status);
+            if let Some(written) = self.replace(object).await? {
+                self.cache(node, &written, false);
+                self.wake_agents(Some(node)).await;
+                return Ok(true);
+            }
+        }
+        Err(self.contended(node))
+    }
+}

@@ -1,0 +1,72 @@
+//! A transition of a node's agent (`Store::transition`, and the fenced one): one fenced edit
+//! of its RotaNode, the slot given back when the window ends, and its Event.
+
+use std::time::Duration;
+
+use rota_core::NodeState;
+use rota_store::{Error, NodeRecord, Result, Session, Transition, WindowChange};
+
+use super::KubeStore;
+use super::cas::Edit;
+use super::events::transition_event;
+use crate::crd::Timestamp;
+use crate::status;
+
+impl KubeStore {
+    /// One transition of a node's agent; with `fence` (a session TTL) it also renews the
+    /// session as the fence does.
+    pub(super) async fn apply(
+        &self,
+        session: &Session,
+        transition: Transition,
+        fence: Option<Duration>,
+    ) -> Result<NodeRecord> {
+        let fence = fence.map(|ttl| i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
+        self.forget_wait(&session.node);
+        let releases = transition.window.releases_slot();
+        // The Lease is read only where it matters: to give it back, and to name the slot (and
+        // date the history after it was taken) when the window opens. Other steps keep the
+        // slot recorded at the opening.
+        let with_lease = releases || transition.window == WindowChange::Open;
+        let (slot, status, seen) = self
+            .edit(session, with_lease, |status, seen| {
+                if status.state != transition.from {
+                    return Err(Error::Conflict {
+                        node: session.node.clone(),
+                        expected: transition.from,
+                        actual: status.state.to_string(),
+                    });
+                }
+                let slot = if with_lease { seen.slot() } else { status.slot };
+                status::apply_transition(status, &transition, slot, seen.history_time());
+                for (process, source) in &transition.requests {
+                    status::add_request(status, process, source, seen.now);
+                }
+                if let (Some(ttl), Some(current)) = (fence, status.session.as_mut()) {
+                    let deadline = seen.now.saturating_add(ttl);
+                    current.deadline = Timestamp(current.deadline.0.max(deadline));
+                }
+                Ok(Edit::Write(slot))
+            })
+            .await?;
+        let slot = if releases {
+            match &seen.held {
+                Some(lease) => {
+                    let released = status.history.last().map_or(seen.now, |h| h.at.0);
+                    self.release_lease(lease, &session.node, released).await?;
+                }
+                // Nothing to give back, but the release still counts, as in the SQLite store.
+                None => self.inner.changes.bump(1),
+            }
+            None
+        } else {
+            slot
+        };
+        if transition.from == NodeState::Queued && transition.to == NodeState::Idle {
+            self.inner.changes.bump(1);
+        }
+        let (type_, reason, note) = transition_event(&transition, &session.node);
+        self.emit(&session.node, type_, reason, note);
+        Ok(status::node_record(&session.node, &status, slot))
+    }
+}
