@@ -1,6 +1,26 @@
 //! rota's store on Kubernetes (design.md §7): [`KubeStore`] implements [`rota_store::Store`]
-//! with objects of the cluster itself, and passes the same conformance suite as the SQLite
-//! store (`tests/conformance.rs`, against a real control plane).
+//! with objects of the cluster itself.
+//!
+//! # Layout
+//!
+//! - `store`: [`KubeStore`], its configuration and the `Store` impl, one file per concern.
+//! - [`crd`]: the `RotaNode` custom resource, a node's state, session and history.
+//! - [`procedure`]: the `Procedure` custom resource and its status's types.
+//! - `procedures`: submitting and listing Procedures, with their scripts.
+//! - `procedure_status`: writing each Procedure's status in the background.
+//! - `status`: the pure half: what a write does to a RotaNode's status, and its records.
+//! - [`slots`]: slots as Leases `rota-slot-<i>`, pure: who holds one, taking and releasing.
+//! - `queue_labels`: what a look at the queue needs, mirrored into RotaNode labels.
+//! - [`ids`]: history and request ids without a shared counter (node tags).
+//! - `changes`: the watch on the slot Leases, and `Store::changes`.
+//! - `config_view`: the watch on rota's ConfigMaps: settings, wakes, scripts.
+//! - `view`: what a watch keeps of one kind of object.
+//! - [`preflight`]: what the store checks of the cluster when it connects.
+//! - [`permissions`]: the permissions an agent needs, checked as it starts.
+//! - `error`: [`KubeError`], naming the verb and resource that failed.
+//!
+//! The store passes the same conformance suite as the SQLite store (`tests/conformance.rs`,
+//! against a real control plane).
 //!
 //! # Objects
 //!

@@ -1,5 +1,5 @@
-//! [`Store`] for [`KubeStore`]: each method in a few lines, or handed to the file of its
-//! concern (see the module map in `store`).
+//! [`Store`] for [`KubeStore`]: the short methods whole, the longer ones handed to the file of
+//! their concern (see the map in `store`).
 
 use std::time::Duration;
 
