@@ -1,5 +1,5 @@
 //! The `RotaNode` custom resource: one cluster-scoped object per node, named after it, whose
-//! status holds everything the store knows about the node (design.md §7).
+//! status holds everything the store knows about the node (docs/design.md §7).
 
 use std::borrow::Cow;
 

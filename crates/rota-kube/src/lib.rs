@@ -1,5 +1,5 @@
-//! rota's store on Kubernetes (design.md §7): [`KubeStore`] implements [`rota_store::Store`]
-//! with objects of the cluster itself.
+//! rota's store on Kubernetes (docs/design.md §7): [`KubeStore`] implements
+//! [`rota_store::Store`] with objects of the cluster itself.
 //!
 //! # Layout
 //!

@@ -1,7 +1,8 @@
-//! The `Procedure` custom resource (design.md §7): one cluster-scoped object per maintenance
-//! procedure, named after it. Its spec is `rota_core::ProcedureSpec`'s JSON without `name` (the
-//! object's name is the procedure's name), so the Kubernetes store and the SQL stores read and
-//! write one form; its status counts the nodes by where the procedure stands on them.
+//! The `Procedure` custom resource (docs/design.md §7): one cluster-scoped object per
+//! maintenance procedure, named after it. Its spec is `rota_core::ProcedureSpec`'s JSON without
+//! `name` (the object's name is the procedure's name), so the Kubernetes store and the SQL
+//! stores read and write one form; its status counts the nodes by where the procedure stands on
+//! them.
 //!
 //! The spec's schema is written here by hand rather than derived, because the API server must
 //! refuse what `ProcedureSpec` would refuse, with messages as clear as rota's own: a priority
