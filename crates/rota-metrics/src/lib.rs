@@ -1,4 +1,4 @@
-//! rota's agent metrics (issue 7, item 5): the agent's state, requests, work results and step
+//! rota's agent metrics: the agent's state, requests, work results and step
 //! durations in Prometheus text format, with the notification counters of rota-notify, served
 //! on `/metrics` beside `/healthz` and `/readyz`.
 //!

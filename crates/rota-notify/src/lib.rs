@@ -1,4 +1,4 @@
-//! rota's notifications (issue 7, item 6): a generic JSON webhook and a Slack-compatible one,
+//! rota's notifications: a generic JSON webhook and a Slack-compatible one,
 //! with message templates, for the events drain started, reboot, finished and failed.
 //!
 //! Maintenance never waits for a notification: [`Notifier::notify`] puts the event on a bounded

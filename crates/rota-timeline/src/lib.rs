@@ -1,4 +1,4 @@
-//! rota's rollout timeline (issue 7, `rota history --svg FILE`): one lane per node, with
+//! rota's rollout timeline (`rota history --svg FILE`): one lane per node, with
 //! drain, maintenance, reboot and verify segments in distinct colours, failure markers and a
 //! time axis, so an operator can see at a glance how a rollout went.
 //!
