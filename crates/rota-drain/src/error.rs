@@ -107,7 +107,7 @@ impl Error {
     /// Whether a request failed because the API server could not be reached or could not serve
     /// it for now (a restart, an overload): the same request may work a moment later.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, Error::Api { source, .. } if rota_kube::is_unavailable(source))
+        matches!(self, Error::Api { source, .. } if rota_store_kube::is_unavailable(source))
     }
 
     /// Wraps a failed request to `verb` a `resource` (`object` names which one).

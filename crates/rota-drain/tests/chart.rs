@@ -212,8 +212,8 @@ async fn the_chart_applies_and_its_rbac_is_enough_to_drain_and_no_more() -> Resu
     let workload = running_pod(&scope.pods(), "app=api").await?;
     let agent_client = env.client_as(&admin, &namespace, "rota-agent").await?;
     // ...the agent's start-up check finds every permission it looks for...
-    let wanted = rota_kube::permissions::agent_permissions(&namespace, true);
-    let missing = rota_kube::permissions::missing(&agent_client, &wanted).await?;
+    let wanted = rota_store_kube::permissions::agent_permissions(&namespace, true);
+    let missing = rota_store_kube::permissions::missing(&agent_client, &wanted).await?;
     ensure!(
         missing.is_empty(),
         "the chart does not grant what the agent checks for: {missing:?}"

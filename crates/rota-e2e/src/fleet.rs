@@ -30,11 +30,11 @@ use kube::runtime::wait::{await_condition, conditions};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt as _};
 use rota_core::{NodeName, Process};
-use rota_kube::crd::{RequestStatus, Timestamp};
-use rota_kube::{
+use rota_store::now_millis;
+use rota_store_kube::crd::{RequestStatus, Timestamp};
+use rota_store_kube::{
     KubeStore, KubeStoreConfig, NAMESPACE_LABEL, RotaNode, procedure_crd, rota_node_crd,
 };
-use rota_store::now_millis;
 use tokio::task::JoinHandle;
 
 use crate::testenv::{Scope, TestEnv};

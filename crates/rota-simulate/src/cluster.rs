@@ -22,7 +22,7 @@ use kube::{Client, Resource as _};
 use rota_agent::NodeActions;
 use rota_core::NodeName;
 use rota_drain::{DrainOptions, KubeActions};
-use rota_kube::{
+use rota_store_kube::{
     KubeStore, KubeStoreConfig, NAMESPACE_LABEL, RotaNode, procedure_crd, rota_node_crd,
 };
 use tracing::{info, warn};
@@ -131,8 +131,8 @@ impl Cluster {
             label: "kube",
             names,
             actions,
-            store_poll: rota_kube::AGENT_STORE_POLL,
-            procedure_poll: Some(rota_kube::AGENT_PROCEDURE_POLL),
+            store_poll: rota_store_kube::AGENT_STORE_POLL,
+            procedure_poll: Some(rota_store_kube::AGENT_PROCEDURE_POLL),
             // Each check lists every RotaNode twice: the API server has better things to do.
             check_every: Duration::from_secs(1),
         })

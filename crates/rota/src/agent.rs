@@ -7,9 +7,9 @@ use anyhow::{Result, bail};
 use rota_agent::{Agent, AgentConfig, Blocker, CommandActions, NodeActions, SentinelCommand};
 use rota_blockers::{AlertFilter, PrometheusBlocker};
 use rota_drain::{DrainOptions, KubeActions, KubeBlocker, NodeLabels};
-use rota_kube::{permissions, preflight};
 use rota_metrics::{Metrics, MetricsServer};
 use rota_notify::{Notifier, NotifierConfig};
+use rota_store_kube::{permissions, preflight};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -42,7 +42,7 @@ fn config(args: AgentArgs) -> AgentConfig {
     config.state_dir = state_dir;
     config.exec_prefix = exec_prefix.split_whitespace().map(String::from).collect();
     config.procedure_poll = timing.procedure_poll.unwrap_or(if kube {
-        rota_kube::AGENT_PROCEDURE_POLL
+        rota_store_kube::AGENT_PROCEDURE_POLL
     } else {
         rota_agent::PROCEDURE_POLL
     });
@@ -72,7 +72,7 @@ fn config(args: AgentArgs) -> AgentConfig {
     config.backoff = backoff.policy();
     config.safety_recheck = timing.safety_recheck.into();
     config.store_poll = timing.store_poll.unwrap_or(if kube {
-        rota_kube::AGENT_STORE_POLL
+        rota_store_kube::AGENT_STORE_POLL
     } else {
         rota_agent::STORE_POLL
     });
@@ -234,7 +234,7 @@ async fn blockers(args: &AgentArgs) -> Result<Vec<Arc<dyn Blocker>>> {
 
 /// Stops the agent before it does anything if the cluster lacks what it needs, naming what is
 /// missing: credentials the API server accepts, rota's CRDs and its namespace (see
-/// `rota_kube::preflight`), then every permission its service account will need. Those come
+/// `rota_store_kube::preflight`), then every permission its service account will need. Those come
 /// first: without credentials every review fails, and a missing CRD is what to fix before
 /// RBAC. Waits while the API server is unavailable, as the store does.
 async fn check_cluster(args: &AgentArgs) -> Result<()> {

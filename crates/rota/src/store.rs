@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use rota_kube::{KubeStore, KubeStoreConfig};
 use rota_store::{Store, StoreUrl};
+use rota_store_kube::{KubeStore, KubeStoreConfig};
 
 use crate::cli::StoreArgs;
 

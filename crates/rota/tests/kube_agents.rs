@@ -18,8 +18,8 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use rota_core::{HistoryEvent, NodeState, Process};
 use rota_e2e::fleet::{DisruptionWatch, Fleet, FleetOptions, request_reboot_by_hand};
 use rota_e2e::testenv::{self, Scope, app_labels};
-use rota_kube::KubeStore;
 use rota_store::{HistoryEntry, HistoryFilter, NodeRecord, Store, now_millis};
+use rota_store_kube::KubeStore;
 
 mod kube_common;
 
@@ -709,7 +709,7 @@ async fn a_submitted_procedure_reaches_an_idle_agent_within_seconds() -> Result<
     })
     .await;
     fleet.shutdown().await?;
-    let api: kube::Api<rota_kube::Procedure> = kube::Api::all(scope.client());
+    let api: kube::Api<rota_store_kube::Procedure> = kube::Api::all(scope.client());
     api.delete(&name, &DeleteParams::default()).await?;
     scope.cleanup().await
 }
@@ -777,7 +777,7 @@ async fn procedures_run_once_per_node_in_priority_order_in_one_window() -> Resul
     }
     fleet.shutdown().await?;
     let procedures = scope.client();
-    let api: kube::Api<rota_kube::Procedure> = kube::Api::all(procedures);
+    let api: kube::Api<rota_store_kube::Procedure> = kube::Api::all(procedures);
     for name in [&low, &high] {
         api.delete(name, &DeleteParams::default()).await?;
     }
@@ -1033,9 +1033,9 @@ async fn an_agent_without_its_rbac_permissions_stops_at_once_and_names_them() ->
     );
     let admin_store = KubeStore::connect(
         scope.client(),
-        rota_kube::KubeStoreConfig {
+        rota_store_kube::KubeStoreConfig {
             namespace: scope.namespace().into(),
-            ..rota_kube::KubeStoreConfig::default()
+            ..rota_store_kube::KubeStoreConfig::default()
         },
     )
     .await?;

@@ -15,8 +15,8 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use rota_core::{HistoryEvent, NodeState, Process};
 use rota_e2e::fleet::Fleet;
 use rota_e2e::testenv::{Scope, TestEnv, app_labels};
-use rota_kube::KubeStore;
 use rota_store::{HistoryFilter, NodeRecord, Store};
+use rota_store_kube::KubeStore;
 use serde_json::json;
 
 const PAUSE: &str = "rota.dev/pause";

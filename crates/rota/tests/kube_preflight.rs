@@ -1,7 +1,7 @@
 //! The real `rota` binary against the real control plane of `testenv/`, in an installation
 //! that lacks something: the agent (and an operator's command) stops at once with one error
 //! line that names what is missing and how to add it, and exits non-zero. A missing CRD is
-//! tested in rota-kube (`tests/preflight.rs`): the shared cluster's CRDs stay installed.
+//! tested in rota-store-kube (`tests/preflight.rs`): the shared cluster's CRDs stay installed.
 
 use std::path::Path;
 use std::process::Output;
@@ -9,7 +9,7 @@ use std::process::Output;
 use anyhow::{Context as _, Result, ensure};
 use kube::Api;
 use kube::config::Kubeconfig;
-use rota_kube::RotaNode;
+use rota_store_kube::RotaNode;
 
 #[allow(dead_code, reason = "these tests start no fleet")]
 mod kube_common;

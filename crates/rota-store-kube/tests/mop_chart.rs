@@ -17,8 +17,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
 use rota_core::{ConfigMapKey, NodeName, Priority, ProcedureSpec, Process, sha256_hex};
 use rota_e2e::testenv::{self, SKIP_ENV, TestEnv};
-use rota_kube::{KubeStore, KubeStoreConfig, Procedure};
 use rota_store::Store;
+use rota_store_kube::{KubeStore, KubeStoreConfig, Procedure};
 use serde_json::json;
 
 fn chart_dir(chart: &str) -> PathBuf {

@@ -13,9 +13,9 @@ use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::{Api, Client};
 use rota_core::{NodeName, NodeState, Process};
 use rota_e2e::fleet::request_reboot_by_hand;
-use rota_kube::ids::{CLAIMED_TAGS, tag_candidates};
-use rota_kube::{KubeStore, KubeStoreConfig, RotaNode};
 use rota_store::{Acquire, Store, Transition, WAKE_ALL, WindowChange, now_millis};
+use rota_store_kube::ids::{CLAIMED_TAGS, tag_candidates};
+use rota_store_kube::{KubeStore, KubeStoreConfig, RotaNode};
 
 const TTL: Duration = Duration::from_secs(60);
 
@@ -247,7 +247,7 @@ async fn an_operators_request_or_procedure_wakes_the_idle_agent_it_concerns() {
         .map(|p| p.spec.name)
         .collect();
     assert!(names.contains(&spec.name), "{names:?}");
-    let api: Api<rota_kube::Procedure> = Api::all(scope.client());
+    let api: Api<rota_store_kube::Procedure> = Api::all(scope.client());
     let prefix = &store.config().name_prefix;
     api.delete(&format!("{prefix}{}", spec.name), &DeleteParams::default())
         .await
@@ -543,7 +543,7 @@ async fn a_node_moved_back_in_the_queue_waits_for_the_nodes_now_ahead_of_it() {
     let mut object = rota_nodes.get(&object_name).await.expect("the RotaNode");
     let later = now - 1000;
     let status = object.status.as_mut().expect("a status");
-    status.queued_at = Some(rota_kube::crd::Timestamp(later));
+    status.queued_at = Some(rota_store_kube::crd::Timestamp(later));
     object
         .metadata
         .labels
@@ -574,7 +574,7 @@ async fn the_store_itself_frees_a_slot_whose_node_is_gone() {
     store.set_concurrency(1).await.expect("concurrency");
     // A Lease held by a Node that no longer exists, as the garbage collector may leave it for
     // a while (it is not fast when busy).
-    let lease = rota_kube::slots::taken(
+    let lease = rota_store_kube::slots::taken(
         0,
         None,
         "gone",

@@ -8,8 +8,8 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
 use rota_e2e::testenv::{Scope, TestEnv};
-use rota_kube::{KubeStore, KubeStoreConfig, procedure_crd, rota_node_crd};
 use rota_store::Store;
+use rota_store_kube::{KubeStore, KubeStoreConfig, procedure_crd, rota_node_crd};
 
 /// The environment, or `None` when `ROTA_E2E_SKIP=1`; panics (the test fails) when no control
 /// plane can be had.
@@ -28,7 +28,7 @@ pub async fn install_crd(client: kube::Client) {
         let name = crd.metadata.name.clone().expect("the CRD has a name");
         crds.patch(
             &name,
-            &PatchParams::apply("rota-kube-tests").force(),
+            &PatchParams::apply("rota-store-kube-tests").force(),
             &Patch::Apply(&crd),
         )
         .await

@@ -1,4 +1,4 @@
-//! What the store checks of the cluster as it connects (`rota_kube::preflight`), against the
+//! What the store checks of the cluster as it connects (`rota_store_kube::preflight`), against the
 //! real API server of `testenv/`: a CRD it does not serve, a namespace that does not exist and
 //! credentials it refuses are each named, with how to fix them. The shared cluster's CRDs are
 //! never deleted (other tests use them): the missing ones are resources that were never
@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::Api;
 use kube::api::DeleteParams;
-use rota_kube::preflight::{ROTA_RESOURCES, ServedResource, check_resources};
-use rota_kube::{KubeError, KubeStore, KubeStoreConfig};
+use rota_store_kube::preflight::{ROTA_RESOURCES, ServedResource, check_resources};
+use rota_store_kube::{KubeError, KubeStore, KubeStoreConfig};
 
 /// The store's error as the Kubernetes store raised it.
 fn kube_error(e: &rota_store::Error) -> Option<&KubeError> {

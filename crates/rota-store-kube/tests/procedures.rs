@@ -15,9 +15,9 @@ use kube::Api;
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use rota_core::{ConfigMapKey, NodeName, NodeState, ProcedureSpec, Process};
 use rota_e2e::testenv::Scope;
-use rota_kube::procedure::NodeProcedureState;
-use rota_kube::{KubeStore, Procedure};
 use rota_store::{Outcome, Session, Store, Transition, WindowChange, now_millis};
+use rota_store_kube::procedure::NodeProcedureState;
+use rota_store_kube::{KubeStore, Procedure};
 use serde_json::json;
 
 const TTL: Duration = Duration::from_secs(60);
@@ -265,7 +265,7 @@ async fn eventually_states(
     scope: &Scope,
     procedure: &str,
     expected: &[(&str, NodeProcedureState)],
-) -> rota_kube::ProcedureStatus {
+) -> rota_store_kube::ProcedureStatus {
     let api: Api<Procedure> = Api::all(scope.client());
     let object = format!("{}{procedure}", store.config().name_prefix);
     let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
