@@ -7,11 +7,13 @@
 //! - [`ordering`]: the per-node procedure priority rule (§5, invariant 5 of §4);
 //! - [`procedure`]: maintenance procedures, their node selectors and checksum pins (§5);
 //! - [`backoff`]: BMDB's exponential backoff formula (§6);
+//! - [`labels`]: Kubernetes' rules for label keys and values;
 //! - [`lifecycle`]: the node lifecycle state machine and its effects (§3);
 //! - [`window`]: maintenance windows, the days and hours in which new maintenance may start
 //!   (§2).
 
 pub mod backoff;
+pub mod labels;
 pub mod lifecycle;
 pub mod names;
 pub mod ordering;
@@ -20,6 +22,7 @@ pub mod procedure;
 pub mod window;
 
 pub use backoff::BackoffPolicy;
+pub use labels::{check_label_key, check_label_value};
 pub use lifecycle::{Effect, Event, Lifecycle, NodeState, NodeStateError, TransitionError};
 pub use names::{HistoryEvent, NameError, NodeName, Process};
 pub use ordering::{ProcedureEntry, may_start, startable};

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, ListParams};
 use rota_agent::{Block, BlockKind, Blocker};
-use rota_core::NodeName;
+use rota_core::{NodeName, check_label_key, check_label_value};
 
 use crate::error::Error;
 use crate::node;
@@ -73,20 +73,20 @@ fn requirement(part: &str) -> Result<(), String> {
         return Err("an empty requirement (two commas in a row, or one at an end)".into());
     }
     if let Some(key) = part.strip_prefix('!') {
-        return label_key(key.trim());
+        return check_label_key(key.trim());
     }
     for op in ["!=", "==", "="] {
         if let Some((key, value)) = part.split_once(op) {
-            label_key(key.trim())?;
-            return label_value(value.trim());
+            check_label_key(key.trim())?;
+            return check_label_value(value.trim());
         }
     }
     let mut words = part.splitn(2, char::is_whitespace);
     let key = words.next().unwrap_or_default();
     let Some(rest) = words.next().map(str::trim_start) else {
-        return label_key(key);
+        return check_label_key(key);
     };
-    label_key(key)?;
+    check_label_key(key)?;
     let set = rest
         .strip_prefix("notin")
         .or_else(|| rest.strip_prefix("in"))
@@ -99,58 +99,7 @@ fn requirement(part: &str) -> Result<(), String> {
     if values.trim().is_empty() {
         return Err(format!("{part:?}: the list of values is empty"));
     }
-    values.split(',').try_for_each(|v| label_value(v.trim()))
-}
-
-fn name_chars_ok(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    bytes.first().is_some_and(u8::is_ascii_alphanumeric)
-        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-}
-
-fn label_key(key: &str) -> Result<(), String> {
-    let (prefix, name) = match key.split_once('/') {
-        Some((prefix, name)) => (Some(prefix), name),
-        None => (None, key),
-    };
-    if let Some(prefix) = prefix {
-        let dns = !prefix.is_empty()
-            && prefix.len() <= 253
-            && prefix.split('.').all(|label| {
-                !label.is_empty()
-                    && label.len() <= 63
-                    && label
-                        .bytes()
-                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                    && !label.starts_with('-')
-                    && !label.ends_with('-')
-            });
-        if !dns {
-            return Err(format!(
-                "{key:?}: the key's prefix must be a DNS subdomain (lower case, digits, - and .)"
-            ));
-        }
-    }
-    if name.is_empty() || name.len() > 63 || !name_chars_ok(name) {
-        return Err(format!(
-            "{key:?}: a label key is at most 63 letters, digits, -, _ and ., starting and ending \
-             with a letter or digit (with an optional DNS prefix and /)"
-        ));
-    }
-    Ok(())
-}
-
-fn label_value(value: &str) -> Result<(), String> {
-    if value.is_empty() || (value.len() <= 63 && name_chars_ok(value)) {
-        return Ok(());
-    }
-    Err(format!(
-        "{value:?}: a label value is at most 63 letters, digits, -, _ and ., starting and ending \
-         with a letter or digit"
-    ))
+    values.split(',').try_for_each(|v| check_label_value(v.trim()))
 }
 
 /// Blocks while a pod matching one of the selectors runs on the node, or while the node's

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use rota_core::{check_label_key, check_label_value};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
@@ -66,8 +67,8 @@ pub fn parse_labels(text: &str) -> Result<Vec<(String, String)>> {
             let (key, value) = label.split_once('=').ok_or_else(|| {
                 bad("expected KEY=VALUE, such as rota.dev/maintenance=true".into())
             })?;
-            check_key(key).map_err(&bad)?;
-            check_value(value).map_err(&bad)?;
+            check_label_key(key).map_err(&bad)?;
+            check_label_value(value).map_err(&bad)?;
             Ok((key.to_owned(), value.to_owned()))
         })
         .collect()
@@ -75,67 +76,11 @@ pub fn parse_labels(text: &str) -> Result<Vec<(String, String)>> {
 
 /// Checks a taint's key, which follows the rules of label keys.
 pub fn parse_taint_key(text: &str) -> Result<String> {
-    check_key(text).map_err(|reason| Error::BadTaintKey {
+    check_label_key(text).map_err(|reason| Error::BadTaintKey {
         key: text.to_owned(),
         reason,
     })?;
     Ok(text.to_owned())
-}
-
-/// A label key: an optional DNS subdomain prefix and `/`, then a name.
-fn check_key(key: &str) -> std::result::Result<(), String> {
-    let (prefix, name) = match key.rsplit_once('/') {
-        Some((prefix, name)) => (Some(prefix), name),
-        None => (None, key),
-    };
-    if let Some(prefix) = prefix {
-        let valid = !prefix.is_empty()
-            && prefix.len() <= 253
-            && prefix.split('.').all(|part| {
-                !part.is_empty()
-                    && part
-                        .chars()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-                    && !part.starts_with('-')
-                    && !part.ends_with('-')
-            });
-        if !valid {
-            return Err(format!(
-                "the key's prefix {prefix:?} must be a DNS subdomain: at most 253 characters, \
-                 lowercase letters, digits, '-' and '.', each part starting and ending with a \
-                 letter or digit"
-            ));
-        }
-    }
-    if name.is_empty() || !is_label_word(name) {
-        return Err(format!(
-            "the key's name {name:?} must be 1-63 characters: letters, digits, '-', '_' and \
-             '.', starting and ending with a letter or digit"
-        ));
-    }
-    Ok(())
-}
-
-fn check_value(value: &str) -> std::result::Result<(), String> {
-    if value.is_empty() || is_label_word(value) {
-        return Ok(());
-    }
-    Err(format!(
-        "the value {value:?} must be empty or 1-63 characters: letters, digits, '-', '_' and \
-         '.', starting and ending with a letter or digit"
-    ))
-}
-
-/// A label name or value that is not empty: Kubernetes' `(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])`
-/// of at most 63 characters.
-fn is_label_word(word: &str) -> bool {
-    let ends_ok = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
-    word.len() <= 63
-        && ends_ok(word.chars().next())
-        && ends_ok(word.chars().last())
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 #[cfg(test)]
