@@ -1,6 +1,8 @@
-//! `rota agent` as a real process on a real SQLite store and real files: the whole lifecycle,
-//! kills at every state, the reboot never repeated, kustodian's file protocol, drain failure.
-//! Node actions are shell commands that append to a log, so each test can count them.
+//! `rota agent` as a real process on a real SQLite store and real files, for what needs the
+//! process: kills in the middle of a step, a frozen process, exit codes and stderr, shell
+//! command node actions, the command line and the operator commands beside a running agent.
+//! The rest of the agent's lifecycle is tested in-process in `crates/rota-agent/tests/`. Node
+//! actions are shell commands that append to a log, so each test can count them.
 
 mod common;
 
@@ -8,10 +10,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Agent, Host, PATIENCE, ROTA};
+use common::{Host, PATIENCE, ROTA};
 
-use rota_core::{HistoryEvent, NodeName, NodeState, Process};
-use rota_store::{NodeRecord, SqliteStore, Store};
+use rota_core::{NodeName, NodeState, Process};
+use rota_store::{SqliteStore, Store};
 
 /// Makes `node` hold the store's only slot through a session of its own: it requests a reboot
 /// (from `source`), queues and is granted the slot, as an agent would.
@@ -47,99 +49,6 @@ async fn take_the_only_slot(
 
 fn touch(path: &Path) {
     std::fs::write(path, b"").expect("touch");
-}
-
-/// Once `agent` has started its node's reboot, the machine does not go down at once: the agent
-/// is killed and started again on the same boot, and must not reboot again. Then the reboot
-/// happens, and the agent started after it finishes the window.
-async fn reboot_once_across_a_restart(host: &Host, agent: Agent) -> (Agent, NodeRecord) {
-    host.wait_until("the reboot command", || host.count("reboot") == 1)
-        .await;
-    agent.kill();
-    let agent = host.agent(&[]);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(
-        host.count("reboot"),
-        1,
-        "a restarted agent never reboots again"
-    );
-    assert_eq!(
-        host.record().await.map(|r| r.state),
-        Some(NodeState::Rebooting)
-    );
-    agent.kill();
-
-    host.reboot_host("boot-2");
-    let agent = host.agent(&[]);
-    let record = host
-        .wait_for("idle after the reboot", |r| {
-            r.state == NodeState::Idle && r.last_result.as_deref() == Some("finished")
-        })
-        .await;
-    (agent, record)
-}
-
-#[tokio::test]
-async fn a_reboot_request_runs_the_lifecycle_once_across_kills() {
-    let host = Host::new();
-    let agent = host.agent(&[]);
-    host.wait_for("registered", |_| true).await;
-    touch(&host.root("run/reboot-needed"));
-    let record = host
-        .wait_for("rebooting", |r| r.state == NodeState::Rebooting)
-        .await;
-    assert_eq!(
-        record.boot_id.as_deref(),
-        Some("boot-1"),
-        "boot id persisted"
-    );
-    let (agent, record) = reboot_once_across_a_restart(&host, agent).await;
-    assert_eq!(record.slot, None, "the slot was released");
-    assert_eq!(host.log(), ["drain", "reboot", "health", "uncordon"]);
-    assert_eq!(
-        host.history().await,
-        [
-            (Process::Reboot, HistoryEvent::Started),
-            (Process::Reboot, HistoryEvent::Finished)
-        ]
-    );
-    assert!(agent.terminate().success(), "SIGTERM is a clean shutdown");
-}
-
-#[tokio::test]
-async fn a_reboot_recorded_but_never_started_is_started_once() {
-    let host = Host::new();
-    touch(&host.root("run/reboot-needed"));
-    // What an agent leaves behind when it stops between recording its reboot and starting the
-    // command (killed, or its store call failed after the write had landed): `rebooting`,
-    // with this boot's id, and no reboot under way.
-    let store = host.store().await;
-    let session = take_the_only_slot(&store, &host.node, "/run/reboot-needed").await;
-    let steps = [
-        rota_store::Transition::new(NodeState::Queued, NodeState::Draining)
-            .process(Some(Process::Reboot))
-            .window(rota_store::WindowChange::Open)
-            .fields(rota_store::NodeFields {
-                cordoned_by_rota: Some(true),
-                ..rota_store::NodeFields::default()
-            }),
-        rota_store::Transition::new(NodeState::Draining, NodeState::Maintaining),
-        rota_store::Transition::new(NodeState::Maintaining, NodeState::Rebooting).fields(
-            rota_store::NodeFields {
-                boot_id: Some(Some("boot-1".into())),
-                reboot_started_at: Some(Some(rota_store::now_millis())),
-                reboot_deadline: Some(Some(rota_store::now_millis() + 600_000)),
-                ..rota_store::NodeFields::default()
-            },
-        ),
-    ];
-    for step in steps {
-        store.transition(&session, step).await.expect("transition");
-    }
-
-    let agent = host.agent(&[]);
-    reboot_once_across_a_restart(&host, agent).await;
-    assert_eq!(host.log(), ["reboot", "health", "uncordon"]);
 }
 
 #[tokio::test]
@@ -209,27 +118,6 @@ async fn an_agent_killed_during_verification_finishes_after_restart() {
 }
 
 #[tokio::test]
-async fn the_same_boot_id_after_the_reboot_timeout_fails_closed() {
-    let host = Host::new();
-    let _agent = host.agent(&["--reboot-timeout", "1s"]);
-    host.wait_for("registered", |_| true).await;
-    touch(&host.root("run/reboot-needed"));
-    let record = host
-        .wait_for("failed", |r| r.state == NodeState::Failed)
-        .await;
-    assert_eq!(record.slot, Some(0), "a failed node keeps its slot");
-    assert!(record.cordoned_by_rota, "and stays cordoned");
-    assert_eq!(host.count("uncordon"), 0);
-    assert!(
-        record
-            .last_result
-            .as_deref()
-            .is_some_and(|r| r.contains("boot id boot-1 unchanged")),
-        "{record:?}"
-    );
-}
-
-#[tokio::test]
 async fn a_failing_reboot_command_fails_closed_at_once() {
     let host = Host::new();
     let _agent = host.agent(&["--reboot-command", "echo no >&2; exit 7"]);
@@ -245,69 +133,6 @@ async fn a_failing_reboot_command_fails_closed_at_once() {
             .as_deref()
             .is_some_and(|r| r.contains("exit status: 7")),
         "{record:?}"
-    );
-}
-
-#[tokio::test]
-async fn kustodians_file_protocol_works_with_an_unchanged_host_script() {
-    let host = Host::new();
-    let _agent = host.agent(&[]);
-    host.wait_for("registered", |_| true).await;
-    std::fs::create_dir_all(host.root("var")).expect("mkdir");
-    touch(&host.root("var/maintenance-required"));
-    host.wait_until("maintenance in progress", || {
-        host.root("var/maintenance-in-progress").exists()
-    })
-    .await;
-    assert_eq!(host.log(), ["drain"], "drained before the script may start");
-    let record = host.record().await.expect("record");
-    assert_eq!(record.state, NodeState::Maintaining);
-
-    // The host script's last step.
-    std::fs::remove_file(host.root("var/maintenance-required")).expect("rm");
-    host.wait_for("idle", |r| r.state == NodeState::Idle && r.slot.is_none())
-        .await;
-    assert!(!host.root("var/maintenance-in-progress").exists());
-    assert_eq!(host.log(), ["drain", "health", "uncordon"], "no reboot");
-    assert_eq!(
-        host.history().await,
-        [
-            (Process::Maintenance, HistoryEvent::Started),
-            (Process::Maintenance, HistoryEvent::Finished)
-        ]
-    );
-}
-
-#[tokio::test]
-async fn a_failed_drain_uncordons_releases_and_backs_off() {
-    let host = Host::new();
-    let log = host.path("actions.log");
-    let failing = format!(
-        "echo drain >> {}; echo 'pdb says no' >&2; exit 3",
-        log.display()
-    );
-    let _agent = host.agent(&["--drain-command", &failing]);
-    host.wait_for("registered", |_| true).await;
-    touch(&host.root("run/reboot-needed"));
-    let record = host
-        .wait_for("queued again", |r| {
-            r.state == NodeState::Queued && r.last_result.is_some()
-        })
-        .await;
-    assert_eq!(record.slot, None, "the slot went back");
-    assert!(!record.cordoned_by_rota);
-    assert_eq!(host.log(), ["drain", "uncordon"]);
-    let store = host.store().await;
-    let backoffs = store.backoffs(&host.node).await.expect("backoffs");
-    assert_eq!(backoffs.len(), 1);
-    assert_eq!(backoffs[0].last_interval, Duration::from_secs(60));
-    assert!(backoffs[0].cause.contains("pdb says no"), "{backoffs:?}");
-    assert_eq!(
-        host.history().await,
-        [
-            (Process::Reboot, HistoryEvent::Started),
-            (Process::Reboot, HistoryEvent::Failed)
-        ]
     );
 }
 
@@ -380,57 +205,6 @@ async fn an_agent_whose_session_expired_while_it_was_frozen_carries_on() {
     })
     .await;
     assert_eq!(host.log(), ["drain", "reboot", "health", "uncordon"]);
-}
-
-/// kured's `--reboot-sentinel-command`, run under `--exec-prefix`: its "needed" asks for one reboot. After that reboot the
-/// same verdict asks for nothing (it is older than the reboot), so a command that goes on
-/// saying "needed" cannot reboot the node in a loop; a "not needed" and then a new "needed" asks
-/// again.
-#[tokio::test]
-async fn a_sentinel_command_asks_for_one_reboot_per_need() {
-    let host = Host::new();
-    let flag = host.path("needs-reboot");
-    // Under --exec-prefix, as in the chart (where it enters the host's namespaces).
-    let command = format!(
-        "test \"$ROTA_TEST_PREFIX\" = applied && test -e {}",
-        flag.display()
-    );
-    let args = [
-        "--reboot-sentinel-command",
-        command.as_str(),
-        "--reboot-sentinel-command-interval",
-        "200ms",
-        "--exec-prefix",
-        "env ROTA_TEST_PREFIX=applied",
-    ];
-    let verdict = host.root("var/lib/rota/reboot-required-by-command");
-    let agent = host.agent(&args);
-    host.wait_for("registered", |_| true).await;
-    touch(&flag);
-    host.wait_until("the reboot", || host.count("reboot") == 1)
-        .await;
-    agent.kill();
-    host.reboot_host("boot-2");
-    let agent = host.agent(&args);
-    host.wait_for("finished", |r| {
-        r.state == NodeState::Idle && r.last_result.as_deref() == Some("finished")
-    })
-    .await;
-    // The command still says "needed": several runs later, no second reboot.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(host.count("reboot"), 1, "{:?}", host.log());
-    assert!(
-        verdict.exists(),
-        "the verdict is kept while the command says so"
-    );
-
-    std::fs::remove_file(&flag).expect("rm");
-    host.wait_until("the verdict withdrawn", || !verdict.exists())
-        .await;
-    touch(&flag);
-    host.wait_until("the second reboot", || host.count("reboot") == 2)
-        .await;
-    agent.kill();
 }
 
 #[test]
@@ -590,97 +364,6 @@ fn bad_input_is_refused_with_one_clear_line() {
 }
 
 #[tokio::test]
-async fn an_agent_killed_during_kustodian_maintenance_keeps_the_window_open() {
-    let host = Host::new();
-    let agent = host.agent(&[]);
-    host.wait_for("registered", |_| true).await;
-    std::fs::create_dir_all(host.root("var")).expect("mkdir");
-    touch(&host.root("var/maintenance-required"));
-    host.wait_until("maintenance in progress", || {
-        host.root("var/maintenance-in-progress").exists()
-    })
-    .await;
-    agent.kill();
-
-    // The host script is still working when the agent comes back.
-    let _agent = host.agent(&[]);
-    let record = host
-        .wait_for("maintaining after restart", |r| {
-            r.state == NodeState::Maintaining
-        })
-        .await;
-    assert_eq!(record.slot, Some(0), "the window keeps its slot");
-    assert!(host.root("var/maintenance-in-progress").exists());
-    assert_eq!(host.log(), ["drain"], "no second drain, no uncordon yet");
-
-    std::fs::remove_file(host.root("var/maintenance-required")).expect("rm");
-    host.wait_for("idle", |r| r.state == NodeState::Idle && r.slot.is_none())
-        .await;
-    assert_eq!(host.log(), ["drain", "health", "uncordon"]);
-    assert_eq!(
-        host.history().await,
-        [
-            (Process::Maintenance, HistoryEvent::Started),
-            (Process::Maintenance, HistoryEvent::Finished)
-        ]
-    );
-}
-
-#[tokio::test]
-async fn a_queued_request_survives_a_killed_agent_exactly_once() {
-    let host = Host::new();
-    // Another node holds the only slot, so this one stays queued.
-    let store = host.store().await;
-    let other = take_the_only_slot(&store, &NodeName::new("node-b").expect("name"), "test").await;
-
-    let agent = host.agent(&[]);
-    host.wait_for("registered", |_| true).await;
-    touch(&host.root("run/reboot-needed"));
-    host.wait_for("queued", |r| r.state == NodeState::Queued)
-        .await;
-    let before = store.open_requests(&host.node).await.expect("requests");
-    assert_eq!(before.len(), 1);
-    agent.kill();
-
-    let _agent = host.agent(&[]);
-    host.wait_for("queued again", |r| r.state == NodeState::Queued)
-        .await;
-    let after = store.open_requests(&host.node).await.expect("requests");
-    assert_eq!(
-        after.iter().map(|r| r.id).collect::<Vec<_>>(),
-        before.iter().map(|r| r.id).collect::<Vec<_>>(),
-        "the restarted agent serves the recorded request, not a new one"
-    );
-    store
-        .unlock(&other.node, "test done")
-        .await
-        .expect("unlock");
-    host.wait_until("the reboot", || host.count("reboot") == 1)
-        .await;
-}
-
-#[tokio::test]
-async fn a_slot_granted_for_a_withdrawn_request_is_given_back_without_a_drain() {
-    let host = Host::new();
-    // What a crash right after the slot was granted leaves behind: queued, holding the slot,
-    // and the sentinel removed while the agent was down.
-    let store = host.store().await;
-    take_the_only_slot(&store, &host.node, "/run/reboot-needed").await;
-
-    let _agent = host.agent(&[]);
-    let record = host
-        .wait_for("idle", |r| r.state == NodeState::Idle && r.slot.is_none())
-        .await;
-    assert!(!record.cordoned_by_rota);
-    assert!(
-        host.log().is_empty(),
-        "nothing was drained: {:?}",
-        host.log()
-    );
-    assert!(store.slot_holders().await.expect("holders").is_empty());
-}
-
-#[tokio::test]
 async fn a_paused_fleet_takes_no_slot_until_resumed() {
     let host = Host::new();
     host.store().await;
@@ -819,57 +502,5 @@ async fn an_operator_request_reboots_the_node_and_a_cancel_withdraws_it() {
     assert!(
         String::from_utf8_lossy(&said.stdout).contains("no pending reboot request"),
         "work in a window is not canceled: {said:?}"
-    );
-}
-
-/// `--release-delay`: the node keeps its slot for the delay after its health check first
-/// passed, and checks go on meanwhile. Timestamps from the health command and the history, not
-/// the test's clock, show the order.
-#[tokio::test]
-async fn the_slot_goes_back_no_earlier_than_the_release_delay_after_the_node_is_healthy() {
-    const DELAY_MS: i64 = 3000;
-    let host = Host::new();
-    let checks = host.path("health.log");
-    let health = format!("date +%s%3N >> {}", checks.display());
-    let flags = ["--health-command", &health, "--release-delay", "3s"];
-    let agent = host.agent(&flags);
-    host.wait_for("registered", |_| true).await;
-    touch(&host.root("run/reboot-needed"));
-    host.wait_until("the reboot command", || host.count("reboot") == 1)
-        .await;
-    agent.kill();
-    host.reboot_host("boot-2");
-    let _agent = host.agent(&flags);
-    let record = host
-        .wait_for("idle after the reboot", |r| {
-            r.state == NodeState::Idle && r.last_result.as_deref() == Some("finished")
-        })
-        .await;
-    assert_eq!(record.slot, None, "the slot was released");
-
-    let passes: Vec<i64> = std::fs::read_to_string(&checks)
-        .expect("health log")
-        .lines()
-        .map(|l| l.trim().parse().expect("a timestamp in ms"))
-        .collect();
-    let first_pass = *passes.first().expect("a passed health check");
-    let entries = host
-        .store()
-        .await
-        .history(&rota_store::HistoryFilter::default())
-        .await
-        .expect("history");
-    let released = entries
-        .iter()
-        .find(|e| e.event == HistoryEvent::Finished && e.released)
-        .expect("a finished entry that released the slot");
-    assert!(
-        released.at >= first_pass + DELAY_MS,
-        "released at {} but healthy since {first_pass}: less than the delay of {DELAY_MS} ms",
-        released.at
-    );
-    assert!(
-        passes.len() >= 2,
-        "the health checks went on during the delay: {passes:?}"
     );
 }

@@ -1,5 +1,7 @@
 //! What the agent's integration tests share.
 
+pub mod host;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

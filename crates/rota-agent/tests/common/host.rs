@@ -1,0 +1,290 @@
+//! The in-process harness of the agent-loop tests: one host in a temporary directory (its root,
+//! boot id and real SQLite store), `rota_agent::Agent` in the test's own runtime with node
+//! actions that log each action, and waits on the store. A reboot is what it is to the
+//! subprocess harness of `crates/rota`: the reboot action only logs; the test then stops the
+//! agent, gives the host a new boot id and starts a new agent, a new incarnation on the same host.
+#![allow(
+    dead_code,
+    reason = "each test binary uses its own part of the harness"
+)]
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use rota_agent::{ActionError, Agent, AgentConfig, NodeActions, RebootHandle};
+use rota_core::{HistoryEvent, NodeName, Process};
+use rota_store::{HistoryFilter, Millis, NodeRecord, SqliteStore, Store, now_millis};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// How long a wait on the agent may take before the test fails.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+pub fn touch(path: &Path) {
+    std::fs::write(path, b"").expect("touch");
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Node actions that log each action they take (`drain`, `uncordon`, `reboot`, `health`), in
+/// order. One host's agents share them, so the log spans incarnations as a host's log file
+/// would.
+#[derive(Default)]
+pub struct LoggingActions {
+    log: Mutex<Vec<String>>,
+    /// When each health check was made (store time), for tests that order it against history.
+    health_checks: Mutex<Vec<Millis>>,
+    /// What every drain fails with, once set.
+    drain_failure: Mutex<Option<String>>,
+    /// How long each of the next drains takes, one entry a drain; the rest take no time.
+    drain_holds: Mutex<VecDeque<Duration>>,
+}
+
+impl LoggingActions {
+    fn note(&self, action: &str) {
+        lock(&self.log).push(action.to_string());
+    }
+
+    /// Every drain from now on logs itself and then fails with `cause`.
+    pub fn fail_drains(&self, cause: &str) {
+        *lock(&self.drain_failure) = Some(cause.to_string());
+    }
+
+    /// The next drain logs itself and then takes `hold` before it succeeds.
+    pub fn hold_next_drain(&self, hold: Duration) {
+        lock(&self.drain_holds).push_back(hold);
+    }
+
+    pub fn health_checks(&self) -> Vec<Millis> {
+        lock(&self.health_checks).clone()
+    }
+}
+
+#[async_trait]
+impl NodeActions for LoggingActions {
+    async fn is_cordoned(&self) -> Result<bool, ActionError> {
+        Ok(false)
+    }
+
+    async fn drain(&self) -> Result<(), ActionError> {
+        self.note("drain");
+        let hold = lock(&self.drain_holds).pop_front();
+        if let Some(hold) = hold {
+            tokio::time::sleep(hold).await;
+        }
+        let failure = lock(&self.drain_failure).clone();
+        match failure {
+            Some(detail) => Err(ActionError {
+                action: "drain",
+                detail,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    async fn uncordon(&self) -> Result<(), ActionError> {
+        self.note("uncordon");
+        Ok(())
+    }
+
+    /// Started and done at once, as a reboot command that returns before the machine goes
+    /// down: only a new boot id, which the test gives, says the node rebooted.
+    async fn reboot(&self) -> Result<RebootHandle, ActionError> {
+        self.note("reboot");
+        let (done, handle) = tokio::sync::oneshot::channel();
+        let _ = done.send(Ok(()));
+        Ok(handle)
+    }
+
+    async fn health(&self) -> Result<(), ActionError> {
+        self.note("health");
+        lock(&self.health_checks).push(now_millis());
+        Ok(())
+    }
+}
+
+pub struct Host {
+    pub dir: tempfile::TempDir,
+    pub node: NodeName,
+    /// The SQLite store its agents use: its own, or a fleet's shared with other hosts.
+    pub db: PathBuf,
+    pub actions: Arc<LoggingActions>,
+    /// The test's own handle on the store, as an operator's process would have.
+    store: SqliteStore,
+}
+
+impl Host {
+    pub async fn new() -> Host {
+        Host::named("node-a", None).await
+    }
+
+    /// Another host of `fleet`'s store, for tests with several nodes.
+    pub async fn sharing(node: &str, fleet: &Host) -> Host {
+        Host::named(node, Some(fleet.db.clone())).await
+    }
+
+    async fn named(node: &str, db: Option<PathBuf>) -> Host {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for sub in ["root/run", "root/var/run"] {
+            std::fs::create_dir_all(dir.path().join(sub)).expect("mkdir");
+        }
+        let db = db.unwrap_or_else(|| dir.path().join("rota.db"));
+        let store = SqliteStore::open(&db).await.expect("open store");
+        let host = Host {
+            dir,
+            node: NodeName::new(node).expect("name"),
+            db,
+            actions: Arc::new(LoggingActions::default()),
+            store,
+        };
+        host.set_boot_id("boot-1");
+        host
+    }
+
+    pub fn path(&self, relative: &str) -> PathBuf {
+        self.dir.path().join(relative)
+    }
+
+    pub fn root(&self, relative: &str) -> PathBuf {
+        self.path("root").join(relative)
+    }
+
+    pub fn set_boot_id(&self, id: &str) {
+        std::fs::write(self.path("boot_id"), format!("{id}\n")).expect("boot id");
+    }
+
+    pub fn log(&self) -> Vec<String> {
+        lock(&self.actions.log).clone()
+    }
+
+    pub fn count(&self, action: &str) -> usize {
+        self.log().iter().filter(|l| *l == action).count()
+    }
+
+    pub fn store(&self) -> &SqliteStore {
+        &self.store
+    }
+
+    /// The agent's configuration on this host: the host's root and boot id, one slot, and a
+    /// health check every 100 ms.
+    pub fn config(&self) -> AgentConfig {
+        let mut config = AgentConfig::new(self.node.clone());
+        config.host_root = self.path("root");
+        config.boot_id_file = self.path("boot_id");
+        config.concurrency = Some(1);
+        config.health_interval = Duration::from_millis(100);
+        config
+    }
+
+    pub async fn agent(&self) -> RunningAgent {
+        self.agent_with(|_| {}).await
+    }
+
+    /// Starts an agent with this host's configuration as `configure` changes it. Each agent
+    /// opens the store anew, as an agent process would.
+    pub async fn agent_with(&self, configure: impl FnOnce(&mut AgentConfig)) -> RunningAgent {
+        let mut config = self.config();
+        configure(&mut config);
+        let store: Arc<dyn Store> =
+            Arc::new(SqliteStore::open(&self.db).await.expect("open store"));
+        let cancel = CancellationToken::new();
+        let agent = Agent::new(config, store, self.actions.clone(), cancel.clone());
+        RunningAgent {
+            cancel,
+            task: Some(tokio::spawn(agent.run())),
+        }
+    }
+
+    pub async fn record(&self) -> Option<NodeRecord> {
+        self.store.node(&self.node).await.expect("read node")
+    }
+
+    /// Waits until the node's record satisfies `ok`.
+    pub async fn wait_for(&self, what: &str, ok: impl Fn(&NodeRecord) -> bool) -> NodeRecord {
+        let start = Instant::now();
+        loop {
+            if let Some(record) = self.record().await
+                && ok(&record)
+            {
+                return record;
+            }
+            assert!(
+                start.elapsed() < PATIENCE,
+                "node never became {what}: {:?}, actions {:?}",
+                self.record().await,
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn wait_until(&self, what: &str, ok: impl Fn() -> bool) {
+        let start = Instant::now();
+        while !ok() {
+            assert!(
+                start.elapsed() < PATIENCE,
+                "{what} never happened: {:?}, actions {:?}",
+                self.record().await,
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn history(&self) -> Vec<(Process, HistoryEvent)> {
+        self.store
+            .history(&HistoryFilter::default())
+            .await
+            .expect("history")
+            .into_iter()
+            .map(|e| (e.process, e.event))
+            .collect()
+    }
+
+    /// This node's history entries of `event`.
+    pub async fn entries(&self, event: HistoryEvent) -> Vec<rota_store::HistoryEntry> {
+        self.store
+            .history(&HistoryFilter {
+                node: Some(self.node.clone()),
+                event: Some(event),
+                ..HistoryFilter::default()
+            })
+            .await
+            .expect("history")
+    }
+
+    /// What a reboot does to the host: a new boot id and an empty `/run`.
+    pub fn reboot_host(&self, boot_id: &str) {
+        self.set_boot_id(boot_id);
+        let _ = std::fs::remove_file(self.root("run/reboot-needed"));
+    }
+}
+
+/// An agent running in the test's runtime; dropping it shuts it down.
+pub struct RunningAgent {
+    cancel: CancellationToken,
+    task: Option<JoinHandle<rota_agent::Result<()>>>,
+}
+
+impl RunningAgent {
+    /// Shuts the agent down and waits for it: how its run ended.
+    pub async fn stop(mut self) -> rota_agent::Result<()> {
+        self.cancel.cancel();
+        self.task
+            .take()
+            .expect("a running agent has its task")
+            .await
+            .expect("the agent did not panic")
+    }
+}
+
+impl Drop for RunningAgent {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
