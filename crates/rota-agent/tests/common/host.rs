@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use rota_agent::{ActionError, Agent, AgentConfig, NodeActions, RebootHandle};
-use rota_core::{HistoryEvent, NodeName, Process};
+use rota_core::{HistoryEvent, NodeName, ProcedureSpec, Process};
 use rota_store::{HistoryFilter, Millis, NodeRecord, SqliteStore, Store, now_millis};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -256,6 +256,19 @@ impl Host {
             })
             .await
             .expect("history")
+    }
+
+    /// Submits `spec` as an operator's `rota mop submit` does: checked first, then stored.
+    pub async fn submit(&self, spec: &ProcedureSpec) {
+        spec.validate().expect("a valid procedure");
+        if let Some(script) = &spec.script {
+            spec.check_pin(script)
+                .expect("a script that matches its pin");
+        }
+        self.store
+            .submit_procedure(spec)
+            .await
+            .expect("the procedure is stored");
     }
 
     /// What a reboot does to the host: a new boot id and an empty `/run`.
