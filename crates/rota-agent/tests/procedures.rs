@@ -125,6 +125,48 @@ async fn a_more_important_procedure_starts_at_once_beside_a_running_one() {
     assert_eq!(host.count("uncordon"), 1);
 }
 
+/// `exclusive`: a more important procedure that must not overlap waits for the running one
+/// (where the plain rule starts it at once), and while it runs, nothing starts beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exclusive_procedure_never_runs_beside_another() {
+    let host = Host::new().await;
+    let _agent = host.procedure_agent().await;
+    host.submitted("low", &host.script("low", true), 99, |_| {})
+        .await;
+    host.wait_log("start low").await;
+    host.submitted("alone", &host.script("alone", true), 0, |spec| {
+        spec.exclusive = true;
+    })
+    .await;
+    // Long enough for the agent to look at the queue several times (--procedure-poll 100ms).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(host.script_log(), ["start low"], "alone started beside low");
+    host.release("low");
+    host.wait_log("start alone").await;
+    host.submitted("after", &host.script("after", false), 0, |_| {})
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        host.script_log(),
+        ["start low", "end low", "start alone"],
+        "after started beside alone"
+    );
+    host.release("alone");
+    host.idle_after_window().await;
+    assert_eq!(
+        host.script_log(),
+        [
+            "start low",
+            "end low",
+            "start alone",
+            "end alone",
+            "start after",
+            "end after"
+        ]
+    );
+    assert_eq!(host.count("drain"), 1, "all three ran in one window");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_less_important_procedure_waits_for_a_running_one() {
     let host = Host::new().await;

@@ -66,7 +66,12 @@ mod tests {
 
     #[test]
     fn keys_follow_kubernetes_rules() {
-        for good in ["app", "rota.dev/maintenance", "a.b-c/x_y.z", &"k".repeat(63)] {
+        for good in [
+            "app",
+            "rota.dev/maintenance",
+            "a.b-c/x_y.z",
+            &"k".repeat(63),
+        ] {
             assert_eq!(check_label_key(good), Ok(()), "{good}");
         }
         for (bad, names) in [

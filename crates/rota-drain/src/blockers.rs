@@ -99,7 +99,9 @@ fn requirement(part: &str) -> Result<(), String> {
     if values.trim().is_empty() {
         return Err(format!("{part:?}: the list of values is empty"));
     }
-    values.split(',').try_for_each(|v| check_label_value(v.trim()))
+    values
+        .split(',')
+        .try_for_each(|v| check_label_value(v.trim()))
 }
 
 /// Blocks while a pod matching one of the selectors runs on the node, or while the node's
