@@ -37,5 +37,5 @@ pub use config::{
     SAFETY_RECHECK, SENTINEL_COMMAND_INTERVAL, SESSION_TTL, STORE_POLL, VERIFY_TIMEOUT,
 };
 pub use error::{ActionError, Error, Result};
-pub use observer::{AgentObserver, WorkOutcome};
+pub use observer::{AgentObserver, StoreWrite, WorkOutcome};
 pub use sentinel_command::SentinelCommand;

@@ -1,7 +1,7 @@
 //! What the agent tells whoever watches it (metrics, notifications) without knowing who: the
 //! agent crate stays free of HTTP and of any metrics or webhook library.
 
-use rota_core::{Event, Process};
+use rota_core::{Event, NodeState, Process};
 use rota_store::{NodeRecord, RequestRecord};
 
 use crate::blockers::Block;
@@ -27,6 +27,37 @@ impl WorkOutcome {
     }
 }
 
+/// A write the agent sends to the store that changes the node's record or proves its slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreWrite {
+    /// A transition of the node's record; `fenced` when it proves the slot in the same write.
+    Transition {
+        from: NodeState,
+        to: NodeState,
+        fenced: bool,
+    },
+    /// The proof, right before a disruptive step, that the session still holds the slot.
+    Fence,
+}
+
+impl std::fmt::Display for StoreWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreWrite::Transition {
+                from,
+                to,
+                fenced: false,
+            } => write!(f, "transition {from}->{to}"),
+            StoreWrite::Transition {
+                from,
+                to,
+                fenced: true,
+            } => write!(f, "fenced_transition {from}->{to}"),
+            StoreWrite::Fence => f.write_str("fence"),
+        }
+    }
+}
+
 /// Called by the agent as it works. Every method must return at once: the agent calls them
 /// between its steps, and a slow observer would delay maintenance. Each has an empty default,
 /// so an observer implements only what it needs.
@@ -39,6 +70,8 @@ pub trait AgentObserver: Send + Sync {
     fn record(&self, _record: &NodeRecord) {}
     /// The node's open requests, each time the agent reads them.
     fn requests(&self, _open: &[RequestRecord]) {}
+    /// A write the agent is about to send (whether or not the store then takes it).
+    fn store_write(&self, _write: StoreWrite) {}
     /// A committed lifecycle transition, with the node's record before and after it.
     fn transition(&self, _before: &NodeRecord, _after: &NodeRecord, _event: &Event) {}
     /// The drain is about to start.

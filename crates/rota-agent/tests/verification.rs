@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::{RecordingStore, host_config};
+use common::{WriteLog, host_config};
 use rota_agent::{ActionError, Agent, NodeActions, RebootHandle};
 use rota_core::{HistoryEvent, NodeName, NodeState};
 use rota_store::{HistoryFilter, SqliteStore, Store};
@@ -105,12 +105,15 @@ async fn reboot_once(dir: &Path, unhealthy: usize) -> (Vec<String>, Arc<Rebootin
         .expect("the first agent ends cleanly");
 
     std::fs::write(root.join("boot_id"), "boot-2\n").expect("a new boot id");
-    let recording = Arc::new(RecordingStore::new(store.clone()));
+    let log = Arc::new(WriteLog::default());
     let after = Arc::new(RebootingActions::default());
     after.unhealthy.store(unhealthy, Ordering::SeqCst);
     let cancel = CancellationToken::new();
-    let second =
-        tokio::spawn(Agent::new(config, recording.clone(), after.clone(), cancel.clone()).run());
+    let second = tokio::spawn(
+        Agent::new(config, store.clone(), after.clone(), cancel.clone())
+            .observe(log.clone())
+            .run(),
+    );
     wait_until("the window is finished", async || {
         !store
             .history(&HistoryFilter {
@@ -128,7 +131,7 @@ async fn reboot_once(dir: &Path, unhealthy: usize) -> (Vec<String>, Arc<Rebootin
         .await
         .expect("the second agent did not panic")
         .expect("the second agent ends cleanly");
-    (recording.calls(), after)
+    (log.writes(), after)
 }
 
 /// The writes between the boot change and the window's end.

@@ -7,7 +7,7 @@ use tracing::{info, warn};
 
 use super::{Agent, Running};
 use crate::error::Result;
-use crate::observer::WorkOutcome;
+use crate::observer::{StoreWrite, WorkOutcome};
 
 impl Agent {
     /// Marks the node as waiting for maintenance from the moment it has work until it is idle
@@ -61,10 +61,42 @@ impl Agent {
         if running.fenced.take() == Some((record.state, record.since)) {
             return Ok(());
         }
+        self.prove_slot(running).await
+    }
+
+    /// The store's fence: this session still holds the node's slot.
+    pub(super) async fn prove_slot(&self, running: &Running) -> Result<()> {
+        self.tell(|o| o.store_write(StoreWrite::Fence));
         self.store
             .fence(&running.session, self.config.session_ttl)
             .await?;
         Ok(())
+    }
+
+    /// Writes `transition` as is. Lifecycle steps come through [`Agent::commit`], which checks
+    /// them against the lifecycle first; only bookkeeping that changes no state (the queue
+    /// time, the cordon flags after an unlock) comes here directly.
+    pub(super) async fn write(
+        &self,
+        running: &Running,
+        transition: Transition,
+        fenced: bool,
+    ) -> Result<NodeRecord> {
+        self.tell(|o| {
+            o.store_write(StoreWrite::Transition {
+                from: transition.from,
+                to: transition.to,
+                fenced,
+            })
+        });
+        let updated = if fenced {
+            self.store
+                .fenced_transition(&running.session, transition, self.config.session_ttl)
+                .await?
+        } else {
+            self.store.transition(&running.session, transition).await?
+        };
+        Ok(updated)
     }
 
     pub(super) async fn commit_as(
@@ -105,13 +137,7 @@ impl Agent {
                 .collect(),
             _ => Vec::new(),
         };
-        let updated = if fenced {
-            self.store
-                .fenced_transition(&running.session, transition, self.config.session_ttl)
-                .await?
-        } else {
-            self.store.transition(&running.session, transition).await?
-        };
+        let updated = self.write(running, transition, fenced).await?;
         info!(node = %self.config.node, event = %event, from = %record.state, to = %updated.state, "transition");
         self.tell(|o| o.transition(record, &updated, &event));
         if let Some((outcome, cause)) = ending {

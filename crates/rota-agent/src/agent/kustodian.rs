@@ -33,9 +33,7 @@ impl Agent {
             .is_some_and(|s| s.present.is_some());
         if pending {
             if !in_progress.exists() {
-                self.store
-                    .fence(&running.session, self.config.session_ttl)
-                    .await?;
+                self.prove_slot(running).await?;
                 std::fs::write(&in_progress, b"").map_err(|source| Error::HostFile {
                     what: "creating",
                     path: in_progress.clone(),

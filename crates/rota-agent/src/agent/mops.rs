@@ -109,9 +109,7 @@ impl Agent {
                 let step = format!("procedure {}", spec.name);
                 return self.postpone(running, record, &step).await;
             }
-            self.store
-                .fence(&running.session, self.config.session_ttl)
-                .await?;
+            self.prove_slot(running).await?;
             running.runner.start(run, spec, script)?;
             info!(node = %self.config.node, procedure = spec.name, priority = %spec.priority, run, "procedure started");
             anything_running = true;

@@ -67,16 +67,14 @@ impl Agent {
         if let Some(opens) = opens
             && record.queued_at.is_none_or(|q| q < opens)
         {
-            self.store
-                .transition(
-                    &running.session,
-                    Transition::new(NodeState::Queued, NodeState::Queued).window(
-                        WindowChange::Queue {
-                            queued_at: Some(opens),
-                        },
-                    ),
-                )
-                .await?;
+            self.write(
+                running,
+                Transition::new(NodeState::Queued, NodeState::Queued).window(WindowChange::Queue {
+                    queued_at: Some(opens),
+                }),
+                false,
+            )
+            .await?;
         }
         self.wait(running, opens.map(instant_at), None).await
     }
@@ -111,16 +109,14 @@ impl Agent {
     /// A queued node that was granted a slot just before a restart, outside its windows: the
     /// node was never cordoned, so the slot goes back at once and the node waits its turn.
     pub(super) async fn postpone_grant(&self, running: &mut Running) -> Result<()> {
-        self.store
-            .transition(
-                &running.session,
-                Transition::new(NodeState::Queued, NodeState::Queued).window(
-                    WindowChange::Postpone {
-                        reason: "the maintenance window closed before the drain".into(),
-                    },
-                ),
-            )
-            .await?;
+        self.write(
+            running,
+            Transition::new(NodeState::Queued, NodeState::Queued).window(WindowChange::Postpone {
+                reason: "the maintenance window closed before the drain".into(),
+            }),
+            false,
+        )
+        .await?;
         Ok(())
     }
 }

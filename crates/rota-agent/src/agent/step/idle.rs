@@ -15,12 +15,12 @@ impl Agent {
                 warn!(node = %self.config.node, error = %e, "uncordon after unlock failed");
                 return self.pause(running).await;
             }
-            self.store
-                .transition(
-                    &running.session,
-                    Transition::new(NodeState::Idle, NodeState::Idle),
-                )
-                .await?;
+            self.write(
+                running,
+                Transition::new(NodeState::Idle, NodeState::Idle),
+                false,
+            )
+            .await?;
             return Ok(());
         }
         // New sentinels' requests are recorded by the write that queues the node: one write

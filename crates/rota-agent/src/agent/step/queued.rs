@@ -31,16 +31,14 @@ impl Agent {
         let Some(queued_at) = record.queued_at else {
             let processes: Vec<&Process> = open.iter().map(|r| &r.process).collect();
             let queued_at = self.eligible_at(&processes).await?;
-            self.store
-                .transition(
-                    &running.session,
-                    Transition::new(NodeState::Queued, NodeState::Queued).window(
-                        WindowChange::Queue {
-                            queued_at: Some(queued_at),
-                        },
-                    ),
-                )
-                .await?;
+            self.write(
+                running,
+                Transition::new(NodeState::Queued, NodeState::Queued).window(WindowChange::Queue {
+                    queued_at: Some(queued_at),
+                }),
+                false,
+            )
+            .await?;
             return Ok(());
         };
         if queued_at > now_millis() {
