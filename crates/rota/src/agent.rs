@@ -15,7 +15,7 @@ use tracing::{info, warn};
 
 use crate::cli::{AgentArgs, NodeActionsKind, NodeLabelArg};
 use crate::notify::NotifyObserver;
-use crate::store::StoreLocation;
+use crate::store::{Cluster, StoreLocation};
 
 /// The one conversion of the command line into the agent's configuration: every default
 /// comes from the constants that `AgentConfig::new` uses too.
@@ -80,7 +80,11 @@ fn config(args: AgentArgs) -> AgentConfig {
 }
 
 /// The node actions `--node-actions` asks for. An empty command means nothing to do.
-async fn actions(args: &AgentArgs, labels: NodeLabels) -> Result<Arc<dyn NodeActions>> {
+async fn actions(
+    args: &AgentArgs,
+    labels: NodeLabels,
+    cluster: &Cluster,
+) -> Result<Arc<dyn NodeActions>> {
     let command = |c: &Option<String>| c.clone().filter(|c| !c.trim().is_empty());
     Ok(match args.node_actions {
         NodeActionsKind::Command => {
@@ -134,7 +138,7 @@ async fn actions(args: &AgentArgs, labels: NodeLabels) -> Result<Arc<dyn NodeAct
                      with --node-actions kube rota cordons and drains through the API"
                 );
             }
-            let client = crate::store::client(args.store.kubeconfig.as_ref()).await?;
+            let client = cluster.client().await?;
             Arc::new(
                 KubeActions::new(
                     client,
@@ -178,7 +182,7 @@ fn label_map(flag: &str, given: &[NodeLabelArg]) -> Result<BTreeMap<String, Stri
 /// The blockers the flags ask for, each checked before anything starts: the agent never runs
 /// with a half-understood configuration. In a cluster, the Node's pause annotation always
 /// counts.
-async fn blockers(args: &AgentArgs) -> Result<Vec<Arc<dyn Blocker>>> {
+async fn blockers(args: &AgentArgs, cluster: &Cluster) -> Result<Vec<Arc<dyn Blocker>>> {
     let filter = AlertFilter::new(
         args.blockers.alert_filter_regexp.as_deref(),
         args.blockers.alert_filter_match_only,
@@ -213,7 +217,7 @@ async fn blockers(args: &AgentArgs) -> Result<Vec<Arc<dyn Blocker>>> {
         .collect::<Result<Vec<_>, _>>()?;
     match args.node_actions {
         NodeActionsKind::Kube => {
-            let client = crate::store::client(args.store.kubeconfig.as_ref()).await?;
+            let client = cluster.client().await?;
             blockers.push(Arc::new(KubeBlocker::new(
                 client,
                 args.node.clone(),
@@ -237,8 +241,8 @@ async fn blockers(args: &AgentArgs) -> Result<Vec<Arc<dyn Blocker>>> {
 /// `rota_store_kube::preflight`), then every permission its service account will need. Those come
 /// first: without credentials every review fails, and a missing CRD is what to fix before
 /// RBAC. Waits while the API server is unavailable, as the store does.
-async fn check_cluster(args: &AgentArgs) -> Result<()> {
-    let client = crate::store::client(args.store.kubeconfig.as_ref()).await?;
+async fn check_cluster(args: &AgentArgs, cluster: &Cluster) -> Result<()> {
+    let client = cluster.client().await?;
     let wanted = permissions::agent_permissions(
         &args.store.namespace,
         args.node_actions == NodeActionsKind::Kube,
@@ -295,8 +299,9 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         label_map("--cordon-label", &args.kube_drain.cordon_labels)?,
         label_map("--uncordon-label", &args.kube_drain.uncordon_labels)?,
     );
-    let blockers = blockers(&args).await?;
-    let actions = actions(&args, labels).await?;
+    let cluster = Cluster::new(args.store.kubeconfig.clone());
+    let blockers = blockers(&args, &cluster).await?;
+    let actions = actions(&args, labels, &cluster).await?;
     // Bound before the store is opened: a taken port stops the agent before it does anything.
     let server = match args.metrics_addr {
         Some(addr) => Some(MetricsServer::bind(addr).await?),
@@ -304,9 +309,9 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     };
     let notify = crate::notify::config(&args)?;
     if args.store.store == StoreLocation::Kube {
-        check_cluster(&args).await?;
+        check_cluster(&args, &cluster).await?;
     }
-    let store = crate::store::open(&args.store, true).await?;
+    let store = crate::store::open_in(&args.store, true, &cluster).await?;
     let cancel = CancellationToken::new();
     // The agent stops between steps and keeps its state.
     crate::signals::cancel_on_signals(cancel.clone())?;

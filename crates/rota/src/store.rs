@@ -44,6 +44,30 @@ impl fmt::Display for StoreLocation {
     }
 }
 
+/// The process's one client for the cluster, built the first time something needs it: the
+/// store, the drain, the blockers and the start-up checks share its connections. Built lazily,
+/// so that flags are checked (and refused) before the kubeconfig is even read.
+pub struct Cluster {
+    kubeconfig: Option<PathBuf>,
+    client: tokio::sync::OnceCell<kube::Client>,
+}
+
+impl Cluster {
+    pub fn new(kubeconfig: Option<PathBuf>) -> Cluster {
+        Cluster {
+            kubeconfig,
+            client: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    pub async fn client(&self) -> Result<kube::Client> {
+        self.client
+            .get_or_try_init(|| client(self.kubeconfig.as_ref()))
+            .await
+            .cloned()
+    }
+}
+
 /// A client for the cluster: `--kubeconfig` if given, else `KUBECONFIG`, `~/.kube/config` or
 /// the pod's service account. kube's own retries are off: the drain must see a budget's 429.
 pub async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
@@ -86,9 +110,14 @@ fn in_pod_without_token() -> bool {
 /// Opens the store. `create` is false for operator commands, which never create a new, empty
 /// SQLite database: a wrong path would otherwise show an empty fleet instead of an error.
 pub async fn open(args: &StoreArgs, create: bool) -> Result<Arc<dyn Store>> {
+    open_in(args, create, &Cluster::new(args.kubeconfig.clone())).await
+}
+
+/// [`open`], with the Kubernetes store on `cluster`'s client.
+pub async fn open_in(args: &StoreArgs, create: bool, cluster: &Cluster) -> Result<Arc<dyn Store>> {
     match &args.store {
         StoreLocation::Kube => {
-            let client = client(args.kubeconfig.as_ref()).await?;
+            let client = cluster.client().await?;
             let store = KubeStore::connect(
                 client,
                 KubeStoreConfig {
