@@ -9,16 +9,19 @@
 //! - [`event`]: what happened ([`Event`], [`EventKind`]);
 //! - [`template`]: message templates with `{node}`-style placeholders;
 //! - [`webhook`]: webhook targets, their URL validation and payloads;
-//! - [`notifier`]: the queue, the delivery task and its counters.
+//! - [`notifier`]: the queue, the delivery task and its counters;
+//! - [`observer`]: [`NotifyObserver`], which turns what the agent reports into events.
 
 pub mod error;
 pub mod event;
 pub mod notifier;
+pub mod observer;
 pub mod template;
 pub mod webhook;
 
 pub use error::NotifyError;
 pub use event::{Event, EventKind};
 pub use notifier::{Counters, Notifier, NotifierConfig};
+pub use observer::NotifyObserver;
 pub use template::{Template, Templates};
 pub use webhook::{Webhook, WebhookKind};

@@ -8,13 +8,12 @@ use rota_agent::{Agent, AgentConfig, Blocker, CommandActions, NodeActions, Senti
 use rota_blockers::{AlertFilter, PrometheusBlocker};
 use rota_drain::{DrainOptions, KubeActions, KubeBlocker, NodeLabels};
 use rota_metrics::{Metrics, MetricsServer};
-use rota_notify::{Notifier, NotifierConfig};
+use rota_notify::{Notifier, NotifierConfig, NotifyObserver};
 use rota_store_kube::{permissions, preflight};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::cli::{AgentArgs, NodeActionsKind, NodeLabelArg};
-use crate::notify::NotifyObserver;
 use crate::store::{Cluster, StoreLocation};
 
 /// The one conversion of the command line into the agent's configuration: every default
