@@ -1,7 +1,15 @@
 //! rota's node actions in a Kubernetes cluster (docs/design.md §3): cordon, drain through the
 //! Eviction API with kubectl's safety rules, uncordon, and [`KubeActions`], which gives them to
 //! the agent together with the reboot and health commands.
-
+//!
+//! - `actions`: [`KubeActions`], the agent's node actions in a cluster;
+//! - `drain`: cordon, evict, and wait until the evicted pods are gone;
+//! - `gate`: the health gate before the slot goes back (the evicted workloads whole again, and
+//!   optionally every PodDisruptionBudget satisfied);
+//! - `node`: the Node object: cordon, uncordon, its annotations and its Ready condition;
+//! - `node_labels`: the labels rota sets in its cordon and its uncordon, and the pending taint;
+//! - `blockers`: [`KubeBlocker`], pods matching a selector and the pause annotation;
+//! - `error`: the crate's error type, which names the call and the object.
 mod actions;
 mod blockers;
 mod drain;

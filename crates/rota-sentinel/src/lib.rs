@@ -34,6 +34,14 @@
 //!
 //! Sentinels are stat()'ed through symlinks; a change to a symlink's target elsewhere is only
 //! seen by the safety re-check.
+//!
+//! # Layout
+//!
+//! - `lib.rs`: [`SentinelWatcher`], its [`WatcherOptions`], and the [`Snapshot`] it reports;
+//! - `hub`: the process-wide inotify instance and its reader thread;
+//! - `tracker`: one watcher's armed directories and each sentinel's last state;
+//! - `error`: the crate's error type;
+//! - [`testing`]: helpers for tests that drive a watcher.
 
 mod error;
 mod hub;
