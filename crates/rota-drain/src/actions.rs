@@ -3,10 +3,11 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
+use backon::Retryable as _;
 use kube::Client;
 use rota_agent::{ActionError, CommandActions, NodeActions, RebootHandle};
 use rota_core::NodeName;
-use rota_store::RetryPauses;
+use rota_store::retry_pauses;
 use tokio::sync::watch;
 use tracing::warn;
 
@@ -100,24 +101,22 @@ impl NodeActions for KubeActions {
     /// starts again after a pause, where the cluster is (the drain is idempotent), instead of
     /// failing the window: the agent's drain timeout bounds the whole.
     async fn drain(&self) -> Result<(), ActionError> {
-        let mut pauses = RetryPauses::new();
-        loop {
-            let drained = drain_with_progress(
+        let drain = || {
+            drain_with_progress(
                 &self.client,
                 self.node.as_str(),
                 &self.drain,
                 &self.progress,
             )
-            .await;
-            match drained {
-                Err(e) if e.is_unavailable() => {
-                    let pause = pauses.next_pause();
-                    warn!(node = %self.node, error = %e, pause = ?pause, "the drain met an unavailable API server; draining again");
-                    tokio::time::sleep(pause).await;
-                }
-                drained => return drained.map_err(|e| failed("drain", e)),
-            }
-        }
+        };
+        drain
+            .retry(retry_pauses())
+            .when(Error::is_unavailable)
+            .notify(|e, pause| {
+                warn!(node = %self.node, error = %e, pause = ?pause, "the drain met an unavailable API server; draining again");
+            })
+            .await
+            .map_err(|e| failed("drain", e))
     }
 
     async fn uncordon(&self) -> Result<(), ActionError> {

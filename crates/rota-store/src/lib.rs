@@ -30,7 +30,7 @@ pub use model::{
     WindowChange, decode_resumed_at, now_millis,
 };
 pub use postgres::PostgresStore;
-pub use retry_pauses::{FIRST_RETRY_PAUSE, LONGEST_RETRY_PAUSE, RetryPauses};
+pub use retry_pauses::{FIRST_RETRY_PAUSE, LONGEST_RETRY_PAUSE, RetryPauses, retry_pauses};
 pub use sqlite::SqliteStore;
 pub use store::{Store, WAKE_ALL};
 pub use url::StoreUrl;

@@ -21,14 +21,19 @@ pub struct RetryPauses {
     pauses: ExponentialBackoff,
 }
 
-fn pauses() -> ExponentialBackoff {
+/// The same pauses for [`backon::Retryable`]: an attempt that fails while the store (or API
+/// server) is unavailable is made again after them, for as long as it takes.
+pub fn retry_pauses() -> ExponentialBuilder {
     ExponentialBuilder::new()
         .with_min_delay(FIRST_RETRY_PAUSE)
         .with_max_delay(LONGEST_RETRY_PAUSE)
         .with_factor(2.0)
         .with_jitter()
         .without_max_times()
-        .build()
+}
+
+fn pauses() -> ExponentialBackoff {
+    retry_pauses().build()
 }
 
 impl RetryPauses {

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use anyhow::{Result, bail};
+use backon::Retryable as _;
 use rota_agent::{Agent, AgentConfig, Blocker, CommandActions, NodeActions, SentinelCommand};
 use rota_blockers::{AlertFilter, PrometheusBlocker};
 use rota_drain::{DrainOptions, KubeActions, KubeBlocker, NodeLabels};
@@ -246,28 +247,23 @@ async fn check_cluster(args: &AgentArgs, cluster: &Cluster) -> Result<()> {
         &args.store.namespace,
         args.node_actions == NodeActionsKind::Kube,
     );
-    let mut pauses = rota_store::RetryPauses::new();
-    let missing = loop {
-        let checked = async {
-            match preflight::check(&client, &args.store.namespace).await {
-                // The reviews name every permission it lacks, not only the first refused.
-                Err(e) if e.is_forbidden() => {}
-                checked => checked?,
-            }
-            permissions::missing(&client, &wanted).await
-        };
-        match checked.await {
-            Ok(missing) => break missing,
-            Err(e) if e.is_unavailable() => {
-                let pause = pauses.next_pause();
-                warn!(error = %e, pause = ?pause, "the API server is unavailable; checking the cluster again");
-                tokio::time::sleep(pause).await;
-            }
-            // Each names what it checked (the missing piece, or the call that failed): one
-            // line with nothing before it.
-            Err(e) => return Err(e.into()),
+    let check = || async {
+        match preflight::check(&client, &args.store.namespace).await {
+            // The reviews name every permission it lacks, not only the first refused.
+            Err(e) if e.is_forbidden() => {}
+            checked => checked?,
         }
+        permissions::missing(&client, &wanted).await
     };
+    // Each error names what it checked (the missing piece, or the call that failed): one line
+    // with nothing before it.
+    let missing = check
+        .retry(rota_store::retry_pauses())
+        .when(|e: &rota_store_kube::KubeError| e.is_unavailable())
+        .notify(|e, pause| {
+            warn!(error = %e, pause = ?pause, "the API server is unavailable; checking the cluster again");
+        })
+        .await?;
     let (needed, courtesy): (Vec<_>, Vec<_>) = missing.into_iter().partition(|p| p.needed());
     if !courtesy.is_empty() {
         warn!(
