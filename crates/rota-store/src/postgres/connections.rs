@@ -42,7 +42,7 @@ impl Connections {
 
     /// An idle connection, or a new one when none is idle and fewer than `MAX_CONNECTIONS`
     /// are in use; otherwise waits for one.
-    pub(super) async fn lease(&self, context: &'static str) -> Result<Lease<'_>> {
+    pub(super) async fn checkout(&self, context: &'static str) -> Result<Checkout<'_>> {
         let permit = self
             .permits
             .acquire()
@@ -56,7 +56,7 @@ impl Connections {
                 .await
                 .context(context)?,
         };
-        Ok(Lease {
+        Ok(Checkout {
             connections: self,
             connection: Some(connection),
             _permit: permit,
@@ -68,16 +68,16 @@ impl Connections {
     }
 }
 
-/// One connection while a call uses it. [`Lease::finish`] hands it back; a lease dropped
+/// One connection while a call uses it. [`Checkout::finish`] hands it back; a checkout dropped
 /// without it closes its connection and the idle ones (see [`Connections`]).
-pub(super) struct Lease<'a> {
+pub(super) struct Checkout<'a> {
     connections: &'a Connections,
-    /// Taken out only by `finish` and `drop`, which end the lease.
+    /// Taken out only by `finish` and `drop`, which end the checkout.
     connection: Option<PgConnection>,
     _permit: SemaphorePermit<'a>,
 }
 
-impl Lease<'_> {
+impl Checkout<'_> {
     /// The call is complete and the connection ready for the next one.
     pub(super) fn finish(mut self) {
         if let Some(connection) = self.connection.take() {
@@ -86,7 +86,7 @@ impl Lease<'_> {
     }
 }
 
-impl Drop for Lease<'_> {
+impl Drop for Checkout<'_> {
     fn drop(&mut self) {
         if self.connection.take().is_some() {
             self.connections.idle().clear();
@@ -94,20 +94,20 @@ impl Drop for Lease<'_> {
     }
 }
 
-impl Deref for Lease<'_> {
+impl Deref for Checkout<'_> {
     type Target = PgConnection;
 
     fn deref(&self) -> &PgConnection {
         self.connection
             .as_ref()
-            .expect("a lease holds its connection until it ends")
+            .expect("a checkout holds its connection until it ends")
     }
 }
 
-impl DerefMut for Lease<'_> {
+impl DerefMut for Checkout<'_> {
     fn deref_mut(&mut self) -> &mut PgConnection {
         self.connection
             .as_mut()
-            .expect("a lease holds its connection until it ends")
+            .expect("a checkout holds its connection until it ends")
     }
 }

@@ -8,7 +8,7 @@ use crate::model::{BackoffRecord, HistoryEntry, HistoryFilter};
 use crate::rows::{backoff_record, history_entry};
 
 pub(super) async fn backoffs(store: &PostgresStore, node: &NodeName) -> Result<Vec<BackoffRecord>> {
-    let mut conn = store.connections.lease("reading backoff").await?;
+    let mut conn = store.connections.checkout("reading backoff").await?;
     let rows = sqlx::query(
         "SELECT node, process, until, last_interval_s, cause FROM backoff WHERE node = $1 \
          ORDER BY process",
@@ -25,7 +25,7 @@ pub(super) async fn history(
     store: &PostgresStore,
     filter: &HistoryFilter,
 ) -> Result<Vec<HistoryEntry>> {
-    let mut conn = store.connections.lease("reading history").await?;
+    let mut conn = store.connections.checkout("reading history").await?;
     let rows = sqlx::query(
         "SELECT id, node, process, event, at, cause, slot, released FROM history \
          WHERE ($1::TEXT IS NULL OR node = $1) AND ($2::TEXT IS NULL OR process = $2) \

@@ -18,7 +18,7 @@ pub(super) async fn set_blocked(
     blocked: Option<&Blocked>,
 ) -> Result<bool> {
     const CONTEXT: &str = "recording why the node is blocked";
-    let mut conn = store.connections.lease(CONTEXT).await?;
+    let mut conn = store.connections.checkout(CONTEXT).await?;
     let mut tx = conn.begin().await.context(CONTEXT)?;
     let row = sqlx::query(
         "WITH current AS ( \
@@ -74,7 +74,7 @@ pub(super) async fn transition(
     let window = window_write(&transition.window);
     let w = window.as_ref();
     let backoff = w.and_then(|w| w.backoff);
-    let mut conn = store.connections.lease("recording a transition").await?;
+    let mut conn = store.connections.checkout("recording a transition").await?;
     // With requests, migration 0010's overload also records them in the same call.
     let sql = if transition.requests.is_empty() {
         "SELECT * FROM rota_transition($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
@@ -152,7 +152,7 @@ pub(super) async fn transition(
 }
 
 pub(super) async fn node(store: &PostgresStore, node: &NodeName) -> Result<Option<NodeRecord>> {
-    let mut conn = store.connections.lease("reading a node").await?;
+    let mut conn = store.connections.checkout("reading a node").await?;
     let record = fetch_node(&mut conn, node).await?;
     conn.finish();
     Ok(record)
@@ -163,7 +163,7 @@ pub(super) async fn nodes(store: &PostgresStore) -> Result<Vec<NodeRecord>> {
         "SELECT {NODE_COLUMNS} FROM nodes n LEFT JOIN slots s ON s.holder = n.node \
          ORDER BY n.node"
     );
-    let mut conn = store.connections.lease("reading nodes").await?;
+    let mut conn = store.connections.checkout("reading nodes").await?;
     let rows = sqlx::query(&sql)
         .fetch_all(&mut *conn)
         .await

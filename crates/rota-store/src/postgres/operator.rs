@@ -18,7 +18,7 @@ pub(super) async fn unlock(
     node: &NodeName,
     reason: &str,
 ) -> Result<NodeRecord> {
-    let mut conn = store.connections.lease("unlocking a node").await?;
+    let mut conn = store.connections.checkout("unlocking a node").await?;
     let mut tx = conn.begin().await.context("unlocking a node")?;
     let locked = lock_node(&mut tx, node, None).await?;
     let Locked { record, now, .. } =
@@ -74,7 +74,7 @@ pub(super) async fn unlock(
 }
 
 pub(super) async fn retry(store: &PostgresStore, node: &NodeName) -> Result<NodeRecord> {
-    let mut conn = store.connections.lease("retrying a node").await?;
+    let mut conn = store.connections.checkout("retrying a node").await?;
     let row = sqlx::query("SELECT * FROM rota_retry($1, $2, $3)")
         .bind(node.as_str())
         .bind(CHANNEL)
@@ -106,7 +106,7 @@ pub(super) async fn request(
     source: &str,
 ) -> Result<(RequestRecord, bool)> {
     const CONTEXT: &str = "recording a request";
-    let mut conn = store.connections.lease(CONTEXT).await?;
+    let mut conn = store.connections.checkout(CONTEXT).await?;
     let mut tx = conn.begin().await.context(CONTEXT)?;
     let inserted = sqlx::query(&format!(
         "INSERT INTO requests (node, process, source, created_at, state) \
@@ -144,7 +144,7 @@ pub(super) async fn cancel(
     process: &Process,
 ) -> Result<bool> {
     const CONTEXT: &str = "canceling a request";
-    let mut conn = store.connections.lease(CONTEXT).await?;
+    let mut conn = store.connections.checkout(CONTEXT).await?;
     let mut tx = conn.begin().await.context(CONTEXT)?;
     let done = sqlx::query(
         "UPDATE requests SET state = 'canceled', finished_at = rota_now_ms() \

@@ -9,7 +9,7 @@ use crate::store::WAKE_ALL;
 
 pub(super) async fn pause(store: &PostgresStore, reason: &str) -> Result<Pause> {
     const CONTEXT: &str = "pausing the fleet";
-    let mut conn = store.connections.lease(CONTEXT).await?;
+    let mut conn = store.connections.checkout(CONTEXT).await?;
     let since: Millis = sqlx::query_scalar("SELECT rota_now_ms()")
         .fetch_one(&mut *conn)
         .await
@@ -32,7 +32,7 @@ pub(super) async fn pause(store: &PostgresStore, reason: &str) -> Result<Pause> 
 
 pub(super) async fn resume(store: &PostgresStore) -> Result<Option<Pause>> {
     const CONTEXT: &str = "resuming the fleet";
-    let mut conn = store.connections.lease(CONTEXT).await?;
+    let mut conn = store.connections.checkout(CONTEXT).await?;
     let mut tx = conn.begin().await.context(CONTEXT)?;
     // A new rollout starts now, by the database's clock like every history entry.
     sqlx::query(
@@ -54,7 +54,7 @@ pub(super) async fn resume(store: &PostgresStore) -> Result<Option<Pause>> {
 }
 
 pub(super) async fn paused(store: &PostgresStore) -> Result<Option<Pause>> {
-    let mut conn = store.connections.lease("reading the pause").await?;
+    let mut conn = store.connections.checkout("reading the pause").await?;
     let value: Option<String> =
         sqlx::query_scalar("SELECT value FROM rota_meta WHERE key = 'paused'")
             .fetch_optional(&mut *conn)
@@ -66,7 +66,7 @@ pub(super) async fn paused(store: &PostgresStore) -> Result<Option<Pause>> {
 
 pub(super) async fn resumed_at(store: &PostgresStore) -> Result<Option<Millis>> {
     const CONTEXT: &str = "reading the last resume";
-    let mut conn = store.connections.lease(CONTEXT).await?;
+    let mut conn = store.connections.checkout(CONTEXT).await?;
     let value: Option<String> =
         sqlx::query_scalar("SELECT value FROM rota_meta WHERE key = 'resumed_at'")
             .fetch_optional(&mut *conn)

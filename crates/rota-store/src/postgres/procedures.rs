@@ -16,7 +16,7 @@ pub(super) async fn submit_procedure(
     spec.validate()?;
     let json = ProcedureRecord::stored_spec(spec)?;
     const CONTEXT: &str = "submitting a procedure";
-    let mut conn = store.connections.lease(CONTEXT).await?;
+    let mut conn = store.connections.checkout(CONTEXT).await?;
     let mut tx = conn.begin().await.context(CONTEXT)?;
     let inserted = sqlx::query(
         "INSERT INTO procedures (name, spec, submitted_at) VALUES ($1, $2, rota_now_ms()) \
@@ -54,7 +54,7 @@ pub(super) async fn submit_procedure(
 }
 
 pub(super) async fn procedures(store: &PostgresStore) -> Result<Vec<ProcedureRecord>> {
-    let mut conn = store.connections.lease("reading procedures").await?;
+    let mut conn = store.connections.checkout("reading procedures").await?;
     let rows = sqlx::query("SELECT spec, submitted_at FROM procedures ORDER BY seq")
         .fetch_all(&mut *conn)
         .await

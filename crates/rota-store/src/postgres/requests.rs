@@ -27,7 +27,7 @@ pub(super) async fn add_request(
              AND s.deadline > rota_now_ms()) \
          ON CONFLICT DO NOTHING RETURNING {REQUEST_COLUMNS}"
     );
-    let mut conn = store.connections.lease("recording a request").await?;
+    let mut conn = store.connections.checkout("recording a request").await?;
     let inserted = sqlx::query(&sql)
         .bind(session.node.as_str())
         .bind(process.to_string())
@@ -57,7 +57,7 @@ pub(super) async fn cancel_request(
     session: &Session,
     process: &Process,
 ) -> Result<bool> {
-    let mut conn = store.connections.lease("canceling a request").await?;
+    let mut conn = store.connections.checkout("canceling a request").await?;
     let row = sqlx::query(
         "WITH current AS ( \
            SELECT 1 FROM nodes n JOIN sessions s ON s.id = n.session_id \
@@ -97,7 +97,7 @@ pub(super) async fn complete_request(
 ) -> Result<RequestRecord> {
     const CONTEXT: &str = "completing a request";
     let node = &session.node;
-    let mut conn = store.connections.lease(CONTEXT).await?;
+    let mut conn = store.connections.checkout(CONTEXT).await?;
     let mut tx = conn.begin().await.context(CONTEXT)?;
     let locked = lock_node(&mut tx, node, Some(session)).await?;
     if !locked.as_ref().is_some_and(|l| l.current) {
@@ -197,7 +197,7 @@ pub(super) async fn open_requests(
     store: &PostgresStore,
     node: &NodeName,
 ) -> Result<Vec<RequestRecord>> {
-    let mut conn = store.connections.lease("reading requests").await?;
+    let mut conn = store.connections.checkout("reading requests").await?;
     let rows = sqlx::query(&format!(
         "SELECT {REQUEST_COLUMNS} FROM requests \
          WHERE node = $1 AND state IN ('pending', 'active') ORDER BY id"
@@ -211,7 +211,7 @@ pub(super) async fn open_requests(
 }
 
 pub(super) async fn all_requests(store: &PostgresStore) -> Result<Vec<RequestRecord>> {
-    let mut conn = store.connections.lease("reading requests").await?;
+    let mut conn = store.connections.checkout("reading requests").await?;
     let rows = sqlx::query(&format!(
         "SELECT {REQUEST_COLUMNS} FROM requests ORDER BY id"
     ))

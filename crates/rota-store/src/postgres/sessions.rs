@@ -15,7 +15,7 @@ pub(super) async fn open_session(
     node: &NodeName,
     ttl: Duration,
 ) -> Result<Session> {
-    let mut conn = store.connections.lease("opening a session").await?;
+    let mut conn = store.connections.checkout("opening a session").await?;
     let id: i64 = sqlx::query_scalar("SELECT rota_open_session($1, $2)")
         .bind(node.as_str())
         .bind(millis(ttl))
@@ -34,7 +34,7 @@ pub(super) async fn heartbeat(
     session: &Session,
     ttl: Duration,
 ) -> Result<()> {
-    let mut conn = store.connections.lease("extending the session").await?;
+    let mut conn = store.connections.checkout("extending the session").await?;
     let extended = sqlx::query(
         "UPDATE sessions s SET deadline = rota_now_ms() + $3 FROM nodes n \
          WHERE s.id = $1 AND n.node = $2 AND n.session_id = s.id AND NOT s.superseded \
@@ -64,7 +64,7 @@ pub(super) async fn heartbeat(
 }
 
 pub(super) async fn close_session(store: &PostgresStore, session: &Session) -> Result<()> {
-    let mut conn = store.connections.lease("closing the session").await?;
+    let mut conn = store.connections.checkout("closing the session").await?;
     sqlx::query(
         "UPDATE sessions SET deadline = rota_now_ms() \
          WHERE id = $1 AND deadline > rota_now_ms()",

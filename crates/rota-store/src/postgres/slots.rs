@@ -13,7 +13,10 @@ use crate::rows::{parse, slot_holder, slot_index};
 use crate::store::WAKE_ALL;
 
 pub(super) async fn concurrency(store: &PostgresStore) -> Result<Option<u32>> {
-    let mut conn = store.connections.lease("reading the concurrency").await?;
+    let mut conn = store
+        .connections
+        .checkout("reading the concurrency")
+        .await?;
     let value: Option<String> =
         sqlx::query_scalar("SELECT value FROM rota_meta WHERE key = 'concurrency'")
             .fetch_optional(&mut *conn)
@@ -27,7 +30,10 @@ pub(super) async fn set_concurrency(store: &PostgresStore, concurrency: u32) -> 
     if !(1..=1000).contains(&concurrency) {
         return Err(Error::Concurrency { value: concurrency });
     }
-    let mut conn = store.connections.lease("setting the concurrency").await?;
+    let mut conn = store
+        .connections
+        .checkout("setting the concurrency")
+        .await?;
     let mut tx = conn.begin().await.context("setting the concurrency")?;
     sqlx::query(
         "INSERT INTO rota_meta (key, value) VALUES ('concurrency', $1) \
@@ -46,7 +52,7 @@ pub(super) async fn set_concurrency(store: &PostgresStore, concurrency: u32) -> 
 
 pub(super) async fn try_acquire_slot(store: &PostgresStore, session: &Session) -> Result<Acquire> {
     // One call: the queue look, and the grant only for the front.
-    let mut conn = store.connections.lease("acquiring a slot").await?;
+    let mut conn = store.connections.checkout("acquiring a slot").await?;
     let granted: Option<i64> = sqlx::query_scalar("SELECT rota_acquire_slot($1, $2)")
         .bind(session.node.as_str())
         .bind(session.id)
@@ -73,7 +79,10 @@ pub(super) async fn try_acquire_slot(store: &PostgresStore, session: &Session) -
 }
 
 pub(super) async fn fence(store: &PostgresStore, session: &Session, ttl: Duration) -> Result<u32> {
-    let mut conn = store.connections.lease("checking slot ownership").await?;
+    let mut conn = store
+        .connections
+        .checkout("checking slot ownership")
+        .await?;
     let slot: Option<i64> = sqlx::query_scalar(
         "UPDATE sessions s SET deadline = rota_now_ms() + $3 FROM nodes n, slots h \
          WHERE s.id = $1 AND n.node = $2 AND n.session_id = s.id AND h.holder = n.node \
@@ -94,7 +103,7 @@ pub(super) async fn fence(store: &PostgresStore, session: &Session, ttl: Duratio
 }
 
 pub(super) async fn slot_holders(store: &PostgresStore) -> Result<Vec<SlotHolder>> {
-    let mut conn = store.connections.lease("reading slots").await?;
+    let mut conn = store.connections.checkout("reading slots").await?;
     let rows = sqlx::query("SELECT slot, holder, acquired_at FROM slots ORDER BY slot")
         .fetch_all(&mut *conn)
         .await
