@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::host::{Host, RunningAgent, touch};
 use rota_agent::SentinelCommand;
 use rota_core::{HistoryEvent, NodeName, NodeState, Process};
-use rota_store::{NodeRecord, SqliteStore, Store};
+use rota_store::{AgentStore, NodeRecord, OperatorStore, ReadStore, SqliteStore};
 
 /// Makes `node` hold the store's only slot through a session of its own: it requests a reboot
 /// (from `source`), queues and is granted the slot, as an agent would.

@@ -11,7 +11,7 @@ use common::{CountingActions, host_config};
 use rota_agent::Agent;
 use rota_core::{NodeName, NodeState, Process};
 use rota_e2e::postgres::fresh_database;
-use rota_store::{PostgresStore, Store};
+use rota_store::{OperatorStore, PostgresStore, ReadStore, Store};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

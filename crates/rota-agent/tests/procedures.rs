@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use common::host::{Host, PATIENCE, RunningAgent};
 use rota_core::{HistoryEvent, NodeName, NodeState, Priority, ProcedureSpec, Process};
-use rota_store::{HistoryFilter, Store};
+use rota_store::HistoryFilter;
+use rota_store::{OperatorStore, ReadStore};
 
 impl Host {
     fn script_log(&self) -> Vec<String> {

@@ -4,12 +4,12 @@
 
 mod common;
 
+use rota_store::{OperatorStore, ReadStore};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::host::{Host, touch};
 use rota_agent::AgentConfig;
 use rota_core::{HistoryEvent, MaintenanceWindows, NodeState, Priority, ProcedureSpec, Process};
-use rota_store::Store;
 
 /// The current second since the epoch.
 fn now_s() -> i64 {

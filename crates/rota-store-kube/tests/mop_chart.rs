@@ -5,6 +5,7 @@
 
 mod common;
 
+use rota_store::{AgentStore, ProcedureStore};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -17,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
 use rota_core::{ConfigMapKey, NodeName, Priority, ProcedureSpec, Process, sha256_hex};
 use rota_e2e::testenv::{self, SKIP_ENV, TestEnv};
-use rota_store::Store;
+
 use rota_store_kube::{KubeStore, KubeStoreConfig, Procedure};
 use serde_json::json;
 

@@ -32,5 +32,5 @@ pub use model::{
 pub use postgres::PostgresStore;
 pub use retry_pauses::{FIRST_RETRY_PAUSE, LONGEST_RETRY_PAUSE, RetryPauses, retry_pauses};
 pub use sqlite::SqliteStore;
-pub use store::{Store, WAKE_ALL};
+pub use store::{AgentStore, OperatorStore, ProcedureStore, ReadStore, Store, WAKE_ALL};
 pub use url::StoreUrl;

@@ -10,35 +10,37 @@ use crate::model::{
     Pause, ProcedureRecord, RequestRecord, Session, SlotHolder, Transition,
 };
 
-/// rota's state, on any substrate. Every method that changes a node's state takes the writer's
-/// [`Session`] and refuses the write when that session is no longer current (fencing); the
-/// operator's methods (`unlock`, `retry`) act without a session.
-#[async_trait]
-pub trait Store: Send + Sync {
-    /// A short name of the substrate, for logs and JSON output.
-    fn kind(&self) -> &'static str;
+/// rota's state, on any substrate: the four parts below, by who uses them. Callers hold an
+/// `Arc<dyn Store>`; a substrate implements each part.
+pub trait Store: AgentStore + OperatorStore + ProcedureStore + ReadStore {}
 
+impl<T: AgentStore + OperatorStore + ProcedureStore + ReadStore> Store for T {}
+
+/// What an agent writes for its own node: its session, its slot, its requests, its lifecycle
+/// steps. Every method that changes the node takes the writer's [`Session`] and refuses the
+/// write when that session is no longer current (fencing).
+#[async_trait]
+pub trait AgentStore: Send + Sync {
     /// Starts a new session for `node`, superseding every earlier one, and creates the node's
     /// record (idle) if it has none. The session expires `ttl` after its last heartbeat.
     async fn open_session(&self, node: &NodeName, ttl: Duration) -> Result<Session>;
+
     /// Extends the session's deadline. Fails with `Expired` if the session ran out but is
     /// still the node's latest (nobody took the node over: a new session may carry on), and
     /// with `Fenced` if it was superseded.
     async fn heartbeat(&self, session: &Session, ttl: Duration) -> Result<()>;
+
     /// Ends the session now (graceful shutdown). The node keeps whatever slot it holds.
     async fn close_session(&self, session: &Session) -> Result<()>;
 
-    /// The number of slots (`concurrency`), if it was ever set.
-    async fn concurrency(&self) -> Result<Option<u32>>;
-    async fn set_concurrency(&self, concurrency: u32) -> Result<()>;
     /// Takes a free slot for the session's node, or re-adopts the one it already holds. Nodes
     /// are served in queue order: a node gets a slot only when fewer live queued nodes are
     /// ahead of it than there are free slots.
     async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire>;
+
     /// Compare-and-swap check right before a disruptive step: the session is current and its
     /// node holds a slot (returned). Also extends the session like a heartbeat.
     async fn fence(&self, session: &Session, ttl: Duration) -> Result<u32>;
-    async fn slot_holders(&self) -> Result<Vec<SlotHolder>>;
 
     /// Records a request for `process` on the session's node unless an open (pending or active)
     /// one exists; returns the open request and whether it was created now. A procedure's
@@ -50,12 +52,9 @@ pub trait Store: Send + Sync {
         process: &Process,
         source: &str,
     ) -> Result<(RequestRecord, bool)>;
+
     /// Cancels the node's pending request for `process`, if any; returns whether there was one.
     async fn cancel_request(&self, session: &Session, process: &Process) -> Result<bool>;
-    /// The node's open (pending or active) requests, oldest first.
-    async fn open_requests(&self, node: &NodeName) -> Result<Vec<RequestRecord>>;
-    /// Every request ever made, open or closed, oldest first.
-    async fn all_requests(&self) -> Result<Vec<RequestRecord>>;
 
     /// Records how one active request of the session's open window ended (a procedure, while
     /// others go on); refused unless the request is active. A success closes the request and
@@ -69,16 +68,11 @@ pub trait Store: Send + Sync {
         outcome: &Outcome,
     ) -> Result<RequestRecord>;
 
-    /// Records a procedure once: a new name is stored, the same spec again changes nothing
-    /// (`false`), and another spec under a taken name is refused (`ProcedureConflict`).
-    async fn submit_procedure(&self, spec: &ProcedureSpec) -> Result<(ProcedureRecord, bool)>;
-    /// Every procedure, in the order they were submitted.
-    async fn procedures(&self) -> Result<Vec<ProcedureRecord>>;
-
     /// Applies one lifecycle step atomically (see [`Transition`]) and returns the new record.
     async fn transition(&self, session: &Session, transition: Transition) -> Result<NodeRecord>;
+
     /// A transition that a disruptive step follows at once (the window's first cordon, the
-    /// reboot): the transition and the fence's proof (see [`Store::fence`]), which must both
+    /// reboot): the transition and the fence's proof (see [`AgentStore::fence`]), which must both
     /// succeed before the step. Substrates whose writes are round trips send both at once, so a
     /// refused fence may leave the transition written, as a fence refused right after it would.
     async fn fenced_transition(
@@ -96,20 +90,29 @@ pub trait Store: Send + Sync {
     /// stays); returns whether it wrote. Fenced like every write of an agent.
     async fn set_blocked(&self, session: &Session, blocked: Option<&Blocked>) -> Result<bool>;
 
-    async fn node(&self, node: &NodeName) -> Result<Option<NodeRecord>>;
     /// Has the next reads of `node` ask the store itself. A handle may answer its agent's
     /// reads of its own node from what it last wrote or read there (the Kubernetes store does,
     /// until an operator's wake or this call); the agent calls this at its periodic re-read,
     /// which is there to find the changes nobody announced. Stores that always ask ignore it.
     fn refresh(&self, _node: &NodeName) {}
-    async fn nodes(&self) -> Result<Vec<NodeRecord>>;
-    async fn backoffs(&self, node: &NodeName) -> Result<Vec<BackoffRecord>>;
-    /// History entries matching `filter`, oldest first.
-    async fn history(&self, filter: &HistoryFilter) -> Result<Vec<HistoryEntry>>;
+
+    /// A counter that grows by one after every committed write that may let a waiting agent go
+    /// on: a slot released, a node leaving the queue without a slot, an operator's action (a
+    /// new concurrency jumps it [`WAKE_ALL`] ahead, as it may free many slots at once).
+    /// Waiters re-read the store when it changes; an idle agent waits for a jump.
+    fn changes(&self) -> watch::Receiver<u64>;
+}
+
+/// What an operator changes, without a session: the fleet's concurrency and pause, and one
+/// node's window or requests.
+#[async_trait]
+pub trait OperatorStore: Send + Sync {
+    async fn set_concurrency(&self, concurrency: u32) -> Result<()>;
 
     /// Operator: gives a node's slot back and returns it to idle, canceling its window, with the
     /// reason in history. The node stays marked as cordoned by rota so that its agent uncordons it.
     async fn unlock(&self, node: &NodeName, reason: &str) -> Result<NodeRecord>;
+
     /// Operator: lets a failed node try its window's work again (it keeps slot and cordon).
     async fn retry(&self, node: &NodeName) -> Result<NodeRecord>;
 
@@ -121,31 +124,67 @@ pub trait Store: Send + Sync {
         process: &Process,
         source: &str,
     ) -> Result<(RequestRecord, bool)>;
+
     /// Operator: withdraws the node's pending request for `process` (`rota cancel`); returns
     /// whether there was one. Work already in a window is given up with `unlock`.
     async fn cancel(&self, node: &NodeName, process: &Process) -> Result<bool>;
 
     /// Operator: pauses the whole fleet: no node takes a slot or starts a reboot until
-    /// [`resume`](Store::resume); windows already open finish their other steps. A second pause
+    /// [`resume`](OperatorStore::resume); windows already open finish their other steps. A second pause
     /// replaces the reason.
     async fn pause(&self, reason: &str) -> Result<Pause>;
+
     /// Operator: lifts the pause; returns the one lifted, if any. Wakes every waiter. Every
     /// resume, of a paused fleet or not, starts a new rollout: its time is recorded (see
-    /// [`resumed_at`](Store::resumed_at)) before the pause is lifted.
+    /// [`resumed_at`](ReadStore::resumed_at)) before the pause is lifted.
     async fn resume(&self) -> Result<Option<Pause>>;
-    /// When the fleet was last resumed (the start of the current rollout), if ever.
-    async fn resumed_at(&self) -> Result<Option<Millis>>;
-    /// The fleet's pause, if any.
-    async fn paused(&self) -> Result<Option<Pause>>;
-
-    /// A counter that grows by one after every committed write that may let a waiting agent go
-    /// on: a slot released, a node leaving the queue without a slot, an operator's action (a
-    /// new concurrency jumps it [`WAKE_ALL`] ahead, as it may free many slots at once).
-    /// Waiters re-read the store when it changes; an idle agent waits for a jump.
-    fn changes(&self) -> watch::Receiver<u64>;
 }
 
-/// How far [`Store::changes`] jumps for a change that every agent should look at again (a new
+/// Maintenance procedures: submitted once, read by every agent.
+#[async_trait]
+pub trait ProcedureStore: Send + Sync {
+    /// Records a procedure once: a new name is stored, the same spec again changes nothing
+    /// (`false`), and another spec under a taken name is refused (`ProcedureConflict`).
+    async fn submit_procedure(&self, spec: &ProcedureSpec) -> Result<(ProcedureRecord, bool)>;
+
+    /// Every procedure, in the order they were submitted.
+    async fn procedures(&self) -> Result<Vec<ProcedureRecord>>;
+}
+
+/// What anyone may read: nodes, requests, slots, backoffs, history and the fleet's settings.
+#[async_trait]
+pub trait ReadStore: Send + Sync {
+    /// A short name of the substrate, for logs and JSON output.
+    fn kind(&self) -> &'static str;
+
+    /// The number of slots (`concurrency`), if it was ever set.
+    async fn concurrency(&self) -> Result<Option<u32>>;
+
+    async fn slot_holders(&self) -> Result<Vec<SlotHolder>>;
+
+    /// The node's open (pending or active) requests, oldest first.
+    async fn open_requests(&self, node: &NodeName) -> Result<Vec<RequestRecord>>;
+
+    /// Every request ever made, open or closed, oldest first.
+    async fn all_requests(&self) -> Result<Vec<RequestRecord>>;
+
+    async fn node(&self, node: &NodeName) -> Result<Option<NodeRecord>>;
+
+    async fn nodes(&self) -> Result<Vec<NodeRecord>>;
+
+    async fn backoffs(&self, node: &NodeName) -> Result<Vec<BackoffRecord>>;
+
+    /// History entries matching `filter`, oldest first.
+    async fn history(&self, filter: &HistoryFilter) -> Result<Vec<HistoryEntry>>;
+
+    /// When the fleet was last resumed (the start of the current rollout), if ever.
+    async fn resumed_at(&self) -> Result<Option<Millis>>;
+
+    /// The fleet's pause, if any.
+    async fn paused(&self) -> Result<Option<Pause>>;
+}
+
+/// How far [`AgentStore::changes`] jumps for a change that every agent should look at again (a new
 /// concurrency, a pause, a lost notification channel, and in Kubernetes an operator's wake):
 /// an idle agent waits for this much, past any number of slot handoffs.
 pub const WAKE_ALL: u64 = 1 << 32;

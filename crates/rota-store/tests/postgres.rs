@@ -9,7 +9,10 @@ use std::time::Duration;
 use rota_core::{BackoffPolicy, NodeName, NodeState, ProcedureSpec, Process};
 use rota_e2e::postgres::{end_connections, fresh_database};
 use rota_store::conformance::{Stress, stress};
-use rota_store::{PostgresStore, Store, StoreUrl, Transition, WAKE_ALL, WindowChange, now_millis};
+use rota_store::{
+    AgentStore, OperatorStore, PostgresStore, ReadStore, Store, StoreUrl, Transition, WAKE_ALL,
+    WindowChange, now_millis,
+};
 
 async fn make() -> Option<Arc<dyn Store>> {
     let url = fresh_database().await?;

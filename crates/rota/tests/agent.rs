@@ -6,6 +6,7 @@
 
 mod common;
 
+use rota_store::{AgentStore, OperatorStore, SqliteStore};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -13,7 +14,6 @@ use std::time::{Duration, Instant};
 use common::{Host, PATIENCE, ROTA};
 
 use rota_core::{NodeName, NodeState, Process};
-use rota_store::{SqliteStore, Store};
 
 /// Makes `node` hold the store's only slot through a session of its own: it requests a reboot
 /// (from `source`), queues and is granted the slot, as an agent would.

@@ -6,7 +6,9 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use rota_core::{BackoffPolicy, NodeName, NodeState, Process};
-use rota_store::{NodeFields, Session, SqliteStore, Store, Transition, WindowChange, now_millis};
+use rota_store::{
+    NodeFields, OperatorStore, Session, SqliteStore, Store, Transition, WindowChange, now_millis,
+};
 use serde_json::Value;
 
 const TTL: Duration = Duration::from_secs(300);

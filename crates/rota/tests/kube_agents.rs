@@ -18,7 +18,9 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use rota_core::{HistoryEvent, NodeState, Process};
 use rota_e2e::fleet::{DisruptionWatch, Fleet, FleetOptions, request_reboot_by_hand};
 use rota_e2e::testenv::{self, Scope, app_labels};
-use rota_store::{HistoryEntry, HistoryFilter, NodeRecord, Store, now_millis};
+use rota_store::{
+    HistoryEntry, HistoryFilter, NodeRecord, OperatorStore, ProcedureStore, ReadStore, now_millis,
+};
 use rota_store_kube::KubeStore;
 
 mod kube_common;

@@ -2,6 +2,7 @@
 //! the Debian package that scripts/deb builds (`ROTA_TEST_DEB`), and the agent's side of the
 //! unit's `Type=notify`: READY=1, WATCHDOG=1 and STOPPING=1 on a real notify socket.
 
+use rota_store::{ReadStore, SqliteStore};
 use std::collections::BTreeMap;
 use std::io::ErrorKind;
 use std::os::unix::net::UnixDatagram;
@@ -10,7 +11,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rota_core::NodeName;
-use rota_store::{SqliteStore, Store};
 
 const ROTA: &str = env!("CARGO_BIN_EXE_rota");
 const PATIENCE: Duration = Duration::from_secs(30);

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use common::{Agent, Host, ROTA};
 use rota_core::{NodeState, ProcedureSpec, sha256_hex};
-use rota_store::Store;
+use rota_store::ProcedureStore;
 
 /// Agent flags for these tests: procedures are looked for often.
 const FAST: [&str; 2] = ["--procedure-poll", "100ms"];

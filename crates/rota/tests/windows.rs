@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{Host, ROTA};
 use rota_core::{HistoryEvent, NodeState};
-use rota_store::{HistoryFilter, Millis, Store};
+use rota_store::{HistoryFilter, Millis, ReadStore};
 
 fn touch(path: &Path) {
     std::fs::write(path, b"").expect("touch");

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use rota_agent::{ActionError, Agent, AgentConfig, NodeActions, RebootHandle};
 use rota_core::{HistoryEvent, NodeName, ProcedureSpec, Process};
-use rota_store::{HistoryFilter, Millis, NodeRecord, SqliteStore, Store, now_millis};
+use rota_store::{
+    HistoryFilter, Millis, NodeRecord, ProcedureStore, ReadStore, SqliteStore, Store, now_millis,
+};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 

@@ -6,9 +6,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rota_core::{NodeName, NodeState, ProcedureSpec, Process};
 use rota_store::{
-    Acquire, BackoffRecord, Blocked, Error, HistoryEntry, HistoryFilter, Millis, NodeRecord,
-    Outcome, Pause, ProcedureRecord, RequestRecord, Result, Session, SlotHolder, Store, Transition,
-    now_millis,
+    Acquire, AgentStore, BackoffRecord, Blocked, Error, HistoryEntry, HistoryFilter, Millis,
+    NodeRecord, OperatorStore, Outcome, Pause, ProcedureRecord, ProcedureStore, ReadStore,
+    RequestRecord, Result, Session, SlotHolder, Transition, now_millis,
 };
 use tokio::sync::watch;
 
@@ -21,11 +21,7 @@ use crate::crd::{BlockedStatus, Timestamp};
 use crate::{slots, status};
 
 #[async_trait]
-impl Store for KubeStore {
-    fn kind(&self) -> &'static str {
-        "kubernetes"
-    }
-
+impl AgentStore for KubeStore {
     async fn open_session(&self, node: &NodeName, ttl: Duration) -> Result<Session> {
         self.start_session(node, ttl).await
     }
@@ -36,18 +32,6 @@ impl Store for KubeStore {
 
     async fn close_session(&self, session: &Session) -> Result<()> {
         self.end_session(session).await
-    }
-
-    async fn concurrency(&self) -> Result<Option<u32>> {
-        concurrency_of(self.config_map().await?.as_ref())
-    }
-
-    async fn set_concurrency(&self, concurrency: u32) -> Result<()> {
-        if !(1..=1000).contains(&concurrency) {
-            return Err(Error::Concurrency { value: concurrency });
-        }
-        self.update_config(CONCURRENCY_KEY, |_| Ok((concurrency.to_string(), ())))
-            .await
     }
 
     async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire> {
@@ -68,26 +52,6 @@ impl Store for KubeStore {
         let (current, slot) = tokio::join!(current, self.renew_lease(session));
         current?;
         slot
-    }
-
-    async fn slot_holders(&self) -> Result<Vec<SlotHolder>> {
-        let mut holders = Vec::new();
-        for lease in self.list_leases().await? {
-            let (Some(slot), Some(holder)) = (slots::slot_of(&lease), slots::holder(&lease)) else {
-                continue;
-            };
-            holders.push(SlotHolder {
-                slot,
-                node: NodeName::new(holder).map_err(|e| Error::Corrupt {
-                    column: "leases.spec.holderIdentity",
-                    value: holder.into(),
-                    reason: e.to_string(),
-                })?,
-                acquired_at: slots::acquired_at(&lease).unwrap_or(0),
-            });
-        }
-        holders.sort_by_key(|h| h.slot);
-        Ok(holders)
     }
 
     async fn add_request(
@@ -142,29 +106,6 @@ impl Store for KubeStore {
         Ok(canceled)
     }
 
-    async fn open_requests(&self, node: &NodeName) -> Result<Vec<RequestRecord>> {
-        let Some(object) = self.own_object(node).await? else {
-            return Ok(Vec::new());
-        };
-        let status = object.status.unwrap_or_default();
-        let mut open: Vec<_> = status::open_requests(&status)
-            .map(|r| status::request_record(node, r))
-            .collect();
-        open.sort_by_key(|r| r.id);
-        Ok(open)
-    }
-
-    async fn all_requests(&self) -> Result<Vec<RequestRecord>> {
-        let mut all = Vec::new();
-        for object in self.list_rota_nodes(&self.selector()).await? {
-            let node = node_name(&object)?;
-            let status = object.status.unwrap_or_default();
-            all.extend(status::every_request(&status).map(|r| status::request_record(&node, r)));
-        }
-        all.sort_by_key(|r| r.id);
-        Ok(all)
-    }
-
     async fn complete_request(
         &self,
         session: &Session,
@@ -200,26 +141,6 @@ impl Store for KubeStore {
         Ok(status::request_record(&session.node, &request))
     }
 
-    async fn submit_procedure(&self, spec: &ProcedureSpec) -> Result<(ProcedureRecord, bool)> {
-        let (record, changed) = self.inner.procedures.submit(spec).await?;
-        if changed {
-            self.wake_agents(None).await;
-        }
-        Ok((record, changed))
-    }
-
-    async fn procedures(&self) -> Result<Vec<ProcedureRecord>> {
-        // An agent's handle reads them from the API server's cache; an operator's command
-        // reads them as they are now.
-        let agent = self.has_local_sessions();
-        if agent {
-            self.inner
-                .procedures
-                .at_least(self.inner.settings.everyone_woken_at());
-        }
-        self.inner.procedures.list(agent).await
-    }
-
     async fn transition(&self, session: &Session, transition: Transition) -> Result<NodeRecord> {
         self.apply(session, transition, None).await
     }
@@ -245,6 +166,150 @@ impl Store for KubeStore {
         record
     }
 
+    fn refresh(&self, node: &NodeName) {
+        self.stop_answering_reads(node);
+    }
+
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.inner.changes.subscribe()
+    }
+}
+
+#[async_trait]
+impl OperatorStore for KubeStore {
+    async fn set_concurrency(&self, concurrency: u32) -> Result<()> {
+        if !(1..=1000).contains(&concurrency) {
+            return Err(Error::Concurrency { value: concurrency });
+        }
+        self.update_config(CONCURRENCY_KEY, |_| Ok((concurrency.to_string(), ())))
+            .await
+    }
+
+    async fn unlock(&self, node: &NodeName, reason: &str) -> Result<NodeRecord> {
+        self.operator_unlock(node, reason).await
+    }
+
+    async fn retry(&self, node: &NodeName) -> Result<NodeRecord> {
+        self.operator_retry(node).await
+    }
+
+    async fn request(
+        &self,
+        node: &NodeName,
+        process: &Process,
+        source: &str,
+    ) -> Result<(RequestRecord, bool)> {
+        self.operator_request(node, process, source).await
+    }
+
+    async fn cancel(&self, node: &NodeName, process: &Process) -> Result<bool> {
+        self.operator_cancel(node, process).await
+    }
+
+    async fn pause(&self, reason: &str) -> Result<Pause> {
+        let pause = Pause {
+            reason: reason.to_string(),
+            since: now_millis(),
+        };
+        let value = pause.encode();
+        self.update_config(PAUSED_KEY, |_| Ok((value.clone(), ())))
+            .await?;
+        Ok(pause)
+    }
+
+    async fn resume(&self) -> Result<Option<Pause>> {
+        // The new rollout first: a resume that fails halfway leaves the fleet paused, never
+        // resumed into the old rollout (whose failures would pause it again).
+        let now = now_millis().to_string();
+        self.update_config(RESUMED_KEY, |_| Ok((now.clone(), ())))
+            .await?;
+        // An empty value is no pause: the ConfigMap keeps the key, and a replace never races
+        // with a delete of it.
+        let previous = self
+            .update_config(PAUSED_KEY, |current| {
+                Ok((String::new(), current.unwrap_or_default().to_string()))
+            })
+            .await?;
+        Pause::decode("rota-config.data.paused", Some(&previous))
+    }
+}
+
+#[async_trait]
+impl ProcedureStore for KubeStore {
+    async fn submit_procedure(&self, spec: &ProcedureSpec) -> Result<(ProcedureRecord, bool)> {
+        let (record, changed) = self.inner.procedures.submit(spec).await?;
+        if changed {
+            self.wake_agents(None).await;
+        }
+        Ok((record, changed))
+    }
+
+    async fn procedures(&self) -> Result<Vec<ProcedureRecord>> {
+        // An agent's handle reads them from the API server's cache; an operator's command
+        // reads them as they are now.
+        let agent = self.has_local_sessions();
+        if agent {
+            self.inner
+                .procedures
+                .at_least(self.inner.settings.everyone_woken_at());
+        }
+        self.inner.procedures.list(agent).await
+    }
+}
+
+#[async_trait]
+impl ReadStore for KubeStore {
+    fn kind(&self) -> &'static str {
+        "kubernetes"
+    }
+
+    async fn concurrency(&self) -> Result<Option<u32>> {
+        concurrency_of(self.config_map().await?.as_ref())
+    }
+
+    async fn slot_holders(&self) -> Result<Vec<SlotHolder>> {
+        let mut holders = Vec::new();
+        for lease in self.list_leases().await? {
+            let (Some(slot), Some(holder)) = (slots::slot_of(&lease), slots::holder(&lease)) else {
+                continue;
+            };
+            holders.push(SlotHolder {
+                slot,
+                node: NodeName::new(holder).map_err(|e| Error::Corrupt {
+                    column: "leases.spec.holderIdentity",
+                    value: holder.into(),
+                    reason: e.to_string(),
+                })?,
+                acquired_at: slots::acquired_at(&lease).unwrap_or(0),
+            });
+        }
+        holders.sort_by_key(|h| h.slot);
+        Ok(holders)
+    }
+
+    async fn open_requests(&self, node: &NodeName) -> Result<Vec<RequestRecord>> {
+        let Some(object) = self.own_object(node).await? else {
+            return Ok(Vec::new());
+        };
+        let status = object.status.unwrap_or_default();
+        let mut open: Vec<_> = status::open_requests(&status)
+            .map(|r| status::request_record(node, r))
+            .collect();
+        open.sort_by_key(|r| r.id);
+        Ok(open)
+    }
+
+    async fn all_requests(&self) -> Result<Vec<RequestRecord>> {
+        let mut all = Vec::new();
+        for object in self.list_rota_nodes(&self.selector()).await? {
+            let node = node_name(&object)?;
+            let status = object.status.unwrap_or_default();
+            all.extend(status::every_request(&status).map(|r| status::request_record(&node, r)));
+        }
+        all.sort_by_key(|r| r.id);
+        Ok(all)
+    }
+
     async fn node(&self, node: &NodeName) -> Result<Option<NodeRecord>> {
         // The agent reads its node before every step: right after its own write, that write's
         // answer (see `own_object`), and else one round trip, not two.
@@ -268,10 +333,6 @@ impl Store for KubeStore {
             }
         }
         self.record_of(&object, &leases).map(Some)
-    }
-
-    fn refresh(&self, node: &NodeName) {
-        self.stop_answering_reads(node);
     }
 
     async fn nodes(&self) -> Result<Vec<NodeRecord>> {
@@ -326,54 +387,6 @@ impl Store for KubeStore {
         Ok(entries)
     }
 
-    async fn unlock(&self, node: &NodeName, reason: &str) -> Result<NodeRecord> {
-        self.operator_unlock(node, reason).await
-    }
-
-    async fn retry(&self, node: &NodeName) -> Result<NodeRecord> {
-        self.operator_retry(node).await
-    }
-
-    async fn request(
-        &self,
-        node: &NodeName,
-        process: &Process,
-        source: &str,
-    ) -> Result<(RequestRecord, bool)> {
-        self.operator_request(node, process, source).await
-    }
-
-    async fn cancel(&self, node: &NodeName, process: &Process) -> Result<bool> {
-        self.operator_cancel(node, process).await
-    }
-
-    async fn pause(&self, reason: &str) -> Result<Pause> {
-        let pause = Pause {
-            reason: reason.to_string(),
-            since: now_millis(),
-        };
-        let value = pause.encode();
-        self.update_config(PAUSED_KEY, |_| Ok((value.clone(), ())))
-            .await?;
-        Ok(pause)
-    }
-
-    async fn resume(&self) -> Result<Option<Pause>> {
-        // The new rollout first: a resume that fails halfway leaves the fleet paused, never
-        // resumed into the old rollout (whose failures would pause it again).
-        let now = now_millis().to_string();
-        self.update_config(RESUMED_KEY, |_| Ok((now.clone(), ())))
-            .await?;
-        // An empty value is no pause: the ConfigMap keeps the key, and a replace never races
-        // with a delete of it.
-        let previous = self
-            .update_config(PAUSED_KEY, |current| {
-                Ok((String::new(), current.unwrap_or_default().to_string()))
-            })
-            .await?;
-        Pause::decode("rota-config.data.paused", Some(&previous))
-    }
-
     async fn paused(&self) -> Result<Option<Pause>> {
         let map = self.config_map().await?;
         let value = map
@@ -392,9 +405,5 @@ impl Store for KubeStore {
             .and_then(|d| d.get(RESUMED_KEY))
             .map(String::as_str);
         rota_store::decode_resumed_at("rota-config.data.resumedAt", value)
-    }
-
-    fn changes(&self) -> watch::Receiver<u64> {
-        self.inner.changes.subscribe()
     }
 }

@@ -53,7 +53,7 @@ use crate::model::{
     Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome,
     Pause, ProcedureRecord, RequestRecord, Session, SlotHolder, Transition,
 };
-use crate::store::Store;
+use crate::{AgentStore, OperatorStore, ProcedureStore, ReadStore};
 
 /// A [`Store`] in a PostgreSQL database. Clones share the connections, the change counter and
 /// the listener.
@@ -69,11 +69,7 @@ pub struct PostgresStore {
 }
 
 #[async_trait]
-impl Store for PostgresStore {
-    fn kind(&self) -> &'static str {
-        "postgres"
-    }
-
+impl AgentStore for PostgresStore {
     async fn open_session(&self, node: &NodeName, ttl: Duration) -> Result<Session> {
         sessions::open_session(self, node, ttl).await
     }
@@ -86,24 +82,12 @@ impl Store for PostgresStore {
         sessions::close_session(self, session).await
     }
 
-    async fn concurrency(&self) -> Result<Option<u32>> {
-        slots::concurrency(self).await
-    }
-
-    async fn set_concurrency(&self, concurrency: u32) -> Result<()> {
-        slots::set_concurrency(self, concurrency).await
-    }
-
     async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire> {
         slots::try_acquire_slot(self, session).await
     }
 
     async fn fence(&self, session: &Session, ttl: Duration) -> Result<u32> {
         slots::fence(self, session, ttl).await
-    }
-
-    async fn slot_holders(&self) -> Result<Vec<SlotHolder>> {
-        slots::slot_holders(self).await
     }
 
     async fn add_request(
@@ -132,40 +116,19 @@ impl Store for PostgresStore {
         requests::complete_request(self, session, process, outcome).await
     }
 
-    async fn submit_procedure(&self, spec: &ProcedureSpec) -> Result<(ProcedureRecord, bool)> {
-        procedures::submit_procedure(self, spec).await
-    }
-
-    async fn procedures(&self) -> Result<Vec<ProcedureRecord>> {
-        procedures::procedures(self).await
-    }
-
-    async fn open_requests(&self, node: &NodeName) -> Result<Vec<RequestRecord>> {
-        requests::open_requests(self, node).await
-    }
-
-    async fn all_requests(&self) -> Result<Vec<RequestRecord>> {
-        requests::all_requests(self).await
-    }
-
     async fn transition(&self, session: &Session, transition: Transition) -> Result<NodeRecord> {
         nodes::transition(self, session, transition).await
     }
 
-    async fn node(&self, node: &NodeName) -> Result<Option<NodeRecord>> {
-        nodes::node(self, node).await
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
     }
+}
 
-    async fn nodes(&self) -> Result<Vec<NodeRecord>> {
-        nodes::nodes(self).await
-    }
-
-    async fn backoffs(&self, node: &NodeName) -> Result<Vec<BackoffRecord>> {
-        history::backoffs(self, node).await
-    }
-
-    async fn history(&self, filter: &HistoryFilter) -> Result<Vec<HistoryEntry>> {
-        history::history(self, filter).await
+#[async_trait]
+impl OperatorStore for PostgresStore {
+    async fn set_concurrency(&self, concurrency: u32) -> Result<()> {
+        slots::set_concurrency(self, concurrency).await
     }
 
     async fn unlock(&self, node: &NodeName, reason: &str) -> Result<NodeRecord> {
@@ -196,6 +159,56 @@ impl Store for PostgresStore {
     async fn resume(&self) -> Result<Option<Pause>> {
         pause::resume(self).await
     }
+}
+
+#[async_trait]
+impl ProcedureStore for PostgresStore {
+    async fn submit_procedure(&self, spec: &ProcedureSpec) -> Result<(ProcedureRecord, bool)> {
+        procedures::submit_procedure(self, spec).await
+    }
+
+    async fn procedures(&self) -> Result<Vec<ProcedureRecord>> {
+        procedures::procedures(self).await
+    }
+}
+
+#[async_trait]
+impl ReadStore for PostgresStore {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn concurrency(&self) -> Result<Option<u32>> {
+        slots::concurrency(self).await
+    }
+
+    async fn slot_holders(&self) -> Result<Vec<SlotHolder>> {
+        slots::slot_holders(self).await
+    }
+
+    async fn open_requests(&self, node: &NodeName) -> Result<Vec<RequestRecord>> {
+        requests::open_requests(self, node).await
+    }
+
+    async fn all_requests(&self) -> Result<Vec<RequestRecord>> {
+        requests::all_requests(self).await
+    }
+
+    async fn node(&self, node: &NodeName) -> Result<Option<NodeRecord>> {
+        nodes::node(self, node).await
+    }
+
+    async fn nodes(&self) -> Result<Vec<NodeRecord>> {
+        nodes::nodes(self).await
+    }
+
+    async fn backoffs(&self, node: &NodeName) -> Result<Vec<BackoffRecord>> {
+        history::backoffs(self, node).await
+    }
+
+    async fn history(&self, filter: &HistoryFilter) -> Result<Vec<HistoryEntry>> {
+        history::history(self, filter).await
+    }
 
     async fn paused(&self) -> Result<Option<Pause>> {
         pause::paused(self).await
@@ -203,9 +216,5 @@ impl Store for PostgresStore {
 
     async fn resumed_at(&self) -> Result<Option<Millis>> {
         pause::resumed_at(self).await
-    }
-
-    fn changes(&self) -> watch::Receiver<u64> {
-        self.changes.subscribe()
     }
 }

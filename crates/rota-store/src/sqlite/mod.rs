@@ -33,7 +33,7 @@ use crate::rows::{
     NODE_COLUMNS, backoff_record, history_entry, node_record, parse, procedure_record,
     request_record, slot_holder, slot_index,
 };
-use crate::store::Store;
+use crate::{AgentStore, OperatorStore, ProcedureStore, ReadStore};
 
 /// The setting that holds the fleet's pause.
 const PAUSED_KEY: &str = "paused";
@@ -230,11 +230,7 @@ async fn check_is_rota(pool: &SqlitePool, location: &str) -> Result<()> {
 }
 
 #[async_trait]
-impl Store for SqliteStore {
-    fn kind(&self) -> &'static str {
-        "sqlite"
-    }
-
+impl AgentStore for SqliteStore {
     async fn open_session(&self, node: &NodeName, ttl: Duration) -> Result<Session> {
         let node = node.clone();
         let ttl_ms = millis(ttl);
@@ -260,23 +256,6 @@ impl Store for SqliteStore {
     async fn close_session(&self, session: &Session) -> Result<()> {
         let session = session.clone();
         self.write(|reply| Op::CloseSession { session, reply })
-            .await
-    }
-
-    async fn concurrency(&self) -> Result<Option<u32>> {
-        let value: Option<String> =
-            sqlx::query_scalar("SELECT value FROM rota_meta WHERE key = 'concurrency'")
-                .fetch_optional(&self.pool)
-                .await
-                .context("reading the concurrency")?;
-        value.map(|v| parse("rota_meta.concurrency", v)).transpose()
-    }
-
-    async fn set_concurrency(&self, concurrency: u32) -> Result<()> {
-        if !(1..=1000).contains(&concurrency) {
-            return Err(Error::Concurrency { value: concurrency });
-        }
-        self.write(|reply| Op::SetConcurrency { concurrency, reply })
             .await
     }
 
@@ -311,14 +290,6 @@ impl Store for SqliteStore {
             reply,
         })
         .await
-    }
-
-    async fn slot_holders(&self) -> Result<Vec<SlotHolder>> {
-        let rows = sqlx::query("SELECT slot, holder, acquired_at FROM slots ORDER BY slot")
-            .fetch_all(&self.pool)
-            .await
-            .context("reading slots")?;
-        rows.iter().map(slot_holder).collect()
     }
 
     async fn add_request(
@@ -379,41 +350,6 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn submit_procedure(&self, spec: &ProcedureSpec) -> Result<(ProcedureRecord, bool)> {
-        let spec = Box::new(spec.clone());
-        self.write(|reply| Op::SubmitProcedure { spec, reply })
-            .await
-    }
-
-    async fn procedures(&self) -> Result<Vec<ProcedureRecord>> {
-        sqlx::query("SELECT spec, submitted_at FROM procedures ORDER BY seq")
-            .fetch_all(&self.pool)
-            .await
-            .context("reading procedures")?
-            .iter()
-            .map(procedure_record)
-            .collect()
-    }
-
-    async fn open_requests(&self, node: &NodeName) -> Result<Vec<RequestRecord>> {
-        let rows = sqlx::query(
-            "SELECT * FROM requests WHERE node = ? AND state IN ('pending', 'active') ORDER BY id",
-        )
-        .bind(node.as_str())
-        .fetch_all(&self.pool)
-        .await
-        .context("reading requests")?;
-        rows.iter().map(request_record).collect()
-    }
-
-    async fn all_requests(&self) -> Result<Vec<RequestRecord>> {
-        let rows = sqlx::query("SELECT * FROM requests ORDER BY id")
-            .fetch_all(&self.pool)
-            .await
-            .context("reading requests")?;
-        rows.iter().map(request_record).collect()
-    }
-
     async fn transition(&self, session: &Session, transition: Transition) -> Result<NodeRecord> {
         let session = session.clone();
         self.write(|reply| Op::Transition {
@@ -424,51 +360,19 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn node(&self, node: &NodeName) -> Result<Option<NodeRecord>> {
-        let mut conn = self.pool.acquire().await.context("reading a node")?;
-        fetch_node(&mut conn, node).await
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
     }
+}
 
-    async fn nodes(&self) -> Result<Vec<NodeRecord>> {
-        let sql = format!(
-            "SELECT {NODE_COLUMNS} FROM nodes n LEFT JOIN slots s ON s.holder = n.node \
-             ORDER BY n.node"
-        );
-        let rows = sqlx::query(&sql)
-            .fetch_all(&self.pool)
+#[async_trait]
+impl OperatorStore for SqliteStore {
+    async fn set_concurrency(&self, concurrency: u32) -> Result<()> {
+        if !(1..=1000).contains(&concurrency) {
+            return Err(Error::Concurrency { value: concurrency });
+        }
+        self.write(|reply| Op::SetConcurrency { concurrency, reply })
             .await
-            .context("reading nodes")?;
-        rows.iter().map(node_record).collect()
-    }
-
-    async fn backoffs(&self, node: &NodeName) -> Result<Vec<BackoffRecord>> {
-        let rows = sqlx::query(
-            "SELECT node, process, until, last_interval_s, cause FROM backoff WHERE node = ? \
-             ORDER BY process",
-        )
-        .bind(node.as_str())
-        .fetch_all(&self.pool)
-        .await
-        .context("reading backoff")?;
-        rows.iter().map(backoff_record).collect()
-    }
-
-    async fn history(&self, filter: &HistoryFilter) -> Result<Vec<HistoryEntry>> {
-        let rows = sqlx::query(
-            "SELECT id, node, process, event, at, cause, slot, released FROM history \
-             WHERE (?1 IS NULL OR node = ?1) AND (?2 IS NULL OR process = ?2) \
-             AND (?3 IS NULL OR event = ?3) AND (?4 IS NULL OR at >= ?4) \
-             AND (?5 IS NULL OR at <= ?5) ORDER BY id",
-        )
-        .bind(filter.node.as_ref().map(NodeName::as_str))
-        .bind(filter.process.as_ref().map(ToString::to_string))
-        .bind(filter.event.map(|e| e.to_string()))
-        .bind(filter.since)
-        .bind(filter.until)
-        .fetch_all(&self.pool)
-        .await
-        .context("reading history")?;
-        rows.iter().map(history_entry).collect()
     }
 
     async fn unlock(&self, node: &NodeName, reason: &str) -> Result<NodeRecord> {
@@ -550,6 +454,115 @@ impl Store for SqliteStore {
             .await?;
         Pause::decode("rota_meta.paused", previous.as_deref())
     }
+}
+
+#[async_trait]
+impl ProcedureStore for SqliteStore {
+    async fn submit_procedure(&self, spec: &ProcedureSpec) -> Result<(ProcedureRecord, bool)> {
+        let spec = Box::new(spec.clone());
+        self.write(|reply| Op::SubmitProcedure { spec, reply })
+            .await
+    }
+
+    async fn procedures(&self) -> Result<Vec<ProcedureRecord>> {
+        sqlx::query("SELECT spec, submitted_at FROM procedures ORDER BY seq")
+            .fetch_all(&self.pool)
+            .await
+            .context("reading procedures")?
+            .iter()
+            .map(procedure_record)
+            .collect()
+    }
+}
+
+#[async_trait]
+impl ReadStore for SqliteStore {
+    fn kind(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn concurrency(&self) -> Result<Option<u32>> {
+        let value: Option<String> =
+            sqlx::query_scalar("SELECT value FROM rota_meta WHERE key = 'concurrency'")
+                .fetch_optional(&self.pool)
+                .await
+                .context("reading the concurrency")?;
+        value.map(|v| parse("rota_meta.concurrency", v)).transpose()
+    }
+
+    async fn slot_holders(&self) -> Result<Vec<SlotHolder>> {
+        let rows = sqlx::query("SELECT slot, holder, acquired_at FROM slots ORDER BY slot")
+            .fetch_all(&self.pool)
+            .await
+            .context("reading slots")?;
+        rows.iter().map(slot_holder).collect()
+    }
+
+    async fn open_requests(&self, node: &NodeName) -> Result<Vec<RequestRecord>> {
+        let rows = sqlx::query(
+            "SELECT * FROM requests WHERE node = ? AND state IN ('pending', 'active') ORDER BY id",
+        )
+        .bind(node.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .context("reading requests")?;
+        rows.iter().map(request_record).collect()
+    }
+
+    async fn all_requests(&self) -> Result<Vec<RequestRecord>> {
+        let rows = sqlx::query("SELECT * FROM requests ORDER BY id")
+            .fetch_all(&self.pool)
+            .await
+            .context("reading requests")?;
+        rows.iter().map(request_record).collect()
+    }
+
+    async fn node(&self, node: &NodeName) -> Result<Option<NodeRecord>> {
+        let mut conn = self.pool.acquire().await.context("reading a node")?;
+        fetch_node(&mut conn, node).await
+    }
+
+    async fn nodes(&self) -> Result<Vec<NodeRecord>> {
+        let sql = format!(
+            "SELECT {NODE_COLUMNS} FROM nodes n LEFT JOIN slots s ON s.holder = n.node \
+             ORDER BY n.node"
+        );
+        let rows = sqlx::query(&sql)
+            .fetch_all(&self.pool)
+            .await
+            .context("reading nodes")?;
+        rows.iter().map(node_record).collect()
+    }
+
+    async fn backoffs(&self, node: &NodeName) -> Result<Vec<BackoffRecord>> {
+        let rows = sqlx::query(
+            "SELECT node, process, until, last_interval_s, cause FROM backoff WHERE node = ? \
+             ORDER BY process",
+        )
+        .bind(node.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .context("reading backoff")?;
+        rows.iter().map(backoff_record).collect()
+    }
+
+    async fn history(&self, filter: &HistoryFilter) -> Result<Vec<HistoryEntry>> {
+        let rows = sqlx::query(
+            "SELECT id, node, process, event, at, cause, slot, released FROM history \
+             WHERE (?1 IS NULL OR node = ?1) AND (?2 IS NULL OR process = ?2) \
+             AND (?3 IS NULL OR event = ?3) AND (?4 IS NULL OR at >= ?4) \
+             AND (?5 IS NULL OR at <= ?5) ORDER BY id",
+        )
+        .bind(filter.node.as_ref().map(NodeName::as_str))
+        .bind(filter.process.as_ref().map(ToString::to_string))
+        .bind(filter.event.map(|e| e.to_string()))
+        .bind(filter.since)
+        .bind(filter.until)
+        .fetch_all(&self.pool)
+        .await
+        .context("reading history")?;
+        rows.iter().map(history_entry).collect()
+    }
 
     async fn paused(&self) -> Result<Option<Pause>> {
         let value: Option<String> = sqlx::query_scalar("SELECT value FROM rota_meta WHERE key = ?")
@@ -567,9 +580,5 @@ impl Store for SqliteStore {
             .await
             .context("reading the last resume")?;
         decode_resumed_at("rota_meta.resumed_at", value.as_deref())
-    }
-
-    fn changes(&self) -> watch::Receiver<u64> {
-        self.changes.subscribe()
     }
 }

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rota_core::{HistoryEvent, NodeName, Process};
-use rota_store::{HistoryFilter, NodeRecord, SqliteStore, Store};
+use rota_store::{HistoryFilter, NodeRecord, ReadStore, SqliteStore};
 
 pub const ROTA: &str = env!("CARGO_BIN_EXE_rota");
 pub const PATIENCE: Duration = Duration::from_secs(30);

@@ -9,7 +9,8 @@ use anyhow::Result;
 use k8s_openapi::api::core::v1::Node;
 use rota_e2e::fleet::{Fleet, FleetOptions};
 use rota_e2e::testenv::{self, Scope, TestEnv};
-use rota_store::{NodeRecord, Store};
+use rota_store::NodeRecord;
+use rota_store::ReadStore;
 use rota_store_kube::KubeStore;
 
 pub const ROTA: &str = env!("CARGO_BIN_EXE_rota");
