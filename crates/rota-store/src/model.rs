@@ -199,8 +199,8 @@ pub struct Transition {
     pub window: WindowChange,
     pub fields: NodeFields,
     /// Requests (process, source) recorded in the same write, after the window change, as
-    /// [`Store::add_request`](crate::Store::add_request) records them: an open request of the
-    /// same process is kept. A refused transition records none.
+    /// [`AgentStore::add_request`](crate::AgentStore::add_request) records them: an open
+    /// request of the same process is kept. A refused transition records none.
     pub requests: Vec<(Process, String)>,
 }
 
@@ -251,8 +251,8 @@ pub struct SlotHolder {
 pub enum Acquire {
     /// The node holds this slot (just taken, or re-adopted).
     Granted(u32),
-    /// Not yet. At least this many wake-ups of [`Store::changes`](crate::Store::changes) must
-    /// happen before the node can be granted a slot, since each one (a release, a waiter
+    /// Not yet. At least this many wake-ups of
+    /// [`AgentStore::changes`](crate::AgentStore::changes) must happen before the node can be granted a slot, since each one (a release, a waiter
     /// leaving) moves a waiter at most one place forward. A waiter far back in the queue can
     /// sleep through the others' handoffs instead of re-checking at every one.
     Wait { changes: u64 },
@@ -304,7 +304,7 @@ impl ProcedureRecord {
 }
 
 /// How one active request of an open window ended (see
-/// [`Store::complete_request`](crate::Store::complete_request)).
+/// [`AgentStore::complete_request`](crate::AgentStore::complete_request)).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
     /// The request is done: `finished` in history with `detail` (a script's output tail), and

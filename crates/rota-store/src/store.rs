@@ -72,8 +72,8 @@ pub trait AgentStore: Send + Sync {
     async fn transition(&self, session: &Session, transition: Transition) -> Result<NodeRecord>;
 
     /// A transition that a disruptive step follows at once (the window's first cordon, the
-    /// reboot): the transition and the fence's proof (see [`AgentStore::fence`]), which must both
-    /// succeed before the step. Substrates whose writes are round trips send both at once, so a
+    /// reboot): the transition and the fence's proof (see [`AgentStore::fence`]), which must
+    /// both succeed before the step. Substrates whose writes are round trips send both at once, so a
     /// refused fence may leave the transition written, as a fence refused right after it would.
     async fn fenced_transition(
         &self,
@@ -130,8 +130,8 @@ pub trait OperatorStore: Send + Sync {
     async fn cancel(&self, node: &NodeName, process: &Process) -> Result<bool>;
 
     /// Operator: pauses the whole fleet: no node takes a slot or starts a reboot until
-    /// [`resume`](OperatorStore::resume); windows already open finish their other steps. A second pause
-    /// replaces the reason.
+    /// [`resume`](OperatorStore::resume); windows already open finish their other steps. A
+    /// second pause replaces the reason.
     async fn pause(&self, reason: &str) -> Result<Pause>;
 
     /// Operator: lifts the pause; returns the one lifted, if any. Wakes every waiter. Every

@@ -55,8 +55,8 @@ use crate::model::{
 };
 use crate::{AgentStore, OperatorStore, ProcedureStore, ReadStore};
 
-/// A [`Store`] in a PostgreSQL database. Clones share the connections, the change counter and
-/// the listener.
+/// A [`Store`](crate::Store) in a PostgreSQL database. Clones share the connections, the
+/// change counter and the listener.
 #[derive(Clone)]
 pub struct PostgresStore {
     connections: Arc<Connections>,

@@ -46,7 +46,8 @@ fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// A [`Store`] in one SQLite file. Clones share the pool, the writer and the change counter.
+/// A [`Store`](crate::Store) in one SQLite file. Clones share the pool, the writer and the
+/// change counter.
 #[derive(Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
