@@ -252,9 +252,10 @@ pub enum Acquire {
     /// The node holds this slot (just taken, or re-adopted).
     Granted(u32),
     /// Not yet. At least this many wake-ups of
-    /// [`AgentStore::changes`](crate::AgentStore::changes) must happen before the node can be granted a slot, since each one (a release, a waiter
-    /// leaving) moves a waiter at most one place forward. A waiter far back in the queue can
-    /// sleep through the others' handoffs instead of re-checking at every one.
+    /// [`AgentStore::changes`](crate::AgentStore::changes) must happen before the node can be
+    /// granted a slot, since each one (a release, a waiter leaving) moves a waiter at most one
+    /// place forward. A waiter far back in the queue can sleep through the others' handoffs
+    /// instead of re-checking at every one.
     Wait { changes: u64 },
 }
 

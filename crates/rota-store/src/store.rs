@@ -73,8 +73,9 @@ pub trait AgentStore: Send + Sync {
 
     /// A transition that a disruptive step follows at once (the window's first cordon, the
     /// reboot): the transition and the fence's proof (see [`AgentStore::fence`]), which must
-    /// both succeed before the step. Substrates whose writes are round trips send both at once, so a
-    /// refused fence may leave the transition written, as a fence refused right after it would.
+    /// both succeed before the step. Substrates whose writes are round trips send both at once,
+    /// so a refused fence may leave the transition written, as a fence refused right after it
+    /// would.
     async fn fenced_transition(
         &self,
         session: &Session,
