@@ -1,7 +1,8 @@
 //! rota's state: the [`Store`] trait, the embedded SQLite store, the PostgreSQL store for
 //! bare-metal fleets, and the conformance suite that every store must pass (docs/design.md §7).
 //!
-//! - `store`: the [`Store`] trait, what every substrate offers the agent and the operator.
+//! - `store`: the [`Store`] trait, in four parts by who uses them: [`AgentStore`],
+//!   [`OperatorStore`], [`ProcedureStore`] and [`ReadStore`].
 //! - `model`: the records a store reads and writes, and the changes an agent asks for.
 //! - `error`: the store's [`Error`], fencing and conflicts among them.
 //! - `url`: [`StoreUrl`], which names a store and opens it.
