@@ -8,7 +8,9 @@
 //! - [`procedure`]: maintenance procedures, their node selectors and checksum pins (§5);
 //! - [`backoff`]: BMDB's exponential backoff formula (§6);
 //! - [`labels`]: Kubernetes' rules for label keys and values;
-//! - [`lifecycle`]: the node lifecycle state machine and its effects (§3);
+//! - [`lifecycle`]: the node lifecycle state machine (§3);
+//! - [`step`]: what a lifecycle step does besides the state: the window change, the uncordon,
+//!   and whether it wakes waiting nodes (§3, §4);
 //! - [`window`]: maintenance windows, the days and hours in which new maintenance may start
 //!   (§2).
 
@@ -19,13 +21,17 @@ pub mod names;
 pub mod ordering;
 pub mod priority;
 pub mod procedure;
+pub mod step;
 pub mod window;
 
 pub use backoff::BackoffPolicy;
 pub use labels::{check_label_key, check_label_value};
-pub use lifecycle::{Effect, Event, Lifecycle, NodeState, NodeStateError, TransitionError};
+pub use lifecycle::{
+    Event, Failure, GRANT_UNUSED, Lifecycle, NodeState, NodeStateError, TransitionError,
+};
 pub use names::{HistoryEvent, NameError, NodeName, Process};
 pub use ordering::{ProcedureEntry, may_start, startable};
 pub use priority::{Priority, PriorityError};
 pub use procedure::{BackoffSpec, ConfigMapKey, ProcedureError, ProcedureSpec, sha256_hex};
+pub use step::{Millis, Step, WindowChange, wakes};
 pub use window::{MaintenanceWindow, MaintenanceWindows, WindowError, WindowProblem};

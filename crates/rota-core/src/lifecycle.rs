@@ -1,14 +1,17 @@
 //! The node lifecycle of docs/design.md §3 as a pure state machine.
 //!
-//! [`Lifecycle::apply`] maps a state and an event to the next state and the effects the caller
-//! must carry out (cordon, release the slot, record history, back off). Every pair not listed
-//! in docs/design.md §3 is an error, never a silent no-op, so a caller that lost track of the
-//! state finds out at once.
+//! [`Lifecycle::apply`] maps a state and an event to a [`Step`]: the next state, the uncordon
+//! to do first, and what the write does to the maintenance window (open it, fail it, give the
+//! slot back, back off). Every pair not listed in docs/design.md §3 is an error, never a silent
+//! no-op, so a caller that lost track of the state finds out at once.
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
+
+use crate::backoff::BackoffPolicy;
+use crate::step::{Millis, Step, WindowChange};
 
 /// Where a node is in its maintenance lifecycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -108,13 +111,61 @@ pub struct Lifecycle {
     pub cordoned_by_rota: bool,
 }
 
-/// Something that happened to a node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Why a window's work failed, and how the failed process backs off.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    /// Recorded in the history of each failed request.
+    pub cause: String,
+    /// The backoff the failure starts (or lengthens).
+    pub policy: BackoffPolicy,
+}
+
+impl Failure {
+    /// A failure with `cause`, backing off by `policy`.
+    pub fn new(cause: impl Into<String>, policy: BackoffPolicy) -> Failure {
+        Failure {
+            cause: cause.into(),
+            policy,
+        }
+    }
+
+    /// The window change of this failure: with `keep_slot` the node fails closed.
+    fn window(&self, keep_slot: bool) -> WindowChange {
+        WindowChange::Fail {
+            cause: self.cause.clone(),
+            policy: self.policy,
+            keep_slot,
+        }
+    }
+}
+
+const NO_FAILURE: Failure = Failure {
+    cause: String::new(),
+    policy: BackoffPolicy::DEFAULT,
+};
+
+/// Why a queued node that was granted a slot just before a restart gives it back when its last
+/// request is withdrawn.
+pub const GRANT_UNUSED: &str = "no request left when the slot was granted";
+
+/// Something that happened to a node, with what the caller knows of it that the core cannot
+/// (the time the work may start, why it failed).
+#[derive(Debug, Clone, PartialEq)]
 pub enum Event {
-    /// A request arrived. Outside `idle` it joins the current or next window.
-    Requested,
+    /// A request arrived while the node was idle: it queues, to take a slot from
+    /// `eligible_at` on (the end of its work's backoff, or now).
+    Requested {
+        /// When the node may first take a slot.
+        eligible_at: Millis,
+    },
+    /// Requests that arrived while the node holds its slot join the open window.
+    Joined,
     /// The last request was withdrawn while queued.
-    Canceled,
+    Canceled {
+        /// A slot was granted just before a restart, and the node was never cordoned: the
+        /// slot goes back at once.
+        granted: bool,
+    },
     /// The node acquired a slot; `pre_cordoned` says whether it was already cordoned.
     SlotAcquired {
         /// The node was cordoned before rota touched it.
@@ -123,7 +174,7 @@ pub enum Event {
     /// Every pod was evicted.
     Drained,
     /// The drain failed or timed out.
-    DrainFailed,
+    DrainFailed(Failure),
     /// No work of the window needs a drain (procedures with `drain: false`): the node is
     /// neither cordoned nor drained, so nothing is uncordoned at the end either.
     DrainSkipped,
@@ -132,68 +183,81 @@ pub enum Event {
     /// All work finished and no reboot was asked for.
     WorkDone,
     /// A procedure failed.
-    WorkFailed,
+    WorkFailed(Failure),
     /// The node came back with a new boot id.
     BootChanged,
     /// The node kept its boot id past the reboot deadline.
-    RebootTimedOut,
+    RebootTimedOut(Failure),
     /// The node passed its health checks.
     Healthy,
     /// The node failed its health checks.
-    Unhealthy,
+    Unhealthy(Failure),
     /// An operator retries a failed node.
     Retry,
     /// An operator releases a node's slot, abandoning its window.
-    Unlock,
+    Unlock {
+        /// Recorded in the history of each canceled request.
+        reason: String,
+    },
     /// The maintenance window closed before the next disruptive step (the drain, a
     /// procedure, the reboot) could start: the node gives its slot back and waits for the next
     /// window, with nothing failed and no backoff.
-    WindowClosed,
+    WindowClosed {
+        /// Recorded in the history of each postponed request.
+        reason: String,
+    },
 }
 
 impl Event {
     /// The snake_case name used in errors, logs and history causes.
     pub fn name(&self) -> &'static str {
         match self {
-            Event::Requested => "requested",
-            Event::Canceled => "canceled",
+            Event::Requested { .. } => "requested",
+            Event::Joined => "joined",
+            Event::Canceled { .. } => "canceled",
             Event::SlotAcquired { .. } => "slot_acquired",
             Event::Drained => "drained",
-            Event::DrainFailed => "drain_failed",
+            Event::DrainFailed(_) => "drain_failed",
             Event::DrainSkipped => "drain_skipped",
             Event::RebootStarted => "reboot_started",
             Event::WorkDone => "work_done",
-            Event::WorkFailed => "work_failed",
+            Event::WorkFailed(_) => "work_failed",
             Event::BootChanged => "boot_changed",
-            Event::RebootTimedOut => "reboot_timed_out",
+            Event::RebootTimedOut(_) => "reboot_timed_out",
             Event::Healthy => "healthy",
-            Event::Unhealthy => "unhealthy",
+            Event::Unhealthy(_) => "unhealthy",
             Event::Retry => "retry",
-            Event::Unlock => "unlock",
-            Event::WindowClosed => "window_closed",
+            Event::Unlock { .. } => "unlock",
+            Event::WindowClosed { .. } => "window_closed",
         }
     }
 
-    /// One event of each kind (`SlotAcquired` with `pre_cordoned: false`).
-    pub const KINDS: [Event; 16] = [
-        Event::Requested,
-        Event::Canceled,
+    /// One event of each kind (`SlotAcquired` with `pre_cordoned: false`, `Canceled` with
+    /// `granted: false`, empty causes and reasons).
+    pub const KINDS: [Event; 17] = [
+        Event::Requested { eligible_at: 0 },
+        Event::Joined,
+        Event::Canceled { granted: false },
         Event::SlotAcquired {
             pre_cordoned: false,
         },
         Event::Drained,
-        Event::DrainFailed,
+        Event::DrainFailed(NO_FAILURE),
         Event::DrainSkipped,
         Event::RebootStarted,
         Event::WorkDone,
-        Event::WorkFailed,
+        Event::WorkFailed(NO_FAILURE),
         Event::BootChanged,
-        Event::RebootTimedOut,
+        Event::RebootTimedOut(NO_FAILURE),
         Event::Healthy,
-        Event::Unhealthy,
+        Event::Unhealthy(NO_FAILURE),
         Event::Retry,
-        Event::Unlock,
-        Event::WindowClosed,
+        Event::Unlock {
+            reason: String::new(),
+        },
+        Event::WindowClosed {
+            reason: String::new(),
+        },
     ];
 }
 
@@ -201,29 +265,6 @@ impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
-}
-
-/// Something the caller must do because of a transition, in the order listed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Effect {
-    /// Cordon the node.
-    Cordon,
-    /// Uncordon the node (only ever emitted when rota cordoned it).
-    Uncordon,
-    /// Release the node's slot.
-    ReleaseSlot,
-    /// Append `finished` to the history.
-    RecordFinished,
-    /// Append `failed` (with its cause) to the history.
-    RecordFailed,
-    /// Append `canceled` to the history.
-    RecordCanceled,
-    /// Append `postponed` (with the reason) to the history; the window's work waits for the
-    /// next maintenance window.
-    RecordPostponed,
-    /// Store the next backoff for the failed process.
-    BackOff,
 }
 
 /// An event that is not allowed in the current state.
@@ -286,79 +327,95 @@ impl Lifecycle {
         Lifecycle { state, ..self }
     }
 
-    /// The end of a window: back to `state` (idle or queued) with the slot released and the
-    /// cordon undone if rota made it. `record` is the history entry to write.
-    fn release(self, state: NodeState, record: Effect, back_off: bool) -> (Lifecycle, Vec<Effect>) {
-        let mut effects = Vec::with_capacity(4);
-        if self.cordoned_by_rota {
-            effects.push(Effect::Uncordon);
+    /// The end of a window: back to `state` (idle or queued) with the window changed by
+    /// `window` (which gives the slot back), the cordon undone first if rota made it.
+    fn release(self, state: NodeState, window: WindowChange) -> Step {
+        Step {
+            from: self.state,
+            next: Lifecycle {
+                state,
+                pre_cordoned: false,
+                cordoned_by_rota: false,
+            },
+            uncordon: self.cordoned_by_rota,
+            window,
         }
-        effects.push(Effect::ReleaseSlot);
-        effects.push(record);
-        if back_off {
-            effects.push(Effect::BackOff);
-        }
-        let next = Lifecycle {
-            state,
-            pre_cordoned: false,
-            cordoned_by_rota: false,
-        };
-        (next, effects)
     }
 
-    /// The next lifecycle and the effects to carry out, or an error if `event` is not allowed
-    /// in the current state.
-    pub fn apply(&self, event: &Event) -> Result<(Lifecycle, Vec<Effect>), TransitionError> {
+    /// A step to `next` with `window` and nothing to uncordon.
+    fn step(self, next: Lifecycle, window: WindowChange) -> Step {
+        Step {
+            from: self.state,
+            next,
+            uncordon: false,
+            window,
+        }
+    }
+
+    /// Everything `event` makes happen (the next lifecycle, the uncordon, the window change),
+    /// or an error if it is not allowed in the current state.
+    pub fn apply(&self, event: &Event) -> Result<Step, TransitionError> {
         use NodeState as S;
+        use WindowChange as W;
         let this = *self;
-        let fail_closed = || {
-            (
-                this.to(S::Failed),
-                vec![Effect::RecordFailed, Effect::BackOff],
-            )
-        };
-        let outcome = match (self.state, *event) {
-            (S::Idle, Event::Requested) => (Lifecycle::idle().to(S::Queued), Vec::new()),
-            (_, Event::Requested) => (this, Vec::new()),
-            (S::Queued, Event::Canceled) => (Lifecycle::idle(), vec![Effect::RecordCanceled]),
+        let step = match (self.state, event) {
+            (S::Idle, Event::Requested { eligible_at }) => this.step(
+                Lifecycle::idle().to(S::Queued),
+                W::Queue {
+                    queued_at: Some(*eligible_at),
+                },
+            ),
+            (state, Event::Joined) if state.holds_slot() => this.step(this, W::Join),
+            (S::Queued, Event::Canceled { granted: true }) => this.release(
+                S::Idle,
+                W::Cancel {
+                    reason: GRANT_UNUSED.to_owned(),
+                },
+            ),
+            (S::Queued, Event::Canceled { granted: false }) => {
+                this.step(Lifecycle::idle(), W::Queue { queued_at: None })
+            }
             (S::Queued, Event::SlotAcquired { pre_cordoned }) => {
                 let next = Lifecycle {
                     state: S::Draining,
-                    pre_cordoned,
+                    pre_cordoned: *pre_cordoned,
                     cordoned_by_rota: !pre_cordoned,
                 };
-                let effects = if pre_cordoned {
-                    Vec::new()
-                } else {
-                    vec![Effect::Cordon]
-                };
-                (next, effects)
+                this.step(next, W::Open)
             }
-            (S::Draining, Event::Drained) => (this.to(S::Maintaining), Vec::new()),
+            (S::Draining, Event::Drained) => this.step(this.to(S::Maintaining), W::None),
             (S::Draining, Event::DrainSkipped) => {
                 let next = Lifecycle {
                     cordoned_by_rota: false,
                     ..this.to(S::Maintaining)
                 };
-                (next, Vec::new())
+                this.step(next, W::None)
             }
-            (S::Draining, Event::DrainFailed) => {
-                this.release(S::Queued, Effect::RecordFailed, true)
+            (S::Draining, Event::DrainFailed(failure)) => {
+                this.release(S::Queued, failure.window(false))
             }
-            (S::Draining | S::Maintaining, Event::WindowClosed) => {
-                this.release(S::Queued, Effect::RecordPostponed, false)
+            (S::Draining | S::Maintaining, Event::WindowClosed { reason }) => this.release(
+                S::Queued,
+                W::Postpone {
+                    reason: reason.clone(),
+                },
+            ),
+            (S::Maintaining, Event::RebootStarted) => this.step(this.to(S::Rebooting), W::None),
+            (S::Maintaining, Event::WorkDone) => this.step(this.to(S::Verifying), W::None),
+            (S::Maintaining, Event::WorkFailed(failure))
+            | (S::Rebooting, Event::RebootTimedOut(failure))
+            | (S::Verifying, Event::Unhealthy(failure)) => {
+                this.step(this.to(S::Failed), failure.window(true))
             }
-            (S::Maintaining, Event::RebootStarted) => (this.to(S::Rebooting), Vec::new()),
-            (S::Maintaining, Event::WorkDone) => (this.to(S::Verifying), Vec::new()),
-            (S::Maintaining, Event::WorkFailed) => fail_closed(),
-            (S::Rebooting, Event::BootChanged) => (this.to(S::Verifying), Vec::new()),
-            (S::Rebooting, Event::RebootTimedOut) => fail_closed(),
-            (S::Verifying, Event::Healthy) => this.release(S::Idle, Effect::RecordFinished, false),
-            (S::Verifying, Event::Unhealthy) => fail_closed(),
-            (S::Failed, Event::Retry) => (this.to(S::Maintaining), Vec::new()),
-            (state, Event::Unlock) if state.holds_slot() => {
-                this.release(S::Idle, Effect::RecordCanceled, false)
-            }
+            (S::Rebooting, Event::BootChanged) => this.step(this.to(S::Verifying), W::None),
+            (S::Verifying, Event::Healthy) => this.release(S::Idle, W::Finish),
+            (S::Failed, Event::Retry) => this.step(this.to(S::Maintaining), W::None),
+            (state, Event::Unlock { reason }) if state.holds_slot() => this.release(
+                S::Idle,
+                W::Cancel {
+                    reason: reason.clone(),
+                },
+            ),
             (from, event) => {
                 return Err(TransitionError {
                     from,
@@ -366,74 +423,106 @@ impl Lifecycle {
                 });
             }
         };
-        Ok(outcome)
+        Ok(step)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use Effect as E;
     use NodeState as S;
+    use WindowChange as W;
 
-    /// The expected outcome of an event: the next state and its effects, given whether rota
-    /// cordoned the node.
-    type Expected = Option<(NodeState, Vec<Effect>)>;
+    /// The expected outcome of an event: the next state, whether to uncordon first, and the
+    /// window change.
+    type Expected = Option<(NodeState, bool, WindowChange)>;
 
-    fn uncordon_if(by_rota: bool, rest: &[Effect]) -> Vec<Effect> {
-        let mut effects = if by_rota { vec![E::Uncordon] } else { vec![] };
-        effects.extend_from_slice(rest);
-        effects
+    fn failure() -> Failure {
+        Failure::new("it broke", BackoffPolicy::DEFAULT)
+    }
+
+    fn fail(keep_slot: bool) -> WindowChange {
+        W::Fail {
+            cause: "it broke".into(),
+            policy: BackoffPolicy::DEFAULT,
+            keep_slot,
+        }
     }
 
     /// The table of docs/design.md §3, written out independently of `apply`.
     fn expected(state: NodeState, event: &Event, by_rota: bool) -> Expected {
-        let fail = Some((S::Failed, vec![E::RecordFailed, E::BackOff]));
+        let held = state.holds_slot();
         match (state, event) {
-            (S::Idle, Event::Requested) => Some((S::Queued, vec![])),
-            (s, Event::Requested) => Some((s, vec![])),
-            (S::Queued, Event::Canceled) => Some((S::Idle, vec![E::RecordCanceled])),
-            (S::Queued, Event::SlotAcquired { pre_cordoned: true }) => Some((S::Draining, vec![])),
-            (
+            (S::Idle, Event::Requested { eligible_at }) => Some((
                 S::Queued,
-                Event::SlotAcquired {
-                    pre_cordoned: false,
+                false,
+                W::Queue {
+                    queued_at: Some(*eligible_at),
                 },
-            ) => Some((S::Draining, vec![E::Cordon])),
-            (S::Draining, Event::Drained | Event::DrainSkipped) => Some((S::Maintaining, vec![])),
-            (S::Draining, Event::DrainFailed) => Some((
-                S::Queued,
-                uncordon_if(by_rota, &[E::ReleaseSlot, E::RecordFailed, E::BackOff]),
             )),
-            (S::Draining | S::Maintaining, Event::WindowClosed) => Some((
-                S::Queued,
-                uncordon_if(by_rota, &[E::ReleaseSlot, E::RecordPostponed]),
-            )),
-            (S::Maintaining, Event::RebootStarted) => Some((S::Rebooting, vec![])),
-            (S::Maintaining, Event::WorkDone) => Some((S::Verifying, vec![])),
-            (S::Maintaining, Event::WorkFailed) => fail,
-            (S::Rebooting, Event::BootChanged) => Some((S::Verifying, vec![])),
-            (S::Rebooting, Event::RebootTimedOut) => fail,
-            (S::Verifying, Event::Healthy) => Some((
+            (_, Event::Joined) if held => Some((state, false, W::Join)),
+            (S::Queued, Event::Canceled { granted: false }) => {
+                Some((S::Idle, false, W::Queue { queued_at: None }))
+            }
+            (S::Queued, Event::Canceled { granted: true }) => Some((
                 S::Idle,
-                uncordon_if(by_rota, &[E::ReleaseSlot, E::RecordFinished]),
+                false,
+                W::Cancel {
+                    reason: "no request left when the slot was granted".into(),
+                },
             )),
-            (S::Verifying, Event::Unhealthy) => fail,
-            (S::Failed, Event::Retry) => Some((S::Maintaining, vec![])),
-            (
-                S::Draining | S::Maintaining | S::Rebooting | S::Verifying | S::Failed,
-                Event::Unlock,
-            ) => Some((
+            (S::Queued, Event::SlotAcquired { .. }) => Some((S::Draining, false, W::Open)),
+            (S::Draining, Event::Drained | Event::DrainSkipped) => {
+                Some((S::Maintaining, false, W::None))
+            }
+            (S::Draining, Event::DrainFailed(_)) => Some((S::Queued, by_rota, fail(false))),
+            (S::Draining | S::Maintaining, Event::WindowClosed { reason }) => Some((
+                S::Queued,
+                by_rota,
+                W::Postpone {
+                    reason: reason.clone(),
+                },
+            )),
+            (S::Maintaining, Event::RebootStarted) => Some((S::Rebooting, false, W::None)),
+            (S::Maintaining, Event::WorkDone) => Some((S::Verifying, false, W::None)),
+            (S::Maintaining, Event::WorkFailed(_))
+            | (S::Rebooting, Event::RebootTimedOut(_))
+            | (S::Verifying, Event::Unhealthy(_)) => Some((S::Failed, false, fail(true))),
+            (S::Rebooting, Event::BootChanged) => Some((S::Verifying, false, W::None)),
+            (S::Verifying, Event::Healthy) => Some((S::Idle, by_rota, W::Finish)),
+            (S::Failed, Event::Retry) => Some((S::Maintaining, false, W::None)),
+            (_, Event::Unlock { reason }) if held => Some((
                 S::Idle,
-                uncordon_if(by_rota, &[E::ReleaseSlot, E::RecordCanceled]),
+                by_rota,
+                W::Cancel {
+                    reason: reason.clone(),
+                },
             )),
             _ => None,
         }
     }
 
+    /// Every kind of event, with the payloads the table checks, and both values of each flag.
     fn all_events() -> Vec<Event> {
-        let mut events = Event::KINDS.to_vec();
+        let mut events: Vec<Event> = Event::KINDS
+            .iter()
+            .map(|event| match event {
+                Event::Requested { .. } => Event::Requested { eligible_at: 42 },
+                Event::DrainFailed(_) => Event::DrainFailed(failure()),
+                Event::WorkFailed(_) => Event::WorkFailed(failure()),
+                Event::RebootTimedOut(_) => Event::RebootTimedOut(failure()),
+                Event::Unhealthy(_) => Event::Unhealthy(failure()),
+                Event::Unlock { .. } => Event::Unlock {
+                    reason: "operator".into(),
+                },
+                Event::WindowClosed { .. } => Event::WindowClosed {
+                    reason: "closed".into(),
+                },
+                other => other.clone(),
+            })
+            .collect();
         events.push(Event::SlotAcquired { pre_cordoned: true });
+        events.push(Event::Canceled { granted: true });
         events
     }
 
@@ -465,13 +554,16 @@ mod tests {
                             assert_eq!(err.from, state);
                             assert_eq!(err.event, event.name());
                         }
-                        Some((next_state, effects)) => {
-                            let (after, got_effects) = match got {
-                                Ok(ok) => ok,
+                        Some((next_state, uncordon, window)) => {
+                            let step = match got {
+                                Ok(step) => step,
                                 Err(err) => panic!("{state} {event}: {err}"),
                             };
+                            let after = step.next;
+                            assert_eq!(step.from, state, "{state} {event}");
                             assert_eq!(after.state, next_state, "{state} {event}");
-                            assert_eq!(got_effects, effects, "{state} {event}");
+                            assert_eq!(step.uncordon, uncordon, "{state} {event}");
+                            assert_eq!(step.window, window, "{state} {event}");
                             if matches!(next_state, S::Idle | S::Queued) {
                                 assert!(!after.pre_cordoned && !after.cordoned_by_rota);
                             } else if let Event::SlotAcquired { pre_cordoned } = event {
@@ -493,7 +585,28 @@ mod tests {
                 }
             }
         }
-        assert_eq!(checked, (1 + 1 + 5 * 2) * 17);
+        assert_eq!(checked, (1 + 1 + 5 * 2) * 19);
+    }
+
+    #[test]
+    fn only_a_release_or_a_waiter_leaving_wakes_waiters() {
+        for state in NodeState::ALL {
+            for (pre_cordoned, cordoned_by_rota) in flag_combinations(state) {
+                let before = Lifecycle {
+                    state,
+                    pre_cordoned,
+                    cordoned_by_rota,
+                };
+                for event in all_events() {
+                    let Ok(step) = before.apply(&event) else {
+                        continue;
+                    };
+                    let gives_back = state.holds_slot() && !step.next.holds_slot();
+                    let leaves_queue = state == S::Queued && step.next.state == S::Idle;
+                    assert_eq!(step.wakes(), gives_back || leaves_queue, "{state} {event}");
+                }
+            }
+        }
     }
 
     #[test]
@@ -507,12 +620,27 @@ mod tests {
         );
     }
 
+    /// Runs `events` from idle, returning the last lifecycle, the uncordons and the window
+    /// changes in order.
+    fn run(events: &[Event]) -> (Lifecycle, Vec<bool>, Vec<WindowChange>) {
+        let mut node = Lifecycle::idle();
+        let (mut uncordons, mut windows) = (Vec::new(), Vec::new());
+        for event in events {
+            let step = match node.apply(event) {
+                Ok(step) => step,
+                Err(err) => panic!("{err}"),
+            };
+            node = step.next;
+            uncordons.push(step.uncordon);
+            windows.push(step.window);
+        }
+        (node, uncordons, windows)
+    }
+
     #[test]
     fn a_full_window_with_reboot() {
-        let mut node = Lifecycle::idle();
-        let mut all_effects = Vec::new();
-        for event in [
-            Event::Requested,
+        let (node, uncordons, windows) = run(&[
+            Event::Requested { eligible_at: 7 },
             Event::SlotAcquired {
                 pre_cordoned: false,
             },
@@ -520,45 +648,43 @@ mod tests {
             Event::RebootStarted,
             Event::BootChanged,
             Event::Healthy,
-        ] {
-            let (next, effects) = match node.apply(&event) {
-                Ok(ok) => ok,
-                Err(err) => panic!("{err}"),
-            };
-            node = next;
-            all_effects.extend(effects);
-        }
+        ]);
         assert_eq!(node, Lifecycle::idle());
+        assert_eq!(uncordons, [false, false, false, false, false, true]);
         assert_eq!(
-            all_effects,
-            vec![E::Cordon, E::Uncordon, E::ReleaseSlot, E::RecordFinished]
+            windows,
+            [
+                W::Queue { queued_at: Some(7) },
+                W::Open,
+                W::None,
+                W::None,
+                W::None,
+                W::Finish
+            ]
         );
     }
 
     #[test]
     fn a_window_closing_after_the_drain_postpones_without_failure() {
-        let mut node = Lifecycle::idle();
-        let mut all_effects = Vec::new();
-        for event in [
-            Event::Requested,
+        let closed = Event::WindowClosed {
+            reason: "closed".into(),
+        };
+        let (node, uncordons, windows) = run(&[
+            Event::Requested { eligible_at: 0 },
             Event::SlotAcquired {
                 pre_cordoned: false,
             },
             Event::Drained,
-            Event::WindowClosed,
-        ] {
-            let (next, effects) = match node.apply(&event) {
-                Ok(ok) => ok,
-                Err(err) => panic!("{err}"),
-            };
-            node = next;
-            all_effects.extend(effects);
-        }
+            closed.clone(),
+        ]);
         assert_eq!(node.state, S::Queued);
         assert!(!node.cordoned_by_rota && !node.pre_cordoned);
+        assert_eq!(uncordons.last(), Some(&true));
         assert_eq!(
-            all_effects,
-            vec![E::Cordon, E::Uncordon, E::ReleaseSlot, E::RecordPostponed],
+            windows.last(),
+            Some(&W::Postpone {
+                reason: "closed".into()
+            }),
             "no failure and no backoff"
         );
         // A node cordoned by someone else stays cordoned.
@@ -567,16 +693,17 @@ mod tests {
             pre_cordoned: true,
             cordoned_by_rota: false,
         };
-        let (after, effects) = match pre.apply(&Event::WindowClosed) {
-            Ok(ok) => ok,
+        let step = match pre.apply(&closed) {
+            Ok(step) => step,
             Err(err) => panic!("{err}"),
         };
-        assert_eq!(after.state, S::Queued);
-        assert_eq!(effects, vec![E::ReleaseSlot, E::RecordPostponed]);
+        assert_eq!(step.next.state, S::Queued);
+        assert!(!step.uncordon);
+        assert!(step.window.releases_slot());
         // Once the reboot started, the window no longer matters.
         for state in [S::Rebooting, S::Verifying, S::Failed, S::Queued, S::Idle] {
             let node = Lifecycle { state, ..pre };
-            assert!(node.apply(&Event::WindowClosed).is_err(), "{state}");
+            assert!(node.apply(&closed).is_err(), "{state}");
         }
     }
 

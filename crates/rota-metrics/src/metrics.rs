@@ -314,7 +314,7 @@ impl AgentObserver for Metrics {
                 self.slot_wait.observe(seconds(eligible, after.since));
                 return;
             }
-            (NodeState::Draining, Event::Drained | Event::DrainFailed) => &self.drain,
+            (NodeState::Draining, Event::Drained | Event::DrainFailed(_)) => &self.drain,
             (NodeState::Maintaining, _) => &self.maintenance,
             (NodeState::Rebooting, _) => {
                 // The reboot restarts the agent: its start is in the store, not in memory.
@@ -471,7 +471,7 @@ mod tests {
         // A request joining the window restarts the store's `since`, not the drain.
         let mut joined = draining.clone();
         joined.since = 6_000;
-        metrics.transition(&draining, &joined, &Event::Requested);
+        metrics.transition(&draining, &joined, &Event::Joined);
         let mut maintaining = record(NodeState::Maintaining, 9_000);
         maintaining.slot = Some(0);
         metrics.transition(&joined, &maintaining, &Event::Drained);

@@ -1,12 +1,11 @@
 use std::time::Duration;
 
 use rota_core::{
-    BackoffPolicy, HistoryEvent, Lifecycle, NodeName, NodeState, ProcedureSpec, Process,
+    BackoffPolicy, HistoryEvent, Lifecycle, NodeName, NodeState, ProcedureSpec, Process, Step,
 };
+// The core's time unit and window change are the stores' too: their writes carry them.
+pub use rota_core::{Millis, WindowChange};
 use serde::{Deserialize, Serialize};
-
-/// Unix time in milliseconds: the one time unit the stores speak.
-pub type Millis = i64;
 
 /// The current wall-clock time as [`Millis`].
 pub fn now_millis() -> Millis {
@@ -131,52 +130,6 @@ fn as_seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Erro
     s.serialize_u64(d.as_secs())
 }
 
-/// What a transition does to the node's maintenance window and its requests.
-#[derive(Clone, Debug, PartialEq)]
-pub enum WindowChange {
-    /// The window is unchanged.
-    None,
-    /// The node entered the queue (or left it): `queued_at` is set (or cleared) as given.
-    Queue { queued_at: Option<Millis> },
-    /// The slot was taken: pending requests become active and each gets a `started` entry.
-    Open,
-    /// Requests that arrived while the window is open join it (`started` each).
-    Join,
-    /// The window closed successfully: active requests are done, each gets `finished`, their
-    /// backoffs are cleared, and the slot is released.
-    Finish,
-    /// The window's work failed: each active request gets `failed` with the cause and a backoff
-    /// by `policy`. With `keep_slot` the node keeps its slot and its requests stay active (fail
-    /// closed); without, the requests go back to pending and the slot is released.
-    Fail {
-        cause: String,
-        policy: BackoffPolicy,
-        keep_slot: bool,
-    },
-    /// An operator canceled the window: active requests are canceled (`canceled` each, with the
-    /// reason) and the slot is released.
-    Cancel { reason: String },
-    /// The maintenance window closed before the next disruptive step: active requests go back
-    /// to pending (each gets `postponed`, with the reason), the slot is released, and no
-    /// backoff is recorded: the work waits for the next window. Requests already done stay done.
-    Postpone { reason: String },
-}
-
-impl WindowChange {
-    pub fn releases_slot(&self) -> bool {
-        matches!(
-            self,
-            WindowChange::Finish
-                | WindowChange::Cancel { .. }
-                | WindowChange::Postpone { .. }
-                | WindowChange::Fail {
-                    keep_slot: false,
-                    ..
-                }
-        )
-    }
-}
-
 /// Node fields a transition may set; `None` leaves a field as it is.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeFields {
@@ -214,6 +167,28 @@ impl Transition {
             fields: NodeFields::default(),
             requests: Vec::new(),
         }
+    }
+
+    /// The write of a step the core decided: its states, its window change, and the cordon
+    /// bookkeeping of the lifecycle it leads to.
+    pub fn of(step: Step) -> Transition {
+        Transition {
+            from: step.from,
+            to: step.next.state,
+            process: None,
+            window: step.window,
+            fields: NodeFields {
+                pre_cordoned: Some(step.next.pre_cordoned),
+                cordoned_by_rota: Some(step.next.cordoned_by_rota),
+                ..NodeFields::default()
+            },
+            requests: Vec::new(),
+        }
+    }
+
+    /// Whether the write may let a waiting node go on: the core's rule, [`rota_core::wakes`].
+    pub fn wakes(&self) -> bool {
+        rota_core::wakes(self.from, self.to, &self.window)
     }
 
     /// Records a request for `process` from `source` with this transition.

@@ -1,7 +1,7 @@
 //! Every persisted transition goes through here: the lifecycle check, the fenced write, the
 //! observers, and the effects (uncordon, the pending mark) that follow a write.
 
-use rota_core::{Effect, Event, NodeState, Process};
+use rota_core::{Event, NodeState, Process};
 use rota_store::{NodeRecord, RequestState, RetryPauses, Transition, WindowChange};
 use tracing::{info, warn};
 
@@ -26,31 +26,39 @@ impl Agent {
         }
     }
 
-    /// Applies `event` to the node's lifecycle through the pure core and persists the result.
-    /// An `Uncordon` effect is carried out first, while the node still holds its slot.
+    /// Applies `event` to the node's lifecycle through the pure core and persists the step it
+    /// decides. The uncordon it asks for comes first, while the node still holds its slot.
     pub(super) async fn commit(
         &self,
         running: &mut Running,
         record: &NodeRecord,
         event: Event,
-        transition: Transition,
     ) -> Result<NodeRecord> {
-        self.commit_as(running, record, event, transition, false)
-            .await
+        self.commit_as(running, record, event, |_| {}, false).await
     }
 
-    /// [`Agent::commit`] for a step that a disruptive one follows at once: the transition
+    /// [`Agent::commit`], with what the core cannot know added to the write by `with` (the
+    /// requests it records, the process, the reboot's fields).
+    pub(super) async fn commit_with(
+        &self,
+        running: &mut Running,
+        record: &NodeRecord,
+        event: Event,
+        with: impl FnOnce(&mut Transition) + Send,
+    ) -> Result<NodeRecord> {
+        self.commit_as(running, record, event, with, false).await
+    }
+
+    /// [`Agent::commit_with`] for a step that a disruptive one follows at once: the transition
     /// carries the fence (see [`Store::fenced_transition`]).
     pub(super) async fn commit_fenced(
         &self,
         running: &mut Running,
         record: &NodeRecord,
         event: Event,
-        transition: Transition,
+        with: impl FnOnce(&mut Transition) + Send,
     ) -> Result<NodeRecord> {
-        let updated = self
-            .commit_as(running, record, event, transition, true)
-            .await?;
+        let updated = self.commit_as(running, record, event, with, true).await?;
         running.fenced = Some((updated.state, updated.since));
         Ok(updated)
     }
@@ -104,17 +112,15 @@ impl Agent {
         running: &mut Running,
         record: &NodeRecord,
         event: Event,
-        mut transition: Transition,
+        with: impl FnOnce(&mut Transition) + Send,
         fenced: bool,
     ) -> Result<NodeRecord> {
-        let (next, effects) = record.lifecycle().apply(&event)?;
-        if effects.contains(&Effect::Uncordon) {
+        let step = record.lifecycle().apply(&event)?;
+        if step.uncordon {
             self.uncordon(running, record).await?;
         }
-        transition.from = record.state;
-        transition.to = next.state;
-        transition.fields.pre_cordoned = Some(next.pre_cordoned);
-        transition.fields.cordoned_by_rota = Some(next.cordoned_by_rota);
+        let mut transition = Transition::of(step);
+        with(&mut transition);
         let ending = match &transition.window {
             WindowChange::Finish => Some((WorkOutcome::Finished, None)),
             WindowChange::Fail { cause, .. } => Some((WorkOutcome::Failed, Some(cause.clone()))),

@@ -95,14 +95,8 @@ impl Agent {
             "the maintenance window closed before {next_step}; the work waits for the next window (opens {opens})"
         );
         info!(node = %self.config.node, reason, "postponing the window's work");
-        self.commit(
-            running,
-            record,
-            Event::WindowClosed,
-            Transition::new(record.state, NodeState::Queued)
-                .window(WindowChange::Postpone { reason }),
-        )
-        .await?;
+        self.commit(running, record, Event::WindowClosed { reason })
+            .await?;
         Ok(())
     }
 

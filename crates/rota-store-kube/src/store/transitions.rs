@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use rota_core::NodeState;
 use rota_store::{Error, NodeRecord, Result, Session, Transition, WindowChange};
 
 use super::KubeStore;
@@ -62,7 +61,10 @@ impl KubeStore {
         } else {
             slot
         };
-        if transition.from == NodeState::Queued && transition.to == NodeState::Idle {
+        // A release counted itself above (the Lease's own step from held to free); any other
+        // step that wakes waiters (one leaving the queue) counts here: one change either way,
+        // as in the SQL stores.
+        if transition.wakes() && !releases {
             self.inner.changes.bump(1);
         }
         let (type_, reason, note) = transition_event(&transition, &session.node);

@@ -32,6 +32,7 @@ macro_rules! conformance_tests {
             a_new_concurrency_is_obeyed_at_once,
             a_queued_node_without_a_live_session_does_not_hold_the_queue_up,
             a_release_moves_changes_by_one_and_a_grant_not_at_all,
+            giving_back_an_unused_grant_is_one_change,
             unlock_frees_a_failed_node,
             retry_resumes_a_failed_node,
             drain_failure_releases_slot_and_requeues_requests,

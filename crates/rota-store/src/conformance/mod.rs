@@ -49,7 +49,8 @@ pub use self::sessions::{
 pub use self::slots::{
     a_new_concurrency_is_obeyed_at_once,
     a_queued_node_without_a_live_session_does_not_hold_the_queue_up,
-    a_release_moves_changes_by_one_and_a_grant_not_at_all, holder_readopts_its_slot_after_restart,
+    a_release_moves_changes_by_one_and_a_grant_not_at_all,
+    giving_back_an_unused_grant_is_one_change, holder_readopts_its_slot_after_restart,
     slot_limit_is_never_exceeded, slots_are_granted_in_queue_order,
 };
 pub use self::stress::{

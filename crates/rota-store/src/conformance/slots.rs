@@ -7,7 +7,7 @@ use std::time::Duration;
 use rota_core::NodeState;
 
 use super::{TTL, enqueue, finish_window, node, open_window, session};
-use crate::model::{Acquire, Session, now_millis};
+use crate::model::{Acquire, Session, Transition, now_millis};
 use crate::store::Store;
 
 pub async fn slot_limit_is_never_exceeded(store: Arc<dyn Store>) {
@@ -261,4 +261,32 @@ pub async fn a_release_moves_changes_by_one_and_a_grant_not_at_all(store: Arc<dy
     );
     finish_window(&*store, &s).await;
     assert_eq!(*changes.borrow(), before + 1, "a release is one change");
+}
+
+/// A queued node that gives back a slot granted just before a restart (its requests withdrawn
+/// since) both frees the slot and leaves the queue: one change, as for any release, so that a
+/// waiter told to sleep through n changes is not woken early.
+pub async fn giving_back_an_unused_grant_is_one_change(store: Arc<dyn Store>) {
+    store.set_concurrency(1).await.expect("set concurrency");
+    let s = session(&*store, "a").await;
+    enqueue(&*store, &s, now_millis() - 1000).await;
+    let granted = store.try_acquire_slot(&s).await.expect("acquire");
+    assert!(matches!(granted, Acquire::Granted(_)), "{granted:?}");
+    let changes = store.changes();
+    let before = *changes.borrow();
+    let step = rota_core::Lifecycle::idle()
+        .apply(&rota_core::Event::Requested { eligible_at: 0 })
+        .and_then(|queued| {
+            queued
+                .next
+                .apply(&rota_core::Event::Canceled { granted: true })
+        })
+        .expect("a queued node may cancel");
+    let idle = store
+        .transition(&s, Transition::of(step))
+        .await
+        .expect("give the grant back");
+    assert_eq!(idle.state, NodeState::Idle);
+    assert_eq!(idle.slot, None, "the slot went back");
+    assert_eq!(*changes.borrow(), before + 1, "one change");
 }

@@ -58,12 +58,7 @@ pub(super) async fn transition(
     session: &Session,
     transition: Transition,
 ) -> Result<NodeRecord> {
-    // Taking a slot never lets another waiter go on (one free slot fewer, one waiter
-    // ahead fewer); a release, or a waiter leaving the queue without one, may.
-    let wakes = u64::from(
-        transition.window.releases_slot()
-            || (transition.from == NodeState::Queued && transition.to == NodeState::Idle),
-    );
+    let wakes = u64::from(transition.wakes());
     let clears_process = matches!(transition.to, NodeState::Idle | NodeState::Queued);
     let f = &transition.fields;
     let queued_at = match &transition.window {

@@ -133,13 +133,7 @@ fn wakes(op: &Op) -> u64 {
         Op::SetMeta { value: None, .. } => WAKE_ALL,
         // A node blocked no longer holds the queue up behind it.
         Op::Unlock { .. } | Op::Retry { .. } | Op::SetBlocked { .. } => 1,
-        // Taking a slot never lets another waiter go on (one free slot fewer, one waiter
-        // ahead fewer); a release, or a waiter leaving the queue without one, may.
-        Op::Transition { transition, .. } => u64::from(
-            transition.window.releases_slot()
-                || (transition.from == rota_core::NodeState::Queued
-                    && transition.to == rota_core::NodeState::Idle),
-        ),
+        Op::Transition { transition, .. } => u64::from(transition.wakes()),
         _ => 0,
     }
 }

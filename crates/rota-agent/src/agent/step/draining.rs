@@ -1,7 +1,7 @@
 //! `draining`: cordon the node and evict its pods (or skip that for work that needs no drain).
 
-use rota_core::{Event, NodeState, Process};
-use rota_store::{NodeRecord, RequestRecord, RequestState, Transition, WindowChange};
+use rota_core::{Event, Failure, Process};
+use rota_store::{NodeRecord, RequestRecord, RequestState};
 use tracing::{info, warn};
 
 use crate::agent::{Agent, Running, needs_drain};
@@ -17,13 +17,7 @@ impl Agent {
         // whether its window drained it.
         if !record.pre_cordoned && self.drain_skippable().await? {
             info!(node = %self.config.node, "no work of this window needs a drain");
-            self.commit(
-                running,
-                &record,
-                Event::DrainSkipped,
-                Transition::new(NodeState::Draining, NodeState::Maintaining),
-            )
-            .await?;
+            self.commit(running, &record, Event::DrainSkipped).await?;
             return Ok(());
         }
         self.fence(running, &record).await?;
@@ -34,13 +28,7 @@ impl Agent {
         };
         let cause = match drained {
             Ok(Ok(())) => {
-                self.commit(
-                    running,
-                    &record,
-                    Event::Drained,
-                    Transition::new(NodeState::Draining, NodeState::Maintaining),
-                )
-                .await?;
+                self.commit(running, &record, Event::Drained).await?;
                 return Ok(());
             }
             Ok(Err(e)) => e.to_string(),
@@ -50,17 +38,8 @@ impl Agent {
             ),
         };
         warn!(node = %self.config.node, cause, "drain failed; giving the slot back");
-        self.commit(
-            running,
-            &record,
-            Event::DrainFailed,
-            Transition::new(NodeState::Draining, NodeState::Queued).window(WindowChange::Fail {
-                cause,
-                policy: self.config.backoff,
-                keep_slot: false,
-            }),
-        )
-        .await?;
+        let failed = Event::DrainFailed(Failure::new(cause, self.config.backoff));
+        self.commit(running, &record, failed).await?;
         Ok(())
     }
 

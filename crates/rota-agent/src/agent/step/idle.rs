@@ -1,7 +1,7 @@
 //! `idle`: wait for a request; record one as it arrives.
 
 use rota_core::{Event, NodeState, Process};
-use rota_store::{NodeRecord, Transition, WindowChange};
+use rota_store::{NodeRecord, Transition};
 use tracing::{info, warn};
 
 use crate::agent::{Agent, Running};
@@ -37,15 +37,15 @@ impl Agent {
             .chain(new.iter().map(|(process, _)| process))
             .collect();
         let queued_at = self.eligible_at(&processes).await?;
-        let mut queue =
-            Transition::new(NodeState::Idle, NodeState::Queued).window(WindowChange::Queue {
-                queued_at: Some(queued_at),
-            });
-        for (process, source) in &new {
-            queue = queue.request(process.clone(), source.clone());
-        }
-        self.commit(running, record, Event::Requested, queue)
-            .await?;
+        let requested = Event::Requested {
+            eligible_at: queued_at,
+        };
+        self.commit_with(running, record, requested, |queue| {
+            for (process, source) in &new {
+                queue.requests.push((process.clone(), source.clone()));
+            }
+        })
+        .await?;
         for (process, source) in &new {
             info!(node = %self.config.node, %process, source, "request recorded");
         }

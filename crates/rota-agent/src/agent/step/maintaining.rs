@@ -1,8 +1,8 @@
 //! `maintaining`: run the window's procedures and kustodian's maintenance, then start the
 //! reboot when one was requested.
 
-use rota_core::{Event, NodeState, Process};
-use rota_store::{NodeFields, NodeRecord, RequestRecord, RequestState, Transition, now_millis};
+use rota_core::{Event, Process};
+use rota_store::{NodeRecord, RequestRecord, RequestState, now_millis};
 use tracing::info;
 
 use crate::agent::{Agent, Running, ms};
@@ -42,13 +42,7 @@ impl Agent {
             return self.wait(running, None, None).await;
         }
         if !active.contains(&Process::Reboot) {
-            self.commit(
-                running,
-                &record,
-                Event::WorkDone,
-                Transition::new(NodeState::Maintaining, NodeState::Verifying),
-            )
-            .await?;
+            self.commit(running, &record, Event::WorkDone).await?;
             return Ok(());
         }
         if !self.window_open(running) {
@@ -62,23 +56,17 @@ impl Agent {
         // The boot id goes to the store before the reboot starts: after it, only a different
         // boot id proves that the reboot happened.
         let now = now_millis();
+        let boot_id = running.boot_id.clone();
+        let deadline = now.saturating_add(ms(self.config.reboot_timeout));
         let record = self
-            .commit_fenced(
-                running,
-                &record,
-                Event::RebootStarted,
-                Transition::new(NodeState::Maintaining, NodeState::Rebooting)
-                    .process(Some(Process::Reboot))
-                    .fields(NodeFields {
-                        boot_id: Some(Some(running.boot_id.clone())),
-                        reboot_started_at: Some(Some(now)),
-                        reboot_deadline: Some(Some(
-                            now.saturating_add(ms(self.config.reboot_timeout)),
-                        )),
-                        last_reboot_at: Some(now),
-                        ..NodeFields::default()
-                    }),
-            )
+            .commit_fenced(running, &record, Event::RebootStarted, |reboot| {
+                reboot.process = Some(Process::Reboot);
+                let fields = &mut reboot.fields;
+                fields.boot_id = Some(Some(boot_id));
+                fields.reboot_started_at = Some(Some(now));
+                fields.reboot_deadline = Some(Some(deadline));
+                fields.last_reboot_at = Some(now);
+            })
             .await?;
         self.start_reboot(running, &record).await
     }

@@ -11,21 +11,11 @@ impl Agent {
     pub(super) async fn queued(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
         let open = self.sync_requests(running, record).await?;
         if open.is_empty() {
-            let window = match record.slot {
-                // Taken just before a restart, for requests withdrawn since; the node was
-                // never cordoned, so the slot can go back at once.
-                Some(_) => WindowChange::Cancel {
-                    reason: "no request left when the slot was granted".into(),
-                },
-                None => WindowChange::Queue { queued_at: None },
+            // A slot taken just before a restart, for requests withdrawn since, goes back.
+            let canceled = Event::Canceled {
+                granted: record.slot.is_some(),
             };
-            self.commit(
-                running,
-                record,
-                Event::Canceled,
-                Transition::new(NodeState::Queued, NodeState::Idle).window(window),
-            )
-            .await?;
+            self.commit(running, record, canceled).await?;
             return Ok(());
         }
         let Some(queued_at) = record.queued_at else {
@@ -93,9 +83,7 @@ impl Agent {
             running,
             record,
             Event::SlotAcquired { pre_cordoned },
-            Transition::new(NodeState::Queued, NodeState::Draining)
-                .process(process)
-                .window(WindowChange::Open),
+            |open| open.process = process,
         )
         .await?;
         Ok(())
@@ -122,12 +110,6 @@ impl Agent {
                 return Ok(record.clone());
             }
         }
-        self.commit(
-            running,
-            record,
-            Event::Requested,
-            Transition::new(record.state, record.state).window(WindowChange::Join),
-        )
-        .await
+        self.commit(running, record, Event::Joined).await
     }
 }

@@ -1,7 +1,7 @@
 //! `rebooting`: wait for the new boot id, or fail the window when it does not come in time.
 
-use rota_core::{Event, NodeState};
-use rota_store::{NodeRecord, Transition, WindowChange, now_millis};
+use rota_core::{Event, Failure};
+use rota_store::{NodeRecord, now_millis};
 use tracing::{info, warn};
 
 use crate::agent::{Agent, Running, instant_at, ms};
@@ -15,17 +15,8 @@ impl Agent {
         cause: &(dyn std::fmt::Display + Sync),
     ) -> Result<()> {
         warn!(node = %self.config.node, %cause, "reboot failed; the node keeps its slot and cordon");
-        self.commit(
-            running,
-            record,
-            Event::RebootTimedOut,
-            Transition::new(NodeState::Rebooting, NodeState::Failed).window(WindowChange::Fail {
-                cause: cause.to_string(),
-                policy: self.config.backoff,
-                keep_slot: true,
-            }),
-        )
-        .await?;
+        let failed = Event::RebootTimedOut(Failure::new(cause.to_string(), self.config.backoff));
+        self.commit(running, record, failed).await?;
         Ok(())
     }
 
@@ -36,12 +27,7 @@ impl Agent {
             // the write carries the fence, so that a node healthy at once uncordons right
             // after: one round trip where there were three.
             let (updated, health) = tokio::join!(
-                self.commit_fenced(
-                    running,
-                    record,
-                    Event::BootChanged,
-                    Transition::new(NodeState::Rebooting, NodeState::Verifying),
-                ),
+                self.commit_fenced(running, record, Event::BootChanged, |_| {}),
                 self.actions.health()
             );
             running.health_ahead = Some((updated?.since, health));

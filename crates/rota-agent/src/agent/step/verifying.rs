@@ -1,7 +1,7 @@
 //! `verifying`: the health gate after the work; uncordon and release the slot once healthy.
 
-use rota_core::{Event, NodeState};
-use rota_store::{NodeRecord, Transition, WindowChange, now_millis};
+use rota_core::{Event, Failure};
+use rota_store::{NodeRecord, now_millis};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
@@ -21,14 +21,7 @@ impl Agent {
                     let next = until.min(Instant::now() + self.config.health_interval);
                     return self.wait(running, Some(next), None).await;
                 }
-                self.commit(
-                    running,
-                    record,
-                    Event::Healthy,
-                    Transition::new(NodeState::Verifying, NodeState::Idle)
-                        .window(WindowChange::Finish),
-                )
-                .await?;
+                self.commit(running, record, Event::Healthy).await?;
                 Ok(())
             }
             Err(e) if now_millis() >= deadline => self.unhealthy(running, record, &e).await,
@@ -76,17 +69,8 @@ impl Agent {
             self.config.verify_timeout.as_secs()
         );
         warn!(node = %self.config.node, cause, "node failed verification; it keeps its slot and cordon");
-        self.commit(
-            running,
-            record,
-            Event::Unhealthy,
-            Transition::new(NodeState::Verifying, NodeState::Failed).window(WindowChange::Fail {
-                cause,
-                policy: self.config.backoff,
-                keep_slot: true,
-            }),
-        )
-        .await?;
+        let failed = Event::Unhealthy(Failure::new(cause, self.config.backoff));
+        self.commit(running, record, failed).await?;
         Ok(())
     }
 }
