@@ -5,8 +5,9 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use backon::Retryable as _;
 use rota_sentinel::SentinelWatcher;
-use rota_store::{RetryPauses, Session, Store};
+use rota_store::{RetryPauses, Session, Store, retry_pauses};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
@@ -18,28 +19,28 @@ use crate::procedures::Runner;
 impl Agent {
     /// Opens the node's session, waiting for a store that restarts; `None` on shutdown.
     pub(super) async fn open_session(&self) -> Result<Option<Session>> {
-        let mut pauses = RetryPauses::new();
-        loop {
+        let open = || async {
             // Independent: a restart after a reboot waits for neither before the other.
             let (configured, session) = tokio::join!(
                 self.configure_concurrency(),
                 self.store
                     .open_session(&self.config.node, self.config.session_ttl)
             );
-            match configured.and(session.map_err(Error::from)) {
-                Ok(session) => return Ok(Some(session)),
-                // A database that restarts as the agent starts is waited for; anything else
-                // (a refused database, a missing permission) stops the agent with its error.
-                Err(Error::Store(e)) if e.is_unavailable() => {
-                    let pause = pauses.next_pause();
-                    self.unavailable(&e, pause);
-                    tokio::select! {
-                        () = self.cancel.cancelled() => return Ok(None),
-                        () = tokio::time::sleep(pause) => {}
-                    }
+            configured.and(session.map_err(Error::from))
+        };
+        // A database that restarts as the agent starts is waited for; anything else (a refused
+        // database, a missing permission) stops the agent with its error.
+        let opened = open
+            .retry(retry_pauses())
+            .when(|e| matches!(e, Error::Store(e) if e.is_unavailable()))
+            .notify(|e, pause| {
+                if let Error::Store(e) = e {
+                    self.unavailable(e, pause);
                 }
-                Err(e) => return Err(e),
-            }
+            });
+        tokio::select! {
+            () = self.cancel.cancelled() => Ok(None),
+            opened = opened => opened.map(Some),
         }
     }
 
