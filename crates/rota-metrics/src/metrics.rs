@@ -400,22 +400,7 @@ mod tests {
     use super::*;
 
     fn record(state: NodeState, since: Millis) -> NodeRecord {
-        NodeRecord {
-            node: NodeName::new("node-1").unwrap(),
-            state,
-            since,
-            process: None,
-            slot: None,
-            pre_cordoned: false,
-            cordoned_by_rota: false,
-            boot_id: None,
-            reboot_started_at: None,
-            reboot_deadline: None,
-            last_reboot_at: None,
-            queued_at: None,
-            last_result: None,
-            blocked: None,
-        }
+        NodeRecord::new(NodeName::new("node-1").unwrap(), state, since)
     }
 
     fn line<'a>(text: &'a str, prefix: &str) -> &'a str {

@@ -50,6 +50,27 @@ pub struct Blocked {
 }
 
 impl NodeRecord {
+    /// A node in `state` since `since`, with nothing else recorded: no process, slot, cordon,
+    /// boot, queue place, result or block.
+    pub fn new(node: NodeName, state: NodeState, since: Millis) -> NodeRecord {
+        NodeRecord {
+            node,
+            state,
+            since,
+            process: None,
+            slot: None,
+            pre_cordoned: false,
+            cordoned_by_rota: false,
+            boot_id: None,
+            reboot_started_at: None,
+            reboot_deadline: None,
+            last_reboot_at: None,
+            queued_at: None,
+            last_result: None,
+            blocked: None,
+        }
+    }
+
     pub fn lifecycle(&self) -> Lifecycle {
         Lifecycle {
             state: self.state,

@@ -116,20 +116,14 @@ mod tests {
 
     fn failed() -> NodeRecord {
         NodeRecord {
-            node: NodeName::new("node-3").expect("valid"),
-            state: NodeState::Failed,
-            since: 0,
             process: Some(Process::Reboot),
             slot: Some(0),
-            pre_cordoned: false,
             cordoned_by_rota: true,
-            boot_id: None,
-            reboot_started_at: None,
-            reboot_deadline: None,
-            last_reboot_at: None,
-            queued_at: None,
-            last_result: None,
-            blocked: None,
+            ..NodeRecord::new(
+                NodeName::new("node-3").expect("valid"),
+                NodeState::Failed,
+                0,
+            )
         }
     }
 

@@ -213,22 +213,7 @@ mod tests {
     }
 
     fn record(node: &str, state: NodeState, since_ago_s: i64) -> NodeRecord {
-        NodeRecord {
-            node: name(node),
-            state,
-            since: NOW - since_ago_s * 1000,
-            process: None,
-            slot: None,
-            pre_cordoned: false,
-            cordoned_by_rota: false,
-            boot_id: None,
-            reboot_started_at: None,
-            reboot_deadline: None,
-            last_reboot_at: None,
-            queued_at: None,
-            last_result: None,
-            blocked: None,
-        }
+        NodeRecord::new(name(node), state, NOW - since_ago_s * 1000)
     }
 
     fn backoff(node: &str, until: Millis) -> BackoffRecord {

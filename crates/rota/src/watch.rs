@@ -142,22 +142,7 @@ mod tests {
 
     fn facts(node: &str, state: NodeState, open: usize) -> NodeFacts {
         NodeFacts {
-            record: NodeRecord {
-                node: NodeName::new(node).expect("name"),
-                state,
-                since: 0,
-                process: None,
-                slot: None,
-                pre_cordoned: false,
-                cordoned_by_rota: false,
-                boot_id: None,
-                reboot_started_at: None,
-                reboot_deadline: None,
-                last_reboot_at: None,
-                queued_at: None,
-                last_result: None,
-                blocked: None,
-            },
+            record: NodeRecord::new(NodeName::new(node).expect("name"), state, 0),
             open_requests: open,
             backoffs: Vec::new(),
         }
