@@ -21,7 +21,7 @@ use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, Resource as _};
 use rota_agent::NodeActions;
 use rota_core::NodeName;
-use rota_drain::{DrainOptions, KubeActions};
+use rota_kube_actions::{DrainOptions, KubeActions};
 use rota_store_kube::{
     KubeStore, KubeStoreConfig, NAMESPACE_LABEL, RotaNode, procedure_crd, rota_node_crd,
 };

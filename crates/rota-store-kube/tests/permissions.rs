@@ -1,7 +1,7 @@
 //! The agent's start-up check of its RBAC permissions (`rota_store_kube::permissions`), against the
 //! real authorizer of `testenv/`'s API server: a service account without a permission is told
 //! which ones it lacks, and a granted one is no longer among them. That the chart grants every
-//! permission the check looks for is tested with the chart (rota-drain's `tests/chart.rs`).
+//! permission the check looks for is tested with the chart (rota-kube-actions's `tests/chart.rs`).
 
 mod common;
 

@@ -7,7 +7,7 @@ use anyhow::{Result, bail};
 use backon::Retryable as _;
 use rota_agent::{Agent, AgentConfig, Blocker, CommandActions, NodeActions, SentinelCommand};
 use rota_blockers::{AlertFilter, PrometheusBlocker};
-use rota_drain::{DrainOptions, KubeActions, KubeBlocker, NodeLabels};
+use rota_kube_actions::{DrainOptions, KubeActions, KubeBlocker, NodeLabels};
 use rota_metrics::{Metrics, MetricsServer};
 use rota_notify::{Notifier, NotifierConfig, NotifyObserver};
 use rota_store_kube::{permissions, preflight};
@@ -213,7 +213,7 @@ async fn blockers(args: &AgentArgs, cluster: &Cluster) -> Result<Vec<Arc<dyn Blo
         .blockers
         .blocking_pod_selectors
         .iter()
-        .map(|s| rota_drain::parse_selector(s))
+        .map(|s| rota_kube_actions::parse_selector(s))
         .collect::<Result<Vec<_>, _>>()?;
     match args.node_actions {
         NodeActionsKind::Kube => {

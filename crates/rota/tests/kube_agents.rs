@@ -850,12 +850,12 @@ async fn evicted_pods_that_are_not_ready_again_hold_the_slot() -> Result<()> {
     fleet.request_reboot(second)?;
     wait_state(&fleet, &store, second, NodeState::Queued).await;
 
-    let web = rota_drain::Workload {
+    let web = rota_kube_actions::Workload {
         kind: "Deployment".into(),
         namespace: scope.namespace().into(),
         name: "web".into(),
     };
-    let evicted = rota_drain::evicted(&scope.client(), first)
+    let evicted = rota_kube_actions::evicted(&scope.client(), first)
         .await?
         .context("no record of the evictions on the Node")?;
     assert_eq!(evicted.controllers, BTreeSet::from([web.clone()]));
@@ -877,7 +877,7 @@ async fn evicted_pods_that_are_not_ready_again_hold_the_slot() -> Result<()> {
     assert_eq!(waiting.state, NodeState::Queued, "{waiting:?}");
     assert!(!unschedulable(&scope, second).await?, "{second} started");
     assert_eq!(
-        rota_drain::evicted(&scope.client(), first)
+        rota_kube_actions::evicted(&scope.client(), first)
             .await?
             .map(|e| e.controllers),
         Some(BTreeSet::from([web.clone()])),
@@ -909,7 +909,9 @@ async fn evicted_pods_that_are_not_ready_again_hold_the_slot() -> Result<()> {
         assert_rebooted_once(&fleet, &store, node).await?;
         assert!(!unschedulable(&scope, node).await?, "{node} left cordoned");
         assert!(
-            rota_drain::evicted(&scope.client(), node).await?.is_none(),
+            rota_kube_actions::evicted(&scope.client(), node)
+                .await?
+                .is_none(),
             "{node} kept its record of evictions after its window"
         );
     }

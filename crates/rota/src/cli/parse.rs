@@ -164,7 +164,7 @@ pub struct NodeLabelArg(pub Vec<(String, String)>);
 /// Node labels as Kubernetes takes them: checked here, so that the API server never refuses
 /// a drain's cordon for them.
 pub(super) fn node_labels(value: &str) -> Result<NodeLabelArg, String> {
-    rota_drain::parse_labels(value)
+    rota_kube_actions::parse_labels(value)
         .map(NodeLabelArg)
         .map_err(|e| e.to_string())
 }
@@ -181,7 +181,7 @@ pub(super) fn command_text(value: &str) -> Result<String, String> {
 
 /// A taint's key, checked by the rules of label keys.
 pub(super) fn taint_key(value: &str) -> Result<String, String> {
-    rota_drain::parse_taint_key(value).map_err(|e| e.to_string())
+    rota_kube_actions::parse_taint_key(value).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -4,8 +4,8 @@
 //!
 //! - `actions`: [`KubeActions`], the agent's node actions in a cluster;
 //! - `drain`: cordon, evict, and wait until the evicted pods are gone;
-//! - `gate`: the health gate before the slot goes back (the evicted workloads whole again, and
-//!   optionally every PodDisruptionBudget satisfied);
+//! - `health_gate`: the health gate before the slot goes back (the evicted workloads whole
+//!   again, and optionally every PodDisruptionBudget satisfied);
 //! - `node`: the Node object: cordon, uncordon, its annotations and its Ready condition;
 //! - `node_labels`: the labels rota sets in its cordon and its uncordon, and the pending taint;
 //! - `blockers`: [`KubeBlocker`], pods matching a selector and the pause annotation;
@@ -14,7 +14,7 @@ mod actions;
 mod blockers;
 mod drain;
 mod error;
-mod gate;
+mod health_gate;
 mod node;
 mod node_labels;
 
@@ -22,7 +22,7 @@ pub use actions::{DEFAULT_REBOOT_COMMAND, KubeActions};
 pub use blockers::{KubeBlocker, PAUSE_ANNOTATION, SelectorError, parse_selector};
 pub use drain::{DrainOptions, MIRROR_ANNOTATION, Progress, drain, drain_with_progress};
 pub use error::{Error, Refusal, RefusalReason, Result};
-pub use gate::{
+pub use health_gate::{
     EVICTED_ANNOTATION, Evicted, Workload, check_gate, evicted, unsatisfied_pdbs,
     workloads_not_restored,
 };

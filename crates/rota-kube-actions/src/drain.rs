@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::error::{Error, Refusal, RefusalReason, Result};
-use crate::gate::{self, Leaving};
+use crate::health_gate::{self, Leaving};
 use crate::node;
 use crate::node_labels::NodeLabels;
 
@@ -238,7 +238,7 @@ pub async fn drain_with_progress(
     }
     // Pods already terminating count too: an interrupted drain of this window may have
     // evicted them, and the health gate waits for their workloads all the same.
-    gate::record(client, node, &cordoned, &leaving).await?;
+    health_gate::record(client, node, &cordoned, &leaving).await?;
     info!(
         node,
         evicting = evict.len(),

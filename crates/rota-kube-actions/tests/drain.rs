@@ -17,9 +17,9 @@ use kube::ResourceExt;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use rota_agent::NodeActions;
 use rota_core::NodeName;
-use rota_drain::{DrainOptions, Error, KubeActions, MIRROR_ANNOTATION, RefusalReason};
 use rota_e2e::proxy::Proxy;
 use rota_e2e::testenv::{self, Scope, TestEnv, app_labels, pod_is_running, wait_for};
+use rota_kube_actions::{DrainOptions, Error, KubeActions, MIRROR_ANNOTATION, RefusalReason};
 use serde_json::json;
 use tokio::sync::watch;
 
@@ -128,7 +128,7 @@ async fn pdb_refusals_are_retried_until_the_budget_is_relaxed() -> Result<()> {
     let mut refusals = progress.subscribe();
     let draining = tokio::spawn({
         let node = node.clone();
-        async move { rota_drain::drain_with_progress(&client, &node, &forced(), &progress).await }
+        async move { rota_kube_actions::drain_with_progress(&client, &node, &forced(), &progress).await }
     });
     // Both evictions are refused (429), and the drain keeps trying.
     let names: Vec<String> = pods
@@ -142,7 +142,7 @@ async fn pdb_refusals_are_retried_until_the_budget_is_relaxed() -> Result<()> {
     .await
     .context("the drain never reported both evictions refused")?
     .context("the drain ended before both evictions were refused")?;
-    ensure!(rota_drain::is_cordoned(&scope.client(), &node).await?);
+    ensure!(rota_kube_actions::is_cordoned(&scope.client(), &node).await?);
     for pod in &pods {
         ensure!(
             same_pod_exists(&scope, pod).await?,
@@ -194,7 +194,7 @@ async fn a_budget_that_never_allows_lets_the_callers_timeout_fire_and_the_node_b
     let progress = watch::Sender::default();
     let mut refusals = progress.subscribe();
     let options = forced();
-    let drain = rota_drain::drain_with_progress(&client, &node, &options, &progress);
+    let drain = rota_kube_actions::drain_with_progress(&client, &node, &options, &progress);
     // The caller's timeout: it fires once the refusal has been seen, so that the drain has
     // really been turned down before it is canceled.
     let outcome = tokio::time::timeout(TIMEOUT, async {
@@ -215,17 +215,17 @@ async fn a_budget_that_never_allows_lets_the_callers_timeout_fire_and_the_node_b
         "progress does not name the held-back pod: {:?}",
         *refusals.borrow()
     );
-    ensure!(rota_drain::is_cordoned(&client, &node).await?);
+    ensure!(rota_kube_actions::is_cordoned(&client, &node).await?);
     ensure!(same_pod_exists(&scope, &pods[0]).await?);
 
     // The canceled drain left nothing behind but the cordon, which the caller lifts.
-    rota_drain::uncordon(&client, &node, &rota_drain::NodeLabels::default()).await?;
-    ensure!(!rota_drain::is_cordoned(&client, &node).await?);
+    rota_kube_actions::uncordon(&client, &node, &rota_kube_actions::NodeLabels::default()).await?;
+    ensure!(!rota_kube_actions::is_cordoned(&client, &node).await?);
     ensure!(pod_is_running(&scope.pods().get("db-0").await?));
 
     // Draining again once the budget allows carries on from the cluster's state.
     set_min_available(&scope, "db", 0).await?;
-    tokio::time::timeout(TIMEOUT, rota_drain::drain(&client, &node, &forced()))
+    tokio::time::timeout(TIMEOUT, rota_kube_actions::drain(&client, &node, &forced()))
         .await
         .context("the second drain did not finish")??;
     ensure!(!same_pod_exists(&scope, &pods[0]).await?);
@@ -316,12 +316,17 @@ async fn daemonset_mirror_and_finished_pods_are_left_alone() -> Result<()> {
 
     // By default only web-0 is refused (it has no controller): the DaemonSet's, the mirror
     // and the finished pod have none either, but are not the drain's to evict at all.
-    match tokio::time::timeout(TIMEOUT, rota_drain::drain(&client, &node, &options())).await {
+    match tokio::time::timeout(
+        TIMEOUT,
+        rota_kube_actions::drain(&client, &node, &options()),
+    )
+    .await
+    {
         Ok(Err(Error::Refused { refusals, .. }))
             if refusals.len() == 1 && refusals[0].pod.ends_with("/web-0") => {}
         other => bail!("expected web-0 alone to be refused, got {other:?}"),
     }
-    tokio::time::timeout(TIMEOUT, rota_drain::drain(&client, &node, &forced()))
+    tokio::time::timeout(TIMEOUT, rota_kube_actions::drain(&client, &node, &forced()))
         .await
         .context("the forced drain did not finish")??;
 
@@ -363,7 +368,9 @@ async fn emptydir_and_unmanaged_pods_are_refused_unless_allowed() -> Result<()> 
         let client = client.clone();
         let node = node.clone();
         async move {
-            match tokio::time::timeout(TIMEOUT, rota_drain::drain(&client, &node, &options)).await {
+            match tokio::time::timeout(TIMEOUT, rota_kube_actions::drain(&client, &node, &options))
+                .await
+            {
                 Ok(Err(Error::Refused { refusals, .. })) => Ok(refusals),
                 other => bail!("expected a refusal, got {other:?}"),
             }
@@ -429,7 +436,7 @@ async fn emptydir_and_unmanaged_pods_are_refused_unless_allowed() -> Result<()> 
         delete_emptydir_data: true,
         ..options()
     };
-    tokio::time::timeout(TIMEOUT, rota_drain::drain(&client, &node, &both))
+    tokio::time::timeout(TIMEOUT, rota_kube_actions::drain(&client, &node, &both))
         .await
         .context("the drain with both flags did not finish")??;
     ensure!(!same_pod_exists(&scope, &bare).await?);
@@ -459,7 +466,7 @@ async fn the_drain_waits_for_the_evicted_uid_not_the_name() -> Result<()> {
     let draining = tokio::spawn({
         let client = client.clone();
         let node = node.clone();
-        async move { rota_drain::drain(&client, &node, &forced()).await }
+        async move { rota_kube_actions::drain(&client, &node, &forced()).await }
     });
     wait_for("db-0 Terminating", TIMEOUT, || async {
         Ok(pods
@@ -597,10 +604,10 @@ async fn the_cordon_and_the_uncordon_set_their_node_labels() -> Result<()> {
         )
         .await?;
     let labels = |text: &str| -> Result<BTreeMap<String, String>> {
-        Ok(rota_drain::parse_labels(text)?.into_iter().collect())
+        Ok(rota_kube_actions::parse_labels(text)?.into_iter().collect())
     };
     let mut drain = options();
-    drain.labels = rota_drain::NodeLabels::new(
+    drain.labels = rota_kube_actions::NodeLabels::new(
         labels("kured=rebooting,example.com/out=true")?,
         labels("kured=done")?,
     );
@@ -744,7 +751,7 @@ async fn a_pod_stuck_terminating_is_not_waited_for_past_the_skip() -> Result<()>
         skip_wait_for_delete: Some(Duration::from_secs(2)),
         ..forced()
     };
-    tokio::time::timeout(TIMEOUT, rota_drain::drain(&client, &node, &skipping))
+    tokio::time::timeout(TIMEOUT, rota_kube_actions::drain(&client, &node, &skipping))
         .await
         .context("the drain waited for the stuck pod")??;
     let stuck = scope.pods().get("held-0").await?;
@@ -760,7 +767,7 @@ async fn a_pod_stuck_terminating_is_not_waited_for_past_the_skip() -> Result<()>
     };
     let drained = tokio::time::timeout(
         Duration::from_secs(3),
-        rota_drain::drain(&client, &node, &waiting),
+        rota_kube_actions::drain(&client, &node, &waiting),
     )
     .await;
     ensure!(
@@ -796,7 +803,7 @@ async fn a_drain_that_meets_an_unreachable_api_server_starts_again_and_finishes(
     let proxy = Proxy::start(server).await?;
     config.cluster_url = format!("https://{}", proxy.addr()).parse()?;
     let actions = KubeActions::new(
-        rota_drain::client(config)?,
+        rota_kube_actions::client(config)?,
         NodeName::new(node.clone())?,
         options(),
         "true".into(),
@@ -825,7 +832,7 @@ async fn a_missing_permission_names_the_verb_and_the_resource() -> Result<()> {
     let admin = scope.client();
     let weak = scope.service_account_client(env, "weak").await?;
 
-    let err = rota_drain::drain(&weak, &node, &options())
+    let err = rota_kube_actions::drain(&weak, &node, &options())
         .await
         .err()
         .context("a drain without any permission succeeded")?;
@@ -851,7 +858,7 @@ async fn a_missing_permission_names_the_verb_and_the_resource() -> Result<()> {
         .grant("cordon", "weak", "nodes", &["get", "patch"])
         .await?;
     let err = wait_for("the cordon to be allowed", TIMEOUT, || async {
-        match rota_drain::drain(&weak, &node, &options()).await {
+        match rota_kube_actions::drain(&weak, &node, &options()).await {
             Err(Error::Forbidden { verb: "patch", .. }) => Ok(None),
             Err(e) => Ok(Some(e)),
             Ok(()) => bail!("a drain without permission to list pods succeeded"),
@@ -869,7 +876,7 @@ async fn a_missing_permission_names_the_verb_and_the_resource() -> Result<()> {
         ),
         "{err:?}"
     );
-    ensure!(rota_drain::is_cordoned(&admin, &node).await?);
+    ensure!(rota_kube_actions::is_cordoned(&admin, &node).await?);
 
     scope.revoke(&role).await?;
     scope.cleanup().await
@@ -888,10 +895,13 @@ async fn the_drain_hears_of_each_deletion_without_listing_again() -> Result<()> 
         poll_interval: Duration::from_secs(3600),
         ..forced()
     };
-    tokio::time::timeout(TIMEOUT, rota_drain::drain(&scope.client(), &node, &options))
-        .await
-        .context("the drain waited for its next list")?
-        .context("the drain failed")?;
+    tokio::time::timeout(
+        TIMEOUT,
+        rota_kube_actions::drain(&scope.client(), &node, &options),
+    )
+    .await
+    .context("the drain waited for its next list")?
+    .context("the drain failed")?;
     let left = scope
         .pods()
         .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))

@@ -16,8 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use rota_drain::{DrainOptions, Error, Workload};
 use rota_e2e::testenv::{Scope, TestEnv, app_labels, pod_spec, wait_for};
+use rota_kube_actions::{DrainOptions, Error, Workload};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -90,13 +90,13 @@ async fn stateful_set_on(scope: &Scope, node: &str) -> Result<()> {
 }
 
 /// The gate as the health check runs it: on the Node its `Ready` check read.
-async fn check_gate(client: &Client, node: &str, pdbs: bool) -> rota_drain::Result<()> {
-    let object = rota_drain::check_ready(client, node).await?;
-    rota_drain::check_gate(client, &object, pdbs).await
+async fn check_gate(client: &Client, node: &str, pdbs: bool) -> rota_kube_actions::Result<()> {
+    let object = rota_kube_actions::check_ready(client, node).await?;
+    rota_kube_actions::check_gate(client, &object, pdbs).await
 }
 
 async fn not_restored(scope: &Scope, node: &str) -> Result<Vec<String>> {
-    Ok(rota_drain::workloads_not_restored(&scope.client(), node).await?)
+    Ok(rota_kube_actions::workloads_not_restored(&scope.client(), node).await?)
 }
 
 #[tokio::test]
@@ -127,15 +127,15 @@ async fn the_gate_waits_for_the_evicted_workloads_to_be_whole_again() -> Result<
         .create_pod_on("loose", &node, &app_labels("loose"))
         .await?;
     scope.wait_pod_running("loose", TIMEOUT).await?;
-    ensure!(rota_drain::evicted(&client, &node).await?.is_none());
+    ensure!(rota_kube_actions::evicted(&client, &node).await?.is_none());
 
-    tokio::time::timeout(TIMEOUT, rota_drain::drain(&client, &node, &forced()))
+    tokio::time::timeout(TIMEOUT, rota_kube_actions::drain(&client, &node, &forced()))
         .await
         .context("the drain did not finish")??;
 
     // The record names the Deployment (not its ReplicaSet) and the StatefulSet, and counts the
     // pod without a controller, which nothing brings back.
-    let evicted = rota_drain::evicted(&client, &node)
+    let evicted = rota_kube_actions::evicted(&client, &node)
         .await?
         .context("no record of the evictions")?;
     let workload = |kind: &str, name: &str| Workload {
@@ -187,13 +187,13 @@ async fn the_gate_waits_for_the_evicted_workloads_to_be_whole_again() -> Result<
     check_gate(&client, &node, false).await?;
 
     // The record outlives the drain until the uncordon ends the window.
-    ensure!(rota_drain::evicted(&client, &node).await?.is_some());
-    rota_drain::uncordon(&client, &node, &rota_drain::NodeLabels::default()).await?;
+    ensure!(rota_kube_actions::evicted(&client, &node).await?.is_some());
+    rota_kube_actions::uncordon(&client, &node, &rota_kube_actions::NodeLabels::default()).await?;
     ensure!(
-        rota_drain::evicted(&client, &node).await?.is_none(),
+        rota_kube_actions::evicted(&client, &node).await?.is_none(),
         "the uncordon kept the record"
     );
-    ensure!(!rota_drain::is_cordoned(&client, &node).await?);
+    ensure!(!rota_kube_actions::is_cordoned(&client, &node).await?);
     scope.cleanup().await
 }
 
@@ -206,18 +206,18 @@ async fn a_repeated_drain_keeps_the_first_drains_record() -> Result<()> {
     let client = scope.client();
     let node = scope.create_ready_nodes(1).await?.remove(0);
     stateful_set_on(&scope, &node).await?;
-    tokio::time::timeout(TIMEOUT, rota_drain::drain(&client, &node, &forced()))
+    tokio::time::timeout(TIMEOUT, rota_kube_actions::drain(&client, &node, &forced()))
         .await
         .context("the first drain did not finish")??;
-    let first = rota_drain::evicted(&client, &node)
+    let first = rota_kube_actions::evicted(&client, &node)
         .await?
         .context("no record")?;
     // The drain again, as after an agent restart: db-0 is gone, nothing is left to evict, and
     // the record still names the StatefulSet.
-    tokio::time::timeout(TIMEOUT, rota_drain::drain(&client, &node, &forced()))
+    tokio::time::timeout(TIMEOUT, rota_kube_actions::drain(&client, &node, &forced()))
         .await
         .context("the second drain did not finish")??;
-    let second = rota_drain::evicted(&client, &node)
+    let second = rota_kube_actions::evicted(&client, &node)
         .await?
         .context("no record")?;
     assert_eq!(first, second);
@@ -261,7 +261,7 @@ async fn unsatisfied_disruption_budgets_are_named_until_they_are_satisfied() -> 
 
     // Other tests' budgets share the cluster: look for this one only.
     let ours = format!("{}/solo (1 of 2 required pods healthy)", scope.namespace());
-    let unsatisfied = rota_drain::unsatisfied_pdbs(&client).await?;
+    let unsatisfied = rota_kube_actions::unsatisfied_pdbs(&client).await?;
     assert!(unsatisfied.contains(&ours), "{unsatisfied:?}");
     match check_gate(&client, &node, true).await {
         Err(e @ Error::NotRestored { .. }) => {
@@ -284,7 +284,7 @@ async fn unsatisfied_disruption_budgets_are_named_until_they_are_satisfied() -> 
         )
         .await?;
     scope.wait_pdb("solo", 0, TIMEOUT).await?;
-    let unsatisfied = rota_drain::unsatisfied_pdbs(&client).await?;
+    let unsatisfied = rota_kube_actions::unsatisfied_pdbs(&client).await?;
     let prefix = format!("{}/", scope.namespace());
     assert!(
         !unsatisfied.iter().any(|u| u.starts_with(&prefix)),

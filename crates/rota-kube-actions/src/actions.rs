@@ -13,7 +13,7 @@ use tracing::warn;
 
 use crate::drain::{DrainOptions, Progress, drain_with_progress};
 use crate::error::Error;
-use crate::{gate, node};
+use crate::{health_gate, node};
 
 /// Reboots the host from a pod with `hostPID: true`: enter PID 1's namespaces and ask systemd.
 pub const DEFAULT_REBOOT_COMMAND: &str = "nsenter -t 1 -m -u -i -n -p -- systemctl reboot";
@@ -138,7 +138,7 @@ impl NodeActions for KubeActions {
         let object = node::check_ready(&self.client, self.node.as_str())
             .await
             .map_err(|e| failed("health check", e))?;
-        gate::check_gate(&self.client, &object, self.health_pdbs)
+        health_gate::check_gate(&self.client, &object, self.health_pdbs)
             .await
             .map_err(|e| failed("health check", e))?;
         self.commands.health().await

@@ -6,7 +6,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use crate::error::{Error, Result};
-use crate::gate::EVICTED_ANNOTATION;
+use crate::health_gate::EVICTED_ANNOTATION;
 use crate::node_labels::NodeLabels;
 
 async fn get(client: &Client, node: &str) -> Result<Node> {

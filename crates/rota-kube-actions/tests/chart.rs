@@ -218,15 +218,18 @@ async fn the_chart_applies_and_its_rbac_is_enough_to_drain_and_no_more() -> Resu
         missing.is_empty(),
         "the chart does not grant what the agent checks for: {missing:?}"
     );
-    let options = rota_drain::DrainOptions {
+    let options = rota_kube_actions::DrainOptions {
         retry_initial: Duration::from_millis(200),
         retry_max: Duration::from_secs(1),
         poll_interval: Duration::from_millis(200),
-        ..rota_drain::DrainOptions::default()
+        ..rota_kube_actions::DrainOptions::default()
     };
-    tokio::time::timeout(TIMEOUT, rota_drain::drain(&agent_client, &node, &options))
-        .await
-        .context("the drain as the agent did not finish")??;
+    tokio::time::timeout(
+        TIMEOUT,
+        rota_kube_actions::drain(&agent_client, &node, &options),
+    )
+    .await
+    .context("the drain as the agent did not finish")??;
     ensure!(
         scope
             .pods()
@@ -240,10 +243,10 @@ async fn the_chart_applies_and_its_rbac_is_enough_to_drain_and_no_more() -> Resu
         agent_now.uid() == agent.uid(),
         "the drain evicted its own agent"
     );
-    let ready = rota_drain::check_ready(&agent_client, &node).await?;
+    let ready = rota_kube_actions::check_ready(&agent_client, &node).await?;
     // The health gate reads what it needs: the drain recorded the Deployment, whose replacement
     // pod cannot run on the cordoned node, and the PodDisruptionBudgets can be listed.
-    let evicted = rota_drain::evicted(&agent_client, &node)
+    let evicted = rota_kube_actions::evicted(&agent_client, &node)
         .await?
         .context("the drain recorded no evictions")?;
     ensure!(
@@ -257,15 +260,22 @@ async fn the_chart_applies_and_its_rbac_is_enough_to_drain_and_no_more() -> Resu
         "1 of 1 pods of Deployment {}/api are not Ready",
         scope.namespace()
     );
-    match rota_drain::check_gate(&agent_client, &ready, true).await {
-        Err(rota_drain::Error::NotRestored { reasons, .. })
+    match rota_kube_actions::check_gate(&agent_client, &ready, true).await {
+        Err(rota_kube_actions::Error::NotRestored { reasons, .. })
             if reasons.iter().any(|r| r == &expected) => {}
         other => bail!("the gate as the agent: {other:?}"),
     }
-    rota_drain::uncordon(&agent_client, &node, &rota_drain::NodeLabels::default()).await?;
-    ensure!(!rota_drain::is_cordoned(&agent_client, &node).await?);
+    rota_kube_actions::uncordon(
+        &agent_client,
+        &node,
+        &rota_kube_actions::NodeLabels::default(),
+    )
+    .await?;
+    ensure!(!rota_kube_actions::is_cordoned(&agent_client, &node).await?);
     ensure!(
-        rota_drain::evicted(&agent_client, &node).await?.is_none(),
+        rota_kube_actions::evicted(&agent_client, &node)
+            .await?
+            .is_none(),
         "the uncordon kept the record of evictions"
     );
 
