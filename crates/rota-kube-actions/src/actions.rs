@@ -32,9 +32,10 @@ pub struct KubeActions {
 
 impl KubeActions {
     /// Node actions for `node`. `client` must not retry 429s by itself (see
-    /// [`crate::client`]): the drain retries refused evictions with its own backoff, and a
-    /// client that retries them too hides every refusal for minutes. `reboot` is run with
-    /// `sh -c`; `health`, when given, must also succeed for the node to count as healthy.
+    /// [`rota_kube_client::client`]): the drain retries refused evictions with its own
+    /// backoff, and a client that retries them too hides every refusal for minutes. `reboot` is
+    /// run with `sh -c`; `health`, when given, must also succeed for the node to count as
+    /// healthy.
     pub fn new(
         client: Client,
         node: NodeName,

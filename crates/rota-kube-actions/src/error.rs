@@ -107,7 +107,7 @@ impl Error {
     /// Whether a request failed because the API server could not be reached or could not serve
     /// it for now (a restart, an overload): the same request may work a moment later.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, Error::Api { source, .. } if rota_store_kube::is_unavailable(source))
+        matches!(self, Error::Api { source, .. } if rota_kube_client::is_unavailable(source))
     }
 
     /// Wraps a failed request to `verb` a `resource` (`object` names which one).
@@ -118,14 +118,14 @@ impl Error {
         source: kube::Error,
     ) -> Error {
         let object = object.into();
-        match source {
-            kube::Error::Api(status) if status.code == 403 => Error::Forbidden {
+        match rota_kube_client::forbidden(&source) {
+            Some(status) => Error::Forbidden {
                 verb,
                 resource,
                 object,
-                message: status.message,
+                message: status.message.clone(),
             },
-            source => Error::Api {
+            None => Error::Api {
                 verb,
                 resource,
                 object,

@@ -28,11 +28,3 @@ pub use health_gate::{
 };
 pub use node::{check_ready, cordon, is_cordoned, uncordon};
 pub use node_labels::{NodeLabels, parse_labels, parse_taint_key};
-
-/// A client for the drain: `config` with kube's default retry of 429, 503 and 504 turned off.
-/// With it on, every eviction that a PodDisruptionBudget refuses is retried inside the client
-/// (up to 15 times, with pauses up to many minutes) before the drain even sees the refusal.
-pub fn client(mut config: kube::Config) -> Result<kube::Client, kube::Error> {
-    config.default_retry = false;
-    kube::Client::try_from(config)
-}

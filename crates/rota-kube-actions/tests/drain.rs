@@ -803,7 +803,7 @@ async fn a_drain_that_meets_an_unreachable_api_server_starts_again_and_finishes(
     let proxy = Proxy::start(server).await?;
     config.cluster_url = format!("https://{}", proxy.addr()).parse()?;
     let actions = KubeActions::new(
-        rota_kube_actions::client(config)?,
+        rota_kube_client::client(config)?,
         NodeName::new(node.clone())?,
         options(),
         "true".into(),

@@ -101,7 +101,7 @@ pub enum StoreChoice {
 /// Where `rota simulate --store kube` runs.
 #[derive(Clone)]
 pub struct KubeTarget {
-    /// A client with kube's own retries off (`rota_kube_actions::client`): the drain must see a
+    /// A client with kube's own retries off (`rota_kube_client::client`): the drain must see a
     /// PodDisruptionBudget's 429.
     pub client: kube::Client,
     /// The namespace to create for the run (it must not exist); `rota-simulate-<random>` when

@@ -27,7 +27,7 @@ async fn test_client() -> Option<kube::Client> {
         Err(e) => panic!("{e:#}"),
     };
     let config = env.config().await.expect("the test kubeconfig");
-    Some(rota_kube_actions::client(config).expect("a client"))
+    Some(rota_kube_client::client(config).expect("a client"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -160,7 +160,7 @@ async fn rollout_with_outages(prefix: &str, length: Duration, session_ttl: Optio
     config.cluster_url = format!("https://{}", proxy.addr())
         .parse()
         .expect("the proxy's URL");
-    let client = rota_kube_actions::client(config).expect("a client");
+    let client = rota_kube_client::client(config).expect("a client");
     let nodes = 6;
     let namespace = format!("{prefix}-{}", std::process::id());
     let options = Options {

@@ -58,14 +58,15 @@ fn crds_are(names: &[String]) -> String {
 }
 
 impl KubeError {
-    /// Whether the API server could not serve the call for now (see [`is_unavailable`]).
+    /// Whether the API server could not serve the call for now (see
+    /// [`rota_kube_client::is_unavailable`]).
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, KubeError::Api { source, .. } if is_unavailable(source))
+        matches!(self, KubeError::Api { source, .. } if rota_kube_client::is_unavailable(source))
     }
 
     /// Whether the API server refused the call for want of a permission (403).
     pub fn is_forbidden(&self) -> bool {
-        matches!(self, KubeError::Api { source: kube::Error::Api(status), .. } if status.code == 403)
+        matches!(self, KubeError::Api { source, .. } if rota_kube_client::forbidden(source).is_some())
     }
 }
 
@@ -76,17 +77,6 @@ impl From<KubeError> for StoreError {
         } else {
             StoreError::Backend(Box::new(e))
         }
-    }
-}
-
-/// Whether the API server could not be reached, or could not serve the call for now (a
-/// restart, an overload): the agent tries again instead of stopping. A refusal of what was
-/// asked (a missing permission, an invalid object, a lost compare-and-swap) is not.
-pub fn is_unavailable(e: &kube::Error) -> bool {
-    match e {
-        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
-        kube::Error::Api(status) => matches!(status.code, 429 | 500 | 502 | 503 | 504),
-        _ => false,
     }
 }
 
@@ -119,23 +109,12 @@ impl<T> Context<T> for Result<T, kube::Error> {
     }
 }
 
-/// Whether the API server refused a write because the object changed since it was read (or,
-/// for a create, because it exists): a lost compare-and-swap.
-pub(crate) fn is_conflict(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(status) if status.is_conflict() || status.is_already_exists())
-}
-
-pub(crate) fn is_not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(status) if status.is_not_found())
-}
-
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::Node;
     use kube::Api;
-    use kube::core::Status;
 
-    use super::{Context, is_unavailable};
+    use super::Context;
 
     #[tokio::test]
     async fn an_api_server_that_does_not_answer_is_unavailable() {
@@ -157,16 +136,5 @@ mod tests {
             failed.to_string().contains("cannot get nodes n"),
             "{failed}"
         );
-    }
-
-    #[test]
-    fn an_overloaded_server_is_unavailable_and_a_refusal_is_not() {
-        let status = |code| kube::Error::Api(Status::failure("x", "y").with_code(code).boxed());
-        for code in [429, 500, 502, 503, 504] {
-            assert!(is_unavailable(&status(code)), "{code}");
-        }
-        for code in [400, 401, 403, 404, 409, 410, 422] {
-            assert!(!is_unavailable(&status(code)), "{code}");
-        }
     }
 }

@@ -128,7 +128,7 @@ mod store;
 mod view;
 
 pub use crd::{RotaNode, RotaNodeSpec, RotaNodeStatus, rota_node_crd};
-pub use error::{KubeError, is_unavailable};
+pub use error::KubeError;
 pub use procedure::{Procedure, ProcedureBody, ProcedureStatus, procedure_crd};
 pub use procedures::SUBMITTED_AT_ANNOTATION;
 pub use store::{CONFIG_MAP, KubeStore, KubeStoreConfig, NAMESPACE_LABEL, STATE_LABEL};

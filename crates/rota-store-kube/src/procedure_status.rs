@@ -29,11 +29,11 @@ use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use crate::crd::{RequestStateName, RotaNode, RotaNodeStatus, Timestamp};
-use crate::error::{is_conflict, is_not_found};
 use crate::procedure::{
     NodeProcedureState, NodeProcedureStatus, Procedure, ProcedureCondition, ProcedureStatus,
 };
 use crate::view::revision;
+use rota_kube_client::{is_conflict, is_not_found};
 
 /// How often one status write may lose its compare-and-swap before the observation is dropped
 /// (the node's next change writes it again).

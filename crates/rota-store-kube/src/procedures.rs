@@ -15,11 +15,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{ListParams, PostParams, VersionMatch};
 use rota_core::ProcedureSpec;
+use rota_kube_client::is_conflict;
 use rota_store::{Error, Millis, ProcedureRecord, Result, now_millis};
 use tracing::warn;
 
 use crate::config_view::ConfigView;
-use crate::error::{Context, is_conflict};
+use crate::error::Context;
 use crate::procedure::{Procedure, ProcedureBody};
 use crate::view::revision;
 

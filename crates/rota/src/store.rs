@@ -90,7 +90,7 @@ pub async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
                 .context("finding the cluster (in-cluster config, KUBECONFIG or ~/.kube/config)")?,
         },
     };
-    rota_kube_actions::client(config).context("creating the Kubernetes client")
+    rota_kube_client::client(config).context("creating the Kubernetes client")
 }
 
 /// Where Kubernetes mounts a pod's service account token.

@@ -8,11 +8,12 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::PostParams;
 use rota_core::{NodeName, NodeState};
+use rota_kube_client::is_conflict;
 use rota_store::{Error, Millis, Result, Session, now_millis};
 
 use super::{KubeStore, ROTA_NODES, fenced};
 use crate::crd::{RotaNode, RotaNodeStatus, Timestamp};
-use crate::error::{Context, KubeError, is_conflict};
+use crate::error::{Context, KubeError};
 use crate::{queue_labels, slots};
 
 /// How often one write may lose its compare-and-swap before the store gives up.

@@ -6,6 +6,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
 use rota_core::{NodeName, NodeState};
+use rota_kube_client::is_conflict;
 use rota_store::{Error, Millis, Result, Session, now_millis};
 use tracing::warn;
 
@@ -14,7 +15,7 @@ use super::cas::{CAS_ATTEMPTS, Edit};
 use super::slot_leases::held_by;
 use super::{KubeStore, ROTA_NODES, fenced};
 use crate::crd::{RotaNode, RotaNodeSpec, RotaNodeStatus, SessionStatus, Timestamp};
-use crate::error::{Context, is_conflict};
+use crate::error::Context;
 use crate::status;
 
 /// How long an idle agent's heartbeats go without asking the API server whether its session

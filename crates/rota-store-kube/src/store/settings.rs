@@ -7,13 +7,14 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
 use rota_core::NodeName;
+use rota_kube_client::is_conflict;
 use rota_store::{Error, Result, now_millis};
 use tracing::warn;
 
 use super::cas::jitter;
 use super::{CONFIG_MAPS, KubeStore};
 use crate::config_view;
-use crate::error::{Context, KubeError, is_conflict};
+use crate::error::{Context, KubeError};
 
 /// The ConfigMap holding the concurrency and the node tag counter.
 pub const CONFIG_MAP: &str = "rota-config";

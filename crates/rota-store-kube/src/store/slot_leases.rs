@@ -6,12 +6,13 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{ListParams, PostParams};
 use rota_core::NodeName;
+use rota_kube_client::{is_conflict, is_not_found};
 use rota_store::{Millis, Result, Session, now_millis};
 use tracing::warn;
 
 use super::cas::CAS_ATTEMPTS;
 use super::{KubeStore, LEASES, fenced};
-use crate::error::{Context, KubeError, is_conflict};
+use crate::error::{Context, KubeError};
 use crate::slots::{self, SLOT_LABEL};
 
 const NODES: &str = "nodes";
@@ -92,7 +93,7 @@ impl KubeStore {
                         None => return Ok(()),
                     }
                 }
-                Err(e) if crate::error::is_not_found(&e) => return Ok(()),
+                Err(e) if is_not_found(&e) => return Ok(()),
                 Err(e) => return Err(e).context("update", LEASES, self.lease_path(&name)),
             }
         }
@@ -226,7 +227,7 @@ impl KubeStore {
                 }
                 Err(e) if is_conflict(&e) && !fresh => {}
                 Ok(_) => break,
-                Err(e) if is_conflict(&e) || crate::error::is_not_found(&e) => break,
+                Err(e) if is_conflict(&e) || is_not_found(&e) => break,
                 Err(e) => return Err(e).context("update", LEASES, self.lease_path(&name)),
             }
         }

@@ -8,6 +8,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::PostParams;
 use rota_core::NodeName;
+use rota_kube_client::{is_conflict, is_not_found};
 use rota_store::Result;
 use tracing::warn;
 
@@ -15,7 +16,7 @@ use super::cas::CAS_ATTEMPTS;
 use super::settings::parse_config;
 use super::{KubeStore, LEASES};
 use crate::crd::RotaNode;
-use crate::error::{Context, is_conflict};
+use crate::error::Context;
 use crate::ids::{self, TAG_LIMIT};
 
 const NEXT_TAG_KEY: &str = "nextNodeTag";
@@ -87,7 +88,7 @@ impl KubeStore {
             let written = self.write_lease(&name, &lease, exists).await;
             match written {
                 Ok(_) => return,
-                Err(e) if is_conflict(&e) || crate::error::is_not_found(&e) => {}
+                Err(e) if is_conflict(&e) || is_not_found(&e) => {}
                 Err(e) => {
                     warn!(lease = %self.lease_path(&name), error = %e, "could not tie the node's tag to its RotaNode");
                     return;
