@@ -3,13 +3,12 @@
 //! stand-ins in `rota simulate`.
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
 
 use async_trait::async_trait;
 use rota_core::NodeName;
-use tokio::process::Command;
 use tokio::sync::oneshot;
 
+use crate::commands::{run_command, spawn_reboot};
 use crate::error::ActionError;
 
 /// Resolves when the reboot command exits: `Ok` if it exited successfully. A successful exit
@@ -51,50 +50,13 @@ pub struct CommandActions {
     pub health: Option<String>,
 }
 
-const OUTPUT_TAIL: usize = 2000;
-
-fn command(script: &str, node: Option<&NodeName>) -> Command {
-    let mut command = Command::new("sh");
-    command.arg("-c").arg(script).stdin(Stdio::null());
-    if let Some(node) = node {
-        command.env("ROTA_NODE", node.as_str());
+impl CommandActions {
+    async fn run(&self, action: &'static str, script: Option<&str>) -> Result<(), ActionError> {
+        match script {
+            Some(script) => run_command(action, script, self.node.as_ref()).await,
+            None => Ok(()),
+        }
     }
-    command.kill_on_drop(true);
-    command
-}
-
-/// The last part of a command's output, for error messages and history causes.
-fn tail(bytes: &[u8]) -> String {
-    let text = String::from_utf8_lossy(bytes);
-    let text = text.trim();
-    match text.char_indices().rev().nth(OUTPUT_TAIL) {
-        Some((cut, _)) => format!("…{}", &text[cut..]),
-        None => text.to_string(),
-    }
-}
-
-async fn run(
-    action: &'static str,
-    script: &str,
-    node: Option<&NodeName>,
-) -> Result<(), ActionError> {
-    let output = command(script, node)
-        .output()
-        .await
-        .map_err(|e| ActionError {
-            action,
-            detail: format!("could not start `{script}`: {e}"),
-        })?;
-    if output.status.success() {
-        return Ok(());
-    }
-    let mut detail = format!("`{script}` exited with {}", output.status);
-    let stderr = tail(&output.stderr);
-    if !stderr.is_empty() {
-        detail.push_str(": ");
-        detail.push_str(&stderr);
-    }
-    Err(ActionError { action, detail })
 }
 
 #[async_trait]
@@ -104,58 +66,28 @@ impl NodeActions for CommandActions {
     }
 
     async fn drain(&self) -> Result<(), ActionError> {
-        match &self.drain {
-            Some(script) => run("drain", script, self.node.as_ref()).await,
-            None => Ok(()),
-        }
+        self.run("drain", self.drain.as_deref()).await
     }
 
     async fn uncordon(&self) -> Result<(), ActionError> {
-        match &self.uncordon {
-            Some(script) => run("uncordon", script, self.node.as_ref()).await,
-            None => Ok(()),
-        }
+        self.run("uncordon", self.uncordon.as_deref()).await
     }
 
     async fn reboot(&self) -> Result<RebootHandle, ActionError> {
-        let (done, handle) = oneshot::channel();
-        let Some(script) = self.reboot.clone() else {
-            let _ = done.send(Err(ActionError {
-                action: "reboot",
-                detail: "no reboot command is configured".into(),
-            }));
-            return Ok(handle);
-        };
-        let mut child = command(&script, self.node.as_ref())
-            .kill_on_drop(false)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| ActionError {
-                action: "reboot",
-                detail: format!("could not start `{script}`: {e}"),
-            })?;
-        tokio::spawn(async move {
-            let result = match child.wait().await {
-                Ok(status) if status.success() => Ok(()),
-                Ok(status) => Err(ActionError {
+        match &self.reboot {
+            Some(script) => spawn_reboot(script, self.node.as_ref()),
+            None => {
+                let (done, handle) = oneshot::channel();
+                let _ = done.send(Err(ActionError {
                     action: "reboot",
-                    detail: format!("`{script}` exited with {status}"),
-                }),
-                Err(e) => Err(ActionError {
-                    action: "reboot",
-                    detail: format!("waiting for `{script}`: {e}"),
-                }),
-            };
-            let _ = done.send(result);
-        });
-        Ok(handle)
+                    detail: "no reboot command is configured".into(),
+                }));
+                Ok(handle)
+            }
+        }
     }
 
     async fn health(&self) -> Result<(), ActionError> {
-        match &self.health {
-            Some(script) => run("health check", script, self.node.as_ref()).await,
-            None => Ok(()),
-        }
+        self.run("health check", self.health.as_deref()).await
     }
 }

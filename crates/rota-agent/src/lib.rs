@@ -9,6 +9,8 @@
 //!   and the failure budget;
 //! - `actions`: [`NodeActions`], how the agent acts on its node, and [`CommandActions`], shell
 //!   commands for a standalone host;
+//! - `commands`: [`run_command`] and [`spawn_reboot`], how a node action runs a shell command
+//!   (for [`CommandActions`] and a cluster's node actions alike);
 //! - `blockers`: the [`Blocker`] trait and what a block says;
 //! - `config`: [`AgentConfig`] and the defaults that the command line shows and uses;
 //! - `observer`: [`AgentObserver`], what the agent tells metrics and notifications;
@@ -20,6 +22,7 @@
 mod actions;
 mod agent;
 mod blockers;
+mod commands;
 mod config;
 mod error;
 mod observer;
@@ -30,6 +33,7 @@ mod sentinel_command;
 pub use actions::{CommandActions, NodeActions, RebootHandle};
 pub use agent::{Agent, read_boot_id};
 pub use blockers::{Block, BlockKind, Blocker};
+pub use commands::{run_command, spawn_reboot};
 pub use config::{
     AgentConfig, BLOCKER_INTERVAL, DEFAULT_BOOT_ID_FILE, DEFAULT_REBOOT_SENTINELS,
     DEFAULT_STATE_DIR, DRAIN_TIMEOUT, HEALTH_INTERVAL, MAINTENANCE_IN_PROGRESS,

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use backon::Retryable as _;
 use kube::Client;
-use rota_agent::{ActionError, CommandActions, NodeActions, RebootHandle};
+use rota_agent::{ActionError, NodeActions, RebootHandle, run_command, spawn_reboot};
 use rota_core::NodeName;
 use rota_store::retry_pauses;
 use tokio::sync::watch;
@@ -19,13 +19,15 @@ use crate::{health_gate, node};
 pub const DEFAULT_REBOOT_COMMAND: &str = "nsenter -t 1 -m -u -i -n -p -- systemctl reboot";
 
 /// Cordon, drain and uncordon through the Kubernetes API; reboot and the optional health
-/// command as child processes, exactly as on a standalone host ([`CommandActions`]).
+/// command as child processes, run as on a standalone host ([`run_command`],
+/// [`spawn_reboot`]).
 pub struct KubeActions {
     client: Client,
     node: NodeName,
     drain: DrainOptions,
     progress: watch::Sender<Progress>,
-    commands: CommandActions,
+    reboot: String,
+    health: Option<String>,
     health_pdbs: bool,
     pending_taint: Option<String>,
 }
@@ -43,19 +45,13 @@ impl KubeActions {
         reboot: String,
         health: Option<String>,
     ) -> KubeActions {
-        let commands = CommandActions {
-            node: Some(node.clone()),
-            drain: None,
-            uncordon: None,
-            reboot: Some(reboot),
-            health,
-        };
         KubeActions {
             client,
             node,
             drain,
             progress: watch::Sender::default(),
-            commands,
+            reboot,
+            health,
             health_pdbs: false,
             pending_taint: None,
         }
@@ -127,7 +123,7 @@ impl NodeActions for KubeActions {
     }
 
     async fn reboot(&self) -> Result<RebootHandle, ActionError> {
-        self.commands.reboot().await
+        spawn_reboot(&self.reboot, Some(&self.node))
     }
 
     /// The node's Ready condition first: a health command on a node that Kubernetes does not
@@ -142,7 +138,10 @@ impl NodeActions for KubeActions {
         health_gate::check_gate(&self.client, &object, self.health_pdbs)
             .await
             .map_err(|e| failed("health check", e))?;
-        self.commands.health().await
+        match &self.health {
+            Some(script) => run_command("health check", script, Some(&self.node)).await,
+            None => Ok(()),
+        }
     }
 
     async fn labels(&self) -> Result<BTreeMap<String, String>, ActionError> {
