@@ -11,7 +11,6 @@
 //!   commands for a standalone host;
 //! - `commands`: [`run_command`] and [`spawn_reboot`], how a node action runs a shell command
 //!   (for [`CommandActions`] and a cluster's node actions alike);
-//! - `blockers`: the [`Blocker`] trait and what a block says;
 //! - `config`: [`AgentConfig`] and the defaults that the command line shows and uses;
 //! - `observer`: [`AgentObserver`], what the agent tells metrics and notifications;
 //! - `procedures`: running procedure scripts so that a run outlives the agent that started it;
@@ -21,7 +20,6 @@
 
 mod actions;
 mod agent;
-mod blockers;
 mod commands;
 mod config;
 mod error;
@@ -32,7 +30,6 @@ mod sentinel_command;
 
 pub use actions::{CommandActions, NodeActions, RebootHandle};
 pub use agent::{Agent, read_boot_id};
-pub use blockers::{Block, BlockKind, Blocker};
 pub use commands::{run_command, spawn_reboot};
 pub use config::{
     AgentConfig, BLOCKER_INTERVAL, DEFAULT_BOOT_ID_FILE, DEFAULT_REBOOT_SENTINELS,

@@ -1,10 +1,9 @@
 //! What the agent tells whoever watches it (metrics, notifications) without knowing who: the
 //! agent crate stays free of HTTP and of any metrics or webhook library.
 
+use rota_blockers::Block;
 use rota_core::{Event, NodeState, Process};
 use rota_store::{NodeRecord, RequestRecord};
-
-use crate::blockers::Block;
 
 /// How one request's work ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -16,7 +16,9 @@ pub enum ConfigError {
     Client(#[source] reqwest::Error),
 }
 
-/// Why Prometheus could not say which alerts are active.
+/// Why a blocker's question went unanswered: Prometheus could not say which alerts are active,
+/// or the API server which pods run on the node or what its Node says. The Kubernetes ones
+/// read as rota-kube-actions' errors of the same calls do.
 #[derive(Debug, thiserror::Error)]
 pub enum QueryError {
     #[error("{0}")]
@@ -27,4 +29,52 @@ pub enum QueryError {
     Body(#[source] reqwest::Error),
     #[error("answered with status {status:?}: {error}")]
     Failed { status: String, error: String },
+    /// The API server refused the call for lack of permission: the verb and the resource are
+    /// what the role needs.
+    #[error(
+        "forbidden to {verb} {resource} ({object}): the agent's service account needs the RBAC \
+         verb `{verb}` on `{resource}`: {message}"
+    )]
+    Forbidden {
+        verb: &'static str,
+        resource: &'static str,
+        object: String,
+        message: String,
+    },
+    #[error("{verb} {resource} ({object}): {source}")]
+    Api {
+        verb: &'static str,
+        resource: &'static str,
+        object: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("node {node} does not exist")]
+    NodeNotFound { node: String },
+}
+
+impl QueryError {
+    /// Wraps a failed request to `verb` a `resource` (`object` names which one).
+    pub(crate) fn api(
+        verb: &'static str,
+        resource: &'static str,
+        object: impl Into<String>,
+        source: kube::Error,
+    ) -> QueryError {
+        let object = object.into();
+        match rota_kube_client::forbidden(&source) {
+            Some(status) => QueryError::Forbidden {
+                verb,
+                resource,
+                object,
+                message: status.message.clone(),
+            },
+            None => QueryError::Api {
+                verb,
+                resource,
+                object,
+                source,
+            },
+        }
+    }
 }

@@ -1,12 +1,23 @@
-//! rota's blockers outside Kubernetes: a node holds back while Prometheus has active alerts
-//! (kured's `--prometheus-url` with its alert filters). A Prometheus that cannot be asked blocks
-//! too, and says so: rota never takes "no answer" for "no alerts".
+//! rota's blockers: what holds a node back before it takes a slot and again right before its
+//! reboot. A blocker that cannot be answered blocks too, and says so: rota never takes "no
+//! answer" for "nothing blocks".
 //!
-//! - `prometheus`: [`PrometheusBlocker`] and its [`AlertFilter`];
-//! - `error`: what a blocker's configuration or query can get wrong.
+//! - `blocker`: the [`Blocker`] trait, [`Block`] and [`BlockKind`];
+//! - `pods`: [`PodBlocker`], pods matching a blocking selector on the node (kured's
+//!   `--blocking-pod-selector`), and [`parse_selector`];
+//! - `annotation`: [`AnnotationBlocker`], the [`PAUSE_ANNOTATION`] on the node's Node;
+//! - `prometheus`: [`PrometheusBlocker`], active Prometheus alerts (kured's `--prometheus-url`),
+//!   and its [`AlertFilter`];
+//! - `error`: what a blocker's configuration or question can get wrong.
 
+mod annotation;
+mod blocker;
 mod error;
+mod pods;
 mod prometheus;
 
+pub use annotation::{AnnotationBlocker, PAUSE_ANNOTATION};
+pub use blocker::{Block, BlockKind, Blocker};
 pub use error::{ConfigError, QueryError};
+pub use pods::{PodBlocker, parse_selector};
 pub use prometheus::{AlertFilter, PrometheusBlocker};

@@ -6,10 +6,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use regex::Regex;
 use reqwest::Url;
-use rota_agent::{Block, BlockKind, Blocker};
 use serde::Deserialize;
 use tracing::debug;
 
+use crate::blocker::{Block, BlockKind, Blocker};
 use crate::error::{ConfigError, QueryError};
 
 /// How long one question to Prometheus may take before it counts as unreachable.

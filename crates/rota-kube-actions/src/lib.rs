@@ -6,12 +6,10 @@
 //! - `drain`: cordon, evict, and wait until the evicted pods are gone;
 //! - `health_gate`: the health gate before the slot goes back (the evicted workloads whole
 //!   again, and optionally every PodDisruptionBudget satisfied);
-//! - `node`: the Node object: cordon, uncordon, its annotations and its Ready condition;
+//! - `node`: the Node object: cordon, uncordon, its labels, its taints and its Ready condition;
 //! - `node_labels`: the labels rota sets in its cordon and its uncordon, and the pending taint;
-//! - `blockers`: [`KubeBlocker`], pods matching a selector and the pause annotation;
 //! - `error`: the crate's error type, which names the call and the object.
 mod actions;
-mod blockers;
 mod drain;
 mod error;
 mod health_gate;
@@ -19,7 +17,6 @@ mod node;
 mod node_labels;
 
 pub use actions::{DEFAULT_REBOOT_COMMAND, KubeActions};
-pub use blockers::{KubeBlocker, PAUSE_ANNOTATION, SelectorError, parse_selector};
 pub use drain::{DrainOptions, MIRROR_ANNOTATION, Progress, drain, drain_with_progress};
 pub use error::{Error, Refusal, RefusalReason, Result};
 pub use health_gate::{

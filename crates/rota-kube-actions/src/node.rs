@@ -127,18 +127,6 @@ pub async fn labels(
     Ok(get(client, node).await?.metadata.labels.unwrap_or_default())
 }
 
-/// The Node's annotations.
-pub async fn annotations(
-    client: &Client,
-    node: &str,
-) -> Result<std::collections::BTreeMap<String, String>> {
-    Ok(get(client, node)
-        .await?
-        .metadata
-        .annotations
-        .unwrap_or_default())
-}
-
 /// Succeeds with the Node as read when its `Ready` condition is `True`; otherwise says what the
 /// condition says.
 pub async fn check_ready(client: &Client, node: &str) -> Result<Node> {

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use anyhow::{Result, bail};
 use backon::Retryable as _;
-use rota_agent::{Agent, AgentConfig, Blocker, CommandActions, NodeActions, SentinelCommand};
-use rota_blockers::{AlertFilter, PrometheusBlocker};
-use rota_kube_actions::{DrainOptions, KubeActions, KubeBlocker, NodeLabels};
+use rota_agent::{Agent, AgentConfig, CommandActions, NodeActions, SentinelCommand};
+use rota_blockers::{AlertFilter, AnnotationBlocker, Blocker, PodBlocker, PrometheusBlocker};
+use rota_kube_actions::{DrainOptions, KubeActions, NodeLabels};
 use rota_metrics::{Metrics, MetricsServer};
 use rota_notify::{Notifier, NotifierConfig, NotifyObserver};
 use rota_store_kube::{permissions, preflight};
@@ -213,16 +213,24 @@ async fn blockers(args: &AgentArgs, cluster: &Cluster) -> Result<Vec<Arc<dyn Blo
         .blockers
         .blocking_pod_selectors
         .iter()
-        .map(|s| rota_kube_actions::parse_selector(s))
+        .map(|s| rota_blockers::parse_selector(s))
         .collect::<Result<Vec<_>, _>>()?;
     match args.node_actions {
         NodeActionsKind::Kube => {
             let client = cluster.client().await?;
-            blockers.push(Arc::new(KubeBlocker::new(
-                client,
+            // The annotation first, then the pods: the agent lists blocks in its blockers' order,
+            // and the first one's kind is the one it reports.
+            blockers.push(Arc::new(AnnotationBlocker::new(
+                client.clone(),
                 args.node.clone(),
-                selectors,
             )));
+            if !selectors.is_empty() {
+                blockers.push(Arc::new(PodBlocker::new(
+                    client,
+                    args.node.clone(),
+                    selectors,
+                )));
+            }
         }
         NodeActionsKind::Command if !selectors.is_empty() => bail!(
             "--blocking-pod-selector needs --node-actions kube: pods are found through the \

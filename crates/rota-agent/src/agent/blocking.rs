@@ -1,13 +1,13 @@
 //! The blockers (pause, pods, annotations, Prometheus alerts) asked before the slot and again
 //! right before the reboot, and the store's record of what blocks the node.
 
+use rota_blockers::{Block, BlockKind};
 use rota_core::NodeState;
 use rota_store::{Blocked, NodeRecord, now_millis};
 use tokio::time::Instant;
 use tracing::info;
 
 use super::{Agent, Checked, Running};
-use crate::blockers::{Block, BlockKind};
 use crate::error::Result;
 
 impl Agent {

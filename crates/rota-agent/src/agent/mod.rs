@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use rota_blockers::{Block, Blocker};
 use rota_core::{NodeState, Process};
 use rota_sentinel::{SentinelWatcher, Snapshot, WatcherOptions};
 use rota_store::{
@@ -18,7 +19,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::actions::{NodeActions, RebootHandle};
-use crate::blockers::{Block, Blocker};
 use crate::config::AgentConfig;
 use crate::error::{ActionError, Error, Result};
 use crate::observer::AgentObserver;

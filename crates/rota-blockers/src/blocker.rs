@@ -1,6 +1,7 @@
 //! What may hold a node back before it takes a slot and again right before its reboot: the
-//! fleet's pause (read from the store by the agent) and [`Blocker`]s the binary composes
-//! (pods and a node annotation in a cluster, Prometheus alerts anywhere).
+//! [`Blocker`] trait and what a block says. The binary composes the blockers (pods and a node
+//! annotation in a cluster, Prometheus alerts anywhere); the fleet's pause is the agent's own,
+//! read from its store every time, and says so with [`BlockKind::Paused`].
 
 use std::fmt;
 

@@ -1,39 +1,27 @@
-//! [`KubeBlocker`]: what holds a node back in a cluster: pods matching a blocking selector
-//! running on it (kured's `--blocking-pod-selector`), and the `rota.dev/pause` annotation on its
-//! Node. A question the API server does not answer blocks too: rota never takes "no answer" for
-//! "nothing blocks".
+//! [`PodBlocker`]: pods matching a blocking selector running on the node hold it back
+//! (kured's `--blocking-pod-selector`). A list the API server does not answer blocks too: rota
+//! never takes "no answer" for "no pods".
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, ListParams};
-use rota_agent::{Block, BlockKind, Blocker};
 use rota_core::{NodeName, check_label_key, check_label_value};
 
-use crate::error::Error;
-use crate::node;
-
-/// The Node annotation that pauses rota on that node; its value is shown as the reason.
-pub const PAUSE_ANNOTATION: &str = "rota.dev/pause";
-
-/// A `--blocking-pod-selector` that cannot be used: the value and why.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "--blocking-pod-selector {value:?}: {reason} (give a label selector such as \
-     `app=backup`, `tier in (db,cache)`, `!drain-ok`)"
-)]
-pub struct SelectorError {
-    pub value: String,
-    pub reason: String,
-}
+use crate::blocker::{Block, BlockKind, Blocker};
+use crate::error::{ConfigError, QueryError};
 
 /// Checks a label selector as the API server parses it (`k8s.io/apimachinery/pkg/labels`):
 /// comma-separated requirements `key`, `!key`, `key=value`, `key==value`, `key!=value`,
 /// `key in (v1,v2)`, `key notin (v1,v2)`. Returns it trimmed.
-pub fn parse_selector(value: &str) -> Result<String, SelectorError> {
-    let fail = |reason: String| SelectorError {
+pub fn parse_selector(value: &str) -> Result<String, ConfigError> {
+    let fail = |reason: String| ConfigError::Invalid {
+        flag: "--blocking-pod-selector",
         value: value.to_string(),
-        reason,
+        reason: format!(
+            "{reason} (give a label selector such as `app=backup`, `tier in (db,cache)`, \
+             `!drain-ok`)"
+        ),
     };
     let trimmed = value.trim();
     if trimmed.is_empty() {
@@ -104,25 +92,24 @@ fn requirement(part: &str) -> Result<(), String> {
         .try_for_each(|v| check_label_value(v.trim()))
 }
 
-/// Blocks while a pod matching one of the selectors runs on the node, or while the node's
-/// Node carries [`PAUSE_ANNOTATION`] (when `annotation` is on).
-pub struct KubeBlocker {
+/// Blocks while a pod matching one of the selectors runs on the node.
+pub struct PodBlocker {
     client: Client,
     node: NodeName,
     selectors: Vec<String>,
 }
 
-impl KubeBlocker {
+impl PodBlocker {
     /// `selectors` must have passed [`parse_selector`].
-    pub fn new(client: Client, node: NodeName, selectors: Vec<String>) -> KubeBlocker {
-        KubeBlocker {
+    pub fn new(client: Client, node: NodeName, selectors: Vec<String>) -> PodBlocker {
+        PodBlocker {
             client,
             node,
             selectors,
         }
     }
 
-    async fn pods(&self, selector: &str) -> Result<Vec<String>, Error> {
+    async fn pods(&self, selector: &str) -> Result<Vec<String>, QueryError> {
         // Pods that ended hold nothing back (kured's rule).
         let fields = format!(
             "spec.nodeName={},status.phase!=Succeeded,status.phase!=Failed",
@@ -131,7 +118,7 @@ impl KubeBlocker {
         let pods = Api::<Pod>::all(self.client.clone())
             .list_metadata(&ListParams::default().labels(selector).fields(&fields))
             .await
-            .map_err(|e| Error::api("list", "pods", selector, e))?;
+            .map_err(|e| QueryError::api("list", "pods", selector, e))?;
         Ok(pods
             .items
             .iter()
@@ -147,23 +134,9 @@ impl KubeBlocker {
 }
 
 #[async_trait]
-impl Blocker for KubeBlocker {
+impl Blocker for PodBlocker {
     async fn blocks(&self) -> Vec<Block> {
         let mut blocks = Vec::new();
-        match node::annotations(&self.client, self.node.as_str()).await {
-            Ok(annotations) => {
-                if let Some(value) = annotations.get(PAUSE_ANNOTATION) {
-                    blocks.push(Block {
-                        kind: BlockKind::NodeAnnotation,
-                        reason: format!("node annotation {PAUSE_ANNOTATION}: {value}"),
-                    });
-                }
-            }
-            Err(e) => blocks.push(Block {
-                kind: BlockKind::NodeAnnotation,
-                reason: format!("cannot read the node's {PAUSE_ANNOTATION} annotation: {e}"),
-            }),
-        }
         for selector in &self.selectors {
             match self.pods(selector).await {
                 Ok(pods) if pods.is_empty() => {}
