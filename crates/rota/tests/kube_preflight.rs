@@ -2,6 +2,7 @@
 //! that lacks something: the agent (and an operator's command) stops at once with one error
 //! line that names what is missing and how to add it, and exits non-zero. A missing CRD is
 //! tested in rota-store-kube (`tests/preflight.rs`): the shared cluster's CRDs stay installed.
+//! An agent without its RBAC permissions names every one it lacks.
 
 use std::path::Path;
 use std::process::Output;
@@ -9,12 +10,12 @@ use std::process::Output;
 use anyhow::{Context as _, Result, ensure};
 use kube::Api;
 use kube::config::Kubeconfig;
-use rota_store_kube::RotaNode;
+use rota_store::ReadStore;
+use rota_store_kube::{KubeStore, KubeStoreConfig, RotaNode};
 
-#[allow(dead_code, reason = "these tests start no fleet")]
 mod kube_common;
 
-use kube_common::{PATIENCE, ROTA, env};
+use kube_common::{PATIENCE, ROTA, env, unschedulable};
 
 /// Runs `rota` with `args` until it stops.
 async fn rota(args: &[&str]) -> Result<Output> {
@@ -180,4 +181,65 @@ async fn an_agent_in_a_pod_without_a_service_account_token_says_so() -> Result<(
         ensure!(line.contains(expected), "no {expected:?} in: {line}");
     }
     Ok(())
+}
+
+/// An agent whose service account may do nothing stops as it starts, with one error that names
+/// every permission it lacks, and touches nothing: no RotaNode, no cordon.
+#[tokio::test]
+async fn an_agent_without_its_rbac_permissions_stops_at_once_and_names_them() -> Result<()> {
+    let Some(env) = env() else {
+        return Ok(());
+    };
+    let scope = env.scope("kube-agent-rbac").await?;
+    let node = scope.create_ready_nodes(1).await?.remove(0);
+    scope.service_account_client(env, "weak").await?;
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    env.write_kubeconfig_as(&scope.client(), scope.namespace(), "weak", &kubeconfig)
+        .await?;
+    let out = agent(
+        &kubeconfig,
+        dir.path(),
+        &node,
+        &["--namespace", scope.namespace()],
+    )
+    .await?;
+    error_line(&out)?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for expected in [
+        "lacks",
+        "`get`, `list`, `watch`, `patch` on `nodes`;",
+        "`create` on `pods/eviction`;",
+        "`get`, `list`, `watch`, `create`, `update`, `patch` on `rotanodes.rota.dev`;",
+        &format!(
+            "`get`, `list`, `watch`, `create`, `update`, `delete` on \
+             `leases.coordination.k8s.io` in namespace {};",
+            scope.namespace()
+        ),
+    ] {
+        ensure!(stderr.contains(expected), "no {expected:?} in: {stderr}");
+    }
+    // Events are a courtesy: named in a warning, not among what stops the agent.
+    ensure!(
+        stderr.contains("its Node gets no Events"),
+        "no warning about the Events: {stderr}"
+    );
+    ensure!(
+        !stderr.contains("permission(s) it needs: `create`, `patch` on `events"),
+        "{stderr}"
+    );
+    let admin_store = KubeStore::connect(
+        scope.client(),
+        KubeStoreConfig {
+            namespace: scope.namespace().into(),
+            ..KubeStoreConfig::default()
+        },
+    )
+    .await?;
+    ensure!(
+        admin_store.nodes().await?.is_empty(),
+        "the agent wrote a RotaNode"
+    );
+    ensure!(!unschedulable(&scope, &node).await?, "the agent cordoned");
+    scope.cleanup().await
 }
