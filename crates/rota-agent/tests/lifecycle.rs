@@ -7,42 +7,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::host::{Host, RunningAgent, touch};
+use common::host::{Host, RunningAgent};
 use rota_agent::SentinelCommand;
 use rota_core::{HistoryEvent, NodeName, NodeState, Process};
-use rota_store::{AgentStore, NodeRecord, OperatorStore, ReadStore, SqliteStore};
-
-/// Makes `node` hold the store's only slot through a session of its own: it requests a reboot
-/// (from `source`), queues and is granted the slot, as an agent would.
-async fn take_the_only_slot(
-    store: &SqliteStore,
-    node: &NodeName,
-    source: &str,
-) -> rota_store::Session {
-    store.set_concurrency(1).await.expect("concurrency");
-    let session = store
-        .open_session(node, Duration::from_secs(600))
-        .await
-        .expect("session");
-    store
-        .add_request(&session, &Process::Reboot, source)
-        .await
-        .expect("request");
-    store
-        .transition(
-            &session,
-            rota_store::Transition::new(NodeState::Idle, NodeState::Queued).window(
-                rota_store::WindowChange::Queue {
-                    queued_at: Some(rota_store::now_millis() - 1000),
-                },
-            ),
-        )
-        .await
-        .expect("queue");
-    let granted = store.try_acquire_slot(&session).await.expect("acquire");
-    assert!(granted.slot().is_some(), "{node} holds the slot");
-    session
-}
+use rota_e2e::host::{take_the_only_slot, touch};
+use rota_store::{AgentStore, NodeRecord, OperatorStore, ReadStore};
 
 /// Once `agent` has started its node's reboot, the machine does not go down at once: the agent
 /// is stopped and started again on the same boot, and must not reboot again. Then the reboot

@@ -8,8 +8,9 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::host::{Host, PATIENCE, RunningAgent};
+use common::host::{Host, RunningAgent};
 use rota_core::{HistoryEvent, NodeName, NodeState, Priority, ProcedureSpec, Process};
+use rota_e2e::host::PATIENCE;
 use rota_store::HistoryFilter;
 use rota_store::{OperatorStore, ReadStore};
 

@@ -7,9 +7,10 @@ mod common;
 use rota_store::{OperatorStore, ReadStore};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::host::{Host, touch};
+use common::host::Host;
 use rota_agent::AgentConfig;
 use rota_core::{HistoryEvent, MaintenanceWindows, NodeState, Priority, ProcedureSpec, Process};
+use rota_e2e::host::touch;
 
 /// The current second since the epoch.
 fn now_s() -> i64 {

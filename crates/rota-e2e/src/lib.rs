@@ -7,10 +7,13 @@
 //! database of its own on a throwaway PostgreSQL. [`proxy`] stands between a test and one of
 //! those servers, to cut it off as an outage would, and [`disrupt`] times such disruptions by
 //! a rollout's progress. [`real_node`] is the control plane with a real kubelet node, where
-//! rota's image and chart are installed as users install them.
+//! rota's image and chart are installed as users install them. Without Kubernetes, [`host`] is
+//! one simulated host on this machine with a SQLite store, for the agent's tests in-process and
+//! as a process.
 
 pub mod disrupt;
 pub mod fleet;
+pub mod host;
 pub mod postgres;
 pub mod proxy;
 pub mod real_node;

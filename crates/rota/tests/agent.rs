@@ -6,50 +6,13 @@
 
 mod common;
 
-use rota_store::{AgentStore, OperatorStore, SqliteStore};
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Host, PATIENCE, ROTA};
+use common::{Host, ROTA};
 
-use rota_core::{NodeName, NodeState, Process};
-
-/// Makes `node` hold the store's only slot through a session of its own: it requests a reboot
-/// (from `source`), queues and is granted the slot, as an agent would.
-async fn take_the_only_slot(
-    store: &SqliteStore,
-    node: &NodeName,
-    source: &str,
-) -> rota_store::Session {
-    store.set_concurrency(1).await.expect("concurrency");
-    let session = store
-        .open_session(node, Duration::from_secs(600))
-        .await
-        .expect("session");
-    store
-        .add_request(&session, &Process::Reboot, source)
-        .await
-        .expect("request");
-    store
-        .transition(
-            &session,
-            rota_store::Transition::new(NodeState::Idle, NodeState::Queued).window(
-                rota_store::WindowChange::Queue {
-                    queued_at: Some(rota_store::now_millis() - 1000),
-                },
-            ),
-        )
-        .await
-        .expect("queue");
-    let granted = store.try_acquire_slot(&session).await.expect("acquire");
-    assert!(granted.slot().is_some(), "{node} holds the slot");
-    session
-}
-
-fn touch(path: &Path) {
-    std::fs::write(path, b"").expect("touch");
-}
+use rota_core::NodeState;
+use rota_e2e::host::{PATIENCE, take_the_only_slot, touch};
 
 #[tokio::test]
 async fn an_agent_killed_during_the_drain_drains_again_and_reboots_once() {
@@ -367,16 +330,7 @@ fn bad_input_is_refused_with_one_clear_line() {
 async fn a_paused_fleet_takes_no_slot_until_resumed() {
     let host = Host::new();
     host.store().await;
-    let rota = |args: &[&str]| {
-        let output = Command::new(ROTA)
-            .args(args)
-            .args(["--store", &host.store_url()])
-            .output()
-            .expect("run rota");
-        assert!(output.status.success(), "{args:?}: {output:?}");
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    };
-    let said = rota(&["pause", "--reason", "kernel CVE triage"]);
+    let said = host.rota_ok(&["pause", "--reason", "kernel CVE triage"]);
     assert!(said.contains("fleet paused since"), "{said}");
     let _agent = host.agent(&[]);
     touch(&host.root("run/reboot-needed"));
@@ -387,16 +341,16 @@ async fn a_paused_fleet_takes_no_slot_until_resumed() {
     assert_eq!(record.state, NodeState::Queued, "paused: {record:?}");
     assert_eq!(record.slot, None);
     assert_eq!(host.count("drain"), 0);
-    let status = rota(&["status"]);
+    let status = host.rota_ok(&["status"]);
     assert!(
         status.contains("PAUSED since") && status.contains("kernel CVE triage"),
         "{status}"
     );
-    let said = rota(&["resume"]);
+    let said = host.rota_ok(&["resume"]);
     assert!(said.contains("fleet resumed"), "{said}");
     host.wait_until("the reboot", || host.count("reboot") == 1)
         .await;
-    assert_eq!(rota(&["resume"]), "the fleet was not paused\n");
+    assert_eq!(host.rota_ok(&["resume"]), "the fleet was not paused\n");
 }
 
 #[tokio::test]
@@ -475,30 +429,23 @@ async fn status_watch_shows_the_rollout_live() {
 #[tokio::test]
 async fn an_operator_request_reboots_the_node_and_a_cancel_withdraws_it() {
     let host = Host::new();
-    let rota = |args: &[&str]| {
-        Command::new(ROTA)
-            .args(args)
-            .args(["--store", &host.store_url()])
-            .output()
-            .expect("run rota")
-    };
     let _agent = host.agent(&[]);
     host.wait_for("registered", |_| true).await;
-    let refused = rota(&["request", "node-a"]);
+    let refused = host.rota(&["request", "node-a"]);
     assert_eq!(
         refused.status.code(),
         Some(2),
         "a request names what it asks for"
     );
-    let refused = rota(&["request", "node-a", "--procedure", "Bad_Name"]);
+    let refused = host.rota(&["request", "node-a", "--procedure", "Bad_Name"]);
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("Bad_Name"));
-    let said = rota(&["request", "node-a", "--reboot"]);
+    let said = host.rota(&["request", "node-a", "--reboot"]);
     assert!(said.status.success(), "{said:?}");
     assert!(String::from_utf8_lossy(&said.stdout).contains("requested reboot on node-a"));
     host.wait_for("rebooting", |r| r.state == NodeState::Rebooting)
         .await;
-    let said = rota(&["cancel", "node-a", "--reboot"]);
+    let said = host.rota(&["cancel", "node-a", "--reboot"]);
     assert!(
         String::from_utf8_lossy(&said.stdout).contains("no pending reboot request"),
         "work in a window is not canceled: {said:?}"

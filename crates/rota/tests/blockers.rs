@@ -5,13 +5,13 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use common::{Host, ROTA};
 
 use rota_core::NodeState;
+use rota_e2e::host::touch;
 
 fn prometheus_url() -> Option<String> {
     match std::env::var("ROTA_TEST_PROMETHEUS_URL") {
@@ -27,19 +27,6 @@ fn prometheus_url() -> Option<String> {
              purpose)"
         ),
     }
-}
-
-fn touch(path: &Path) {
-    std::fs::write(path, b"").expect("touch");
-}
-
-fn status(host: &Host) -> String {
-    let output = Command::new(ROTA)
-        .args(["status", "--store", &host.store_url()])
-        .output()
-        .expect("run rota status");
-    assert!(output.status.success(), "{output:?}");
-    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// Starts an agent with `flags`, asks for a reboot and waits until the node is blocked for a
@@ -65,7 +52,7 @@ async fn held_back(host: &Host, flags: &[&str], reason: &str) -> common::Agent {
     assert_eq!(record.slot, None, "a blocked node takes no slot");
     assert_eq!(record.blocked, blocked.blocked, "written once");
     assert_eq!(host.count("drain"), 0);
-    let shown = status(host);
+    let shown = host.rota_ok(&["status"]);
     assert!(
         shown.contains("BLOCKED") && shown.contains(reason),
         "rota status shows why: {shown}"
@@ -147,17 +134,9 @@ async fn a_filtered_alert_does_not_hold_the_node_back() {
 async fn a_resumed_fleet_goes_on_and_the_pause_was_a_blocked_reason() {
     let host = Host::new();
     host.store().await;
-    let rota = |args: &[&str]| {
-        let output = Command::new(ROTA)
-            .args(args)
-            .args(["--store", &host.store_url()])
-            .output()
-            .expect("run rota");
-        assert!(output.status.success(), "{args:?}: {output:?}");
-    };
-    rota(&["pause", "--reason", "kernel CVE triage"]);
+    host.rota_ok(&["pause", "--reason", "kernel CVE triage"]);
     let _agent = held_back(&host, &[], "the fleet is paused: kernel CVE triage").await;
-    rota(&["resume"]);
+    host.rota_ok(&["resume"]);
     host.wait_until("the reboot", || host.count("reboot") == 1)
         .await;
     let record = host.wait_for("unblocked", |r| r.blocked.is_none()).await;

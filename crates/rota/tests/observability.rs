@@ -12,8 +12,9 @@ use axum::Router;
 use axum::extract::{Json, State};
 use axum::http::{StatusCode, Uri};
 use axum::routing::post;
-use common::{Host, PATIENCE};
+use common::Host;
 use rota_core::NodeState;
+use rota_e2e::host::PATIENCE;
 use serde_json::Value;
 
 /// A port nobody listens on now (the agent binds it a moment later).

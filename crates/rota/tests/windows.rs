@@ -5,17 +5,13 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use common::{Host, ROTA};
 use rota_core::{HistoryEvent, NodeState};
+use rota_e2e::host::{PATIENCE, touch};
 use rota_store::{HistoryFilter, Millis, ReadStore};
-
-fn touch(path: &Path) {
-    std::fs::write(path, b"").expect("touch");
-}
 
 async fn entries(host: &Host, event: HistoryEvent) -> Vec<rota_store::HistoryEntry> {
     host.store()
@@ -73,7 +69,7 @@ async fn an_exhausted_failure_budget_pauses_the_fleet_until_resumed() {
         if let Some(pause) = store.paused().await.expect("paused") {
             break pause;
         }
-        assert!(start.elapsed() < common::PATIENCE, "the fleet never paused");
+        assert!(start.elapsed() < PATIENCE, "the fleet never paused");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(

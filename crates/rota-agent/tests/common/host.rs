@@ -9,25 +9,20 @@
 )]
 
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
+use std::ops::Deref;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use rota_agent::{ActionError, Agent, AgentConfig, NodeActions, RebootHandle};
-use rota_core::{HistoryEvent, NodeName, ProcedureSpec, Process};
+use rota_core::{HistoryEvent, ProcedureSpec, Process};
+use rota_e2e::host::{self, HostDir};
 use rota_store::{
     HistoryFilter, Millis, NodeRecord, ProcedureStore, ReadStore, SqliteStore, Store, now_millis,
 };
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-
-/// How long a wait on the agent may take before the test fails.
-pub const PATIENCE: Duration = Duration::from_secs(30);
-
-pub fn touch(path: &Path) {
-    std::fs::write(path, b"").expect("touch");
-}
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
@@ -110,11 +105,10 @@ impl NodeActions for LoggingActions {
     }
 }
 
+/// A simulated host (its directory, node name and store: a [`HostDir`]) whose agents run in
+/// the test's runtime.
 pub struct Host {
-    pub dir: tempfile::TempDir,
-    pub node: NodeName,
-    /// The SQLite store its agents use: its own, or a fleet's shared with other hosts.
-    pub db: PathBuf,
+    host: HostDir,
     pub actions: Arc<LoggingActions>,
     /// The test's own handle on the store, as an operator's process would have.
     store: SqliteStore,
@@ -131,33 +125,13 @@ impl Host {
     }
 
     async fn named(node: &str, db: Option<PathBuf>) -> Host {
-        let dir = tempfile::tempdir().expect("tempdir");
-        for sub in ["root/run", "root/var/run"] {
-            std::fs::create_dir_all(dir.path().join(sub)).expect("mkdir");
-        }
-        let db = db.unwrap_or_else(|| dir.path().join("rota.db"));
-        let store = SqliteStore::open(&db).await.expect("open store");
-        let host = Host {
-            dir,
-            node: NodeName::new(node).expect("name"),
-            db,
+        let host = HostDir::new(node, db);
+        let store = SqliteStore::open(&host.db).await.expect("open store");
+        Host {
+            host,
             actions: Arc::new(LoggingActions::default()),
             store,
-        };
-        host.set_boot_id("boot-1");
-        host
-    }
-
-    pub fn path(&self, relative: &str) -> PathBuf {
-        self.dir.path().join(relative)
-    }
-
-    pub fn root(&self, relative: &str) -> PathBuf {
-        self.path("root").join(relative)
-    }
-
-    pub fn set_boot_id(&self, id: &str) {
-        std::fs::write(self.path("boot_id"), format!("{id}\n")).expect("boot id");
+        }
     }
 
     pub fn log(&self) -> Vec<String> {
@@ -208,44 +182,15 @@ impl Host {
 
     /// Waits until the node's record satisfies `ok`.
     pub async fn wait_for(&self, what: &str, ok: impl Fn(&NodeRecord) -> bool) -> NodeRecord {
-        let start = Instant::now();
-        loop {
-            if let Some(record) = self.record().await
-                && ok(&record)
-            {
-                return record;
-            }
-            assert!(
-                start.elapsed() < PATIENCE,
-                "node never became {what}: {:?}, actions {:?}",
-                self.record().await,
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        host::wait_for(what, ok, async || self.record().await, || self.log()).await
     }
 
     pub async fn wait_until(&self, what: &str, ok: impl Fn() -> bool) {
-        let start = Instant::now();
-        while !ok() {
-            assert!(
-                start.elapsed() < PATIENCE,
-                "{what} never happened: {:?}, actions {:?}",
-                self.record().await,
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        host::wait_until(what, ok, async || self.record().await, || self.log()).await
     }
 
     pub async fn history(&self) -> Vec<(Process, HistoryEvent)> {
-        self.store
-            .history(&HistoryFilter::default())
-            .await
-            .expect("history")
-            .into_iter()
-            .map(|e| (e.process, e.event))
-            .collect()
+        host::history(&self.store).await
     }
 
     /// This node's history entries of `event`.
@@ -272,11 +217,13 @@ impl Host {
             .await
             .expect("the procedure is stored");
     }
+}
 
-    /// What a reboot does to the host: a new boot id and an empty `/run`.
-    pub fn reboot_host(&self, boot_id: &str) {
-        self.set_boot_id(boot_id);
-        let _ = std::fs::remove_file(self.root("run/reboot-needed"));
+impl Deref for Host {
+    type Target = HostDir;
+
+    fn deref(&self) -> &HostDir {
+        &self.host
     }
 }
 

@@ -4,21 +4,21 @@
 // Each test file uses its own part of the harness.
 #![allow(dead_code)]
 
+use std::ops::Deref;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use rota_core::{HistoryEvent, NodeName, Process};
-use rota_store::{HistoryFilter, NodeRecord, ReadStore, SqliteStore};
+use rota_core::{HistoryEvent, Process};
+use rota_e2e::host::{self, HostDir, PATIENCE};
+use rota_store::{NodeRecord, ReadStore, SqliteStore};
 
 pub const ROTA: &str = env!("CARGO_BIN_EXE_rota");
-pub const PATIENCE: Duration = Duration::from_secs(30);
 
+/// A simulated host (its directory, node name and store: a [`HostDir`]) whose agent is a
+/// `rota agent` process.
 pub struct Host {
-    pub dir: tempfile::TempDir,
-    pub node: NodeName,
-    /// The SQLite store its agent uses: its own, or a fleet's shared with other hosts.
-    pub db: PathBuf,
+    host: HostDir,
 }
 
 impl Host {
@@ -32,30 +32,9 @@ impl Host {
     }
 
     fn named(node: &str, db: Option<PathBuf>) -> Host {
-        let dir = tempfile::tempdir().expect("tempdir");
-        for sub in ["root/run", "root/var/run"] {
-            std::fs::create_dir_all(dir.path().join(sub)).expect("mkdir");
+        Host {
+            host: HostDir::new(node, db),
         }
-        let db = db.unwrap_or_else(|| dir.path().join("rota.db"));
-        let host = Host {
-            dir,
-            node: NodeName::new(node).expect("name"),
-            db,
-        };
-        host.set_boot_id("boot-1");
-        host
-    }
-
-    pub fn path(&self, relative: &str) -> PathBuf {
-        self.dir.path().join(relative)
-    }
-
-    pub fn root(&self, relative: &str) -> PathBuf {
-        self.path("root").join(relative)
-    }
-
-    pub fn set_boot_id(&self, id: &str) {
-        std::fs::write(self.path("boot_id"), format!("{id}\n")).expect("boot id");
     }
 
     pub fn store_url(&self) -> String {
@@ -130,51 +109,39 @@ impl Host {
 
     /// Waits until the node's record satisfies `ok` (the agent is a separate process).
     pub async fn wait_for(&self, what: &str, ok: impl Fn(&NodeRecord) -> bool) -> NodeRecord {
-        let start = Instant::now();
-        loop {
-            if let Some(record) = self.record().await
-                && ok(&record)
-            {
-                return record;
-            }
-            assert!(
-                start.elapsed() < PATIENCE,
-                "node never became {what}: {:?}, actions {:?}",
-                self.record().await,
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        host::wait_for(what, ok, async || self.record().await, || self.log()).await
     }
 
     pub async fn wait_until(&self, what: &str, ok: impl Fn() -> bool) {
-        let start = Instant::now();
-        while !ok() {
-            assert!(
-                start.elapsed() < PATIENCE,
-                "{what} never happened: {:?}, actions {:?}",
-                self.record().await,
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        host::wait_until(what, ok, async || self.record().await, || self.log()).await
     }
 
     pub async fn history(&self) -> Vec<(Process, HistoryEvent)> {
-        self.store()
-            .await
-            .history(&HistoryFilter::default())
-            .await
-            .expect("history")
-            .into_iter()
-            .map(|e| (e.process, e.event))
-            .collect()
+        host::history(&self.store().await).await
     }
 
-    /// What a reboot does to the host: a new boot id and an empty `/run`.
-    pub fn reboot_host(&self, boot_id: &str) {
-        self.set_boot_id(boot_id);
-        let _ = std::fs::remove_file(self.root("run/reboot-needed"));
+    /// Runs `rota ARGS --store URL` on this host's store, as an operator would beside the agent.
+    pub fn rota(&self, args: &[&str]) -> Output {
+        Command::new(ROTA)
+            .args(args)
+            .args(["--store", &self.store_url()])
+            .output()
+            .expect("run rota")
+    }
+
+    /// [`Host::rota`], which must succeed: what it wrote to stdout.
+    pub fn rota_ok(&self, args: &[&str]) -> String {
+        let output = self.rota(args);
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+}
+
+impl Deref for Host {
+    type Target = HostDir;
+
+    fn deref(&self) -> &HostDir {
+        &self.host
     }
 }
 
