@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::host::{Host, RunningAgent};
-use rota_agent::SentinelCommand;
+use rota_agent::{AgentConfig, SentinelCommand};
 use rota_core::{HistoryEvent, NodeName, NodeState, Process};
 use rota_e2e::host::{take_the_only_slot, touch};
 use rota_store::{AgentStore, NodeRecord, OperatorStore, ReadStore};
@@ -38,12 +38,56 @@ async fn reboot_once_across_a_restart(
 
     host.reboot_host("boot-2");
     let agent = host.agent().await;
-    let record = host
-        .wait_for("idle after the reboot", |r| {
-            r.state == NodeState::Idle && r.last_result.as_deref() == Some("finished")
-        })
-        .await;
+    let record = wait_finished(host).await;
     (agent, record)
+}
+
+/// Waits until the node is idle again with its window finished.
+async fn wait_finished(host: &Host) -> NodeRecord {
+    host.wait_for("idle after the reboot", |r| {
+        r.state == NodeState::Idle && r.last_result.as_deref() == Some("finished")
+    })
+    .await
+}
+
+/// Waits for `agent`'s reboot command, then stops it, reboots the host and starts an agent
+/// configured by `configure` on the new boot.
+async fn reboot_and_restart(
+    host: &Host,
+    agent: RunningAgent,
+    configure: impl FnOnce(&mut AgentConfig),
+) -> RunningAgent {
+    host.wait_until("the reboot command", || host.count("reboot") == 1)
+        .await;
+    agent.stop().await.expect("the agent stops cleanly");
+    host.reboot_host("boot-2");
+    host.agent_with(configure).await
+}
+
+/// Asks for kustodian's maintenance and waits until the agent lets the host script start.
+async fn start_maintenance(host: &Host) {
+    std::fs::create_dir_all(host.root("var")).expect("mkdir");
+    touch(&host.root("var/maintenance-required"));
+    host.wait_until("maintenance in progress", || {
+        host.root("var/maintenance-in-progress").exists()
+    })
+    .await;
+}
+
+/// The host script's last step, and what the agent does after it: checks, uncordons and
+/// releases, without a reboot.
+async fn finish_maintenance(host: &Host) {
+    std::fs::remove_file(host.root("var/maintenance-required")).expect("rm");
+    host.wait_for("idle", |r| r.state == NodeState::Idle && r.slot.is_none())
+        .await;
+    assert_eq!(host.log(), ["drain", "health", "uncordon"], "no reboot");
+    assert_eq!(
+        host.history().await,
+        [
+            (Process::Maintenance, HistoryEvent::Started),
+            (Process::Maintenance, HistoryEvent::Finished)
+        ]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -137,29 +181,13 @@ async fn kustodians_file_protocol_works_with_an_unchanged_host_script() {
     let host = Host::new().await;
     let _agent = host.agent().await;
     host.wait_for("registered", |_| true).await;
-    std::fs::create_dir_all(host.root("var")).expect("mkdir");
-    touch(&host.root("var/maintenance-required"));
-    host.wait_until("maintenance in progress", || {
-        host.root("var/maintenance-in-progress").exists()
-    })
-    .await;
+    start_maintenance(&host).await;
     assert_eq!(host.log(), ["drain"], "drained before the script may start");
     let record = host.record().await.expect("record");
     assert_eq!(record.state, NodeState::Maintaining);
 
-    // The host script's last step.
-    std::fs::remove_file(host.root("var/maintenance-required")).expect("rm");
-    host.wait_for("idle", |r| r.state == NodeState::Idle && r.slot.is_none())
-        .await;
+    finish_maintenance(&host).await;
     assert!(!host.root("var/maintenance-in-progress").exists());
-    assert_eq!(host.log(), ["drain", "health", "uncordon"], "no reboot");
-    assert_eq!(
-        host.history().await,
-        [
-            (Process::Maintenance, HistoryEvent::Started),
-            (Process::Maintenance, HistoryEvent::Finished)
-        ]
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -203,7 +231,7 @@ async fn a_sentinel_command_asks_for_one_reboot_per_need() {
         "test \"$ROTA_TEST_PREFIX\" = applied && test -e {}",
         flag.display()
     );
-    let configure = |c: &mut rota_agent::AgentConfig| {
+    let configure = |c: &mut AgentConfig| {
         c.reboot_sentinel_command = Some(SentinelCommand {
             command: command.clone(),
             interval: Duration::from_millis(200),
@@ -214,15 +242,8 @@ async fn a_sentinel_command_asks_for_one_reboot_per_need() {
     let agent = host.agent_with(configure).await;
     host.wait_for("registered", |_| true).await;
     touch(&flag);
-    host.wait_until("the reboot", || host.count("reboot") == 1)
-        .await;
-    agent.stop().await.expect("the agent stops cleanly");
-    host.reboot_host("boot-2");
-    let agent = host.agent_with(configure).await;
-    host.wait_for("finished", |r| {
-        r.state == NodeState::Idle && r.last_result.as_deref() == Some("finished")
-    })
-    .await;
+    let agent = reboot_and_restart(&host, agent, configure).await;
+    wait_finished(&host).await;
     // The command still says "needed": several runs later, no second reboot.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(host.count("reboot"), 1, "{:?}", host.log());
@@ -245,12 +266,7 @@ async fn an_agent_killed_during_kustodian_maintenance_keeps_the_window_open() {
     let host = Host::new().await;
     let agent = host.agent().await;
     host.wait_for("registered", |_| true).await;
-    std::fs::create_dir_all(host.root("var")).expect("mkdir");
-    touch(&host.root("var/maintenance-required"));
-    host.wait_until("maintenance in progress", || {
-        host.root("var/maintenance-in-progress").exists()
-    })
-    .await;
+    start_maintenance(&host).await;
     agent.stop().await.expect("the agent stops cleanly");
 
     // The host script is still working when the agent comes back.
@@ -264,17 +280,7 @@ async fn an_agent_killed_during_kustodian_maintenance_keeps_the_window_open() {
     assert!(host.root("var/maintenance-in-progress").exists());
     assert_eq!(host.log(), ["drain"], "no second drain, no uncordon yet");
 
-    std::fs::remove_file(host.root("var/maintenance-required")).expect("rm");
-    host.wait_for("idle", |r| r.state == NodeState::Idle && r.slot.is_none())
-        .await;
-    assert_eq!(host.log(), ["drain", "health", "uncordon"]);
-    assert_eq!(
-        host.history().await,
-        [
-            (Process::Maintenance, HistoryEvent::Started),
-            (Process::Maintenance, HistoryEvent::Finished)
-        ]
-    );
+    finish_maintenance(&host).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -338,22 +344,14 @@ async fn a_slot_granted_for_a_withdrawn_request_is_given_back_without_a_drain() 
 async fn the_slot_goes_back_no_earlier_than_the_release_delay_after_the_node_is_healthy() {
     const DELAY_MS: i64 = 3000;
     let host = Host::new().await;
-    let delayed = |c: &mut rota_agent::AgentConfig| {
+    let delayed = |c: &mut AgentConfig| {
         c.release_delay = Duration::from_secs(3);
     };
     let agent = host.agent_with(delayed).await;
     host.wait_for("registered", |_| true).await;
     touch(&host.root("run/reboot-needed"));
-    host.wait_until("the reboot command", || host.count("reboot") == 1)
-        .await;
-    agent.stop().await.expect("the agent stops cleanly");
-    host.reboot_host("boot-2");
-    let _agent = host.agent_with(delayed).await;
-    let record = host
-        .wait_for("idle after the reboot", |r| {
-            r.state == NodeState::Idle && r.last_result.as_deref() == Some("finished")
-        })
-        .await;
+    let _agent = reboot_and_restart(&host, agent, delayed).await;
+    let record = wait_finished(&host).await;
     assert_eq!(record.slot, None, "the slot was released");
 
     let passes = host.actions.health_checks();

@@ -60,6 +60,24 @@ impl Host {
         self.submit(&spec).await;
     }
 
+    /// Submits procedure `name` at `priority`, with a script that holds until released, and
+    /// waits until it starts.
+    async fn start_held(&self, name: &str, priority: u8) {
+        self.submitted(name, &self.script(name, true), priority, |_| {})
+            .await;
+        self.wait_log(&format!("start {name}")).await;
+    }
+
+    /// Submits `long`, a script that holds until released, starts an agent, and stops it once
+    /// the script has started.
+    async fn stop_the_agent_while_long_runs(&self) {
+        self.submitted("long", &self.script("long", true), DEFAULT, |_| {})
+            .await;
+        let agent = self.procedure_agent().await;
+        self.wait_log("start long").await;
+        agent.stop().await.expect("the agent stops cleanly");
+    }
+
     async fn wait_log(&self, line: &str) {
         self.wait_until(line, || self.script_log().iter().any(|l| l == line))
             .await;
@@ -109,12 +127,8 @@ fn position(log: &[String], line: &str) -> usize {
 async fn a_more_important_procedure_starts_at_once_beside_a_running_one() {
     let host = Host::new().await;
     let _agent = host.procedure_agent().await;
-    host.submitted("low", &host.script("low", true), 99, |_| {})
-        .await;
-    host.wait_log("start low").await;
-    host.submitted("urgent", &host.script("urgent", true), 0, |_| {})
-        .await;
-    host.wait_log("start urgent").await;
+    host.start_held("low", 99).await;
+    host.start_held("urgent", 0).await;
     assert!(
         !host.script_log().contains(&"end low".to_string()),
         "00 started while 99 still runs: {:?}",
@@ -133,9 +147,7 @@ async fn a_more_important_procedure_starts_at_once_beside_a_running_one() {
 async fn an_exclusive_procedure_never_runs_beside_another() {
     let host = Host::new().await;
     let _agent = host.procedure_agent().await;
-    host.submitted("low", &host.script("low", true), 99, |_| {})
-        .await;
-    host.wait_log("start low").await;
+    host.start_held("low", 99).await;
     host.submitted("alone", &host.script("alone", true), 0, |spec| {
         spec.exclusive = true;
     })
@@ -173,9 +185,7 @@ async fn an_exclusive_procedure_never_runs_beside_another() {
 async fn a_less_important_procedure_waits_for_a_running_one() {
     let host = Host::new().await;
     let _agent = host.procedure_agent().await;
-    host.submitted("urgent", &host.script("urgent", true), 0, |_| {})
-        .await;
-    host.wait_log("start urgent").await;
+    host.start_held("urgent", 0).await;
     host.submitted("low", &host.script("low", false), 99, |_| {})
         .await;
     let store = host.store();
@@ -311,11 +321,7 @@ async fn a_failing_script_fails_closed_until_an_operator_retries() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_killed_in_the_middle_of_a_script_never_starts_it_again() {
     let host = Host::new().await;
-    host.submitted("long", &host.script("long", true), DEFAULT, |_| {})
-        .await;
-    let agent = host.procedure_agent().await;
-    host.wait_log("start long").await;
-    agent.stop().await.expect("the agent stops cleanly");
+    host.stop_the_agent_while_long_runs().await;
     let _agent = host.procedure_agent().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     host.release("long");
@@ -333,11 +339,7 @@ async fn an_agent_killed_in_the_middle_of_a_script_never_starts_it_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_procedure_interrupted_with_its_agent_fails_and_says_why() {
     let host = Host::new().await;
-    host.submitted("long", &host.script("long", true), DEFAULT, |_| {})
-        .await;
-    let agent = host.procedure_agent().await;
-    host.wait_log("start long").await;
-    agent.stop().await.expect("the agent stops cleanly");
+    host.stop_the_agent_while_long_runs().await;
     let pids: Vec<_> = walk(&host.path("root"))
         .into_iter()
         .filter(|p| {
