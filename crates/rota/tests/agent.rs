@@ -9,7 +9,7 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Host, ROTA};
+use common::{Host, ROTA, assert_refused};
 
 use rota_core::NodeState;
 use rota_e2e::host::{PATIENCE, take_the_only_slot, touch};
@@ -304,10 +304,7 @@ fn bad_input_is_refused_with_one_clear_line() {
             .args(&args)
             .output()
             .expect("run");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "{args:?} was accepted");
-        assert!(stderr.contains(named), "{args:?}: {stderr}");
-        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
+        assert_refused(&output, &args, named);
     }
 
     // A regular file where the sentinel directory should be.

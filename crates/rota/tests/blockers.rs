@@ -8,7 +8,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Host, ROTA};
+use common::{Host, ROTA, assert_refused};
 
 use rota_core::NodeState;
 use rota_e2e::host::touch;
@@ -204,10 +204,7 @@ fn bad_blocker_flags_are_refused_naming_the_flag_and_the_value() {
             .args(*args)
             .output()
             .expect("run");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "{args:?} was accepted");
-        assert!(stderr.contains(named), "{args:?}: {stderr}");
-        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
+        assert_refused(&output, args, named);
         assert!(
             !host.path("rota.db").exists(),
             "{args:?}: the agent opened the store before refusing"

@@ -4,6 +4,7 @@
 // Each test file uses its own part of the harness.
 #![allow(dead_code)]
 
+use std::fmt::Debug;
 use std::ops::Deref;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -143,6 +144,15 @@ impl Deref for Host {
     fn deref(&self) -> &HostDir {
         &self.host
     }
+}
+
+/// Asserts that `rota` refused `args`, as `output` says, with one line on stderr that
+/// contains `named`.
+pub fn assert_refused(output: &Output, args: &impl Debug, named: &str) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{args:?} was accepted");
+    assert!(stderr.contains(named), "{args:?}: {stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
 }
 
 pub struct Agent {
