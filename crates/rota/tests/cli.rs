@@ -6,8 +6,9 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use rota_core::{BackoffPolicy, NodeName, NodeState, Process};
+use rota_store::conformance::open_window;
 use rota_store::{
-    NodeFields, OperatorStore, Session, SqliteStore, Store, Transition, WindowChange, now_millis,
+    OperatorStore, Session, SqliteStore, Store, Transition, WindowChange, now_millis,
 };
 use serde_json::Value;
 
@@ -44,19 +45,7 @@ async fn start(store: &dyn Store, s: &Session) -> u32 {
         .expect("acquire")
         .slot()
         .expect("a free slot");
-    store
-        .transition(
-            s,
-            Transition::new(NodeState::Queued, NodeState::Draining)
-                .process(Some(Process::Reboot))
-                .window(WindowChange::Open)
-                .fields(NodeFields {
-                    cordoned_by_rota: Some(true),
-                    ..NodeFields::default()
-                }),
-        )
-        .await
-        .expect("open window");
+    open_window(store, s).await;
     slot
 }
 

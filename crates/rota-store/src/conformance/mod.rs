@@ -90,8 +90,9 @@ async fn enqueue(store: &dyn Store, s: &Session, queued_at: i64) -> NodeRecord {
         .expect("enqueue")
 }
 
-/// Takes the slot the node was granted and opens its window (queued → draining).
-async fn open_window(store: &dyn Store, s: &Session) -> NodeRecord {
+/// Takes the slot the node was granted and opens its window (queued → draining). Public for
+/// the tests of the crates above that put a store in a state by hand (`crates/rota/tests/`).
+pub async fn open_window(store: &dyn Store, s: &Session) -> NodeRecord {
     store
         .transition(
             s,
