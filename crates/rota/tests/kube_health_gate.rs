@@ -12,9 +12,9 @@ use anyhow::{Context as _, Result};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Patch, PatchParams};
 use rota_core::{HistoryEvent, NodeState};
-use rota_kube_actions::{Workload, evicted};
 use rota_e2e::fleet::DisruptionWatch;
 use rota_e2e::testenv::{self, Scope};
+use rota_kube_actions::{Workload, evicted};
 
 mod kube_common;
 
