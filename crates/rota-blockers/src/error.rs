@@ -1,3 +1,5 @@
+use rota_kube_client::CallError;
+
 /// A blocker's configuration that cannot be used: names the flag, the value and what is allowed.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -29,26 +31,8 @@ pub enum QueryError {
     Body(#[source] reqwest::Error),
     #[error("answered with status {status:?}: {error}")]
     Failed { status: String, error: String },
-    /// The API server refused the call for lack of permission: the verb and the resource are
-    /// what the role needs.
-    #[error(
-        "forbidden to {verb} {resource} ({object}): the agent's service account needs the RBAC \
-         verb `{verb}` on `{resource}`: {message}"
-    )]
-    Forbidden {
-        verb: &'static str,
-        resource: &'static str,
-        object: String,
-        message: String,
-    },
-    #[error("{verb} {resource} ({object}): {source}")]
-    Api {
-        verb: &'static str,
-        resource: &'static str,
-        object: String,
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Call(#[from] CallError),
     #[error("node {node} does not exist")]
     NodeNotFound { node: String },
 }
@@ -61,20 +45,6 @@ impl QueryError {
         object: impl Into<String>,
         source: kube::Error,
     ) -> QueryError {
-        let object = object.into();
-        match rota_kube_client::forbidden(&source) {
-            Some(status) => QueryError::Forbidden {
-                verb,
-                resource,
-                object,
-                message: status.message.clone(),
-            },
-            None => QueryError::Api {
-                verb,
-                resource,
-                object,
-                source,
-            },
-        }
+        QueryError::Call(CallError::new(verb, resource, object, source))
     }
 }

@@ -1,5 +1,7 @@
 use std::fmt;
 
+use rota_kube_client::CallError;
+
 /// A pod that the drain will not evict without an explicit flag, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
@@ -45,26 +47,8 @@ fn list(refusals: &[Refusal]) -> String {
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The API server refused a request for lack of permission. Separate from [`Error::Api`] so
-    /// that a missing RBAC rule reads as one: the verb and the resource are what the role needs.
-    #[error(
-        "forbidden to {verb} {resource} ({object}): the agent's service account needs the RBAC \
-         verb `{verb}` on `{resource}`: {message}"
-    )]
-    Forbidden {
-        verb: &'static str,
-        resource: &'static str,
-        object: String,
-        message: String,
-    },
-    #[error("{verb} {resource} ({object}): {source}")]
-    Api {
-        verb: &'static str,
-        resource: &'static str,
-        object: String,
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Call(#[from] CallError),
     #[error("node {node} does not exist")]
     NodeNotFound { node: String },
     #[error("node {node} is not Ready: {detail}")]
@@ -107,7 +91,7 @@ impl Error {
     /// Whether a request failed because the API server could not be reached or could not serve
     /// it for now (a restart, an overload): the same request may work a moment later.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, Error::Api { source, .. } if rota_kube_client::is_unavailable(source))
+        matches!(self, Error::Call(call) if call.is_unavailable())
     }
 
     /// Wraps a failed request to `verb` a `resource` (`object` names which one).
@@ -117,21 +101,7 @@ impl Error {
         object: impl Into<String>,
         source: kube::Error,
     ) -> Error {
-        let object = object.into();
-        match rota_kube_client::forbidden(&source) {
-            Some(status) => Error::Forbidden {
-                verb,
-                resource,
-                object,
-                message: status.message.clone(),
-            },
-            None => Error::Api {
-                verb,
-                resource,
-                object,
-                source,
-            },
-        }
+        Error::Call(CallError::new(verb, resource, object, source))
     }
 }
 

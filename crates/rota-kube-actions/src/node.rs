@@ -99,10 +99,9 @@ pub(crate) async fn set_prefer_no_schedule(
         });
         match patch_node(client, node, patch).await {
             Ok(_) => return Ok(()),
-            Err(Error::Api {
-                source: kube::Error::Api(status),
-                ..
-            }) if status.code == 409 => last = Some(status.message),
+            Err(Error::Call(call)) if call.refused_with(409).is_some() => {
+                last = call.refused_with(409).map(|status| status.message.clone());
+            }
             Err(e) => return Err(e),
         }
     }

@@ -17,6 +17,7 @@ use rota_core::NodeName;
 use rota_e2e::proxy::Proxy;
 use rota_e2e::testenv::{TestEnv, wait_for};
 use rota_kube_actions::{Error, KubeActions};
+use rota_kube_client::CallError;
 
 use common::{TIMEOUT, node_of, options, running_pods, same_pod_exists};
 
@@ -81,11 +82,11 @@ async fn a_missing_permission_names_the_verb_and_the_resource() -> Result<()> {
     ensure!(
         matches!(
             &err,
-            Error::Forbidden {
+            Error::Call(CallError::Forbidden {
                 verb: "patch",
                 resource: "nodes",
                 ..
-            }
+            })
         ),
         "{err:?}"
     );
@@ -101,7 +102,7 @@ async fn a_missing_permission_names_the_verb_and_the_resource() -> Result<()> {
         .await?;
     let err = wait_for("the cordon to be allowed", TIMEOUT, || async {
         match rota_kube_actions::drain(&weak, &node, &options()).await {
-            Err(Error::Forbidden { verb: "patch", .. }) => Ok(None),
+            Err(Error::Call(CallError::Forbidden { verb: "patch", .. })) => Ok(None),
             Err(e) => Ok(Some(e)),
             Ok(()) => bail!("a drain without permission to list pods succeeded"),
         }
@@ -110,11 +111,11 @@ async fn a_missing_permission_names_the_verb_and_the_resource() -> Result<()> {
     ensure!(
         matches!(
             &err,
-            Error::Forbidden {
+            Error::Call(CallError::Forbidden {
                 verb: "list",
                 resource: "pods",
                 ..
-            }
+            })
         ),
         "{err:?}"
     );

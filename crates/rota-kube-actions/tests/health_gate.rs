@@ -11,14 +11,15 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail, ensure};
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{Pod, PodSpec, PodTemplateSpec};
-use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use rota_e2e::testenv::{Scope, TestEnv, app_labels, pod_spec, wait_for};
 use rota_kube_actions::{DrainOptions, Error, Workload};
 use serde_json::json;
+
+mod common;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -238,25 +239,7 @@ async fn unsatisfied_disruption_budgets_are_named_until_they_are_satisfied() -> 
         .await?;
     scope.wait_pod_running("solo-0", TIMEOUT).await?;
     // Two healthy pods wanted, one there.
-    let pdb = PodDisruptionBudget {
-        metadata: ObjectMeta {
-            name: Some("solo".into()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodDisruptionBudgetSpec {
-            min_available: Some(IntOrString::Int(2)),
-            selector: Some(LabelSelector {
-                match_labels: Some(app_labels("solo")),
-                ..LabelSelector::default()
-            }),
-            ..PodDisruptionBudgetSpec::default()
-        }),
-        ..PodDisruptionBudget::default()
-    };
-    scope
-        .api::<PodDisruptionBudget>()
-        .create(&PostParams::default(), &pdb)
-        .await?;
+    common::create_pdb(&scope, "solo", 2).await?;
     scope.wait_pdb("solo", 0, TIMEOUT).await?;
 
     // Other tests' budgets share the cluster: look for this one only.

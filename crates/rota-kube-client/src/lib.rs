@@ -3,10 +3,13 @@
 //! compare-and-swap, a missing object).
 //!
 //! - `client`: [`client`], a client with kube's own retries off;
-//! - `errors`: [`is_unavailable`], [`forbidden`], [`is_conflict`], [`is_not_found`].
+//! - `errors`: [`is_unavailable`], [`forbidden`], [`is_conflict`], [`is_not_found`];
+//! - `call`: [`CallError`], a failed call named by its verb, resource and object.
 
+mod call;
 mod client;
 mod errors;
 
+pub use call::CallError;
 pub use client::client;
 pub use errors::{forbidden, is_conflict, is_not_found, is_unavailable};

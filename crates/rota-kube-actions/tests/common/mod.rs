@@ -104,6 +104,7 @@ pub fn node_of(pod: &Pod) -> Option<String> {
     pod.spec.as_ref().and_then(|s| s.node_name.clone())
 }
 
+#[allow(dead_code, reason = "not every test binary uses every helper")]
 pub async fn same_pod_exists(scope: &Scope, pod: &Pod) -> Result<bool> {
     let current = scope.pods().get_opt(&pod.name_any()).await?;
     Ok(current.is_some_and(|p| p.uid() == pod.uid()))
