@@ -99,9 +99,10 @@ pub(crate) async fn set_prefer_no_schedule(
         });
         match patch_node(client, node, patch).await {
             Ok(_) => return Ok(()),
-            Err(Error::Call(call)) if call.refused_with(409).is_some() => {
-                last = call.refused_with(409).map(|status| status.message.clone());
-            }
+            Err(Error::Call(call)) => match call.refused_with(409) {
+                Some(status) => last = Some(status.message.clone()),
+                None => return Err(Error::Call(call)),
+            },
             Err(e) => return Err(e),
         }
     }

@@ -48,25 +48,17 @@ impl KubeStore {
                 Ok(Edit::Write(slot))
             })
             .await?;
-        let slot = if releases {
-            match &seen.held {
-                Some(lease) => {
-                    let released = status.history.last().map_or(seen.now, |h| h.at.0);
-                    self.release_lease(lease, &session.node, released).await?;
-                }
-                // Nothing to give back, but the release still counts, as in the SQLite store.
-                None => self.inner.changes.bump(1),
-            }
-            None
-        } else {
-            slot
-        };
-        // A release counted itself above (the Lease's own step from held to free); any other
-        // step that wakes waiters (one leaving the queue) counts here: one change either way,
-        // as in the SQL stores.
-        if transition.wakes() && !releases {
+        let lease = seen.held.as_ref().filter(|_| releases);
+        if let Some(lease) = lease {
+            let released = status.history.last().map_or(seen.now, |h| h.at.0);
+            self.release_lease(lease, &session.node, released).await?;
+        }
+        // A Lease given back counts itself (its step from held to free); any other step that
+        // wakes waiters counts here: one change either way, as in the SQL stores.
+        if transition.wakes() && lease.is_none() {
             self.inner.changes.bump(1);
         }
+        let slot = if releases { None } else { slot };
         let (type_, reason, note) = transition_event(&transition, &session.node);
         self.emit(&session.node, type_, reason, note);
         Ok(status::node_record(&session.node, &status, slot))
