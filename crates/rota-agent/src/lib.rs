@@ -12,9 +12,10 @@
 //! - `commands`: [`run_command`] and [`spawn_reboot`], how a node action runs a shell command
 //!   (for [`CommandActions`] and a cluster's node actions alike);
 //! - `config`: [`AgentConfig`] and the defaults that the command line shows and uses;
+//! - `crash_points`: where the tests' `ROTA_CRASH_AT` may abort the agent (feature `failpoints`);
 //! - `observer`: [`AgentObserver`], what the agent tells metrics and notifications;
 //! - `procedures`: running procedure scripts so that a run outlives the agent that started it;
-//! - `reboot_marker`: the host's record that this boot's reboot command was started;
+//! - `reboot_marker`: the host's record that this boot's reboot command ran;
 //! - `sentinel_command`: kured's `--reboot-sentinel-command` as one more sentinel file;
 //! - `error`: the crate's error type.
 
@@ -22,6 +23,7 @@ mod actions;
 mod agent;
 mod commands;
 mod config;
+mod crash_points;
 mod error;
 mod observer;
 mod procedures;

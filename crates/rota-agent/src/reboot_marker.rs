@@ -1,12 +1,14 @@
-//! The host's own record that this boot's reboot command was started: `<state-dir>/reboot-started`,
+//! The host's own record that this boot's reboot command ran to its end: `<state-dir>/reboot-started`,
 //! holding the boot id and the reboot's start as the store recorded it.
 //!
 //! The store records `rebooting` before the command starts, so that only a new boot id can
-//! prove a reboot. An agent that stops between that write and the command (killed, or its
-//! store call failed after the write had landed) would otherwise find `rebooting` with the old
-//! boot id and wait the whole reboot timeout for a reboot nobody started, then fail closed
-//! holding its slot. The marker tells the two apart: written (and synced) right before the
-//! command starts, it is missing only when the command certainly did not start.
+//! prove a reboot. An agent that stops between that write and the command's end (killed, or
+//! its store call failed after the write had landed) finds `rebooting` with the old boot id
+//! when it starts again, and must tell "the command ran, the machine is going down" from "the
+//! command never ran", or it waits the whole reboot timeout for a reboot nobody started and
+//! then fails closed holding its slot. The marker is written (and synced) only once the
+//! command has exited successfully: without it, the agent runs the command again. Running a
+//! reboot command twice in one boot is harmless; not running it at all is not.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -33,8 +35,8 @@ impl RebootMarker {
         format!("{boot_id} {started_at}\n")
     }
 
-    /// Records, durably, that the reboot the store recorded at `started_at` is being started
-    /// from boot `boot_id`.
+    /// Records, durably, that the command of the reboot the store recorded at `started_at` ran
+    /// to its end on boot `boot_id`.
     pub fn record(&self, boot_id: &str, started_at: Millis) -> Result<()> {
         let error = |what| {
             let path = self.path.clone();
@@ -49,9 +51,9 @@ impl RebootMarker {
         file.sync_all().map_err(error("syncing"))
     }
 
-    /// Whether the reboot the store recorded at `started_at` may have been started from boot
-    /// `boot_id`. No marker, or one naming another reboot (or torn by a crash while it was
-    /// written), means it certainly was not: the command starts only after the marker is synced.
+    /// Whether the command of the reboot the store recorded at `started_at` ran to its end on
+    /// boot `boot_id`. No marker, or one naming another reboot (or torn by a crash while it
+    /// was written), means it may not have: the marker is synced only after the command ended.
     pub fn started(&self, boot_id: &str, started_at: Millis) -> Result<bool> {
         match std::fs::read_to_string(&self.path) {
             Ok(text) => Ok(text == Self::line(boot_id, started_at)),

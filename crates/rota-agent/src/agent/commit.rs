@@ -6,6 +6,7 @@ use rota_store::{NodeRecord, RequestState, RetryPauses, Transition, WindowChange
 use tracing::{info, warn};
 
 use super::{Agent, Running};
+use crate::crash_points;
 use crate::error::Result;
 use crate::observer::{StoreWrite, WorkOutcome};
 
@@ -90,13 +91,8 @@ impl Agent {
         transition: Transition,
         fenced: bool,
     ) -> Result<NodeRecord> {
-        self.tell(|o| {
-            o.store_write(StoreWrite::Transition {
-                from: transition.from,
-                to: transition.to,
-                fenced,
-            })
-        });
+        let (from, to) = (transition.from, transition.to);
+        self.tell(|o| o.store_write(StoreWrite::Transition { from, to, fenced }));
         let updated = if fenced {
             self.store
                 .fenced_transition(&running.session, transition, self.config.session_ttl)
@@ -104,6 +100,7 @@ impl Agent {
         } else {
             self.store.transition(&running.session, transition).await?
         };
+        crash_points::after_write(from, to);
         Ok(updated)
     }
 

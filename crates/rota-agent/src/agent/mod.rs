@@ -224,6 +224,8 @@ impl Agent {
     /// as nobody took the node over, the next opens a new session and carries on from the
     /// stored state, as a restarted process would. A superseded session stops the agent.
     pub async fn run(self) -> Result<()> {
+        #[cfg(feature = "failpoints")]
+        crate::crash_points::arm();
         let watcher = SentinelWatcher::spawn(
             self.sentinel_paths(),
             WatcherOptions {

@@ -56,6 +56,11 @@ impl Host {
 
     /// Starts `rota agent` with logging commands; `extra` replaces or adds flags.
     pub fn agent(&self, extra: &[&str]) -> Agent {
+        self.agent_with_env(extra, &[])
+    }
+
+    /// [`Host::agent`] with `env` added to the agent's environment.
+    pub fn agent_with_env(&self, extra: &[&str], env: &[(&str, &str)]) -> Agent {
         let log = self.path("actions.log");
         let action = |name: &str| format!("echo {name} >> {}", log.display());
         let mut args: Vec<String> = vec![
@@ -88,6 +93,7 @@ impl Host {
         args.extend(extra.iter().map(|s| s.to_string()));
         let child = Command::new(ROTA)
             .args(&args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -6,6 +6,7 @@ use rota_store::{NodeRecord, RequestRecord, RequestState, now_millis};
 use tracing::info;
 
 use crate::agent::{Agent, Running, ms};
+use crate::crash_points;
 use crate::error::Result;
 
 impl Agent {
@@ -78,9 +79,7 @@ impl Agent {
         record: &NodeRecord,
     ) -> Result<()> {
         self.fence(running, record).await?;
-        if let Some(started_at) = record.reboot_started_at {
-            self.reboot_marker.record(&running.boot_id, started_at)?;
-        }
+        crash_points::reached(crash_points::BEFORE_REBOOT_COMMAND);
         info!(node = %self.config.node, "rebooting");
         self.tell(|o| o.reboot_started(record));
         match self.actions.reboot().await {

@@ -5,6 +5,7 @@ use rota_store::{NodeRecord, now_millis};
 use tracing::{info, warn};
 
 use crate::agent::{Agent, Running, instant_at, ms};
+use crate::crash_points;
 use crate::error::Result;
 
 impl Agent {
@@ -17,6 +18,17 @@ impl Agent {
         warn!(node = %self.config.node, %cause, "reboot failed; the node keeps its slot and cordon");
         let failed = Event::RebootTimedOut(Failure::new(cause.to_string(), self.config.backoff));
         self.commit(running, record, failed).await?;
+        Ok(())
+    }
+
+    /// Records on the host that the reboot command `record` recorded has run to its end, so
+    /// that an agent restarted on this boot waits for the reboot instead of starting it again.
+    fn reboot_command_ran(&self, running: &Running, record: &NodeRecord) -> Result<()> {
+        crash_points::reached(crash_points::AFTER_REBOOT_COMMAND);
+        if let Some(started_at) = record.reboot_started_at {
+            self.reboot_marker.record(&running.boot_id, started_at)?;
+        }
+        crash_points::reached(crash_points::AFTER_REBOOT_MARKER);
         Ok(())
     }
 
@@ -51,11 +63,11 @@ impl Agent {
                 warn!(
                     node = %self.config.node,
                     started_at,
-                    "the recorded reboot was never started (the agent stopped, or its store call failed, between recording it and starting it); starting it now"
+                    "the recorded reboot's command did not run to its end on this boot (the agent stopped, or its store call failed, before it had); running it now"
                 );
                 return self.start_reboot(running, record).await;
             }
-            // Never start a reboot again: a restarted agent only waits for the outcome.
+            // The command ran: a restarted agent only waits for the outcome.
             return self.wait(running, Some(instant_at(deadline)), None).await;
         };
         let exited = tokio::select! {
@@ -65,7 +77,9 @@ impl Agent {
         };
         running.reboot = None;
         match exited {
-            Ok(Ok(())) | Err(_) => Ok(()),
+            Ok(Ok(())) => self.reboot_command_ran(running, record),
+            // The command's waiter stopped with the runtime: the agent is stopping too.
+            Err(_) => Ok(()),
             Ok(Err(e)) => self.reboot_failed(running, record, &e).await,
         }
     }
