@@ -65,6 +65,9 @@ pub trait AgentObserver: Send + Sync {
     fn session(&self, _current: bool) {}
     /// Whether the agent's last store access succeeded.
     fn store_access(&self, _ok: bool) {}
+    /// A step failed on the host's files (`Some` with the cause), or one succeeded again
+    /// outside `failed` (`None`).
+    fn host_error(&self, _cause: Option<&str>) {}
     /// The node's record as read before a step, or as written by a transition.
     fn record(&self, _record: &NodeRecord) {}
     /// The node's open requests, each time the agent reads them.

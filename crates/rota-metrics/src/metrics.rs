@@ -77,6 +77,8 @@ pub struct Metrics {
     /// The state the node entered and when, as this process saw it: a transition within one
     /// state (requests joining a window) restarts the store's `since`, not the step.
     entered: Mutex<Option<(NodeState, Millis)>>,
+    /// Why the last step on the host's files failed, until one succeeds again.
+    host_error: Mutex<Option<String>>,
 }
 
 impl Metrics {
@@ -202,6 +204,7 @@ impl Metrics {
             session_current: AtomicBool::new(false),
             store_ok: AtomicBool::new(false),
             entered: Mutex::new(None),
+            host_error: Mutex::new(None),
         }
     }
 
@@ -212,23 +215,28 @@ impl Metrics {
         Ok(text)
     }
 
-    /// `Ok` when the agent has a current session and its last store access succeeded;
-    /// otherwise what is missing.
+    /// `Ok` when the agent has a current session, its last store access succeeded and its
+    /// last step on the host's files did too; otherwise what is missing.
     pub fn ready(&self) -> Result<(), String> {
-        let mut missing = String::new();
+        let mut missing = Vec::new();
         if !self.session_current.load(Ordering::Relaxed) {
-            missing.push_str("the agent has no current session");
+            missing.push("the agent has no current session".to_owned());
         }
         if !self.store_ok.load(Ordering::Relaxed) {
-            if !missing.is_empty() {
-                missing.push_str("; ");
-            }
-            missing.push_str("the agent's last store access failed or none was made yet");
+            missing.push("the agent's last store access failed or none was made yet".to_owned());
+        }
+        if let Some(cause) = self
+            .host_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            missing.push(format!("a step failed on the host's files: {cause}"));
         }
         if missing.is_empty() {
             Ok(())
         } else {
-            Err(missing)
+            Err(missing.join("; "))
         }
     }
 
@@ -257,6 +265,10 @@ impl AgentObserver for Metrics {
 
     fn store_access(&self, ok: bool) {
         self.store_ok.store(ok, Ordering::Relaxed);
+    }
+
+    fn host_error(&self, cause: Option<&str>) {
+        *self.host_error.lock().unwrap_or_else(|e| e.into_inner()) = cause.map(str::to_owned);
     }
 
     fn record(&self, record: &NodeRecord) {
@@ -408,6 +420,27 @@ mod tests {
         text.lines()
             .find(|l| l.starts_with(prefix))
             .unwrap_or_else(|| panic!("no {prefix} in {text}"))
+    }
+
+    #[test]
+    fn a_failed_step_on_the_hosts_files_makes_the_agent_unready_until_one_succeeds() {
+        let metrics = Metrics::new(NodeName::new("node-1").unwrap(), None);
+        metrics.session(true);
+        metrics.store_access(true);
+        assert_eq!(metrics.ready(), Ok(()));
+        metrics.host_error(Some(
+            "creating /host/var/99.maintenance: No such file or directory",
+        ));
+        assert_eq!(
+            metrics.ready(),
+            Err(
+                "a step failed on the host's files: creating /host/var/99.maintenance: No such \
+                 file or directory"
+                    .to_owned()
+            )
+        );
+        metrics.host_error(None);
+        assert_eq!(metrics.ready(), Ok(()));
     }
 
     #[test]

@@ -314,7 +314,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     if args.store.store == StoreLocation::Kube {
         check_cluster(&args, &cluster).await?;
     }
-    let store = crate::store::open_in(&args.store, true, &cluster).await?;
+    let store = crate::store::open_for_agent(&args.store, &cluster).await?;
     let cancel = CancellationToken::new();
     // The agent stops between steps and keeps its state.
     crate::signals::cancel_on_signals(cancel.clone())?;

@@ -7,9 +7,11 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
+use backon::Retryable as _;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use rota_store::{Store, StoreUrl};
-use rota_store_kube::{KubeStore, KubeStoreConfig};
+use rota_store_kube::{KubeError, KubeStore, KubeStoreConfig};
+use tracing::warn;
 
 use crate::cli::StoreArgs;
 
@@ -111,6 +113,32 @@ fn in_pod_without_token() -> bool {
 /// SQLite database: a wrong path would otherwise show an empty fleet instead of an error.
 pub async fn open(args: &StoreArgs, create: bool) -> Result<Arc<dyn Store>> {
     open_in(args, create, &Cluster::new(args.kubeconfig.clone())).await
+}
+
+/// The agent's store, created if it is a new SQLite file. While the store is unavailable (the
+/// API server or the database restarting, refusing connections, overloaded) it waits and tries
+/// again with the pauses of every later step, saying so in the log: an agent that exited would
+/// only be restarted by its supervisor, later, with nothing gained.
+pub async fn open_for_agent(args: &StoreArgs, cluster: &Cluster) -> Result<Arc<dyn Store>> {
+    (|| open_in(args, true, cluster))
+        .retry(rota_store::retry_pauses())
+        .when(unavailable)
+        .notify(|e, pause| {
+            warn!(error = format!("{e:#}"), pause = ?pause, "the store is unavailable; opening it again");
+        })
+        .await
+}
+
+/// Whether `e` is a store's or the API server's unavailability, under any context.
+fn unavailable(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<KubeError>()
+            .is_some_and(KubeError::is_unavailable)
+            || cause
+                .downcast_ref::<rota_store::Error>()
+                .is_some_and(rota_store::Error::is_unavailable)
+    })
 }
 
 /// [`open`], with the Kubernetes store on `cluster`'s client.

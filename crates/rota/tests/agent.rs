@@ -134,17 +134,9 @@ async fn an_agent_whose_session_expired_while_it_was_frozen_carries_on() {
     let host = Host::new();
     let mut agent = host.agent(&["--session-ttl", "1s"]);
     host.wait_for("registered", |_| true).await;
-    let pid = agent.child.id().to_string();
-    let signal = |name: &str| {
-        let status = Command::new("kill")
-            .args([name, &pid])
-            .status()
-            .expect("kill");
-        assert!(status.success(), "kill {name}");
-    };
-    signal("-STOP");
+    agent.signal("STOP");
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    signal("-CONT");
+    agent.signal("CONT");
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
         agent.child.try_wait().expect("try_wait").is_none(),

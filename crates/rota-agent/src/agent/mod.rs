@@ -61,6 +61,9 @@ struct Running {
     changes: watch::Receiver<u64>,
     /// The reboot command this incarnation started, until it exits.
     reboot: Option<RebootHandle>,
+    /// The reboot (by its recorded start) whose command this incarnation ran to its end, as
+    /// the host's marker says too unless it could not be written.
+    reboot_ran: Option<Millis>,
     /// The sentinels changed since requests were last synced with them.
     sentinels_dirty: bool,
     /// The store's change counter as of the last read of the node: a wait without a target of

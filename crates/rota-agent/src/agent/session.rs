@@ -70,6 +70,7 @@ impl Agent {
             sentinels: watcher.subscribe(),
             changes: self.store.changes(),
             reboot: None,
+            reboot_ran: None,
             sentinels_dirty: true,
             changes_at_read: 0,
             procedure_exits: runner.exited(),

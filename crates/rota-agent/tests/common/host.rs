@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rota_agent::{ActionError, Agent, AgentConfig, NodeActions, RebootHandle};
+use rota_agent::{ActionError, Agent, AgentConfig, AgentObserver, NodeActions, RebootHandle};
 use rota_core::{HistoryEvent, ProcedureSpec, Process};
 use rota_e2e::host::{self, HostDir};
 use rota_store::{
@@ -164,12 +164,24 @@ impl Host {
     /// Starts an agent with this host's configuration as `configure` changes it. Each agent
     /// opens the store anew, as an agent process would.
     pub async fn agent_with(&self, configure: impl FnOnce(&mut AgentConfig)) -> RunningAgent {
+        self.agent_observed(configure, None).await
+    }
+
+    /// [`Host::agent_with`], telling `observer` too what the agent does.
+    pub async fn agent_observed(
+        &self,
+        configure: impl FnOnce(&mut AgentConfig),
+        observer: Option<Arc<dyn AgentObserver>>,
+    ) -> RunningAgent {
         let mut config = self.config();
         configure(&mut config);
         let store: Arc<dyn Store> =
             Arc::new(SqliteStore::open(&self.db).await.expect("open store"));
         let cancel = CancellationToken::new();
-        let agent = Agent::new(config, store, self.actions.clone(), cancel.clone());
+        let mut agent = Agent::new(config, store, self.actions.clone(), cancel.clone());
+        if let Some(observer) = observer {
+            agent = agent.observe(observer);
+        }
         RunningAgent {
             cancel,
             task: Some(tokio::spawn(agent.run())),

@@ -56,10 +56,7 @@ impl PostgresStore {
             .max_connections(1)
             .connect_with(options.clone())
             .await
-            .map_err(|e| Error::Url {
-                url: location.clone(),
-                reason: format!("cannot connect: {e}"),
-            })?;
+            .map_err(|e| connect_error(&location, e))?;
         check_is_rota(&pool, &location).await?;
         MIGRATOR.run(&pool).await.map_err(|e| Error::NotRota {
             location: location.clone(),
@@ -90,6 +87,24 @@ impl PostgresStore {
     /// The database's URL, without its password.
     pub fn location(&self) -> &str {
         &self.location
+    }
+}
+
+/// Why the first connection failed: the server is unavailable (refused, restarting, out of
+/// connections), which an agent starting waits out, or the URL's database or user is wrong.
+fn connect_error(location: &str, source: sqlx::Error) -> Error {
+    let reason = format!("cannot connect: {source}");
+    let error = Error::Database {
+        context: "connecting",
+        source,
+    };
+    if error.is_unavailable() {
+        Error::Unavailable(format!("{location}: {reason}").into())
+    } else {
+        Error::Url {
+            url: location.to_string(),
+            reason,
+        }
     }
 }
 

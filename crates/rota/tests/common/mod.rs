@@ -65,8 +65,6 @@ impl Host {
         let action = |name: &str| format!("echo {name} >> {}", log.display());
         let mut args: Vec<String> = vec![
             "agent".into(),
-            "--store".into(),
-            self.store_url(),
             "--node".into(),
             self.node.to_string(),
             "--host-root".into(),
@@ -79,6 +77,7 @@ impl Host {
             "100ms".into(),
         ];
         let defaults = [
+            ("--store", self.store_url()),
             ("--drain-command", action("drain")),
             ("--uncordon-command", action("uncordon")),
             ("--reboot-command", action("reboot")),
@@ -181,10 +180,7 @@ impl Agent {
             assert!(start.elapsed() < PATIENCE, "the agent did not exit");
             std::thread::sleep(Duration::from_millis(20));
         };
-        let mut stderr = Vec::new();
-        if let Some(mut pipe) = self.child.stderr.take() {
-            std::io::Read::read_to_end(&mut pipe, &mut stderr).expect("read stderr");
-        }
+        let stderr = self.output_now().into_bytes();
         std::process::Output {
             status,
             stdout: Vec::new(),
@@ -193,12 +189,26 @@ impl Agent {
     }
 
     pub fn terminate(mut self) -> std::process::ExitStatus {
-        let pid = self.child.id().to_string();
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill -TERM");
+        self.signal("TERM");
         self.child.wait().expect("wait")
+    }
+
+    /// Sends the signal `name` (`TERM`, `STOP`, …) to the agent.
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{name}"), self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{name}");
+    }
+
+    /// What an agent that has exited wrote to stderr.
+    pub fn output_now(&mut self) -> String {
+        let mut stderr = Vec::new();
+        if let Some(mut pipe) = self.child.stderr.take() {
+            std::io::Read::read_to_end(&mut pipe, &mut stderr).expect("read stderr");
+        }
+        String::from_utf8_lossy(&stderr).into_owned()
     }
 }
 

@@ -1,7 +1,7 @@
 //! The state machine's steps: one module per state, each taking the one step its state calls
 //! for from the node's persisted record.
 
-use rota_core::NodeState;
+use rota_core::{Event, Failure, NodeState};
 use rota_store::{NodeRecord, WAKE_ALL};
 use tracing::{info, warn};
 
@@ -41,7 +41,13 @@ impl Agent {
             // The node's read may come from the store's memory (Kubernetes): only a step that
             // went through shows the store answers again.
             match self.step(running, &record).await {
-                Ok(()) => running.unavailable.reset(),
+                Ok(()) => {
+                    running.unavailable.reset();
+                    if record.state != NodeState::Failed {
+                        self.tell(|o| o.host_error(None));
+                    }
+                }
+                Err(e @ Error::HostFile { .. }) => self.host_failed(running, &record, &e).await?,
                 Err(Error::Store(e)) if e.is_unavailable() => {
                     self.pause_unavailable(running, &e).await?;
                 }
@@ -62,6 +68,29 @@ impl Agent {
             }
         }
         Ok(())
+    }
+
+    /// A step that could not read or write the host's files (a missing directory, a read-only
+    /// or full filesystem). Inside maintenance the window fails closed with that cause in
+    /// history: the node keeps its slot and cordon, as after a failed script. Elsewhere the
+    /// step is tried again after a pause. The agent stays up either way, and `/readyz` names
+    /// the cause until a step succeeds outside `failed`.
+    async fn host_failed(
+        &self,
+        running: &mut Running,
+        record: &NodeRecord,
+        error: &Error,
+    ) -> Result<()> {
+        let cause = error.to_string();
+        self.tell(|o| o.host_error(Some(&cause)));
+        if record.state == NodeState::Maintaining {
+            warn!(node = %self.config.node, cause, "a step failed on the host's files; the window fails closed");
+            let failed = Event::WorkFailed(Failure::new(cause, self.config.backoff));
+            self.commit(running, record, failed).await?;
+            return Ok(());
+        }
+        warn!(node = %self.config.node, state = %record.state, cause, "a step failed on the host's files; trying again");
+        self.pause(running).await
     }
 
     async fn step(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {

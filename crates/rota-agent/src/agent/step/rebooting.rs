@@ -1,7 +1,7 @@
 //! `rebooting`: wait for the new boot id, or fail the window when it does not come in time.
 
 use rota_core::{Event, Failure};
-use rota_store::{NodeRecord, now_millis};
+use rota_store::{Millis, NodeRecord, now_millis};
 use tracing::{info, warn};
 
 use crate::agent::{Agent, Running, instant_at, ms};
@@ -23,13 +23,29 @@ impl Agent {
 
     /// Records on the host that the reboot command `record` recorded has run to its end, so
     /// that an agent restarted on this boot waits for the reboot instead of starting it again.
-    fn reboot_command_ran(&self, running: &Running, record: &NodeRecord) -> Result<()> {
+    /// A marker that cannot be written only costs that restart a second run of the command.
+    fn reboot_command_ran(&self, running: &mut Running, record: &NodeRecord) {
         crash_points::reached(crash_points::AFTER_REBOOT_COMMAND);
-        if let Some(started_at) = record.reboot_started_at {
-            self.reboot_marker.record(&running.boot_id, started_at)?;
+        running.reboot_ran = record.reboot_started_at;
+        if let Some(started_at) = record.reboot_started_at
+            && let Err(e) = self.reboot_marker.record(&running.boot_id, started_at)
+        {
+            warn!(node = %self.config.node, error = %e, "cannot record that the reboot command ran; an agent restarted before the reboot runs it again");
         }
         crash_points::reached(crash_points::AFTER_REBOOT_MARKER);
-        Ok(())
+    }
+
+    /// Whether the command of the reboot recorded at `started_at` ran on this boot. A marker
+    /// that cannot be read counts as no marker: running the command again is harmless.
+    fn reboot_command_done(&self, running: &Running, started_at: Millis) -> bool {
+        running.reboot_ran == Some(started_at)
+            || self
+                .reboot_marker
+            .started(&running.boot_id, started_at)
+            .unwrap_or_else(|e| {
+                warn!(node = %self.config.node, error = %e, "cannot read whether the reboot command ran; running it again");
+                false
+            })
     }
 
     pub(super) async fn rebooting(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
@@ -58,7 +74,7 @@ impl Agent {
         }
         let Some(handle) = running.reboot.as_mut() else {
             if let Some(started_at) = record.reboot_started_at
-                && !self.reboot_marker.started(&running.boot_id, started_at)?
+                && !self.reboot_command_done(running, started_at)
             {
                 warn!(
                     node = %self.config.node,
@@ -77,7 +93,10 @@ impl Agent {
         };
         running.reboot = None;
         match exited {
-            Ok(Ok(())) => self.reboot_command_ran(running, record),
+            Ok(Ok(())) => {
+                self.reboot_command_ran(running, record);
+                Ok(())
+            }
             // The command's waiter stopped with the runtime: the agent is stopping too.
             Err(_) => Ok(()),
             Ok(Err(e)) => self.reboot_failed(running, record, &e).await,
