@@ -51,7 +51,8 @@ fn server_of(url: &str) -> SocketAddr {
     host_port.parse().expect("the test server's address")
 }
 
-#[tokio::test]
+// Two workers: the proxy forwards on one while the test waits for the agent on the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_started_before_its_database_waits_for_it() {
     let Some(url) = fresh_database().await else {
         return;
@@ -80,7 +81,7 @@ async fn an_agent_started_before_its_database_waits_for_it() {
     assert!(log.contains(WAITING), "{log}");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_started_before_its_api_server_waits_for_it() -> Result<()> {
     let Some((env, scope, nodes)) = kube_common::scope_with_nodes("store-start", 1).await? else {
         return Ok(());
