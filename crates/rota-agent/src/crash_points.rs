@@ -12,6 +12,11 @@ pub(crate) const AFTER_REBOOT_COMMAND: &str = "after-reboot-command";
 /// After the marker that says the reboot command ran.
 pub(crate) const AFTER_REBOOT_MARKER: &str = "after-reboot-marker";
 
+/// After a procedure's run has started (its run directory written, its script spawned).
+pub(crate) const AFTER_PROCEDURE_START: &str = "after-procedure-start";
+/// After a procedure's successful end is recorded in the store.
+pub(crate) const AFTER_PROCEDURE_RECORDED: &str = "after-procedure-recorded";
+
 /// The point right after the store write of a transition from `from` to `to` has landed:
 /// `after-write:<from>-><to>`.
 pub(crate) fn after_write(from: NodeState, to: NodeState) {

@@ -1,7 +1,8 @@
-//! `rota agent` killed at every persisted step of a reboot window: the crash points of the
-//! tests' build (`ROTA_CRASH_AT`, see `crates/rota-agent/src/crash_points.rs`) abort the process
-//! right there, as a SIGKILL would. A restarted agent must finish the window with exactly one
-//! reboot of the machine, leave the node idle, uncordoned and released, and record one
+//! `rota agent` killed at every persisted step of a reboot window and of a procedure's window:
+//! the crash points of the tests' build (`ROTA_CRASH_AT`, see
+//! `crates/rota-agent/src/crash_points.rs`) abort the process right there, as a SIGKILL would.
+//! A restarted agent must finish the window with exactly one reboot of the machine (or one run
+//! of the procedure's script), leave the node idle, uncordoned and released, and record one
 //! `finished`, whatever step the kill came after.
 
 mod common;
@@ -168,4 +169,82 @@ async fn killed_after_the_new_boot_is_recorded() {
 #[tokio::test]
 async fn killed_after_the_release() {
     killed_at("after-write:verifying->idle", Boot::Second, 1).await;
+}
+
+/// One procedure's window with the agent killed at `point`: the script, which outlives the
+/// agent that started it, runs exactly once, and the window finishes.
+async fn procedure_killed_at(point: &str) {
+    let host = Host::new();
+    let ran = host.path("ran.log");
+    let script = host.path("patch.sh");
+    std::fs::write(
+        &script,
+        format!("echo ran >> {}; sleep 0.3\n", ran.display()),
+    )
+    .expect("the script");
+    let script = script.display().to_string();
+    // The fleet's store exists before an operator submits to it.
+    host.store().await;
+    host.rota_ok(&["mop", "submit", "--name", "patch", "--script", &script]);
+    let flags = ["--procedure-poll", "100ms"];
+    assert_aborts(
+        host.agent_with_env(&flags, &[("ROTA_CRASH_AT", point)]),
+        point,
+    );
+    let agent = host.agent(&flags);
+    let record = host
+        .wait_for("idle with its window finished", |r| {
+            r.state == NodeState::Idle && r.slot.is_none() && r.last_result.is_some()
+        })
+        .await;
+    assert_eq!(
+        record.last_result.as_deref(),
+        Some("finished"),
+        "{record:?}"
+    );
+    assert!(!record.cordoned_by_rota, "left cordoned: {record:?}");
+    let patch = Process::Mop("patch".to_owned());
+    assert_eq!(
+        host.history().await,
+        [
+            (patch.clone(), HistoryEvent::Started),
+            (patch.clone(), HistoryEvent::Finished),
+            (patch, HistoryEvent::Released)
+        ],
+        "one window, its procedure finished once and its slot released once"
+    );
+    let runs = std::fs::read_to_string(&ran).expect("the script ran");
+    assert_eq!(runs.lines().count(), 1, "the script runs exactly once");
+    assert_eq!(host.count("reboot"), 0);
+    agent.kill();
+}
+
+#[tokio::test]
+async fn a_procedure_killed_after_taking_the_slot() {
+    procedure_killed_at("after-write:queued->draining").await;
+}
+
+#[tokio::test]
+async fn a_procedure_killed_after_the_drain() {
+    procedure_killed_at("after-write:draining->maintaining").await;
+}
+
+#[tokio::test]
+async fn a_procedure_killed_after_its_script_started() {
+    procedure_killed_at("after-procedure-start").await;
+}
+
+#[tokio::test]
+async fn a_procedure_killed_after_its_end_was_recorded() {
+    procedure_killed_at("after-procedure-recorded").await;
+}
+
+#[tokio::test]
+async fn a_procedure_killed_after_its_window_was_verified() {
+    procedure_killed_at("after-write:maintaining->verifying").await;
+}
+
+#[tokio::test]
+async fn a_procedure_killed_after_the_release() {
+    procedure_killed_at("after-write:verifying->idle").await;
 }

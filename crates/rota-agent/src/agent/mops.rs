@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::{Agent, Running};
+use crate::crash_points;
 use crate::error::Result;
 use crate::observer::WorkOutcome;
 use crate::procedures::{ORPHAN_POLL, RunState, attempt_run};
@@ -111,6 +112,7 @@ impl Agent {
             }
             self.prove_slot(running).await?;
             running.runner.start(run, spec, script)?;
+            crash_points::reached(crash_points::AFTER_PROCEDURE_START);
             info!(node = %self.config.node, procedure = spec.name, priority = %spec.priority, run, "procedure started");
             anything_running = true;
             started = true;
@@ -155,6 +157,7 @@ impl Agent {
                 },
             )
             .await?;
+        crash_points::reached(crash_points::AFTER_PROCEDURE_RECORDED);
         running.runner.finish(spec)?;
         info!(node = %self.config.node, procedure = spec.name, run, "procedure finished");
         self.tell(|o| o.work_ended(&request.process, WorkOutcome::Finished, None));
