@@ -176,3 +176,15 @@ async fn a_reboot_marker_that_cannot_be_written_does_not_stop_the_reboot() {
     assert_eq!(record.slot, None);
     assert_eq!(host.count("reboot"), 1);
 }
+
+/// The stale procedure markers an agent removes at start cannot be read (here the marker
+/// directory is a file): the agent starts anyway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn markers_that_cannot_be_read_at_start_do_not_stop_the_agent() {
+    let host = Host::new().await;
+    touch(&host.root("markers"));
+    let agent = host.agent_with(|c| c.marker_dir = "/markers".into()).await;
+    host.wait_for("registered", |r| r.state == NodeState::Idle)
+        .await;
+    agent.stop().await.expect("the agent started and stops cleanly");
+}

@@ -256,8 +256,17 @@ impl Agent {
             self.config.exec_prefix.clone(),
             self.config.node.as_str(),
         );
-        for stale in runner.clean_stale_markers()? {
-            info!(node = %self.config.node, marker = %stale.display(), "removed a stale procedure marker");
+        // A marker left behind only misleads host scripts; the agent's work goes on without
+        // the cleaning, and a step that needs those files fails its own window.
+        match runner.clean_stale_markers() {
+            Ok(stale) => {
+                for stale in stale {
+                    info!(node = %self.config.node, marker = %stale.display(), "removed a stale procedure marker");
+                }
+            }
+            Err(e) => {
+                warn!(node = %self.config.node, error = %e, "cannot clean stale procedure markers");
+            }
         }
         let result = loop {
             let Some(session) = self.open_session().await? else {
