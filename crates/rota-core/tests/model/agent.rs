@@ -34,6 +34,15 @@ pub enum RebootProtocol {
     MarkerAfterCommand,
 }
 
+/// A rule of rota's broken on purpose, for the tests that show a property catching it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flaw {
+    /// The slot read free is written without the compare-and-swap.
+    BlindSlotWrite,
+    /// The reboot command runs before `rebooting` and the boot id are recorded.
+    SpawnBeforeRecord,
+}
+
 /// Where an agent is within its state's handler: all it holds in memory, lost when it crashes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Pc {
@@ -55,12 +64,14 @@ pub enum Pc {
     Waiting,
     /// verifying: uncordoned; next, the write of `healthy`.
     Uncordoned,
+    /// maintaining, [`Flaw::SpawnBeforeRecord`]: the command runs; next, `reboot_started`.
+    SpawnedUnrecorded,
 }
 
 impl Pc {
     /// Whether a reboot command runs as this agent's child.
     pub fn child_running(self) -> bool {
-        self == Pc::Running
+        matches!(self, Pc::Running | Pc::SpawnedUnrecorded)
     }
 }
 
@@ -124,6 +135,7 @@ pub fn timed_out() -> Event {
 /// `--reboot-timeout`. Otherwise every started reboot could time out, a failure by design.
 pub fn next(
     protocol: RebootProtocol,
+    flaw: Option<Flaw>,
     store: &Store,
     host: &Host,
     agent: &Agent,
@@ -145,6 +157,7 @@ pub fn next(
             })),
             NodeState::Queued => store.free_slot().map(Does::ReadSlot),
             NodeState::Draining => fence(Does::Cordon),
+            NodeState::Maintaining if flaw == Some(Flaw::SpawnBeforeRecord) => fence(Does::Spawn),
             NodeState::Maintaining => fence(Does::Commit(Event::RebootStarted)),
             NodeState::Rebooting if record.boot_id != Some(host.boot) => {
                 fence(Does::Commit(Event::BootChanged))
@@ -174,5 +187,6 @@ pub fn next(
         Pc::Exited => Some(Does::WriteMarker),
         Pc::Waiting => (!host.reboot_due).then(|| Does::Commit(timed_out())),
         Pc::Uncordoned => Some(Does::Commit(Event::Healthy)),
+        Pc::SpawnedUnrecorded => Some(Does::Commit(Event::RebootStarted)),
     }
 }

@@ -16,23 +16,27 @@ mod properties;
 mod store;
 mod system;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
 use rota_core::NodeState;
-use stateright::{Checker, Model, Path};
+use stateright::{Checker, HasDiscoveries, Model, Path};
 
-use agent::{Does, RebootProtocol};
+use agent::{Does, Flaw, RebootProtocol};
 use properties::{AT_MOST_K, FINISHES, HOLDS_SLOT, ONE_REBOOT, PROGRESS};
 use system::{Action, Rota, State};
 
 type Discoveries = HashMap<&'static str, Path<State, Action>>;
 
-/// Explores every state of `model`, printing how many.
-fn check(model: Rota) -> Discoveries {
+/// Explores every state of `model` (or until `target` is found), printing how many.
+fn check(model: Rota, target: Option<&'static str>) -> Discoveries {
     let name = model.to_string();
     let started = Instant::now();
-    let checker = model.checker().spawn_bfs().join();
+    let mut checker = model.checker();
+    if let Some(target) = target {
+        checker = checker.finish_when(HasDiscoveries::AnyOf(BTreeSet::from([target])));
+    }
+    let checker = checker.spawn_bfs().join();
     eprintln!(
         "{name}: {} states explored ({} generated, depth {}) in {:.1?}",
         checker.unique_state_count(),
@@ -77,19 +81,19 @@ const ALL: [&str; 5] = [AT_MOST_K, HOLDS_SLOT, ONE_REBOOT, FINISHES, PROGRESS];
 
 #[test]
 fn the_marker_after_the_command_keeps_every_property() {
-    let discoveries = check(Rota::new(3, 2, RebootProtocol::MarkerAfterCommand));
+    let discoveries = check(Rota::new(3, 2, RebootProtocol::MarkerAfterCommand), None);
     assert_none(&discoveries, &ALL);
 }
 
 #[test]
 fn the_marker_after_the_command_keeps_every_property_with_one_slot() {
-    let discoveries = check(Rota::new(3, 1, RebootProtocol::MarkerAfterCommand));
+    let discoveries = check(Rota::new(3, 1, RebootProtocol::MarkerAfterCommand), None);
     assert_none(&discoveries, &ALL);
 }
 
 #[test]
 fn the_marker_before_the_spawn_strands_a_node_whose_agent_dies_between_them() {
-    let discoveries = check(Rota::new(3, 2, RebootProtocol::MarkerBeforeSpawn));
+    let discoveries = check(Rota::new(3, 2, RebootProtocol::MarkerBeforeSpawn), None);
     let path = counterexample(&discoveries, FINISHES);
     assert_none(&discoveries, &[AT_MOST_K, HOLDS_SLOT, ONE_REBOOT, PROGRESS]);
     // The node failed closed on its first boot, holding its slot, its marker saying that the
@@ -129,4 +133,17 @@ fn the_marker_before_the_spawn_strands_a_node_whose_agent_dies_between_them() {
         ),
         "{steps:?}"
     );
+}
+
+#[test]
+fn a_slot_written_without_compare_and_swap_lets_one_node_too_many_out() {
+    let model = Rota::new(3, 2, RebootProtocol::MarkerAfterCommand).with_flaw(Flaw::BlindSlotWrite);
+    counterexample(&check(model, Some(AT_MOST_K)), AT_MOST_K);
+}
+
+#[test]
+fn a_reboot_started_before_it_is_recorded_reboots_twice() {
+    let model =
+        Rota::new(3, 2, RebootProtocol::MarkerAfterCommand).with_flaw(Flaw::SpawnBeforeRecord);
+    counterexample(&check(model, Some(ONE_REBOOT)), ONE_REBOOT);
 }

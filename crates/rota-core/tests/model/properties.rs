@@ -93,7 +93,7 @@ fn rank(state: &State) -> (u32, u32, u32) {
         rank.2 += match agent.pc {
             Pc::Claim(slot) if state.store.slots[usize::from(slot)].is_some() => 0,
             Pc::Top => 1,
-            Pc::Claim(_) | Pc::Cordoned | Pc::Marked | Pc::Uncordoned => 2,
+            Pc::Claim(_) | Pc::Cordoned | Pc::Marked | Pc::Uncordoned | Pc::SpawnedUnrecorded => 2,
             Pc::Running => 3,
             Pc::Exited | Pc::Waiting => 4,
         } + 10 * u32::from(host.marked())

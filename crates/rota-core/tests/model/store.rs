@@ -85,6 +85,12 @@ impl Store {
         }
     }
 
+    /// [`Flaw::BlindSlotWrite`](crate::system::Flaw::BlindSlotWrite): the slot read free is
+    /// written without the comparison.
+    pub fn overwrite_slot(&mut self, slot: u8, node: u8) {
+        self.slots[usize::from(slot)] = Some(node);
+    }
+
     /// Writes `step`, the step the core decided, as `update_node` and `apply_window` do
     /// (`crates/rota-store/src/sqlite/writes/windows.rs`): the record's lifecycle, the window
     /// change on its request, the slot given back when the change releases it, then what the

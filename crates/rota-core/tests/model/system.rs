@@ -3,10 +3,10 @@
 
 use std::fmt;
 
-use rota_core::Event;
+use rota_core::{Event, NodeState};
 use stateright::{Model, Property};
 
-use crate::agent::{self, Agent, Does, Pc, RebootProtocol};
+use crate::agent::{self, Agent, Does, Flaw, Pc, RebootProtocol};
 use crate::host::Host;
 use crate::properties;
 use crate::store::{Store, With};
@@ -21,6 +21,7 @@ pub struct Rota {
     /// How often each agent may crash in one run.
     pub crashes: u8,
     pub protocol: RebootProtocol,
+    pub flaw: Option<Flaw>,
 }
 
 impl Rota {
@@ -32,6 +33,14 @@ impl Rota {
             slots,
             crashes: 2,
             protocol,
+            flaw: None,
+        }
+    }
+
+    pub fn with_flaw(self, flaw: Flaw) -> Rota {
+        Rota {
+            flaw: Some(flaw),
+            ..self
         }
     }
 
@@ -59,11 +68,19 @@ impl Rota {
                     _ => With::Nothing,
                 };
                 state.store.transition(node, &step, with);
-                Pc::Top
+                if agent.pc == Pc::SpawnedUnrecorded {
+                    Pc::Running
+                } else {
+                    Pc::Top
+                }
             }
             Does::ReadSlot(slot) => Pc::Claim(slot),
             Does::TakeSlot(slot) => {
-                state.store.take_slot(slot, node);
+                if self.flaw == Some(Flaw::BlindSlotWrite) {
+                    state.store.overwrite_slot(slot, node);
+                } else {
+                    state.store.take_slot(slot, node);
+                }
                 // Taken or not, the next step reads the slots again (`Acquire::Granted` for a
                 // slot the node holds).
                 Pc::Top
@@ -82,6 +99,9 @@ impl Rota {
                     RebootProtocol::MarkerBeforeSpawn => Pc::Marked,
                     RebootProtocol::MarkerAfterCommand => Pc::Top,
                 }
+            }
+            Does::Spawn if state.store.record(node).lifecycle.state == NodeState::Maintaining => {
+                Pc::SpawnedUnrecorded
             }
             Does::Spawn => Pc::Running,
             Does::CommandExits => {
@@ -102,7 +122,11 @@ impl fmt::Display for Rota {
             f,
             "N={} K={} crashes={} {:?}",
             self.nodes, self.slots, self.crashes, self.protocol
-        )
+        )?;
+        match self.flaw {
+            Some(flaw) => write!(f, " with {flaw:?}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -168,7 +192,9 @@ impl Model for Rota {
         for node in 0..self.nodes {
             let n = usize::from(node);
             let (host, agent) = (&state.hosts[n], &state.agents[n]);
-            if let Some(does) = agent::next(self.protocol, &state.store, host, agent, node) {
+            if let Some(does) =
+                agent::next(self.protocol, self.flaw, &state.store, host, agent, node)
+            {
                 actions.push(Action::Agent(node, does));
             }
             // A crash between two handlers loses nothing: the restarted agent reads the same
