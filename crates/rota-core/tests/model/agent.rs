@@ -8,8 +8,8 @@
 //! |---|---|---|
 //! | idle | commit `requested` with the sentinel's request | `step/idle.rs` |
 //! | queued | read the lowest free slot; compare-and-swap it; commit `slot_acquired` (a slot already held is re-adopted) | `step/queued.rs` |
-//! | draining | fence; cordon; commit `drained` | `step/draining.rs` |
-//! | maintaining | fence; commit `reboot_started` with the boot id | `step/maintaining.rs` |
+//! | draining | fence; cordon (the drain's first step: its evictions change nothing the model keeps); commit `drained` | `step/draining.rs` |
+//! | maintaining | fence; commit `reboot_started` with the boot id (the agent goes on to `start_reboot` at once; the model reads `rebooting` first, and takes the same step) | `step/maintaining.rs` |
 //! | rebooting | new boot id: fence, commit `boot_changed`. Else without a marker of this boot: fence, then the reboot's steps of [`RebootProtocol`]. Else wait for the deadline, then commit `reboot_timed_out` | `step/rebooting.rs`, `start_reboot` in `step/maintaining.rs` |
 //! | verifying | fence; uncordon; commit `healthy` (it gives the slot back) | `step/verifying.rs`, `uncordon` in `commit.rs` |
 //! | failed | nothing: an operator's turn | `step/mod.rs` |
