@@ -186,5 +186,8 @@ async fn markers_that_cannot_be_read_at_start_do_not_stop_the_agent() {
     let agent = host.agent_with(|c| c.marker_dir = "/markers".into()).await;
     host.wait_for("registered", |r| r.state == NodeState::Idle)
         .await;
-    agent.stop().await.expect("the agent started and stops cleanly");
+    agent
+        .stop()
+        .await
+        .expect("the agent started and stops cleanly");
 }

@@ -71,13 +71,12 @@ impl Host {
             self.path("root").display().to_string(),
             "--boot-id-file".into(),
             self.path("boot_id").display().to_string(),
-            "--concurrency".into(),
-            "1".into(),
             "--health-interval".into(),
             "100ms".into(),
         ];
         let defaults = [
             ("--store", self.store_url()),
+            ("--concurrency", "1".into()),
             ("--drain-command", action("drain")),
             ("--uncordon-command", action("uncordon")),
             ("--reboot-command", action("reboot")),
