@@ -158,7 +158,9 @@ pub enum Event {
         /// When the node may first take a slot.
         eligible_at: Millis,
     },
-    /// Requests that arrived while the node holds its slot join the open window.
+    /// Requests that arrived while the node drains or maintains join the open window. Later
+    /// (rebooting, verifying, failed) the window's work is done or stopped: a request joined
+    /// there would be marked done by the health check without having run.
     Joined,
     /// The last request was withdrawn while queued.
     Canceled {
@@ -365,7 +367,7 @@ impl Lifecycle {
                     queued_at: Some(*eligible_at),
                 },
             ),
-            (state, Event::Joined) if state.holds_slot() => this.step(this, W::Join),
+            (S::Draining | S::Maintaining, Event::Joined) => this.step(this, W::Join),
             (S::Queued, Event::Canceled { granted: true }) => this.release(
                 S::Idle,
                 W::Cancel {
@@ -460,7 +462,7 @@ mod tests {
                     queued_at: Some(*eligible_at),
                 },
             )),
-            (_, Event::Joined) if held => Some((state, false, W::Join)),
+            (S::Draining | S::Maintaining, Event::Joined) => Some((state, false, W::Join)),
             (S::Queued, Event::Canceled { granted: false }) => {
                 Some((S::Idle, false, W::Queue { queued_at: None }))
             }
