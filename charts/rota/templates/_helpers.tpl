@@ -7,6 +7,11 @@
 {{- printf "%s-agent" .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- end }}
 
+{{/* The ValidatingAdmissionPolicy (and its binding) that scopes each agent to its node. */}}
+{{- define "rota.authorityPolicy" -}}
+{{- printf "%s-node-scoped" (include "rota.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end }}
+
 {{- define "rota.selectorLabels" -}}
 app.kubernetes.io/name: rota
 app.kubernetes.io/instance: {{ .Release.Name }}

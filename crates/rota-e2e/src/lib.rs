@@ -7,7 +7,8 @@
 //! database of its own on a throwaway PostgreSQL. [`proxy`] stands between a test and one of
 //! those servers, to cut it off as an outage would, and [`disrupt`] times such disruptions by
 //! a rollout's progress. [`real_node`] is the control plane with a real kubelet node, where
-//! rota's image and chart are installed as users install them. Without Kubernetes, [`host`] is
+//! rota's image and chart are installed as users install them; [`tokens`] gives a test the
+//! token of a pod, as the kubelet mounts it. Without Kubernetes, [`host`] is
 //! one simulated host on this machine with a SQLite store, for the agent's tests in-process and
 //! as a process.
 
@@ -18,3 +19,4 @@ pub mod postgres;
 pub mod proxy;
 pub mod real_node;
 pub mod testenv;
+pub mod tokens;

@@ -159,7 +159,12 @@ impl TestEnv {
     /// A client acting as the existing service account `namespace/name`, with a token for an
     /// hour that `admin` asks for (kube's retry off, as for [`TestEnv::client`]).
     pub async fn client_as(&self, admin: &Client, namespace: &str, name: &str) -> Result<Client> {
-        let token = token_for(admin, namespace, name).await?;
+        self.client_with_token(&token_for(admin, namespace, name).await?)
+            .await
+    }
+
+    /// A client that presents `token` (kube's retry off, as for [`TestEnv::client`]).
+    pub async fn client_with_token(&self, token: &str) -> Result<Client> {
         let mut config = self.config().await?;
         config.auth_info = serde_json::from_value(serde_json::json!({ "token": token }))?;
         Client::try_from(config).context("building the Kubernetes client")
@@ -175,6 +180,11 @@ impl TestEnv {
         path: &Path,
     ) -> Result<()> {
         let token = token_for(admin, namespace, name).await?;
+        self.write_kubeconfig_with_token(&token, path)
+    }
+
+    /// Writes to `path` a kubeconfig for this control plane that presents `token`.
+    pub fn write_kubeconfig_with_token(&self, token: &str, path: &Path) -> Result<()> {
         let mut kubeconfig = Kubeconfig::read_from(&self.kubeconfig)
             .with_context(|| format!("reading {}", self.kubeconfig.display()))?;
         for user in &mut kubeconfig.auth_infos {

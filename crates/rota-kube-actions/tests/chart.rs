@@ -1,6 +1,7 @@
 //! The Helm chart `charts/rota`, applied to the real control plane of testenv/ with the helm and
-//! kubectl that `testenv/build` builds: its objects exist, its RBAC is enough for a drain and no
-//! more, and bad values fail `helm template` with a message that names them.
+//! kubectl that `testenv/build` builds: its objects exist, its RBAC (under its node-scoped
+//! policy) is enough for a drain and no more, and bad values fail `helm template` with a
+//! message that names them.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -8,6 +9,9 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
@@ -123,6 +127,13 @@ async fn the_chart_applies_and_its_rbac_is_enough_to_drain_and_no_more() -> Resu
     Api::<RoleBinding>::namespaced(admin.clone(), &namespace)
         .get(&fullname)
         .await?;
+    let policy = format!("{fullname}-node-scoped");
+    Api::<ValidatingAdmissionPolicy>::all(admin.clone())
+        .get(&policy)
+        .await?;
+    Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone())
+        .get(&policy)
+        .await?;
     let daemonset = Api::<DaemonSet>::namespaced(admin.clone(), &namespace)
         .get(&fullname)
         .await
@@ -210,7 +221,10 @@ async fn the_chart_applies_and_its_rbac_is_enough_to_drain_and_no_more() -> Resu
     // Acting as the chart's service account: a whole drain and uncordon work...
     scope.create_deployment("api", 1, None).await?;
     let workload = running_pod(&scope.pods(), "app=api").await?;
-    let agent_client = env.client_as(&admin, &namespace, "rota-agent").await?;
+    // The token the kubelet mounts into the agent's pod, bound to it: the chart's node-scoped
+    // policy lets only such a token, naming the node, write the node's objects.
+    let token = rota_e2e::tokens::pod_token(&admin, &agent).await?;
+    let agent_client = env.client_with_token(&token).await?;
     // ...the agent's start-up check finds every permission it looks for...
     let wanted = rota_store_kube::permissions::agent_permissions(&namespace, true);
     let missing = rota_store_kube::permissions::missing(&agent_client, &wanted).await?;
@@ -430,6 +444,10 @@ fn bad_values_fail_helm_template_with_a_clear_message() -> Result<()> {
         (
             "agent.rebootSentinelCommandInterval=300",
             "at '/agent/rebootSentinelCommandInterval': got number, want string",
+        ),
+        (
+            "authority.nodeScoped=\"yes\"",
+            "at '/authority/nodeScoped': got string, want boolean",
         ),
     ];
     for (set, expected) in cases {

@@ -224,9 +224,13 @@ async fn the_agents_rbac_reads_procedures_and_writes_only_their_status() {
     let admin = scope.client();
     let release = scope.id();
     let namespace = format!("{}-sys", scope.id());
+    // This store plays an agent from outside any pod, with a token bound to no node, which
+    // the chart's node-scoped policy lets write no RotaNode: this test is about the RBAC alone
+    // (the policy's are in crates/rota/tests/kube_authority.rs).
     let sets = [
         format!("namespace.name={}", json!(namespace)),
         format!("nodeSelector={}", json!(scope.labels())),
+        "authority.nodeScoped=false".to_string(),
     ];
     let rendered = helm_template_of("rota", release, &sets);
     assert!(

@@ -1,6 +1,7 @@
 //! What the end-to-end tests of Kubernetes mode share: the control plane, a fleet of real
 //! `rota agent` processes on kwok nodes, waiting with the agents' logs at hand, and what the
-//! agents' tests check and set up: the nodes' history, their state, budgets and pods.
+//! agents' tests check and set up: the nodes' history, their state, budgets and pods; and the
+//! chart, applied as users apply it (`chart`).
 #![allow(
     dead_code,
     reason = "each test binary uses its own part of the helpers"
@@ -21,6 +22,8 @@ use rota_e2e::fleet::{Fleet, FleetOptions};
 use rota_e2e::testenv::{self, Scope, TestEnv, app_labels};
 use rota_store::{HistoryEntry, HistoryFilter, NodeRecord, ReadStore};
 use rota_store_kube::KubeStore;
+
+pub mod chart;
 
 pub const ROTA: &str = env!("CARGO_BIN_EXE_rota");
 /// How long any one thing may take to happen. Generous: the machine is small and shared.
