@@ -449,6 +449,14 @@ fn bad_values_fail_helm_template_with_a_clear_message() -> Result<()> {
             "authority.nodeScoped=\"yes\"",
             "at '/authority/nodeScoped': got string, want boolean",
         ),
+        (
+            "rbac.operators=[{\"kind\":\"ServiceAccount\",\"name\":\"ops\"}]",
+            "at '/rbac/operators/0': missing property 'namespace'",
+        ),
+        (
+            "rbac.viewers=[{\"kind\":\"Robot\",\"name\":\"x\"}]",
+            "at '/rbac/viewers/0/kind': value must be one of 'User', 'Group', 'ServiceAccount'",
+        ),
     ];
     for (set, expected) in cases {
         let out = helm_template("rota", &[set.to_string()])?;

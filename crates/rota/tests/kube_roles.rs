@@ -1,0 +1,178 @@
+//! The chart's roles for people (README "Roles for operators"), `<release>-viewer` and
+//! `<release>-operator`, bound through `rbac.viewers` and `rbac.operators`, on the real API
+//! server of `testenv/`: the real `rota` binary run as a viewer shows the fleet and its history
+//! but may not ask for maintenance or pause the fleet (403); run as an operator it may, and
+//! says nothing it could not do on the way.
+
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, ensure};
+use kube::Api;
+use rota_core::{NodeName, Process};
+use rota_e2e::testenv::wait_for;
+use rota_store::{AgentStore, ReadStore};
+use rota_store_kube::permissions::{Permission, missing};
+use rota_store_kube::{KubeStore, KubeStoreConfig, RotaNode};
+use serde_json::json;
+
+mod kube_common;
+
+use kube_common::chart::Chart;
+use kube_common::{PATIENCE, ROTA, scope_with_nodes};
+
+/// Runs `rota <args> --store kube` with `kubeconfig` against `namespace`, until it stops.
+async fn rota(kubeconfig: &Path, namespace: &str, args: &[&str]) -> Result<Output> {
+    let run = tokio::process::Command::new(ROTA)
+        .args(args)
+        .args(["--store", "kube", "--namespace", namespace])
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .env_remove("RUST_LOG")
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(PATIENCE, run)
+        .await
+        .context("rota did not stop")?
+        .context("running rota")
+}
+
+/// `rota <args>`'s stdout; fails unless it succeeded without a word on stderr (a warning
+/// there is something the role lacks, such as the wake of the agents).
+async fn allowed(kubeconfig: &Path, namespace: &str, args: &[&str]) -> Result<String> {
+    let out = rota(kubeconfig, namespace, args).await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        out.status.success() && stderr.trim().is_empty(),
+        "rota {args:?} ({}): {stderr}",
+        out.status
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Fails unless `rota <args>` failed for want of the permission to `verb` `resource`.
+async fn forbidden(
+    kubeconfig: &Path,
+    namespace: &str,
+    args: &[&str],
+    verb: &str,
+    resource: &str,
+) -> Result<()> {
+    let out = rota(kubeconfig, namespace, args).await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let cannot = format!("cannot {verb} {resource}");
+    ensure!(
+        !out.status.success() && stderr.contains(&cannot) && stderr.contains("forbidden"),
+        "rota {args:?} was not refused the {cannot} ({}): {stderr}",
+        out.status
+    );
+    Ok(())
+}
+
+/// One verb on a resource of rota's group, cluster-wide.
+fn on_rota_nodes(verb: &'static str) -> Permission {
+    Permission {
+        verb,
+        group: "rota.dev",
+        resource: "rotanodes",
+        subresource: None,
+        namespace: None,
+    }
+}
+
+#[tokio::test]
+async fn a_viewer_sees_the_fleet_and_an_operator_may_also_ask_for_maintenance() -> Result<()> {
+    let Some((env, scope, nodes)) = scope_with_nodes("roles", 1).await? else {
+        return Ok(());
+    };
+    let node = NodeName::new(&nodes[0])?;
+    let people = ["viewer", "operator"];
+    let subject = |name: &str| json!([{ "kind": "ServiceAccount", "name": name, "namespace": scope.namespace() }]);
+    let values =
+        json!({ "rbac": { "viewers": subject(people[0]), "operators": subject(people[1]) } });
+    let chart = Chart::install(env, &scope, values).await?;
+    let namespace = chart.namespace();
+    // The node's agent has opened its session: its RotaNode is there (written by the admin
+    // here, as an agent's store writes it). The checks read with a store of their own, which
+    // holds no session and so always asks the API server.
+    let store = || {
+        KubeStore::connect(
+            scope.client(),
+            KubeStoreConfig {
+                namespace: namespace.into(),
+                ..KubeStoreConfig::default()
+            },
+        )
+    };
+    store()
+        .await?
+        .open_session(&node, Duration::from_secs(600))
+        .await?;
+    let store = store().await?;
+    let dir = tempfile::tempdir()?;
+    let mut kubeconfigs = Vec::new();
+    for (person, may) in people.into_iter().zip(["list", "update"]) {
+        let client = scope.service_account_client(env, person).await?;
+        // RBAC takes a moment to see new bindings.
+        wait_for(&format!("the {person}'s binding"), PATIENCE, || async {
+            Ok(missing(&client, &[on_rota_nodes(may)])
+                .await?
+                .is_empty()
+                .then_some(()))
+        })
+        .await?;
+        let path = dir.path().join(person);
+        env.write_kubeconfig_as(&scope.client(), scope.namespace(), person, &path)
+            .await?;
+        kubeconfigs.push(path);
+    }
+    let (viewer, operator) = (&kubeconfigs[0], &kubeconfigs[1]);
+
+    // The viewer sees the fleet and its history...
+    let status = allowed(viewer, namespace, &["status"]).await?;
+    ensure!(status.contains(node.as_str()), "{status}");
+    allowed(viewer, namespace, &["history"]).await?;
+    allowed(viewer, namespace, &["mop", "list"]).await?;
+    // ...but may not ask for maintenance, nor pause the fleet.
+    let request = ["request", node.as_str(), "--reboot"];
+    forbidden(viewer, namespace, &request, "update", "rotanodes.rota.dev").await?;
+    ensure!(
+        store.open_requests(&node).await?.is_empty(),
+        "the viewer's request was recorded"
+    );
+    let pause = ["pause", "--reason", "a viewer's pause"];
+    forbidden(viewer, namespace, &pause, "write", "configmaps").await?;
+
+    // The operator sees the fleet, asks for a reboot, and pauses and resumes the fleet.
+    allowed(operator, namespace, &["status"]).await?;
+    allowed(operator, namespace, &request).await?;
+    let open = store.open_requests(&node).await?;
+    ensure!(
+        open.iter().any(|r| r.process == Process::Reboot),
+        "no reboot request: {open:?}"
+    );
+    allowed(
+        operator,
+        namespace,
+        &["pause", "--reason", "an operator's pause"],
+    )
+    .await?;
+    // The store sees rota-config through its watch, a moment after the write.
+    wait_for("the pause", PATIENCE, || async {
+        Ok(store.paused().await?.map(drop))
+    })
+    .await?;
+    allowed(operator, namespace, &["resume"]).await?;
+    wait_for("the resume", PATIENCE, || async {
+        Ok(store.paused().await?.is_none().then_some(()))
+    })
+    .await?;
+    allowed(operator, namespace, &["cancel", node.as_str(), "--reboot"]).await?;
+
+    Api::<RotaNode>::all(scope.client())
+        .delete(node.as_str(), &Default::default())
+        .await?;
+    chart.uninstall()?;
+    scope.cleanup().await
+}
