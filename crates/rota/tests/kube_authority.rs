@@ -1,8 +1,9 @@
 //! Node-scoped authority (README "Node-scoped authority"): the chart's ValidatingAdmissionPolicy
 //! on the real API server of `testenv/`. With a token bound to the agent's pod on node A (the
 //! one the kubelet mounts), A's agent may change A's Node, A's RotaNode and take or give back
-//! Leases for A, and nothing of node B's; a token of the same service account that is bound to
-//! no pod may write none of them; every refusal names the policy. And a real `rota agent` with
+//! Leases for A, and nothing of node B's, and in `rota-config` only pause the fleet; a token of
+//! the same service account that is bound to no pod may write none of them; every refusal
+//! names the policy. And a real `rota agent` with
 //! its pod's token goes through a whole window (session, slot, cordon with labels and a taint,
 //! drain, reboot, uncordon, release) without one refusal, after waiting for the garbage
 //! collector to free the slot of a deleted Node, which it may not free itself.
@@ -12,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt as _};
@@ -103,13 +104,37 @@ fn rota_node(name: &str, node: &str) -> RotaNode {
     }
 }
 
+fn config_map(name: &str, data: &[(&str, &str)]) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        data: Some(
+            data.iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        ),
+        ..ConfigMap::default()
+    }
+}
+
+/// `map` as read, with `key` set to `value` (as the store's write of one key does).
+fn with_data(mut map: ConfigMap, key: &str, value: &str) -> ConfigMap {
+    map.data
+        .get_or_insert_with(Default::default)
+        .insert(key.into(), value.into());
+    map
+}
+
 fn cordon(on: bool) -> Patch<Value> {
     Patch::Merge(json!({ "spec": { "unschedulable": on } }))
 }
 
-/// Node A's agent may cordon, label and taint A, write A's RotaNode, and take, give back and
-/// take again a free slot; it may not cordon B, write B's RotaNode, or give back, take over,
-/// delete or take for B a slot; a token bound to no pod may write none of it; the admin may.
+/// Node A's agent may cordon, label and taint A, write A's RotaNode, take, give back and take
+/// again a free slot, and pause the fleet; it may not cordon B, write B's RotaNode, give back,
+/// take over, delete or take for B a slot, or change the fleet's other settings; a token bound
+/// to no pod may write none of it; the admin may.
 #[tokio::test]
 async fn an_agent_may_change_only_its_own_nodes_objects_and_each_refusal_names_the_policy()
 -> Result<()> {
@@ -249,6 +274,52 @@ async fn an_agent_may_change_only_its_own_nodes_objects_and_each_refusal_names_t
         still.spec.and_then(|s| s.holder_identity).as_deref() == Some(b),
         "B lost its slot"
     );
+
+    // rota-config: the agent pauses the fleet and takes a node tag from the counter...
+    let maps_as_a: Api<ConfigMap> = Api::namespaced(agent.clone(), chart.namespace());
+    let settings = maps_as_a
+        .create(&post, &config_map("rota-config", &[("paused", "budget")]))
+        .await
+        .context("A's agent pausing the fleet")?;
+    let settings = maps_as_a
+        .replace(
+            "rota-config",
+            &post,
+            &with_data(settings, "nextNodeTag", "1"),
+        )
+        .await
+        .context("A's agent taking a node tag")?;
+    // ...but sets no concurrency the chart did not give it, lifts no pause, touches no other
+    // ConfigMap.
+    let own_settings = "may only pause the fleet, set the concurrency (agent.concurrency is \
+                        not set) and take a node tag in rota-config, and write no other \
+                        ConfigMap; refused";
+    for (what, key, value) in [
+        ("raising the concurrency", "concurrency", "100"),
+        ("lifting the pause", "paused", ""),
+        ("starting a new rollout", "resumedAt", "1"),
+    ] {
+        refused(
+            what,
+            maps_as_a
+                .replace(
+                    "rota-config",
+                    &post,
+                    &with_data(settings.clone(), key, value),
+                )
+                .await,
+            &policy,
+            &format!("{own_settings}: UPDATE of ConfigMap rota-config"),
+        )?;
+    }
+    refused(
+        "writing a script",
+        maps_as_a
+            .create(&post, &config_map("scripts", &[("run.sh", "reboot")]))
+            .await,
+        &policy,
+        &format!("{own_settings}: CREATE of ConfigMap scripts"),
+    )?;
 
     // A token of the same service account bound to no pod names no node: it may read, and
     // write none of them.
@@ -425,7 +496,8 @@ async fn a_real_agent_with_its_pods_token_goes_through_a_whole_window_under_the_
         return Ok(());
     };
     let node = nodes[0].as_str();
-    let chart = Chart::install(env, &scope, json!({})).await?;
+    // The concurrency the agent sets, as the chart's DaemonSet would pass it.
+    let chart = Chart::install(env, &scope, json!({ "agent": { "concurrency": 1 } })).await?;
     let admin = scope.client();
     let pod = chart.agent_pod_on(&admin, node).await?;
     let token = pod_token(&admin, &pod).await?;
@@ -539,6 +611,10 @@ async fn a_real_agent_with_its_pods_token_goes_through_a_whole_window_under_the_
         HistoryEvent::Finished,
     );
     ensure!(finished == 1, "{finished} finished reboots");
+    ensure!(
+        store.concurrency().await? == Some(1),
+        "the agent did not set its concurrency"
+    );
     ensure!(!unschedulable(&scope, node).await?, "left cordoned");
     let (taints, label) = marks(&scope, node).await?;
     ensure!(
