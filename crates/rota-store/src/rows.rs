@@ -71,6 +71,21 @@ pub(crate) fn slot_index(value: Option<i64>) -> Option<u32> {
     value.and_then(|v| u32::try_from(v).ok())
 }
 
+/// A slot number as a record shows it: one that no slot can have (a hand edit, another
+/// program's write) is refused by name, not read as another slot or as none.
+fn stored_slot(column: &'static str, value: i64) -> Result<u32> {
+    u32::try_from(value).map_err(|_| Error::Corrupt {
+        column,
+        value: value.to_string(),
+        reason: format!("expected a slot number from 0 to {}", u32::MAX),
+    })
+}
+
+/// A slot number that may be absent (no slot held), as [`stored_slot`] reads it.
+fn stored_slot_if_any(column: &'static str, value: Option<i64>) -> Result<Option<u32>> {
+    value.map(|v| stored_slot(column, v)).transpose()
+}
+
 pub(crate) fn getter(context: &'static str) -> impl Fn(sqlx::Error) -> Error {
     move |source| Error::Database { context, source }
 }
@@ -91,7 +106,7 @@ pub(crate) fn node_record(row: &impl SqlRow) -> Result<NodeRecord> {
             .map_err(&get)?
             .map(|p| parse("nodes.process", p))
             .transpose()?,
-        slot: slot_index(row.column("slot").map_err(&get)?),
+        slot: stored_slot_if_any("slots.slot", row.column("slot").map_err(&get)?)?,
         pre_cordoned: row.column("pre_cordoned").map_err(&get)?,
         cordoned_by_rota: row.column("cordoned_by_rota").map_err(&get)?,
         boot_id: row.column("boot_id").map_err(&get)?,
@@ -136,7 +151,7 @@ pub(crate) fn procedure_record(row: &impl SqlRow) -> Result<ProcedureRecord> {
 pub(crate) fn slot_holder(row: &impl SqlRow) -> Result<SlotHolder> {
     let get = getter("reading slots");
     Ok(SlotHolder {
-        slot: slot_index(row.column("slot").map_err(&get)?).unwrap_or(0),
+        slot: stored_slot("slots.slot", row.column("slot").map_err(&get)?)?,
         node: parse("slots.holder", row.column("holder").map_err(&get)?)?,
         acquired_at: row.column("acquired_at").map_err(&get)?,
     })
@@ -145,11 +160,16 @@ pub(crate) fn slot_holder(row: &impl SqlRow) -> Result<SlotHolder> {
 pub(crate) fn backoff_record(row: &impl SqlRow) -> Result<BackoffRecord> {
     let get = getter("reading backoff");
     let secs: i64 = row.column("last_interval_s").map_err(&get)?;
+    let last_interval = u64::try_from(secs).map_err(|_| Error::Corrupt {
+        column: "backoff.last_interval_s",
+        value: secs.to_string(),
+        reason: "expected a number of seconds, 0 or more".into(),
+    })?;
     Ok(BackoffRecord {
         node: parse("backoff.node", row.column("node").map_err(&get)?)?,
         process: parse("backoff.process", row.column("process").map_err(&get)?)?,
         until: row.column("until").map_err(&get)?,
-        last_interval: Duration::from_secs(u64::try_from(secs).unwrap_or(0)),
+        last_interval: Duration::from_secs(last_interval),
         cause: row.column("cause").map_err(&get)?,
     })
 }
@@ -163,7 +183,7 @@ pub(crate) fn history_entry(row: &impl SqlRow) -> Result<HistoryEntry> {
         event: parse("history.event", row.column("event").map_err(&get)?)?,
         at: row.column("at").map_err(&get)?,
         cause: row.column("cause").map_err(&get)?,
-        slot: slot_index(row.column("slot").map_err(&get)?),
+        slot: stored_slot_if_any("history.slot", row.column("slot").map_err(&get)?)?,
         released: row.column("released").map_err(&get)?,
     })
 }

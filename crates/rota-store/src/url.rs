@@ -25,8 +25,9 @@ impl FromStr for StoreUrl {
     type Err = Error;
 
     fn from_str(url: &str) -> Result<StoreUrl> {
+        // The error is logged and printed: a password in the URL must not be.
         let invalid = |reason: String| Error::Url {
-            url: url.to_string(),
+            url: redact(url),
             reason,
         };
         let Some((scheme, rest)) = url.split_once("://") else {
