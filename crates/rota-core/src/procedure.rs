@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::backoff::BackoffPolicy;
@@ -150,6 +150,16 @@ impl ProcedureSpec {
             field,
             problem: problem.into(),
         }
+    }
+
+    /// Reads a procedure from `stored` (its JSON, or any serde form), naming the field a refusal
+    /// is about (`backoff.initial: invalid duration "soon"…`), which serde's own message does
+    /// not: a hand-edited or newer procedure then says what to fix.
+    pub fn read<'de, D: Deserializer<'de>>(stored: D) -> Result<ProcedureSpec, String> {
+        serde_path_to_error::deserialize(stored).map_err(|e| match e.path().to_string() {
+            path if path == "." => e.inner().to_string(),
+            path => format!("{path}: {}", e.inner()),
+        })
     }
 
     /// Checks what serde cannot: the name, exactly one script source, the pin's form, the

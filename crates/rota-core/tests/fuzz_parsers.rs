@@ -206,27 +206,39 @@ const PROCEDURE_FIELDS: [&str; 15] = [
     "",
 ];
 
-/// A procedure's stored JSON: a valid one with some fields replaced by [`field_value`]s.
-fn near_procedure() -> impl Strategy<Value = String> {
+/// A procedure's stored JSON: a valid one with some fields replaced by [`field_value`]s, and
+/// the fields replaced.
+fn near_procedure() -> impl Strategy<Value = (String, Vec<&'static str>)> {
     prop::collection::vec(
         (prop::sample::select(&PROCEDURE_FIELDS[..]), field_value()),
         0..5,
     )
     .prop_map(|fields| {
         let mut object = serde_json::json!({"name": "kernel", "script": "true"});
+        let keys = fields.iter().map(|(key, _)| *key).collect();
         for (key, value) in fields {
             let value = serde_json::from_str(&value).unwrap_or(serde_json::Value::Null);
             object[key] = value;
         }
-        object.to_string()
+        (object.to_string(), keys)
     })
 }
 
-/// A procedure: refused by serde or by `validate` (naming the field), or accepted, written
-/// back and read back unchanged, with a backoff whose waits can be computed.
-fn check_procedure(json: &str) -> Result<(), TestCaseError> {
-    let Ok(spec) = serde_json::from_str::<ProcedureSpec>(json) else {
-        return Ok(());
+/// A procedure as a store reads it back: refused naming one of the fields in `edited` (when
+/// given) or, once read, by `validate` naming its field; or accepted, written back and read
+/// back unchanged, with a backoff whose waits can be computed.
+fn check_procedure(json: &str, edited: Option<&[&str]>) -> Result<(), TestCaseError> {
+    let spec = match ProcedureSpec::read(&mut serde_json::Deserializer::from_str(json)) {
+        Ok(spec) => spec,
+        Err(message) => {
+            if let Some(edited) = edited {
+                prop_assert!(
+                    edited.iter().any(|field| message.contains(field)),
+                    "{message:?} names none of {edited:?}"
+                );
+            }
+            return Ok(());
+        }
     };
     if let Err(e) = spec.validate() {
         let message = e.to_string();
@@ -273,11 +285,11 @@ proptest! {
 
     #[test]
     fn procedures_from_any_json(json in text()) {
-        check_procedure(&json)?;
+        check_procedure(&json, None)?;
     }
 
     #[test]
-    fn procedures_from_near_valid_json(json in near_procedure()) {
-        check_procedure(&json)?;
+    fn procedures_from_near_valid_json((json, edited) in near_procedure()) {
+        check_procedure(&json, Some(&edited))?;
     }
 }

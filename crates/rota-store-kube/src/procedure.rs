@@ -73,9 +73,9 @@ impl ProcedureBody {
     pub fn to_spec(&self, name: &str) -> Result<ProcedureSpec, BodyError> {
         let mut fields = self.fields.clone();
         fields.insert("name".into(), Value::String(name.into()));
-        serde_json::from_value(Value::Object(fields)).map_err(|e| BodyError {
+        ProcedureSpec::read(Value::Object(fields)).map_err(|reason| BodyError {
             name: name.into(),
-            reason: e.to_string(),
+            reason,
         })
     }
 }

@@ -284,13 +284,16 @@ impl ProcedureRecord {
         })
     }
 
-    /// A procedure read back from its stored spec; the script is the inline one.
+    /// A procedure read back from its stored spec; the script is the inline one. A spec that
+    /// does not read (edited by hand, or written by a newer rota) is refused naming its field.
     pub fn from_stored(json: &str, submitted_at: Millis) -> crate::Result<ProcedureRecord> {
-        let spec: ProcedureSpec =
-            serde_json::from_str(json).map_err(|e| crate::Error::Corrupt {
+        let mut stored = serde_json::Deserializer::from_str(json);
+        let spec = ProcedureSpec::read(&mut stored)
+            .and_then(|spec| stored.end().map(|()| spec).map_err(|e| e.to_string()))
+            .map_err(|reason| crate::Error::Corrupt {
                 column: "procedures.spec",
                 value: json.to_string(),
-                reason: e.to_string(),
+                reason,
             })?;
         Ok(ProcedureRecord {
             script: spec.script.clone(),

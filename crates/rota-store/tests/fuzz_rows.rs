@@ -447,3 +447,23 @@ fn a_history_event_of_a_newer_rota_is_refused_by_name() {
          \"drained\": expected started, finished, failed, canceled, released or postponed"
     );
 }
+
+/// A procedure whose stored spec was edited by hand is refused naming the field to fix, not
+/// only a line and column of its JSON.
+#[test]
+fn a_procedure_edited_by_hand_is_refused_naming_its_field() {
+    let fixture = &*FIXTURE;
+    let _edit = fixture.edits.lock().unwrap_or_else(|e| e.into_inner());
+    let column = column("procedures.spec");
+    let edited = r#"{"name":"kernel","script":"true","backoff":{"initial":"soon","maximum":"1h","exponent":2}}"#;
+    let message = fixture.runtime.block_on(async {
+        assert!(set(&fixture.pool, &column, &text(edited)).await);
+        let outcome = read(&fixture.store, Read::Procedures).await;
+        assert!(set(&fixture.pool, &column, &column.valid).await);
+        outcome.expect_err("a bad duration")
+    });
+    assert!(
+        message.contains(": backoff.initial: invalid duration \"soon\": "),
+        "{message}"
+    );
+}
