@@ -42,8 +42,10 @@ pub struct RotaNodeSpec {
 }
 
 /// Everything the store knows about one node.
+// It reads through the `Deserialize` impl below, which names the field that does not read:
+// `remote = "Self"` keeps serde's derived code as inherent functions for it to call.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
-#[serde(rename_all = "camelCase")]
+#[serde(remote = "Self", rename_all = "camelCase")]
 pub struct RotaNodeStatus {
     #[schemars(schema_with = "node_state_schema")]
     pub state: NodeState,
@@ -96,6 +98,28 @@ pub struct RotaNodeStatus {
     /// lives (one small entry per procedure the node ever had).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub procedure_requests: Vec<RequestStatus>,
+}
+
+/// A status edited by hand (`kubectl edit rotanode`) or written by a newer rota may hold what
+/// this one cannot read; the error names the field (`status.history[3].event: unknown variant
+/// `drained`…`), which serde's own names only by a column of the JSON. The API call's error
+/// around it names the object.
+impl<'de> Deserialize<'de> for RotaNodeStatus {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut track = serde_path_to_error::Track::new();
+        RotaNodeStatus::deserialize(serde_path_to_error::Deserializer::new(d, &mut track)).map_err(
+            |e| match track.path().to_string() {
+                path if path == "." => serde::de::Error::custom(format!("status: {e}")),
+                path => serde::de::Error::custom(format!("status.{path}: {e}")),
+            },
+        )
+    }
+}
+
+impl Serialize for RotaNodeStatus {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        RotaNodeStatus::serialize(self, s)
+    }
 }
 
 impl Default for RotaNodeStatus {

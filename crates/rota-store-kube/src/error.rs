@@ -14,6 +14,16 @@ pub enum KubeError {
         #[source]
         source: kube::Error,
     },
+    /// A field of an object that this rota cannot read: edited by hand, or written by a newer
+    /// rota.
+    #[error("{kind} {name}: {field}: {problem}")]
+    Unreadable {
+        kind: &'static str,
+        /// The object (`namespace/name`, `name`).
+        name: String,
+        field: &'static str,
+        problem: String,
+    },
     #[error(
         "gave up writing {resource} {name}: it changed under every one of {attempts} compare-and-swap attempts"
     )]

@@ -17,7 +17,10 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use k8s_openapi::jiff;
-use rota_store::Millis;
+use rota_core::NodeName;
+use rota_store::{Millis, SlotHolder};
+
+use crate::error::KubeError;
 
 pub const SLOT_PREFIX: &str = "rota-slot-";
 /// Label on every slot Lease (value: the slot index); the watch selects on it.
@@ -57,6 +60,28 @@ fn micro_time(at: Millis) -> Option<MicroTime> {
 
 pub fn acquired_at(lease: &Lease) -> Option<Millis> {
     lease.spec.as_ref()?.acquire_time.as_ref().map(millis)
+}
+
+/// The slot a Lease stands for and who holds it, as the store reports them; `None` when it is
+/// no slot or free. A holder that is no node name (a hand edit) is refused naming the Lease and
+/// the field.
+pub fn slot_holder(lease: &Lease) -> Option<Result<SlotHolder, KubeError>> {
+    let (slot, holder) = (slot_of(lease)?, holder(lease)?);
+    let holder = NodeName::new(holder).map_err(|e| KubeError::Unreadable {
+        kind: "Lease",
+        name: format!(
+            "{}/{}",
+            lease.metadata.namespace.as_deref().unwrap_or_default(),
+            lease.metadata.name.as_deref().unwrap_or_default()
+        ),
+        field: "spec.holderIdentity",
+        problem: e.to_string(),
+    });
+    Some(holder.map(|node| SlotHolder {
+        slot,
+        node,
+        acquired_at: acquired_at(lease).unwrap_or(0),
+    }))
 }
 
 /// When the last holder gave a free Lease back.

@@ -268,21 +268,12 @@ impl ReadStore for KubeStore {
     }
 
     async fn slot_holders(&self) -> Result<Vec<SlotHolder>> {
-        let mut holders = Vec::new();
-        for lease in self.list_leases().await? {
-            let (Some(slot), Some(holder)) = (slots::slot_of(&lease), slots::holder(&lease)) else {
-                continue;
-            };
-            holders.push(SlotHolder {
-                slot,
-                node: NodeName::new(holder).map_err(|e| Error::Corrupt {
-                    column: "leases.spec.holderIdentity",
-                    value: holder.into(),
-                    reason: e.to_string(),
-                })?,
-                acquired_at: slots::acquired_at(&lease).unwrap_or(0),
-            });
-        }
+        let mut holders = self
+            .list_leases()
+            .await?
+            .iter()
+            .filter_map(slots::slot_holder)
+            .collect::<Result<Vec<_>, _>>()?;
         holders.sort_by_key(|h| h.slot);
         Ok(holders)
     }
