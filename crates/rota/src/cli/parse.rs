@@ -227,4 +227,103 @@ mod tests {
         assert!(non_empty_reason("").is_err());
         assert!(non_empty_reason("  \t").is_err());
     }
+
+    /// Untrusted input (issue 29): every value parser of the command line meets arbitrary text
+    /// and the near misses of its own syntax. None may panic; each refusal says what is
+    /// allowed (clap adds the flag and the value, checked through `rota history` below).
+    mod untrusted {
+        use clap::Parser;
+        use proptest::prelude::*;
+
+        use super::super::*;
+        use crate::cli::Cli;
+
+        /// Cases per property.
+        const CASES: u32 = 1000;
+
+        fn text() -> impl Strategy<Value = String> {
+            prop_oneof![
+                any::<String>(),
+                prop::collection::vec(any::<u8>(), 0..32)
+                    .prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+                // Durations, times, windows, templates and labels, right and nearly right.
+                "[0-9]{1,21}(ns|ms|s|m|h|d|w|y|x| )?([0-9]{1,3}[mh])?",
+                "[0-9]{4}-[0-9]{2}-[0-9]{2}(T| )[0-9]{2}:[0-9]{2}:[0-9]{2}(Z|[+-][0-9]{2}:?[0-9]{2})?",
+                "(mon-fri |\\* )?[0-9]{2}:[0-9]{2}-[0-9]{2}:[0-9]{2}( Europe/Berlin)?",
+                "(failed|reboot|drained)?=?[a-z {}:]{0,8}",
+                "[a-z./]{0,6}=?[a-z-]{0,4}(,[a-z]=)?",
+            ]
+        }
+
+        type ValueParser = fn(&str) -> Result<(), String>;
+
+        /// The value parsers of `rota agent`, `rota mop submit` and the operator commands.
+        const PARSERS: [(&str, ValueParser); 16] = [
+            ("duration", |v| duration(v).map(drop)),
+            ("span", |v| span(v).map(drop)),
+            ("positive_span", |v| positive_span(v).map(drop)),
+            ("positive_duration", |v| positive_duration(v).map(drop)),
+            ("time", |v| v.parse::<TimeArg>().map(drop)),
+            ("concurrency", |v| concurrency(v).map(drop)),
+            ("exponent", |v| exponent(v).map(drop)),
+            ("host_path", |v| host_path(v).map(drop)),
+            ("window", |v| window(v).map(drop)),
+            ("failure_budget", |v| failure_budget(v).map(drop)),
+            ("notify_template", |v| notify_template(v).map(drop)),
+            ("priority", |v| priority(v).map(drop)),
+            ("label", |v| label(v).map(drop)),
+            ("node_labels", |v| node_labels(v).map(drop)),
+            ("command_text", |v| command_text(v).map(drop)),
+            ("taint_key", |v| taint_key(v).map(drop)),
+        ];
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(CASES))]
+
+            #[test]
+            fn value_parsers_refuse_saying_what_is_allowed(
+                parser in 0..PARSERS.len(),
+                value in text(),
+            ) {
+                let (name, parse) = PARSERS[parser];
+                if let Err(message) = parse(&value) {
+                    prop_assert!(
+                        ["expected", "such as", "must", "write {{"].iter().any(|hint| message.contains(hint)),
+                        "{name}: {message:?} does not say what is allowed"
+                    );
+                }
+            }
+
+            #[test]
+            fn clap_names_the_flag_and_the_value(
+                flag in prop::sample::select(&["--store", "--since", "--until", "--process", "--event"][..]),
+                value in text(),
+            ) {
+                let arg = format!("{flag}={value}");
+                if let Err(e) = Cli::try_parse_from(["rota", "history", arg.as_str()]) {
+                    let message = e.render().to_string();
+                    // clap's rendering drops control characters; rota's part quotes them (times
+                    // as read, trimmed).
+                    prop_assert!(
+                        message.contains(flag)
+                            && (message.contains(&format!("'{value}'"))
+                                || message.contains(&format!("{value:?}"))
+                                || message.contains(&format!("{:?}", value.trim()))),
+                        "{message:?} does not name {flag} and {value:?}"
+                    );
+                }
+            }
+
+            #[test]
+            fn clap_names_the_node_and_the_rule(node in text()) {
+                if let Err(e) = Cli::try_parse_from(["rota", "history", "--", node.as_str()]) {
+                    let message = e.render().to_string();
+                    prop_assert!(
+                        message.contains("[NODE]") && message.contains("invalid node name"),
+                        "{message:?} does not name the node"
+                    );
+                }
+            }
+        }
+    }
 }
