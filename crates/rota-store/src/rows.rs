@@ -53,6 +53,19 @@ where
     })
 }
 
+/// The stored concurrency, which `set_concurrency` keeps within 1..=1000: another value (a hand
+/// edit) is refused by name, since 0 would let no node take a slot without a word.
+pub(crate) fn concurrency(column: &'static str, value: String) -> Result<u32> {
+    match value.parse::<u32>() {
+        Ok(concurrency) if (1..=1000).contains(&concurrency) => Ok(concurrency),
+        _ => Err(Error::Corrupt {
+            column,
+            value,
+            reason: "expected an integer 1..=1000".into(),
+        }),
+    }
+}
+
 pub(crate) fn request_state(value: String) -> Result<RequestState> {
     match value.as_str() {
         "pending" => Ok(RequestState::Pending),

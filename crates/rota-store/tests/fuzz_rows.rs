@@ -97,6 +97,8 @@ enum Stored {
 struct Column {
     /// `table.column` as the store's errors name it.
     name: &'static str,
+    /// `table.column` where it is stored.
+    stored: &'static str,
     /// The row, for tables with more than one.
     row: &'static str,
     valid: Stored,
@@ -132,6 +134,7 @@ fn columns() -> Vec<Column> {
     use Read::*;
     let column = |name, valid, read, accepts| Column {
         name,
+        stored: name,
         row: "1 = 1",
         valid,
         read,
@@ -140,6 +143,7 @@ fn columns() -> Vec<Column> {
     };
     let ranged = |name, read, range| Column {
         name,
+        stored: name,
         row: "1 = 1",
         valid: Stored::Integer(0),
         read,
@@ -149,6 +153,7 @@ fn columns() -> Vec<Column> {
     let slot: fn(i64) -> bool = |n| u32::try_from(n).is_ok();
     let meta = |name, key, valid, accepts: fn(&str) -> bool| Column {
         name,
+        stored: "rota_meta.value",
         row: key,
         valid,
         read: match key {
@@ -252,7 +257,7 @@ fn columns() -> Vec<Column> {
             "rota_meta.concurrency",
             "key = 'concurrency'",
             text("2"),
-            parses::<u32>,
+            |v| v.parse::<u32>().is_ok_and(|k| (1..=1000).contains(&k)),
         ),
         meta(
             "rota_meta.paused",
@@ -269,9 +274,10 @@ fn columns() -> Vec<Column> {
     ]
 }
 
-/// Sets `column` to `value`; false when SQLite refuses it (a NULL in a NOT NULL column).
+/// Sets `column` to `value`; false when SQLite refuses it itself (a NULL in a NOT NULL column,
+/// text in the INTEGER PRIMARY KEY `slots.slot`): nothing to read back then.
 async fn set(pool: &SqlitePool, column: &Column, value: &Stored) -> bool {
-    let (table, name) = column.name.split_once('.').expect("table.column");
+    let (table, name) = column.stored.split_once('.').expect("table.column");
     let sql = format!("UPDATE {table} SET {name} = ? WHERE {}", column.row);
     let query = sqlx::query(&sql);
     let query = match value {
@@ -280,7 +286,21 @@ async fn set(pool: &SqlitePool, column: &Column, value: &Stored) -> bool {
         Stored::Real(x) => query.bind(*x),
         Stored::Null => query.bind(None::<String>),
     };
-    query.execute(pool).await.is_ok()
+    match query.execute(pool).await {
+        Ok(done) => {
+            assert_eq!(done.rows_affected(), 1, "{sql}");
+            true
+        }
+        Err(e) => {
+            let refused = e.to_string();
+            assert!(
+                refused.contains("NOT NULL constraint failed")
+                    || refused.contains("datatype mismatch"),
+                "{sql} with {value:?}: {refused}"
+            );
+            false
+        }
+    }
 }
 
 /// The read that meets `read`'s column, as text for the checks: the error, or what was read.
@@ -466,4 +486,15 @@ fn a_procedure_edited_by_hand_is_refused_naming_its_field() {
         message.contains(": backoff.initial: invalid duration \"soon\": "),
         "{message}"
     );
+}
+
+/// A concurrency of 0 (or above what `set_concurrency` allows) written by hand was read as it
+/// is, and with 0 no node ever took a slot, without a word.
+#[test]
+fn a_concurrency_no_fleet_can_have_is_refused_by_name() {
+    for value in ["0", "1001"] {
+        if let Err(e) = check(&column("rota_meta.concurrency"), &text(value)) {
+            panic!("{value}: {e}");
+        }
+    }
 }

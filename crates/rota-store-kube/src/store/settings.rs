@@ -153,8 +153,18 @@ pub(super) fn concurrency_of(map: Option<&ConfigMap>) -> Result<Option<u32>> {
         .and_then(|c| c.data.as_ref())
         .and_then(|d| d.get(CONCURRENCY_KEY))
         .map(String::as_str);
-    parse_config("rota-config.data.concurrency", value)
+    // What `set_concurrency` allows; 0 (a hand edit) would let no node take a slot, silently.
+    match parse_config(CONCURRENCY_COLUMN, value)? {
+        Some(concurrency) if !(1..=1000).contains(&concurrency) => Err(Error::Corrupt {
+            column: CONCURRENCY_COLUMN,
+            value: concurrency.to_string(),
+            reason: "expected an integer 1..=1000".into(),
+        }),
+        concurrency => Ok(concurrency),
+    }
 }
+
+const CONCURRENCY_COLUMN: &str = "rota-config.data.concurrency";
 
 pub(super) fn parse_config(key: &'static str, value: Option<&str>) -> Result<Option<u32>> {
     value
@@ -168,4 +178,41 @@ pub(super) fn parse_config(key: &'static str, value: Option<&str>) -> Result<Opt
                 })
         })
         .transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn concurrency(value: &str) -> Result<Option<u32>> {
+        concurrency_of(Some(&ConfigMap {
+            data: Some(BTreeMap::from([(
+                CONCURRENCY_KEY.to_owned(),
+                value.to_owned(),
+            )])),
+            ..ConfigMap::default()
+        }))
+    }
+
+    /// An operator's `kubectl edit configmap rota-config` may leave any text; what
+    /// `set_concurrency` would refuse is refused by name, not read as a fleet that never grants
+    /// a slot.
+    #[test]
+    fn a_concurrency_edited_by_hand_is_read_or_refused_by_name() {
+        assert_eq!(concurrency(" 3 ").ok(), Some(Some(3)));
+        assert_eq!(concurrency_of(None).ok(), Some(None));
+        for bad in ["0", "1001", "x", "-1", ""] {
+            let message = concurrency(bad).expect_err(bad).to_string();
+            assert!(
+                message.starts_with("stored value \"")
+                    && message.contains("in rota-config.data.concurrency is not valid"),
+                "{message}"
+            );
+        }
+        let message = concurrency("0").expect_err("0").to_string();
+        assert!(
+            message.ends_with("expected an integer 1..=1000"),
+            "{message}"
+        );
+    }
 }

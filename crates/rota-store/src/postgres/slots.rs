@@ -9,7 +9,7 @@ use super::PostgresStore;
 use super::queries::millis;
 use crate::error::{Context, Error, Result};
 use crate::model::{Acquire, Session, SlotHolder};
-use crate::rows::{parse, slot_holder, slot_index};
+use crate::rows::{concurrency as stored_concurrency, slot_holder, slot_index};
 use crate::store::WAKE_ALL;
 
 pub(super) async fn concurrency(store: &PostgresStore) -> Result<Option<u32>> {
@@ -23,7 +23,9 @@ pub(super) async fn concurrency(store: &PostgresStore) -> Result<Option<u32>> {
             .await
             .context("reading the concurrency")?;
     conn.finish();
-    value.map(|v| parse("rota_meta.concurrency", v)).transpose()
+    value
+        .map(|v| stored_concurrency("rota_meta.concurrency", v))
+        .transpose()
 }
 
 pub(super) async fn set_concurrency(store: &PostgresStore, concurrency: u32) -> Result<()> {

@@ -30,8 +30,8 @@ use crate::model::{
     now_millis,
 };
 use crate::rows::{
-    NODE_COLUMNS, backoff_record, history_entry, node_record, parse, procedure_record,
-    request_record, slot_holder, slot_index,
+    NODE_COLUMNS, backoff_record, concurrency as stored_concurrency, history_entry, node_record,
+    procedure_record, request_record, slot_holder, slot_index,
 };
 use crate::{AgentStore, OperatorStore, ProcedureStore, ReadStore};
 
@@ -488,7 +488,9 @@ impl ReadStore for SqliteStore {
                 .fetch_optional(&self.pool)
                 .await
                 .context("reading the concurrency")?;
-        value.map(|v| parse("rota_meta.concurrency", v)).transpose()
+        value
+            .map(|v| stored_concurrency("rota_meta.concurrency", v))
+            .transpose()
     }
 
     async fn slot_holders(&self) -> Result<Vec<SlotHolder>> {

@@ -6,7 +6,7 @@ use sqlx::Row;
 
 use crate::error::{Context, Error, Result};
 use crate::model::{NodeRecord, now_millis};
-use crate::rows::{NODE_COLUMNS, node_record, parse};
+use crate::rows::{NODE_COLUMNS, concurrency, node_record};
 
 pub(super) async fn fetch_node(
     conn: &mut sqlx::SqliteConnection,
@@ -30,7 +30,7 @@ pub(super) async fn read_concurrency(conn: &mut sqlx::SqliteConnection) -> Resul
             .await
             .context("reading the concurrency")?;
     Ok(value
-        .map(|v| parse("rota_meta.concurrency", v))
+        .map(|v| concurrency("rota_meta.concurrency", v))
         .transpose()?
         .unwrap_or(1))
 }
