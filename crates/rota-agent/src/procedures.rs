@@ -446,4 +446,65 @@ mod tests {
         assert!(var.join("notes.maintenance").exists());
         assert!(var.join("maintenance-required").exists());
     }
+
+    /// Untrusted input (issue 29): a run directory holds what the wrapper wrote, or what a
+    /// crash, a full disk or a hand left there. Any bytes in `status`, `pid` and the output
+    /// files are read without a panic: the status is the exit code only when it reads as one
+    /// (a status that is not text is an error naming the file), and the summary keeps a tail of
+    /// any output.
+    mod untrusted {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        /// Cases per property: each writes a run directory.
+        const CASES: u32 = 300;
+
+        fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
+            prop_oneof![
+                prop::collection::vec(any::<u8>(), 0..max),
+                "[ 0-9+-]{0,6}\n?".prop_map(String::into_bytes),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(CASES))]
+
+            #[test]
+            fn any_run_directory_reads(
+                status in proptest::option::of(bytes(16)),
+                pid in proptest::option::of(bytes(16)),
+                output in bytes(3 * OUTPUT_TAIL),
+            ) {
+                let root = tempfile::tempdir().map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let runner = runner(root.path());
+                let dir = root.path().join("runs/1-0");
+                let write = |name: &str, bytes: &[u8]| std::fs::write(dir.join(name), bytes);
+                std::fs::create_dir_all(&dir).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                for (name, content) in [("status", &status), ("pid", &pid)] {
+                    if let Some(content) = content {
+                        write(name, content).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                    }
+                }
+                write("stdout", &output).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let text = status.as_deref().map(std::str::from_utf8);
+                match (runner.state("1-0"), text) {
+                    (Err(e), Some(Err(_))) => {
+                        prop_assert!(e.to_string().contains("runs/1-0/status"), "{e}");
+                    }
+                    (Ok(state), text) => {
+                        let code = text.and_then(Result::ok).and_then(|t| t.trim().parse::<i32>().ok());
+                        match code {
+                            Some(code) => prop_assert_eq!(state, RunState::Exited(code)),
+                            None => prop_assert_eq!(state, RunState::Interrupted),
+                        }
+                    }
+                    (state, text) => prop_assert!(false, "{state:?} from {text:?}"),
+                }
+                let summary = runner.summary("1-0", &ProcedureSpec::new("p", ""), 1);
+                prop_assert!(summary.starts_with("exit 1"));
+                prop_assert!(summary.chars().count() <= "exit 1; stdout: …".len() + OUTPUT_TAIL);
+            }
+        }
+    }
 }
