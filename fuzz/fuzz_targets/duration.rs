@@ -12,7 +12,11 @@ fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
     if let Ok(duration) = humantime::parse_duration(&text) {
         let shown = humantime::format_duration(duration).to_string();
-        assert_eq!(humantime::parse_duration(&shown).ok(), Some(duration), "{text:?} shown as {shown}");
+        assert_eq!(
+            humantime::parse_duration(&shown).ok(),
+            Some(duration),
+            "{text:?} shown as {shown}"
+        );
     }
     let stored = json!({
         "name": "p",
@@ -28,7 +32,10 @@ fuzz_target!(|data: &[u8]| {
             let back = ProcedureSpec::read(&mut serde_json::Deserializer::from_str(&written));
             assert_eq!(back.ok(), Some(spec), "{written}");
         }
-        Err(message) => assert!(message.starts_with("timeout: ") || message.starts_with("backoff."), "{message}"),
+        Err(message) => assert!(
+            message.starts_with("timeout: ") || message.starts_with("backoff."),
+            "{message}"
+        ),
     }
     if let Ok(at) = serde_json::from_value::<Timestamp>(json!(text)) {
         let written = serde_json::to_value(at).expect("a read time is written");

@@ -10,7 +10,10 @@ fn shown(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    match rest.split_once('@').map(|(userinfo, host)| (userinfo.split_once(':'), host)) {
+    match rest
+        .split_once('@')
+        .map(|(userinfo, host)| (userinfo.split_once(':'), host))
+    {
         Some((Some((user, _)), host)) => format!("{scheme}://{user}:***@{host}"),
         _ => url.to_owned(),
     }
@@ -21,7 +24,10 @@ fuzz_target!(|data: &[u8]| {
     match url.parse::<StoreUrl>() {
         Err(e) => {
             let message = e.to_string();
-            assert!(message.starts_with(&format!("invalid store URL {:?}: ", shown(&url))), "{message}");
+            assert!(
+                message.starts_with(&format!("invalid store URL {:?}: ", shown(&url))),
+                "{message}"
+            );
         }
         Ok(parsed @ StoreUrl::Postgres(_)) => assert_eq!(parsed.to_string(), shown(&url)),
         Ok(StoreUrl::Sqlite(path)) => assert!(!path.as_os_str().is_empty()),

@@ -9,7 +9,10 @@ use rota_notify::{Event, EventKind, Template, Webhook};
 
 fuzz_target!(|data: &[u8]| {
     let (text, cause) = match data.iter().position(|&b| b == 0) {
-        Some(nul) => (&data[..nul], Some(String::from_utf8_lossy(&data[nul + 1..]).into_owned())),
+        Some(nul) => (
+            &data[..nul],
+            Some(String::from_utf8_lossy(&data[nul + 1..]).into_owned()),
+        ),
         None => (data, None),
     };
     let text = String::from_utf8_lossy(text);

@@ -28,10 +28,16 @@ fuzz_target!(|data: &[u8]| {
         }
         Ok(window) => {
             let canonical = window.to_string();
-            assert_eq!(canonical.parse::<MaintenanceWindow>().ok(), Some(window.clone()));
+            assert_eq!(
+                canonical.parse::<MaintenanceWindow>().ok(),
+                Some(window.clone())
+            );
             let open = window.is_open(at);
             if let Some(next) = window.next_open(at) {
-                assert!(next >= at && (next == at) == open, "{canonical} at {at}: {next}");
+                assert!(
+                    next >= at && (next == at) == open,
+                    "{canonical} at {at}: {next}"
+                );
             }
             if let Some(close) = window.closes_at(at) {
                 assert!(open && close > at, "{canonical} at {at}: closes {close}");
