@@ -13,7 +13,7 @@ use rota_core::{
 };
 
 /// Cases per property.
-const CASES: u32 = 1000;
+const CASES: u32 = 2000;
 
 /// Any text: arbitrary Unicode, or arbitrary bytes as a reader of a file would decode them.
 fn text() -> impl Strategy<Value = String> {

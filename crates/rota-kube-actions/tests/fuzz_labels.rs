@@ -18,7 +18,7 @@ use rota_kube_actions::{
 use tokio::runtime::Runtime;
 
 /// Cases per property.
-const CASES: u32 = 1000;
+const CASES: u32 = 2000;
 
 fn text() -> impl Strategy<Value = String> {
     prop_oneof![

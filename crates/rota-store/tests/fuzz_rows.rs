@@ -19,7 +19,7 @@ use sqlx::SqlitePool;
 use tokio::runtime::Runtime;
 
 /// Cases per property.
-const CASES: u32 = 300;
+const CASES: u32 = 1000;
 
 /// A store with one row in every table, and a second connection to its file for the edits.
 struct Fixture {
