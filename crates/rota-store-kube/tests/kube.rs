@@ -709,3 +709,46 @@ async fn a_transition_is_recorded_as_an_event_on_the_node() {
     )
     .await;
 }
+
+/// A RotaNode edited by hand into nonsense the CRD lets through (a slot beyond any slot
+/// number) is left out of every list, and the other nodes are still read: the rest of the
+/// fleet goes on. Read on its own, it is an error that names the object and the field.
+#[tokio::test]
+async fn a_rota_node_edited_into_nonsense_leaves_the_other_nodes_readable() {
+    let Some(env) = common::env() else { return };
+    let (scope, store) = common::scoped_store(env, "nonsense").await;
+    store.open_session(&name("a"), TTL).await.expect("open a");
+    store.open_session(&name("b"), TTL).await.expect("open b");
+    let api: Api<DynamicObject> = Api::all_with(
+        scope.client(),
+        &kube::api::ApiResource::erase::<RotaNode>(&()),
+    );
+    let object = format!("{}-a", scope.id());
+    let mut value = api.get(&object).await.expect("read the RotaNode");
+    value.data["status"]["slot"] = 5_000_000_000u64.into();
+    api.replace(&object, &PostParams::default(), &value)
+        .await
+        .expect("the CRD lets the edit through");
+
+    // Another process, with nothing of `a` in memory.
+    let reader = KubeStore::connect(scope.client(), store.config().clone())
+        .await
+        .expect("connect");
+    let nodes: Vec<String> = reader
+        .nodes()
+        .await
+        .expect("the list reads")
+        .into_iter()
+        .map(|r| r.node.to_string())
+        .collect();
+    assert_eq!(nodes, ["b"]);
+    let text = reader
+        .node(&name("a"))
+        .await
+        .expect_err("the edited node does not read")
+        .to_string();
+    assert!(
+        text.contains(&object) && text.contains("status.slot"),
+        "{text}"
+    );
+}

@@ -20,12 +20,13 @@ use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
-use kube::api::ListParams;
+use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::{Api, Client};
 use rota_core::{NodeName, NodeState};
 use rota_store::{Error, NodeRecord, Result, Session};
 use tokio::task::AbortHandle;
+use tracing::warn;
 
 use crate::changes::{Changes, watch_leases};
 use crate::config_view::{ConfigView, watch_config_maps};
@@ -97,6 +98,8 @@ pub struct KubeStore {
 struct Inner {
     config: KubeStoreConfig,
     rota_nodes: Api<RotaNode>,
+    /// The same objects undecoded: a list reads each one on its own (see `list_rota_nodes`).
+    rota_node_objects: Api<DynamicObject>,
     leases: Api<Lease>,
     config_maps: Api<ConfigMap>,
     nodes: Api<Node>,
@@ -140,6 +143,7 @@ impl KubeStore {
     pub async fn connect(client: Client, config: KubeStoreConfig) -> Result<KubeStore> {
         preflight::check(&client, &config.namespace).await?;
         let rota_nodes: Api<RotaNode> = Api::all(client.clone());
+        let rota_node_objects = Api::all_with(client.clone(), &ApiResource::erase::<RotaNode>(&()));
         let leases: Api<Lease> = Api::namespaced(client.clone(), &config.namespace);
         let changes = Changes::new();
         let watch = tokio::spawn(watch_leases(leases.clone(), changes.clone())).abort_handle();
@@ -174,6 +178,7 @@ impl KubeStore {
         Ok(KubeStore {
             inner: Arc::new(Inner {
                 rota_nodes,
+                rota_node_objects,
                 leases,
                 config_maps,
                 nodes: Api::all(client),
@@ -220,14 +225,17 @@ impl KubeStore {
             .context("get", ROTA_NODES, name)
     }
 
+    /// The RotaNodes `selector` picks. One that does not read (edited by hand into nonsense)
+    /// is left out with a warning naming it and its field: a typed list would fail whole on
+    /// it, and the queue of every other node with it.
     async fn list_rota_nodes(&self, selector: &str) -> Result<Vec<RotaNode>> {
         let list = self
             .inner
-            .rota_nodes
+            .rota_node_objects
             .list(&ListParams::default().labels(selector))
             .await
             .context("list", ROTA_NODES, format!("with labels {selector}"))?;
-        Ok(list.items)
+        Ok(list.items.into_iter().filter_map(read_rota_node).collect())
     }
 
     fn labels(&self, state: NodeState) -> BTreeMap<String, String> {
@@ -242,6 +250,18 @@ impl KubeStore {
         let slot = held_by(leases, &node).and_then(slots::slot_of);
         let status = object.status.clone().unwrap_or_default();
         Ok(status::node_record(&node, &status, slot))
+    }
+}
+
+/// `object` as a RotaNode, or `None` (and a warning that names it) if it does not read.
+fn read_rota_node(object: DynamicObject) -> Option<RotaNode> {
+    let name = object.metadata.name.clone().unwrap_or_default();
+    match serde_json::to_value(object).and_then(serde_json::from_value::<RotaNode>) {
+        Ok(node) => Some(node),
+        Err(e) => {
+            warn!(rotanode = name, error = %e, "a RotaNode that does not read is left out; the other nodes go on");
+            None
+        }
     }
 }
 
