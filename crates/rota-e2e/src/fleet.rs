@@ -33,7 +33,8 @@ use rota_core::{NodeName, Process};
 use rota_store::now_millis;
 use rota_store_kube::crd::{RequestStatus, Timestamp};
 use rota_store_kube::{
-    KubeStore, KubeStoreConfig, NAMESPACE_LABEL, RotaNode, procedure_crd, rota_node_crd,
+    KubeStore, KubeStoreConfig, NAMESPACE_LABEL, RotaNode, procedure_crd, rota_action_crd,
+    rota_node_crd,
 };
 use tokio::task::JoinHandle;
 
@@ -72,11 +73,11 @@ pub async fn request_reboot_by_hand(client: Client, object: &str) -> Result<()> 
     bail!("RotaNode {object} kept changing under the edit by hand")
 }
 
-/// Installs (or updates) the RotaNode and Procedure CRDs and waits until the API server
+/// Installs (or updates) the RotaNode, Procedure and RotaAction CRDs and waits until the API server
 /// serves them.
 pub async fn install_crd(client: Client) -> Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(client);
-    for crd in [rota_node_crd(), procedure_crd()] {
+    for crd in [rota_node_crd(), procedure_crd(), rota_action_crd()] {
         let name = crd.metadata.name.clone().context("a CRD without a name")?;
         crds.patch(
             &name,

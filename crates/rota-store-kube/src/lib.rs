@@ -4,6 +4,7 @@
 //! # Layout
 //!
 //! - `store`: [`KubeStore`], its configuration and the `Store` impl, one file per concern.
+//! - [`actions`]: the `RotaAction` custom resource, the operators' audit trail.
 //! - [`crd`]: the `RotaNode` custom resource, a node's state, session and history.
 //! - [`procedure`]: the `Procedure` custom resource and its status's types.
 //! - `procedures`: submitting and listing Procedures, with their scripts.
@@ -44,6 +45,9 @@
 //!   ones in `status.procedureRequests` once they leave the bounded `requests`). The agents'
 //!   stores write each Procedure's status (per-node state, counts, `Complete`) in the
 //!   background, by compare-and-swap (see `procedure_status`).
+//! - **Operator actions**: a [`RotaAction`] in the rota namespace per unlock, retry, request,
+//!   cancel, pause, resume and procedure submission, with who (the API user) and why; written
+//!   once, read only by `rota history` (see [`actions`]).
 //! - **Events**: every transition, unlock, retry and procedure outcome records a Kubernetes
 //!   Event on the Node.
 //!
@@ -110,6 +114,7 @@
 //! its label. [`KubeStoreConfig::name_prefix`] (empty in production) goes before every
 //! RotaNode's name, so that tests sharing a cluster can use the same node names.
 
+pub mod actions;
 pub mod crd;
 pub mod ids;
 pub mod permissions;
@@ -127,6 +132,7 @@ mod status;
 mod store;
 mod view;
 
+pub use actions::{RotaAction, RotaActionSpec, rota_action_crd};
 pub use crd::{RotaNode, RotaNodeSpec, RotaNodeStatus, rota_node_crd};
 pub use error::KubeError;
 pub use procedure::{Procedure, ProcedureBody, ProcedureStatus, procedure_crd};

@@ -3,6 +3,7 @@
 //!
 //! - `store`: the [`Store`] trait, in four parts by who uses them: [`AgentStore`],
 //!   [`OperatorStore`], [`ProcedureStore`] and [`ReadStore`].
+//! - `actions`: the operators' audit trail ([`ActionRecord`]).
 //! - `model`: the records a store reads and writes, and the changes an agent asks for.
 //! - `error`: the store's [`Error`], fencing and conflicts among them.
 //! - `url`: [`StoreUrl`], which names a store and opens it.
@@ -12,6 +13,7 @@
 //! - `retry_pauses`: [`RetryPauses`], the waits before asking an unavailable store again.
 //! - `conformance`: the suite every store must pass, behind the feature `conformance`.
 
+mod actions;
 mod error;
 mod model;
 mod postgres;
@@ -24,6 +26,7 @@ mod url;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
+pub use actions::{Action, ActionRecord, NewAction, UnknownAction, os_actor};
 pub use error::{Error, Result};
 pub use model::{
     Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeFields, NodeRecord,
@@ -33,5 +36,7 @@ pub use model::{
 pub use postgres::PostgresStore;
 pub use retry_pauses::{FIRST_RETRY_PAUSE, LONGEST_RETRY_PAUSE, RetryPauses, retry_pauses};
 pub use sqlite::SqliteStore;
-pub use store::{AgentStore, OperatorStore, ProcedureStore, ReadStore, Store, WAKE_ALL};
+pub use store::{
+    AgentStore, AuditStore, OperatorStore, ProcedureStore, ReadStore, Store, WAKE_ALL,
+};
 pub use url::StoreUrl;

@@ -8,6 +8,7 @@ use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Decode, Postgres, Row, Sqlite, Type};
 
+use crate::actions::ActionRecord;
 use crate::error::{Error, Result};
 use crate::model::{
     BackoffRecord, Blocked, HistoryEntry, NodeRecord, ProcedureRecord, RequestRecord, RequestState,
@@ -198,5 +199,27 @@ pub(crate) fn history_entry(row: &impl SqlRow) -> Result<HistoryEntry> {
         cause: row.column("cause").map_err(&get)?,
         slot: stored_slot_if_any("history.slot", row.column("slot").map_err(&get)?)?,
         released: row.column("released").map_err(&get)?,
+    })
+}
+
+/// A row of `operator_actions`.
+pub(crate) fn action_record(row: &impl SqlRow) -> Result<ActionRecord> {
+    let get = getter("reading operator actions");
+    let node: Option<String> = row.column("node").map_err(&get)?;
+    let process: Option<String> = row.column("process").map_err(&get)?;
+    Ok(ActionRecord {
+        at: row.column("at").map_err(&get)?,
+        action: parse(
+            "operator_actions.action",
+            row.column("action").map_err(&get)?,
+        )?,
+        node: node
+            .map(|n| parse("operator_actions.node", n))
+            .transpose()?,
+        process: process
+            .map(|p| parse("operator_actions.process", p))
+            .transpose()?,
+        by: row.column("by").map_err(&get)?,
+        reason: row.column("reason").map_err(&get)?,
     })
 }

@@ -4,17 +4,18 @@ use async_trait::async_trait;
 use rota_core::{NodeName, ProcedureSpec, Process};
 use tokio::sync::watch;
 
+use crate::actions::{ActionRecord, NewAction};
 use crate::error::Result;
 use crate::model::{
     Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome,
     Pause, ProcedureRecord, RequestRecord, Session, SlotHolder, Transition,
 };
 
-/// rota's state, on any substrate: the four parts below, by who uses them. Callers hold an
+/// rota's state, on any substrate: the five parts below, by who uses them. Callers hold an
 /// `Arc<dyn Store>`; a substrate implements each part.
-pub trait Store: AgentStore + OperatorStore + ProcedureStore + ReadStore {}
+pub trait Store: AgentStore + OperatorStore + ProcedureStore + ReadStore + AuditStore {}
 
-impl<T: AgentStore + OperatorStore + ProcedureStore + ReadStore> Store for T {}
+impl<T: AgentStore + OperatorStore + ProcedureStore + ReadStore + AuditStore> Store for T {}
 
 /// What an agent writes for its own node: its session, its slot, its requests, its lifecycle
 /// steps. Every method that changes the node takes the writer's [`Session`] and refuses the
@@ -183,6 +184,22 @@ pub trait ReadStore: Send + Sync {
 
     /// The fleet's pause, if any.
     async fn paused(&self) -> Result<Option<Pause>>;
+}
+
+/// The operators' audit trail: each operator command records what it did once it is done.
+/// Records are written once; agents never read them.
+#[async_trait]
+pub trait AuditStore: Send + Sync {
+    /// Who this handle's operator is, as its actions are recorded: the API user in
+    /// Kubernetes (as the API server authenticates it), `user@host` on the SQL stores.
+    async fn actor(&self) -> Result<String>;
+
+    /// Records one operator action, with the store's time.
+    async fn record_action(&self, action: &NewAction) -> Result<ActionRecord>;
+
+    /// The recorded actions that `filter` lets through (see [`ActionRecord::matches`]),
+    /// oldest first.
+    async fn actions(&self, filter: &HistoryFilter) -> Result<Vec<ActionRecord>>;
 }
 
 /// How far [`AgentStore::changes`] jumps for a change that every agent should look at again (a new

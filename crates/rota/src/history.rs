@@ -1,41 +1,74 @@
-//! `rota history`: the append-only record of work events.
+//! `rota history`: the append-only record of work events, with the operators' actions (who did
+//! what, and why) among them.
 
 use anyhow::{Context, Result, bail};
-use rota_core::{HistoryEvent, NodeName, Process};
-use rota_store::{HistoryEntry, HistoryFilter, Millis, now_millis};
+use rota_core::{NodeName, Process};
+use rota_store::{ActionRecord, HistoryEntry, HistoryFilter, Millis, now_millis};
 use serde::Serialize;
 
 use crate::cli::{Format, HistoryArgs};
 use crate::output;
 
-/// One history entry as `rota history` shows it; also the JSON output's element type.
+/// One history entry or operator action as `rota history` shows it; also the JSON output's
+/// element type.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct HistoryRow {
-    pub node: NodeName,
-    pub process: Process,
-    pub event: HistoryEvent,
+    /// `None` for an operator's action on the fleet (pause, resume, a procedure's submission).
+    pub node: Option<NodeName>,
+    pub process: Option<Process>,
+    /// A history event (started, finished, …) or an operator's action (unlock, pause, …).
+    pub event: String,
     /// RFC 3339 UTC.
     pub at: String,
+    /// Why: the history event's cause, or the reason the operator gave.
     pub cause: Option<String>,
     /// The slot the node held at this event.
     pub slot: Option<u32>,
     /// Whether this event gave the slot back.
     pub released: bool,
+    /// Who did it: the operator (the API user in Kubernetes, `user@host` on the SQL stores);
+    /// `None` for what an agent did.
+    pub by: Option<String>,
     #[serde(skip)]
     at_millis: Millis,
 }
 
 pub fn row(entry: &HistoryEntry) -> HistoryRow {
     HistoryRow {
-        node: entry.node.clone(),
-        process: entry.process.clone(),
-        event: entry.event,
+        node: Some(entry.node.clone()),
+        process: Some(entry.process.clone()),
+        event: entry.event.to_string(),
         at: output::rfc3339(entry.at),
         cause: entry.cause.clone(),
         slot: entry.slot,
         released: entry.released,
+        by: None,
         at_millis: entry.at,
     }
+}
+
+pub fn action_row(action: &ActionRecord) -> HistoryRow {
+    HistoryRow {
+        node: action.node.clone(),
+        process: action.process.clone(),
+        event: action.action.to_string(),
+        at: output::rfc3339(action.at),
+        cause: action.reason.clone(),
+        slot: None,
+        released: false,
+        by: Some(action.by.clone()),
+        at_millis: action.at,
+    }
+}
+
+/// The history's entries and the operators' actions in one list, by time; an action and the
+/// entries it caused share their millisecond, and the action comes first.
+pub fn merged(entries: &[HistoryEntry], actions: &[ActionRecord]) -> Vec<HistoryRow> {
+    let mut rows: Vec<HistoryRow> = actions.iter().map(action_row).collect();
+    rows.extend(entries.iter().map(row));
+    // Stable: entries keep their store order within a millisecond.
+    rows.sort_by_key(|r| r.at_millis);
+    rows
 }
 
 pub fn render_table(rows: &[HistoryRow]) -> String {
@@ -44,17 +77,18 @@ pub fn render_table(rows: &[HistoryRow]) -> String {
     }
     output::table(
         &[
-            "AT", "NODE", "PROCESS", "EVENT", "SLOT", "RELEASED", "CAUSE",
+            "AT", "NODE", "PROCESS", "EVENT", "SLOT", "RELEASED", "CAUSE", "BY",
         ],
         rows.iter().map(|r| {
             vec![
                 output::rfc3339_seconds(r.at_millis),
-                r.node.to_string(),
-                r.process.to_string(),
-                r.event.to_string(),
+                output::cell(r.node.as_ref()),
+                output::cell(r.process.as_ref()),
+                r.event.clone(),
                 output::cell(r.slot),
                 if r.released { "yes" } else { "no" }.to_owned(),
                 output::cell(r.cause.as_deref()),
+                output::cell(r.by.as_deref()),
             ]
         }),
     )
@@ -87,6 +121,7 @@ pub async fn run(args: HistoryArgs) -> Result<()> {
     let filter = filter(&args, now)?;
     let store = crate::open_store(&args.store).await?;
     let entries = store.history(&filter).await?;
+    let actions = store.actions(&filter).await?;
     if let Some(path) = &args.svg {
         // A window still open is drawn up to the end of the filtered range.
         let until = filter.until.map_or(now, |until| until.min(now));
@@ -94,7 +129,7 @@ pub async fn run(args: HistoryArgs) -> Result<()> {
         std::fs::write(path, svg)
             .with_context(|| format!("--svg {}: writing the timeline", path.display()))?;
     }
-    let rows: Vec<HistoryRow> = entries.iter().map(row).collect();
+    let rows = merged(&entries, &actions);
     let text = match args.output {
         Format::Table => render_table(&rows),
         Format::Json => output::json(&rows)?,
@@ -105,6 +140,9 @@ pub async fn run(args: HistoryArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use clap::Parser;
+
+    use rota_core::HistoryEvent;
+    use rota_store::Action;
 
     use super::*;
     use crate::cli::{Cli, Command};
@@ -131,7 +169,7 @@ mod tests {
     }
 
     fn entries() -> Vec<HistoryRow> {
-        [
+        let history = [
             entry(1, HistoryEvent::Started, NOW - 3_600_000, None, false),
             entry(
                 2,
@@ -147,10 +185,26 @@ mod tests {
                 Some("unlocked by operator: replaced the disk"),
                 true,
             ),
-        ]
-        .iter()
-        .map(row)
-        .collect()
+        ];
+        let actions = [
+            ActionRecord {
+                at: NOW,
+                action: Action::Unlock,
+                node: Some(NodeName::new("node-3").expect("valid")),
+                process: Some(Process::Mop("kernel-update".into())),
+                by: "alice@admin-1".into(),
+                reason: Some("replaced the disk".into()),
+            },
+            ActionRecord {
+                at: NOW - 7_200_000,
+                action: Action::Pause,
+                node: None,
+                process: None,
+                by: "alice@admin-1".into(),
+                reason: Some("change freeze".into()),
+            },
+        ];
+        merged(&history, &actions)
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! module per concern, and turn every error into one `error: ...` line on stderr.
 
 mod agent;
+mod audit;
 mod bench;
 mod cli;
 mod history;

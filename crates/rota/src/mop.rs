@@ -4,10 +4,13 @@ use std::collections::BTreeMap;
 use std::io::Read;
 
 use anyhow::{Context, Result};
-use rota_core::{BackoffSpec, HistoryEvent, NodeName, ProcedureSpec};
-use rota_store::{HistoryEntry, HistoryFilter, ProcedureRecord, RequestRecord, RequestState};
+use rota_core::{BackoffSpec, HistoryEvent, NodeName, ProcedureSpec, Process};
+use rota_store::{
+    Action, HistoryEntry, HistoryFilter, ProcedureRecord, RequestRecord, RequestState,
+};
 use serde::Serialize;
 
+use crate::audit::Operator;
 use crate::cli::{Format, MopCommand, MopListArgs, MopSubmitArgs};
 use crate::output;
 
@@ -54,8 +57,14 @@ async fn submit(args: MopSubmitArgs) -> Result<()> {
         // Caught here rather than on every node, where it would fail each one closed.
         spec.check_pin(script)?;
     }
-    let store = crate::open_store(&args.store).await?;
-    let (record, created) = store.submit_procedure(&spec).await?;
+    let operator = Operator::open(&args.store).await?;
+    let (record, created) = operator.store.submit_procedure(&spec).await?;
+    if created {
+        let process = Process::mop(spec.name.clone())?;
+        operator
+            .record(Action::Submit, None, Some(&process), args.reason.as_deref())
+            .await?;
+    }
     let verb = if created {
         "submitted"
     } else {

@@ -1,8 +1,10 @@
-//! The operator's interventions: `rota unlock` and `rota retry`.
+//! The operator's interventions: `rota unlock`, `retry`, `request`, `cancel`, `pause` and
+//! `resume`, each recorded in the audit trail once it is done.
 
 use anyhow::Result;
-use rota_store::NodeRecord;
+use rota_store::{Action, NodeRecord};
 
+use crate::audit::Operator;
 use crate::cli::{PauseArgs, RequestArgs, ResumeArgs, RetryArgs, UnlockArgs};
 use crate::output;
 
@@ -39,23 +41,51 @@ pub fn describe_retry(after: &NodeRecord) -> String {
 }
 
 pub async fn unlock(args: UnlockArgs) -> Result<()> {
-    let store = crate::open_store(&args.store).await?;
-    let before = store.node(&args.node).await?;
-    let after = store.unlock(&args.node, &args.reason).await?;
+    let operator = Operator::open(&args.store).await?;
+    let before = operator.store.node(&args.node).await?;
+    let after = operator.store.unlock(&args.node, &args.reason).await?;
+    let process = before.as_ref().and_then(|b| b.process.as_ref());
+    operator
+        .record(
+            Action::Unlock,
+            Some(&args.node),
+            process,
+            Some(&args.reason),
+        )
+        .await?;
     output::emit(&describe_unlock(before.as_ref(), &after))
 }
 
 pub async fn retry(args: RetryArgs) -> Result<()> {
-    let store = crate::open_store(&args.store).await?;
-    let after = store.retry(&args.node).await?;
+    let operator = Operator::open(&args.store).await?;
+    let after = operator.store.retry(&args.node).await?;
+    operator
+        .record(
+            Action::Retry,
+            Some(&args.node),
+            after.process.as_ref(),
+            args.reason.as_deref(),
+        )
+        .await?;
     output::emit(&describe_retry(&after))
 }
 
 pub async fn request(args: RequestArgs) -> Result<()> {
     let process = args.process()?;
-    let store = crate::open_store(&args.store).await?;
-    let (request, created) = store.request(&args.node, &process, "operator").await?;
+    let operator = Operator::open(&args.store).await?;
+    let (request, created) = operator
+        .store
+        .request(&args.node, &process, "operator")
+        .await?;
     let text = if created {
+        operator
+            .record(
+                Action::Request,
+                Some(&args.node),
+                Some(&process),
+                args.reason.as_deref(),
+            )
+            .await?;
         format!(
             "requested {process} on {}: its agent takes it into the next window\n",
             args.node
@@ -73,8 +103,16 @@ pub async fn request(args: RequestArgs) -> Result<()> {
 
 pub async fn cancel(args: RequestArgs) -> Result<()> {
     let process = args.process()?;
-    let store = crate::open_store(&args.store).await?;
-    let text = if store.cancel(&args.node, &process).await? {
+    let operator = Operator::open(&args.store).await?;
+    let text = if operator.store.cancel(&args.node, &process).await? {
+        operator
+            .record(
+                Action::Cancel,
+                Some(&args.node),
+                Some(&process),
+                args.reason.as_deref(),
+            )
+            .await?;
         format!("canceled the pending {process} request of {}\n", args.node)
     } else {
         format!(
@@ -86,8 +124,11 @@ pub async fn cancel(args: RequestArgs) -> Result<()> {
 }
 
 pub async fn pause(args: PauseArgs) -> Result<()> {
-    let store = crate::open_store(&args.store).await?;
-    let pause = store.pause(&args.reason).await?;
+    let operator = Operator::open(&args.store).await?;
+    let pause = operator.store.pause(&args.reason).await?;
+    operator
+        .record(Action::Pause, None, None, Some(&args.reason))
+        .await?;
     output::emit(&format!(
         "fleet paused since {}: {}; no node takes a slot or reboots until `rota resume`\n",
         output::rfc3339_seconds(pause.since),
@@ -96,8 +137,13 @@ pub async fn pause(args: PauseArgs) -> Result<()> {
 }
 
 pub async fn resume(args: ResumeArgs) -> Result<()> {
-    let store = crate::open_store(&args.store).await?;
-    let text = match store.resume().await? {
+    let operator = Operator::open(&args.store).await?;
+    // Every resume starts a new rollout, paused or not: each one is recorded.
+    let lifted = operator.store.resume().await?;
+    operator
+        .record(Action::Resume, None, None, args.reason.as_deref())
+        .await?;
+    let text = match lifted {
         Some(pause) => format!(
             "fleet resumed (paused since {}: {})\n",
             output::rfc3339_seconds(pause.since),

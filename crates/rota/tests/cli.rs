@@ -375,6 +375,104 @@ async fn retry_resumes_a_failed_node() {
     assert!(err.contains("node-1 is draining"), "{err}");
 }
 
+/// Every operator command records who did it and why, once it is done, and `rota history`
+/// shows them among the history's entries; a command that changed nothing records nothing.
+#[tokio::test]
+async fn operator_actions_are_recorded_with_who_and_why() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = fleet(dir.path()).await;
+    let script = dir.path().join("kernel.sh");
+    std::fs::write(&script, "true\n").expect("script");
+    let script = script.display().to_string();
+
+    ok(&db, &["pause", "--reason", "change freeze"]);
+    ok(&db, &["resume", "--reason", "freeze over"]);
+    ok(&db, &["unlock", "node-3", "--reason", "replaced the disk"]);
+    ok(&db, &["retry", "node-4", "--reason", "fixed the mirror"]);
+    ok(
+        &db,
+        &["request", "node-3", "--reboot", "--reason", "kernel CVE"],
+    );
+    // Already requested: nothing changed, nothing recorded.
+    ok(&db, &["request", "node-3", "--reboot"]);
+    ok(
+        &db,
+        &["cancel", "node-3", "--reboot", "--reason", "wrong node"],
+    );
+    ok(&db, &["cancel", "node-3", "--reboot"]);
+    let submit = ["mop", "submit", "--name", "kernel", "--script", &script];
+    ok(&db, &submit);
+    ok(&db, &submit);
+
+    let by = rota_store::os_actor();
+    let rows = json(&ok(&db, &["history", "-o", "json"]));
+    let actions: Vec<(String, Value, Value, Value)> = rows
+        .iter()
+        .filter(|r| !r["by"].is_null())
+        .map(|r| {
+            assert_eq!(r["by"], by.as_str(), "{r}");
+            (
+                r["event"].as_str().expect("an event").to_owned(),
+                r["node"].clone(),
+                r["process"].clone(),
+                r["cause"].clone(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("pause", None, None, Some("change freeze")),
+        ("resume", None, None, Some("freeze over")),
+        (
+            "unlock",
+            Some("node-3"),
+            Some("reboot"),
+            Some("replaced the disk"),
+        ),
+        (
+            "retry",
+            Some("node-4"),
+            Some("reboot"),
+            Some("fixed the mirror"),
+        ),
+        (
+            "request",
+            Some("node-3"),
+            Some("reboot"),
+            Some("kernel CVE"),
+        ),
+        ("cancel", Some("node-3"), Some("reboot"), Some("wrong node")),
+        ("submit", None, Some("mop/kernel"), None),
+    ]
+    .map(|(event, node, process, cause)| {
+        let text = |v: Option<&str>| v.map_or(Value::Null, Value::from);
+        (event.to_owned(), text(node), text(process), text(cause))
+    });
+    assert_eq!(actions, expected);
+    // The agents' entries carry no operator.
+    assert!(
+        rows.iter()
+            .any(|r| r["event"] == "canceled" && r["by"].is_null()),
+        "{rows:?}"
+    );
+
+    let table = ok(&db, &["history", "node-4"]);
+    assert!(
+        table.lines().next().is_some_and(|h| h.ends_with("BY")),
+        "{table}"
+    );
+    let retried = table
+        .lines()
+        .find(|l| l.contains(" retry "))
+        .unwrap_or_else(|| panic!("a retry line in {table}"));
+    assert!(
+        retried.contains("fixed the mirror") && retried.ends_with(&by),
+        "{retried}"
+    );
+    // An event filter asks for the history's events only.
+    let failed = json(&ok(&db, &["history", "--event", "failed", "-o", "json"]));
+    assert!(failed.iter().all(|r| r["event"] == "failed"), "{failed:?}");
+}
+
 #[tokio::test]
 async fn the_store_comes_from_the_environment() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -403,6 +501,9 @@ fn bad_input_is_one_line_naming_the_value() {
         (&["unlock", "bad_name!", "--reason", "x"], "bad_name!"),
         (&["unlock", "n", "--reason", ""], "--reason"),
         (&["unlock", "n"], "--reason"),
+        (&["pause"], "--reason"),
+        (&["pause", "--reason", " "], "--reason"),
+        (&["retry", "n", "--reason", ""], "--reason"),
         (&["retry", "node_"], "node_"),
         (&["explode"], "explode"),
     ];

@@ -2,7 +2,8 @@
 //! `<release>-operator`, bound through `rbac.viewers` and `rbac.operators`, on the real API
 //! server of `testenv/`: the real `rota` binary run as a viewer shows the fleet and its history
 //! but may not ask for maintenance or pause the fleet (403); run as an operator it may, and is
-//! refused nothing on the way.
+//! refused nothing on the way. Each of the operator's actions lands in the audit trail in the
+//! operator's own name, which nobody can forge (the chart's audit-trail policy).
 
 use std::path::Path;
 use std::process::Output;
@@ -14,7 +15,7 @@ use rota_core::{NodeName, Process};
 use rota_e2e::testenv::wait_for;
 use rota_store::{AgentStore, ReadStore};
 use rota_store_kube::permissions::{Permission, missing};
-use rota_store_kube::{KubeStore, KubeStoreConfig, RotaNode};
+use rota_store_kube::{KubeStore, KubeStoreConfig, RotaAction, RotaActionSpec, RotaNode};
 use serde_json::json;
 
 mod kube_common;
@@ -113,6 +114,7 @@ async fn a_viewer_sees_the_fleet_and_an_operator_may_also_ask_for_maintenance() 
     let store = store().await?;
     let dir = tempfile::tempdir()?;
     let mut kubeconfigs = Vec::new();
+    let mut clients = Vec::new();
     for (person, may) in people.into_iter().zip(["list", "update"]) {
         let client = scope.service_account_client(env, person).await?;
         // RBAC takes a moment to see new bindings.
@@ -127,6 +129,7 @@ async fn a_viewer_sees_the_fleet_and_an_operator_may_also_ask_for_maintenance() 
         env.write_kubeconfig_as(&scope.client(), scope.namespace(), person, &path)
             .await?;
         kubeconfigs.push(path);
+        clients.push(client);
     }
     let (viewer, operator) = (&kubeconfigs[0], &kubeconfigs[1]);
 
@@ -164,12 +167,73 @@ async fn a_viewer_sees_the_fleet_and_an_operator_may_also_ask_for_maintenance() 
         Ok(store.paused().await?.map(drop))
     })
     .await?;
-    allowed(operator, namespace, &["resume"]).await?;
+    allowed(operator, namespace, &["resume", "--reason", "triage done"]).await?;
     wait_for("the resume", PATIENCE, || async {
         Ok(store.paused().await?.is_none().then_some(()))
     })
     .await?;
     allowed(operator, namespace, &["cancel", node.as_str(), "--reboot"]).await?;
+
+    // Each of the operator's actions is in the audit trail, in the name the API server knows
+    // the operator by, and the viewer reads it.
+    let operator_user = format!("system:serviceaccount:{}:{}", scope.namespace(), people[1]);
+    let history: Vec<serde_json::Value> =
+        serde_json::from_str(&allowed(viewer, namespace, &["history", "-o", "json"]).await?)?;
+    let actions: Vec<(&str, &str)> = history
+        .iter()
+        .filter_map(|r| Some((r["event"].as_str()?, r["by"].as_str()?)))
+        .collect();
+    ensure!(
+        actions == ["request", "pause", "resume", "cancel"].map(|a| (a, operator_user.as_str())),
+        "{history:?}"
+    );
+    ensure!(
+        history
+            .iter()
+            .any(|r| r["event"] == "resume" && r["cause"] == "triage done"),
+        "{history:?}"
+    );
+    // Nobody records an action in another's name, nor changes a record.
+    let actions_api: Api<RotaAction> = Api::namespaced(clients[1].clone(), namespace);
+    let forged = RotaAction::new(
+        "forged",
+        RotaActionSpec {
+            at: rota_store_kube::crd::Timestamp(0),
+            action: "unlock".into(),
+            node: Some(node.to_string()),
+            process: None,
+            by: "someone-else".into(),
+            reason: None,
+        },
+    );
+    let refused = actions_api
+        .create(&Default::default(), &forged)
+        .await
+        .expect_err("a forged record")
+        .to_string();
+    ensure!(
+        refused.contains(&chart.audit_policy()) && refused.contains("someone-else"),
+        "{refused}"
+    );
+    let mut recorded = actions_api
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .next()
+        .context("a recorded action")?;
+    let name = recorded.metadata.name.clone().context("a name")?;
+    recorded.spec.reason = Some("rewritten".into());
+    // The operator may not update one (RBAC); a cluster admin may, and the policy refuses.
+    let refused = Api::<RotaAction>::namespaced(scope.client(), namespace)
+        .replace(&name, &Default::default(), &recorded)
+        .await
+        .expect_err("a changed record")
+        .to_string();
+    ensure!(
+        refused.contains(&chart.audit_policy()) && refused.contains("never changed"),
+        "{refused}"
+    );
 
     Api::<RotaNode>::all(scope.client())
         .delete(node.as_str(), &Default::default())

@@ -8,6 +8,7 @@
 //! - `queue`: queue maths, pure: who is ahead, how many changes to wait, which slot to take;
 //! - `transitions`: a transition of a node's agent, and the slot it gives back;
 //! - `operator`: an operator's unlock, retry, request and cancel;
+//! - `audit`: the record of each operator action (`RotaAction` objects);
 //! - `cas`: compare-and-swap writes of RotaNodes, and the fenced edit behind the agent's;
 //! - `caches`: what this process remembers of each node between requests;
 //! - `slot_leases`: the slot Leases: list, take, renew, give back, free orphans;
@@ -18,6 +19,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{ApiResource, DynamicObject, ListParams};
@@ -28,6 +30,7 @@ use rota_store::{Error, NodeRecord, Result, Session};
 use tokio::task::AbortHandle;
 use tracing::warn;
 
+use crate::actions::RotaAction;
 use crate::changes::{Changes, watch_leases};
 use crate::config_view::{ConfigView, watch_config_maps};
 use crate::crd::RotaNode;
@@ -39,6 +42,7 @@ use crate::slots;
 use crate::status;
 
 mod acquire;
+mod audit;
 mod caches;
 mod cas;
 mod events;
@@ -103,6 +107,10 @@ struct Inner {
     leases: Api<Lease>,
     config_maps: Api<ConfigMap>,
     nodes: Api<Node>,
+    /// The operators' audit trail, in rota's namespace.
+    actions: Api<RotaAction>,
+    /// Who this handle's credentials are.
+    reviews: Api<SelfSubjectReview>,
     recorder: Recorder,
     changes: Arc<Changes>,
     /// What this process knows of the sessions it opened, by node.
@@ -181,6 +189,8 @@ impl KubeStore {
                 rota_node_objects,
                 leases,
                 config_maps,
+                actions: Api::namespaced(client.clone(), &config.namespace),
+                reviews: Api::all(client.clone()),
                 nodes: Api::all(client),
                 procedures,
                 reporter,

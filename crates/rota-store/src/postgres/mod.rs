@@ -24,6 +24,7 @@
 //! The [`Store`] impl below hands each call to the file of its concern, so that the calls that
 //! share a table and its locks are read together.
 
+mod actions;
 mod changes;
 mod connections;
 mod history;
@@ -48,12 +49,13 @@ use tokio::sync::watch;
 use self::changes::ListenerTask;
 use self::connections::Connections;
 pub(crate) use self::open::redact;
+use crate::actions::{ActionRecord, NewAction, os_actor};
 use crate::error::Result;
 use crate::model::{
     Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome,
     Pause, ProcedureRecord, RequestRecord, Session, SlotHolder, Transition,
 };
-use crate::{AgentStore, OperatorStore, ProcedureStore, ReadStore};
+use crate::{AgentStore, AuditStore, OperatorStore, ProcedureStore, ReadStore};
 
 /// A [`Store`](crate::Store) in a PostgreSQL database. Clones share the connections, the
 /// change counter and the listener.
@@ -216,5 +218,20 @@ impl ReadStore for PostgresStore {
 
     async fn resumed_at(&self) -> Result<Option<Millis>> {
         pause::resumed_at(self).await
+    }
+}
+
+#[async_trait]
+impl AuditStore for PostgresStore {
+    async fn actor(&self) -> Result<String> {
+        Ok(os_actor())
+    }
+
+    async fn record_action(&self, action: &NewAction) -> Result<ActionRecord> {
+        actions::record(self, action).await
+    }
+
+    async fn actions(&self, filter: &HistoryFilter) -> Result<Vec<ActionRecord>> {
+        actions::list(self, filter).await
     }
 }

@@ -23,6 +23,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use self::queries::{changes_before_turn, fetch_node};
 use self::writer::{Op, Reply};
+use crate::actions::{ActionRecord, NewAction, os_actor};
 use crate::error::{Context, Error, Result};
 use crate::model::{
     Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome,
@@ -30,10 +31,10 @@ use crate::model::{
     now_millis,
 };
 use crate::rows::{
-    NODE_COLUMNS, backoff_record, concurrency as stored_concurrency, history_entry, node_record,
-    procedure_record, request_record, slot_holder, slot_index,
+    NODE_COLUMNS, action_record, backoff_record, concurrency as stored_concurrency, history_entry,
+    node_record, procedure_record, request_record, slot_holder, slot_index,
 };
-use crate::{AgentStore, OperatorStore, ProcedureStore, ReadStore};
+use crate::{AgentStore, AuditStore, OperatorStore, ProcedureStore, ReadStore};
 
 /// The setting that holds the fleet's pause.
 const PAUSED_KEY: &str = "paused";
@@ -583,5 +584,36 @@ impl ReadStore for SqliteStore {
             .await
             .context("reading the last resume")?;
         decode_resumed_at("rota_meta.resumed_at", value.as_deref())
+    }
+}
+
+#[async_trait]
+impl AuditStore for SqliteStore {
+    async fn actor(&self) -> Result<String> {
+        Ok(os_actor())
+    }
+
+    async fn record_action(&self, action: &NewAction) -> Result<ActionRecord> {
+        let action = Box::new(action.clone());
+        self.write(|reply| Op::RecordAction { action, reply }).await
+    }
+
+    async fn actions(&self, filter: &HistoryFilter) -> Result<Vec<ActionRecord>> {
+        if filter.event.is_some() {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(
+            "SELECT at, action, node, process, by, reason FROM operator_actions \
+             WHERE (?1 IS NULL OR node = ?1) AND (?2 IS NULL OR process = ?2) \
+             AND (?3 IS NULL OR at >= ?3) AND (?4 IS NULL OR at <= ?4) ORDER BY id",
+        )
+        .bind(filter.node.as_ref().map(NodeName::as_str))
+        .bind(filter.process.as_ref().map(ToString::to_string))
+        .bind(filter.since)
+        .bind(filter.until)
+        .fetch_all(&self.pool)
+        .await
+        .context("reading operator actions")?;
+        rows.iter().map(action_record).collect()
     }
 }

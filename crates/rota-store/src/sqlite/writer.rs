@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::writes;
 use crate::WAKE_ALL;
+use crate::actions::{ActionRecord, NewAction};
 use crate::error::{Error, Result};
 use crate::model::{
     Acquire, Blocked, NodeRecord, Outcome, ProcedureRecord, RequestRecord, Session, Transition,
@@ -106,6 +107,10 @@ pub(super) enum Op {
     Retry {
         node: NodeName,
         reply: Reply<NodeRecord>,
+    },
+    RecordAction {
+        action: Box<NewAction>,
+        reply: Reply<ActionRecord>,
     },
 }
 
@@ -257,6 +262,9 @@ async fn execute(conn: &mut SqliteConnection, op: Op) -> (Done, u64) {
             let wake = counted(result.is_ok());
             (done(reply, result), wake)
         }
+        Op::RecordAction { action, reply } => {
+            (done(reply, writes::record_action(conn, &action).await), 0)
+        }
     }
 }
 
@@ -337,6 +345,7 @@ fn refuse(op: Op) -> Done {
         Op::OperatorRequest { reply, .. } => skipped(reply),
         Op::OperatorCancel { reply, .. } => skipped(reply),
         Op::SubmitProcedure { reply, .. } => skipped(reply),
+        Op::RecordAction { reply, .. } => skipped(reply),
         Op::Transition { reply, .. } | Op::Unlock { reply, .. } | Op::Retry { reply, .. } => {
             skipped(reply)
         }

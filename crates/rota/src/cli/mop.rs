@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use rota_core::{NodeName, Priority};
 
-use super::parse::{label, positive_duration, priority};
+use super::parse::{label, non_empty_reason, positive_duration, priority};
 use super::{BackoffArgs, Format, StoreArgs};
 
 #[derive(Debug, Subcommand)]
@@ -58,6 +58,9 @@ pub struct MopSubmitArgs {
     pub retry: bool,
     #[command(flatten)]
     pub backoff: BackoffArgs,
+    /// Why: recorded with who submitted it in the audit trail that `rota history` shows.
+    #[arg(long, value_name = "TEXT", value_parser = non_empty_reason)]
+    pub reason: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]

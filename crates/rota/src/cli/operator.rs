@@ -35,7 +35,8 @@ pub struct HistoryArgs {
     /// Only entries of this process: reboot, maintenance or mop/<name>.
     #[arg(long, value_name = "PROCESS")]
     pub process: Option<Process>,
-    /// Only entries of this event: started, finished, failed, canceled, released or postponed.
+    /// Only entries of this event: started, finished, failed, canceled, released or postponed
+    /// (operators' actions are then left out).
     #[arg(long, value_name = "EVENT")]
     pub event: Option<HistoryEvent>,
     /// Only entries at or after TIME: an RFC 3339 timestamp or a duration ago (30m, 2h, 1d).
@@ -59,7 +60,8 @@ pub struct UnlockArgs {
     /// The node to unlock.
     #[arg(value_name = "NODE")]
     pub node: NodeName,
-    /// Why: recorded in the node's history with the cancellation.
+    /// Why (required): recorded in the node's history with the cancellation, and with who did
+    /// it in the audit trail that `rota history` shows.
     #[arg(long, value_name = "TEXT", value_parser = non_empty_reason)]
     pub reason: String,
 }
@@ -78,6 +80,9 @@ pub struct RequestArgs {
     /// A procedure, by name (it runs at most once per node).
     #[arg(long, value_name = "NAME")]
     pub procedure: Option<String>,
+    /// Why: recorded with who did it in the audit trail that `rota history` shows.
+    #[arg(long, value_name = "TEXT", value_parser = non_empty_reason)]
+    pub reason: Option<String>,
 }
 
 impl RequestArgs {
@@ -94,7 +99,8 @@ impl RequestArgs {
 pub struct PauseArgs {
     #[command(flatten)]
     pub store: StoreArgs,
-    /// Why: shown by `rota status` while the pause lasts.
+    /// Why (required): shown by `rota status` while the pause lasts, and recorded with who
+    /// did it in the audit trail that `rota history` shows.
     #[arg(long, value_name = "TEXT", value_parser = non_empty_reason)]
     pub reason: String,
 }
@@ -103,6 +109,9 @@ pub struct PauseArgs {
 pub struct ResumeArgs {
     #[command(flatten)]
     pub store: StoreArgs,
+    /// Why: recorded with who did it in the audit trail that `rota history` shows.
+    #[arg(long, value_name = "TEXT", value_parser = non_empty_reason)]
+    pub reason: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -112,4 +121,7 @@ pub struct RetryArgs {
     /// The failed node to retry.
     #[arg(value_name = "NODE")]
     pub node: NodeName,
+    /// Why: recorded with who did it in the audit trail that `rota history` shows.
+    #[arg(long, value_name = "TEXT", value_parser = non_empty_reason)]
+    pub reason: Option<String>,
 }

@@ -75,6 +75,11 @@ impl Chart {
         format!("{}-agent-node-scoped", self.release)
     }
 
+    /// The name of the ValidatingAdmissionPolicy that keeps the operators' audit trail honest.
+    pub fn audit_policy(&self) -> String {
+        format!("{}-audit-trail", self.release)
+    }
+
     /// The agents' DaemonSet pod on `node`, once the scheduler has bound it there.
     pub async fn agent_pod_on(&self, admin: &Client, node: &str) -> Result<Pod> {
         let pods: Api<Pod> = Api::namespaced(admin.clone(), &self.namespace);

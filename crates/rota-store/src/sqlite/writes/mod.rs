@@ -55,7 +55,9 @@ mod settings;
 mod slots;
 mod windows;
 
-pub(super) use operator::{operator_cancel, operator_request, retry, submit_procedure, unlock};
+pub(super) use operator::{
+    operator_cancel, operator_request, record_action, retry, submit_procedure, unlock,
+};
 pub(super) use requests::{add_request, cancel_request, complete_request, set_blocked};
 pub(super) use sessions::{close_session, fence, heartbeat, open_session};
 pub(super) use settings::{set_concurrency, set_meta};

@@ -1,4 +1,5 @@
-//! What operators write: unlock, retry, a request or cancel for a node, a procedure.
+//! What operators write: unlock, retry, a request or cancel for a node, a procedure, and the
+//! record of each of these actions.
 
 use rota_core::{NodeName, NodeState, ProcedureSpec, Process};
 use sqlx::SqliteConnection;
@@ -6,6 +7,7 @@ use sqlx::SqliteConnection;
 use super::expect_node;
 use super::requests::existing_request;
 use super::windows::apply_window;
+use crate::actions::{ActionRecord, NewAction};
 use crate::error::{Context, Error, Result};
 use crate::model::{NodeRecord, ProcedureRecord, RequestRecord, WindowChange, now_millis};
 use crate::rows::{procedure_record, request_record};
@@ -152,4 +154,25 @@ pub(in crate::sqlite) async fn operator_cancel(
     .await
     .context("canceling a request")?;
     Ok(done.rows_affected() > 0)
+}
+
+pub(in crate::sqlite) async fn record_action(
+    conn: &mut SqliteConnection,
+    action: &NewAction,
+) -> Result<ActionRecord> {
+    let at = now_millis();
+    sqlx::query(
+        "INSERT INTO operator_actions (at, action, node, process, by, reason) \
+         VALUES (?, ?, ?, ?, ?, ?)",
+    )
+    .bind(at)
+    .bind(action.action.as_str())
+    .bind(action.node.as_ref().map(NodeName::as_str))
+    .bind(action.process.as_ref().map(ToString::to_string))
+    .bind(&action.by)
+    .bind(action.reason.as_deref())
+    .execute(&mut *conn)
+    .await
+    .context("recording an operator action")?;
+    Ok(ActionRecord::new(at, action))
 }

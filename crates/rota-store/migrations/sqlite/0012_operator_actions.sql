@@ -1,0 +1,13 @@
+-- The operators' audit trail: who did which operator action (unlock, retry, request, cancel,
+-- pause, resume, submit), to which node and process, when and why. Written once per action,
+-- never read by agents.
+CREATE TABLE operator_actions (
+    id      INTEGER PRIMARY KEY,
+    at      INTEGER NOT NULL,
+    action  TEXT    NOT NULL,
+    -- NULL for the fleet (pause, resume, a procedure's submission)
+    node    TEXT,
+    process TEXT,
+    by      TEXT    NOT NULL,
+    reason  TEXT
+);

@@ -1,0 +1,54 @@
+//! The operators' audit trail from the command line's side: who runs an operator command, and
+//! the record of what it did, written once it is done.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use rota_core::{NodeName, Process};
+use rota_store::{Action, NewAction, Store};
+
+use crate::cli::StoreArgs;
+
+/// An operator's handle on the store: the store, and who the store records as acting.
+pub struct Operator {
+    pub store: Arc<dyn Store>,
+    by: String,
+}
+
+impl Operator {
+    /// Opens the store and learns who runs the command (in Kubernetes, from the API server),
+    /// before anything is changed: an operator who cannot be named changes nothing.
+    pub async fn open(args: &StoreArgs) -> Result<Operator> {
+        let store = crate::open_store(args).await?;
+        let by = store
+            .actor()
+            .await
+            .context("learning who runs this command, for the audit trail")?;
+        Ok(Operator { store, by })
+    }
+
+    /// Records an action that was done. When this fails the action stands, and the error
+    /// says so.
+    pub async fn record(
+        &self,
+        action: Action,
+        node: Option<&NodeName>,
+        process: Option<&Process>,
+        reason: Option<&str>,
+    ) -> Result<()> {
+        let action = NewAction {
+            action,
+            node: node.cloned(),
+            process: process.cloned(),
+            by: self.by.clone(),
+            reason: reason.map(str::to_owned),
+        };
+        self.store.record_action(&action).await.with_context(|| {
+            format!(
+                "the {} was done, but recording it in the audit trail failed",
+                action.action
+            )
+        })?;
+        Ok(())
+    }
+}
