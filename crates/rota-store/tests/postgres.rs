@@ -439,3 +439,34 @@ async fn a_database_restart_costs_at_most_one_failed_call_and_loses_nothing() {
     let requests = store.all_requests().await.expect("requests");
     assert_eq!(requests.len(), 2, "{requests:?}");
 }
+
+/// A concurrency no fleet can have, written by hand into rota_meta, is refused by the database
+/// naming the constraint; before, the grant functions took a 0 as it was, and no node ever took
+/// a slot.
+#[tokio::test]
+async fn a_concurrency_written_by_hand_is_refused_by_the_database() {
+    let Some(url) = fresh_database().await else {
+        return;
+    };
+    let store = PostgresStore::open(&url).await.expect("open");
+    store.set_concurrency(2).await.expect("set concurrency");
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    for value in ["0", "1001", "x", "", "-1", "99999"] {
+        let err = sqlx::query("UPDATE rota_meta SET value = $1 WHERE key = 'concurrency'")
+            .bind(value)
+            .execute(&pool)
+            .await
+            .expect_err(value)
+            .to_string();
+        assert!(
+            err.contains("rota_meta_concurrency_1_to_1000"),
+            "{value}: {err}"
+        );
+    }
+    assert_eq!(store.concurrency().await.expect("read"), Some(2));
+    sqlx::query("UPDATE rota_meta SET value = '1000' WHERE key = 'concurrency'")
+        .execute(&pool)
+        .await
+        .expect("a concurrency a fleet can have");
+    pool.close().await;
+}
