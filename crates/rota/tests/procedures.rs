@@ -1,5 +1,6 @@
 //! `rota mop submit` and `rota mop list` on SQLite: what the command line refuses and says,
-//! and a pinned script that the CLI refuses and `rota agent`, a real process, refuses too. How
+//! a pinned script that the CLI refuses and `rota agent`, a real process, refuses too, and a
+//! submission that wakes an idle agent in another process at once. How
 //! the agent runs procedures is tested in-process in `crates/rota-agent/tests/procedures.rs`.
 
 mod common;
@@ -134,4 +135,24 @@ async fn a_changed_procedure_needs_a_new_name() {
     let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).expect("json");
     assert_eq!(listed[0]["spec"]["name"], "p");
     assert_eq!(listed[0]["nodes"]["pending"], 0);
+}
+
+/// A procedure submitted from another process reaches an idle SQLite agent at once, not at its
+/// next procedure poll: with polls of an hour, the second script runs only because the
+/// submission woke the agent (the first may also have been found by the agent's look at start).
+#[tokio::test]
+async fn a_procedure_submitted_from_another_process_wakes_the_idle_agent() {
+    let host = Host::new();
+    host.store().await;
+    let _agent = host.agent(&["--procedure-poll", "1h", "--store-poll", "1h"]);
+    host.wait_for("the agent's node", |r| r.state == NodeState::Idle)
+        .await;
+    for name in ["first", "second"] {
+        let ran = host.path(name);
+        host.submitted(name, &format!("touch {}\n", ran.display()), &["--no-drain"]);
+        host.wait_until(&format!("the {name} script ran"), || ran.exists())
+            .await;
+        host.wait_for("the window closed", |r| r.state == NodeState::Idle)
+            .await;
+    }
 }

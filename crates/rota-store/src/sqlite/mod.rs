@@ -6,11 +6,13 @@
 //! and unique keys on `slots` make a double grant impossible even if a check were wrong.
 
 mod queries;
+mod wakes;
 mod writer;
 mod writes;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -91,8 +93,18 @@ impl SqliteStore {
         let (changes, _) = watch::channel(0);
         let changes = Arc::new(changes);
         let (writer, ops) = mpsc::unbounded_channel();
-        tokio::spawn(writer::run(conn, ops, changes.clone()));
+        let own_wake = Arc::new(AtomicI64::new(0));
+        tokio::spawn(writer::run(conn, ops, changes.clone(), own_wake.clone()));
         tokio::spawn(checkpoint(pool.clone(), writer.downgrade()));
+        tokio::spawn({
+            let (path, pool, writer, changes) = (
+                path.to_path_buf(),
+                pool.clone(),
+                writer.downgrade(),
+                changes.clone(),
+            );
+            async move { wakes::watch_operators(&path, pool, writer, changes, own_wake).await }
+        });
         Ok(SqliteStore {
             pool,
             path: path.to_path_buf(),

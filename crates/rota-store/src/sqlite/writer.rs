@@ -5,12 +5,13 @@
 //! batch committed: a write is never reported before it is durable.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use rota_core::{NodeName, ProcedureSpec, Process};
 use sqlx::SqliteConnection;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::writes;
+use super::{wakes, writes};
 use crate::WAKE_ALL;
 use crate::actions::{ActionRecord, NewAction};
 use crate::error::{Error, Result};
@@ -128,6 +129,21 @@ fn done<T: Send + 'static>(reply: Reply<T>, result: Result<T>) -> Done {
         // A caller that stopped waiting has nothing left to learn.
         let _ = reply.send(result);
     })
+}
+
+/// Whether an operation is an operator's, which another process's agents must hear of at once
+/// (see `wakes`).
+fn by_operator(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::SetConcurrency { .. }
+            | Op::SetMeta { .. }
+            | Op::OperatorRequest { .. }
+            | Op::OperatorCancel { .. }
+            | Op::SubmitProcedure { .. }
+            | Op::Unlock { .. }
+            | Op::Retry { .. }
+    )
 }
 
 /// How far a successful operation moves `Store::changes` (see its documentation).
@@ -273,6 +289,7 @@ pub(super) async fn run(
     mut conn: SqliteConnection,
     mut ops: mpsc::UnboundedReceiver<Op>,
     changes: Arc<watch::Sender<u64>>,
+    own_wake: Arc<AtomicI64>,
 ) {
     while let Some(first) = ops.recv().await {
         let mut batch = vec![first];
@@ -287,12 +304,28 @@ pub(super) async fn run(
         let begun = sqlx::query("BEGIN IMMEDIATE").execute(&mut conn).await;
         let outcome = match begun {
             Ok(_) => {
+                let mut operator = false;
                 for op in batch {
+                    operator |= by_operator(&op);
                     let (done, wake) = execute(&mut conn, op).await;
                     finished.push(done);
                     woken = woken.saturating_add(wake);
                 }
-                sqlx::query("COMMIT").execute(&mut conn).await.map(drop)
+                // Other processes' agents hear of an operator's change through this (see
+                // `wakes`); one that was refused wakes them for nothing, and costs a re-read.
+                let bumped = if operator {
+                    // Known before the commit, as the commit is what the watcher sees.
+                    sqlx::query_scalar::<_, i64>(wakes::BUMP)
+                        .fetch_one(&mut conn)
+                        .await
+                        .map(|value| own_wake.store(value, Ordering::SeqCst))
+                } else {
+                    Ok(())
+                };
+                match bumped {
+                    Ok(()) => sqlx::query("COMMIT").execute(&mut conn).await.map(drop),
+                    Err(e) => Err(e),
+                }
             }
             Err(e) => {
                 for op in batch {
