@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use rota_store::{SqliteStore, Store, StoreUrl};
+use rota_store::{OperatorStore, SqliteStore, Store, StoreUrl};
 
 async fn make() -> Arc<dyn Store> {
     let dir = tempfile::tempdir().expect("tempdir").keep();
@@ -104,4 +104,44 @@ async fn agents_opening_a_new_file_at_once_all_succeed() {
             .expect("task")
             .expect("every concurrent open succeeds");
     }
+}
+
+/// The inotify instances this process holds (`fs.inotify.max_user_instances` is 128 by
+/// default, for every process of the user together).
+fn inotify_instances() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .expect("list /proc/self/fd")
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter(|target| target.as_os_str() == "anon_inode:inotify")
+        .count()
+}
+
+/// Each store handle watches its database for other processes' operator changes; a handle
+/// that is dropped gives its inotify instance back. Before, every dropped handle kept one until
+/// the next write in its directory, and a process that opened stores one after another (a
+/// soak's runs) used up the machine's instances, so that new agents could not watch their
+/// sentinels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_store_gives_its_inotify_instance_back() {
+    let before = inotify_instances();
+    for _ in 0..40 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = SqliteStore::open(&dir.path().join("rota.db"))
+            .await
+            .expect("open store");
+        store.set_concurrency(2).await.expect("a write");
+        drop(store);
+    }
+    let mut held = inotify_instances();
+    for _ in 0..100 {
+        if held <= before + 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        held = inotify_instances();
+    }
+    assert!(
+        held <= before + 1,
+        "{held} inotify instances held, {before} before"
+    );
 }

@@ -94,16 +94,24 @@ impl SqliteStore {
         let changes = Arc::new(changes);
         let (writer, ops) = mpsc::unbounded_channel();
         let own_wake = Arc::new(AtomicI64::new(0));
-        tokio::spawn(writer::run(conn, ops, changes.clone(), own_wake.clone()));
+        let (stopped, writer_gone) = oneshot::channel();
+        tokio::spawn(writer::run(
+            conn,
+            ops,
+            changes.clone(),
+            own_wake.clone(),
+            stopped,
+        ));
         tokio::spawn(checkpoint(pool.clone(), writer.downgrade()));
         tokio::spawn({
-            let (path, pool, writer, changes) = (
-                path.to_path_buf(),
-                pool.clone(),
-                writer.downgrade(),
-                changes.clone(),
-            );
-            async move { wakes::watch_operators(&path, pool, writer, changes, own_wake).await }
+            let (path, pool, changes) = (path.to_path_buf(), pool.clone(), changes.clone());
+            async move {
+                let watch = wakes::watch_operators(&path, pool, changes, own_wake);
+                tokio::select! {
+                    () = watch => {}
+                    _ = writer_gone => {}
+                }
+            }
         });
         Ok(SqliteStore {
             pool,

@@ -14,10 +14,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use futures::StreamExt;
 use inotify::{Inotify, WatchMask};
 use sqlx::SqlitePool;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tracing::warn;
 
-use super::writer::Op;
 use crate::WAKE_ALL;
 
 /// The setting every operator write moves.
@@ -42,13 +41,13 @@ async fn wake_value(pool: &SqlitePool) -> Option<i64> {
     }
 }
 
-/// Watches the directory of the database at `path` until the writer is gone. Without inotify
+/// Watches the directory of the database at `path`; the caller ends it with the store's
+/// writer, which also closes the inotify instance (a process has few of them). Without inotify
 /// (a filesystem that has none), agents see other processes' changes at their store poll, as
 /// before, and the log says so.
 pub(super) async fn watch_operators(
     path: &Path,
     pool: SqlitePool,
-    writer: mpsc::WeakUnboundedSender<Op>,
     changes: Arc<watch::Sender<u64>>,
     own_wake: Arc<AtomicI64>,
 ) {
@@ -79,9 +78,6 @@ pub(super) async fn watch_operators(
     // arrived together.
     let mut batches = events.ready_chunks(256);
     while let Some(batch) = batches.next().await {
-        if writer.upgrade().is_none() {
-            return;
-        }
         let logged = batch.iter().any(|e| {
             e.as_ref()
                 .is_ok_and(|e| e.name.as_deref() == Some(wal.as_os_str()))

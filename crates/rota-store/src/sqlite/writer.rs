@@ -290,6 +290,8 @@ pub(super) async fn run(
     mut ops: mpsc::UnboundedReceiver<Op>,
     changes: Arc<watch::Sender<u64>>,
     own_wake: Arc<AtomicI64>,
+    // Dropped when the last handle is gone: what watches for other processes stops with it.
+    _stopped: oneshot::Sender<()>,
 ) {
     while let Some(first) = ops.recv().await {
         let mut batch = vec![first];
