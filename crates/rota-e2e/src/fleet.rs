@@ -9,14 +9,16 @@
 //! agent with SIGKILL (the machine going down), writes a new boot id, empties the host root's
 //! `run/`, and starts the agent again. A test can hold a host's reboots back
 //! ([`Fleet::hold_reboots`]) to act while the node is between asking for a reboot and getting it.
+//! A host's agent is stopped and started only under the host's lock, so the supervisor's
+//! reboots and a test's kills and restarts never leave two agents running for one node.
 //!
 //! [`DisruptionWatch`] follows the Nodes through a watch and remembers the largest number of
 //! them that were unschedulable at any observed version of the cluster.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::OpenOptions;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -142,7 +144,12 @@ impl Host {
 
     /// SIGKILLs the agent, if it runs, and reaps it.
     fn kill(&self) -> Result<()> {
-        if let Some(mut child) = self.agent().take() {
+        self.kill_in(&mut self.agent())
+    }
+
+    /// [`Host::kill`] with the host's lock held: `slot` is its agent.
+    fn kill_in(&self, slot: &mut Option<Child>) -> Result<()> {
+        if let Some(mut child) = slot.take() {
             child
                 .kill()
                 .with_context(|| format!("killing the agent of {}", self.node))?;
@@ -154,8 +161,9 @@ impl Host {
     }
 
     /// What a reboot does to the machine: the agent dies, the boot id changes, `/run` empties.
-    fn reboot(&self) -> Result<()> {
-        self.kill()?;
+    /// `slot` is the agent, under the host's lock.
+    fn reboot_in(&self, slot: &mut Option<Child>) -> Result<()> {
+        self.kill_in(slot)?;
         let marker = self.reboot_marker();
         std::fs::remove_file(&marker).with_context(|| format!("removing {}", marker.display()))?;
         self.write_boot_id()?;
@@ -182,16 +190,27 @@ pub struct FleetOptions {
     pub binary: PathBuf,
     /// Flags for every agent, after the ones the fleet sets (`--store`, `--node`, …).
     pub args: Vec<String>,
+    /// A shell command every reboot command runs first (`ROTA_NODE` is set), such as a test's
+    /// log of reboots; its failure does not stop the reboot.
+    pub reboot_hook: Option<String>,
+}
+
+/// What starting an agent needs besides its host: the same for every agent of a fleet.
+#[derive(Clone, Debug)]
+struct Launch {
+    binary: PathBuf,
+    kubeconfig: PathBuf,
+    namespace: String,
+    args: Vec<String>,
+    reboot_hook: Option<String>,
 }
 
 /// Real `rota agent` processes, one per node, and the supervisor that reboots their machines.
 pub struct Fleet {
     _dir: tempfile::TempDir,
-    binary: PathBuf,
-    kubeconfig: PathBuf,
+    launch: Launch,
     namespace: String,
     client: Client,
-    args: Vec<String>,
     hosts: BTreeMap<String, Arc<Host>>,
     supervisor: JoinHandle<()>,
     errors: Arc<Mutex<Vec<String>>>,
@@ -233,21 +252,23 @@ impl Fleet {
             hosts.insert(node.clone(), Arc::new(host));
         }
         let errors = Arc::new(Mutex::new(Vec::new()));
+        let launch = Launch {
+            binary: options.binary,
+            kubeconfig: env.kubeconfig().to_path_buf(),
+            namespace: scope.namespace().to_string(),
+            args: options.args,
+            reboot_hook: options.reboot_hook,
+        };
         let supervisor = tokio::spawn(supervise(
             hosts.values().cloned().collect(),
-            options.binary.clone(),
-            env.kubeconfig().to_path_buf(),
-            scope.namespace().to_string(),
-            options.args.clone(),
+            launch.clone(),
             errors.clone(),
         ));
         Ok(Fleet {
             _dir: dir,
-            binary: options.binary,
-            kubeconfig: env.kubeconfig().to_path_buf(),
+            launch,
             namespace: scope.namespace().to_string(),
             client: scope.client(),
-            args: options.args,
             hosts,
             supervisor,
             errors,
@@ -275,15 +296,22 @@ impl Fleet {
 
     /// Starts the node's agent (after killing the one that runs, if any).
     pub fn start(&self, node: &str) -> Result<()> {
+        self.start_with_env(node, &[]).map(|_| ())
+    }
+
+    /// [`Fleet::start`] with `env` added to this one agent's environment (such as a crash
+    /// point, `ROTA_CRASH_AT`); the agents the supervisor starts after a reboot get none.
+    /// Returns whether an agent was running (and was killed).
+    pub fn start_with_env(&self, node: &str, env: &[(&str, &str)]) -> Result<bool> {
         let host = self.host(node)?;
-        host.kill()?;
-        spawn_agent(
-            host,
-            &self.binary,
-            &self.kubeconfig,
-            &self.namespace,
-            &self.args,
-        )
+        let mut slot = host.agent();
+        let running = match slot.as_mut() {
+            Some(child) => child.try_wait()?.is_none(),
+            None => false,
+        };
+        host.kill_in(&mut slot)?;
+        spawn_agent(host, &mut slot, &self.launch, env)?;
+        Ok(running)
     }
 
     /// SIGKILLs the node's agent, as a crash would, and leaves it stopped.
@@ -294,6 +322,17 @@ impl Fleet {
     /// Kills the node's agent with SIGKILL and starts it again on the same boot.
     pub fn crash_and_restart(&self, node: &str) -> Result<()> {
         self.start(node)
+    }
+
+    /// How the node's agent ended, if it has exited by itself (not killed by the fleet);
+    /// `None` while it runs or when none was started.
+    pub fn exit_status(&self, node: &str) -> Result<Option<ExitStatus>> {
+        let host = self.host(node)?;
+        let mut agent = host.agent();
+        Ok(match agent.as_mut() {
+            Some(child) => child.try_wait()?,
+            None => None,
+        })
     }
 
     /// Whether the node's agent process is running (it has not exited).
@@ -410,19 +449,29 @@ impl Drop for Fleet {
     }
 }
 
-/// Starts the host's agent; its stdout and stderr are appended to the host's `agent.log`.
+/// Starts the host's agent into `slot` (the host's, under its lock), with `env` added to its
+/// environment; its stdout and stderr are appended to the host's `agent.log`.
 fn spawn_agent(
     host: &Host,
-    binary: &Path,
-    kubeconfig: &Path,
-    namespace: &str,
-    args: &[String],
+    slot: &mut Option<Child>,
+    launch: &Launch,
+    env: &[(&str, &str)],
 ) -> Result<()> {
-    let reboot = format!(
+    let Launch {
+        binary,
+        kubeconfig,
+        namespace,
+        args,
+        reboot_hook,
+    } = launch;
+    let mut reboot = format!(
         "echo reboot >> '{}' && touch '{}'",
         host.reboots_log().display(),
         host.reboot_marker().display()
     );
+    if let Some(hook) = reboot_hook {
+        reboot = format!("{{ {hook}; }} || true; {reboot}");
+    }
     let log_path = host.agent_log();
     let log = OpenOptions::new()
         .create(true)
@@ -447,32 +496,29 @@ fn spawn_agent(
         .args(args)
         .args(&host.extra)
         .env("RUST_LOG", "info")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(stderr)
         .spawn()
         .with_context(|| format!("starting {} agent", binary.display()))?;
-    *host.agent() = Some(child);
+    *slot = Some(child);
     Ok(())
 }
 
 /// Carries out the reboots the agents ask for, until aborted.
-async fn supervise(
-    hosts: Vec<Arc<Host>>,
-    binary: PathBuf,
-    kubeconfig: PathBuf,
-    namespace: String,
-    args: Vec<String>,
-    errors: Arc<Mutex<Vec<String>>>,
-) {
+async fn supervise(hosts: Vec<Arc<Host>>, launch: Launch, errors: Arc<Mutex<Vec<String>>>) {
     loop {
         for host in &hosts {
             if host.hold.load(Ordering::SeqCst) || !host.reboot_marker().exists() {
                 continue;
             }
+            // The whole reboot under the host's lock: no agent may start on the old boot.
+            let mut slot = host.agent();
             let rebooted = host
-                .reboot()
-                .and_then(|()| spawn_agent(host, &binary, &kubeconfig, &namespace, &args));
+                .reboot_in(&mut slot)
+                .and_then(|()| spawn_agent(host, &mut slot, &launch, &[]));
+            drop(slot);
             if let Err(e) = rebooted {
                 errors
                     .lock()

@@ -8,10 +8,12 @@
 //! those servers, to cut it off as an outage would, and [`disrupt`] times such disruptions by
 //! a rollout's progress. [`real_node`] is the control plane with a real kubelet node, where
 //! rota's image and chart are installed as users install them; [`tokens`] gives a test the
-//! token of a pod, as the kubelet mounts it. Without Kubernetes, [`host`] is
+//! token of a pod, as the kubelet mounts it. [`control_plane`] is a control plane of a test's
+//! own, whose etcd and API server the test crashes and restarts. Without Kubernetes, [`host`] is
 //! one simulated host on this machine with a SQLite store, for the agent's tests in-process and
 //! as a process.
 
+pub mod control_plane;
 pub mod disrupt;
 pub mod fleet;
 pub mod host;

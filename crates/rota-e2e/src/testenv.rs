@@ -89,7 +89,9 @@ impl TestEnv {
         Self::start()
     }
 
-    fn start() -> Result<TestEnv> {
+    /// Starts a control plane with `testenv/up`, and the watchdog that stops it when this
+    /// process exits.
+    pub(crate) fn start() -> Result<TestEnv> {
         let up = testenv_dir().join("up");
         eprintln!(
             "rota-e2e: {KUBECONFIG_ENV} is not set; starting a control plane with {}",

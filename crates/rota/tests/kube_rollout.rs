@@ -94,6 +94,7 @@ async fn a_drain_that_times_out_gives_the_slot_back_and_backs_off() -> Result<()
         FleetOptions {
             binary: ROTA.into(),
             args: args(&["--concurrency", "1", "--drain-force"]),
+            reboot_hook: None,
         },
         &BTreeMap::from([(blocked.clone(), blocked_args)]),
     )

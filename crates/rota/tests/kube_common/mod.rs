@@ -51,6 +51,7 @@ pub async fn fleet(env: &TestEnv, scope: &Scope, nodes: &[String], args: Vec<Str
         FleetOptions {
             binary: ROTA.into(),
             args,
+            reboot_hook: None,
         },
         &BTreeMap::new(),
     )
