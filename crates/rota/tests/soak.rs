@@ -9,50 +9,30 @@
 //! from the store, that every node ended idle, uncordoned and released with one `finished`.
 //!
 //! A short run is part of the test suite; `scripts/soak` runs many and prints
-//! `runs, kills, store crashes, violations` with each violation's seed.
+//! `runs, kills, store crashes, violations` with each violation's seed. The Kubernetes half
+//! is `soak_kube.rs`; what both share is `soak_common`.
 
 mod common;
+mod soak_common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{Agent, Host};
-use rota_core::{HistoryEvent, NodeName, NodeState, Process};
+use rota_core::{HistoryEvent, NodeName, Process};
 use rota_e2e::host::touch;
-use rota_store::{HistoryFilter, NodeRecord, PostgresStore, SqliteStore, Store};
+use rota_store::{HistoryFilter, PostgresStore, SqliteStore, Store};
+use soak_common::{CONCURRENCY, NODES, Outcome, POINTS, Tally, all_done};
 
-const NODES: usize = 4;
-const CONCURRENCY: usize = 2;
 /// How long one run may take before it counts as stuck.
 const RUN_LIMIT: Duration = Duration::from_secs(120);
-/// Where an aimed kill may land: every crash point of a reboot window.
-const POINTS: [&str; 10] = [
-    "after-write:idle->queued",
-    "after-write:queued->draining",
-    "after-write:draining->maintaining",
-    "after-write:maintaining->rebooting",
-    "before-reboot-command",
-    "after-reboot-command",
-    "after-reboot-marker",
-    "after-write:rebooting->verifying",
-    "after-write:verifying->idle",
-    "after-write:queued->queued",
-];
 
 /// Which store a run uses.
 #[derive(Clone, Copy, Debug)]
 enum StoreKind {
     Sqlite,
     Postgres,
-}
-
-/// What one run did and found.
-#[derive(Debug, Default)]
-struct Outcome {
-    kills: u32,
-    store_crashes: u32,
-    violations: Vec<String>,
 }
 
 /// A throwaway durable PostgreSQL server of one run, stopped when dropped.
@@ -172,17 +152,6 @@ fn check_monitor(monitor: &Path, violations: &mut Vec<String>) -> Vec<(String, u
         }
     }
     reboots.into_iter().collect()
-}
-
-/// Every node idle, released, uncordoned and finished: the run is over.
-fn all_done(records: &[NodeRecord]) -> bool {
-    records.len() == NODES
-        && records.iter().all(|r| {
-            r.state == NodeState::Idle
-                && r.slot.is_none()
-                && !r.cordoned_by_rota
-                && r.last_result.as_deref() == Some("finished")
-        })
 }
 
 async fn soak_run(seed: u64, kind: StoreKind) -> Outcome {
@@ -326,27 +295,13 @@ async fn finished_reboots(store: &dyn Store, node: &NodeName) -> usize {
 
 /// Runs `runs` seeded runs from `first_seed` on `kind`; prints one line per run and a summary.
 async fn soak(kind: StoreKind, first_seed: u64, runs: u64) -> Vec<(u64, String)> {
-    let (mut kills, mut crashes, mut violations) = (0, 0, Vec::new());
+    let mut tally = Tally::default();
     for seed in first_seed..first_seed + runs {
+        let began = Instant::now();
         let outcome = soak_run(seed, kind).await;
-        eprintln!(
-            "soak {kind:?} seed {seed}: {} kills, {} store crashes, {} violations",
-            outcome.kills,
-            outcome.store_crashes,
-            outcome.violations.len()
-        );
-        kills += outcome.kills;
-        crashes += outcome.store_crashes;
-        violations.extend(outcome.violations.into_iter().map(|v| (seed, v)));
+        tally.add(&format!("{kind:?}"), seed, outcome, began.elapsed());
     }
-    println!(
-        "runs {runs}, kills {kills}, store crashes {crashes}, violations {}",
-        violations.len()
-    );
-    for (seed, violation) in &violations {
-        println!("violation (seed {seed}): {violation}");
-    }
-    violations
+    tally.finish()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -369,13 +324,6 @@ async fn soak_from_the_environment() {
         Ok("sqlite") | Err(_) => StoreKind::Sqlite,
         Ok(other) => panic!("ROTA_SOAK_STORE={other}: expected sqlite or postgres"),
     };
-    let number = |name: &str, default: u64| {
-        std::env::var(name).map_or(default, |v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name}={v}: expected a whole number"))
-        })
-    };
-    let runs = number("ROTA_SOAK_RUNS", 20);
-    let first = number("ROTA_SOAK_FIRST_SEED", 1);
+    let (first, runs) = soak_common::seeds_from_the_environment();
     assert_eq!(soak(kind, first, runs).await, []);
 }
