@@ -93,8 +93,8 @@ impl OwnControlPlane {
     /// The pid the run's `pids` file has for `component`.
     pub fn pid(&self, component: Component) -> Result<u32> {
         let path = self.run_dir.join("pids");
-        let text =
-            std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
         text.lines()
             .find_map(|line| {
                 let mut words = line.split_whitespace();

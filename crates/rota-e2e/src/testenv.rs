@@ -86,6 +86,7 @@ impl TestEnv {
                 started_here: false,
             });
         }
+        eprintln!("rota-e2e: {KUBECONFIG_ENV} is not set");
         Self::start()
     }
 
@@ -93,10 +94,7 @@ impl TestEnv {
     /// process exits.
     pub(crate) fn start() -> Result<TestEnv> {
         let up = testenv_dir().join("up");
-        eprintln!(
-            "rota-e2e: {KUBECONFIG_ENV} is not set; starting a control plane with {}",
-            up.display()
-        );
+        eprintln!("rota-e2e: starting a control plane with {}", up.display());
         let out = Command::new(&up)
             .stdin(Stdio::null())
             .stderr(Stdio::inherit())

@@ -46,9 +46,18 @@ async fn etcd_and_the_api_server_come_back_with_their_data() -> Result<()> {
         let before = plane.pid(component)?;
         let after = plane.restart(component)?;
         ensure!(after != before, "{component:?} kept pid {before}");
-        ensure!(!running(before), "the old {component:?} (pid {before}) still runs");
-        ensure!(running(after), "the new {component:?} (pid {after}) does not run");
-        ensure!(plane.pid(component)? == after, "pids does not name the new {component:?}");
+        ensure!(
+            !running(before),
+            "the old {component:?} (pid {before}) still runs"
+        );
+        ensure!(
+            running(after),
+            "the new {component:?} (pid {after}) does not run"
+        );
+        ensure!(
+            plane.pid(component)? == after,
+            "pids does not name the new {component:?}"
+        );
         old.push(after);
         // The same client (address, CA, token) reads what was written before, and writes.
         let name = format!("after-{i}");

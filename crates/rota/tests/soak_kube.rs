@@ -70,7 +70,10 @@ enum Seen {
 
 fn parse_line(line: &str) -> Result<Option<Seen>, String> {
     let words: Vec<&str> = line.split_whitespace().collect();
-    let number = |w: &str| w.parse::<u64>().map_err(|_| format!("{w:?} is not a revision"));
+    let number = |w: &str| {
+        w.parse::<u64>()
+            .map_err(|_| format!("{w:?} is not a revision"))
+    };
     match words.as_slice() {
         ["watch", after, by, node, change @ ("cordon" | "uncordon")] => Ok(Some(Seen::Watch {
             after: number(after)?,
@@ -96,7 +99,11 @@ fn parse_line(line: &str) -> Result<Option<Seen>, String> {
 /// after it (at the earliest), and from each reboot to the first uncordon that may have
 /// followed it: a rebooting node is out of service whatever the watch saw (docs/design.md §4,
 /// "cordoned or rebooting"). Returns each node's number of reboot commands.
-fn check_monitor(text: &str, limit: usize, violations: &mut Vec<String>) -> BTreeMap<String, usize> {
+fn check_monitor(
+    text: &str,
+    limit: usize,
+    violations: &mut Vec<String>,
+) -> BTreeMap<String, usize> {
     let mut lines = Vec::new();
     for (number, line) in text.lines().enumerate() {
         match parse_line(line) {
@@ -387,10 +394,14 @@ async fn soak_run(plane: &Arc<OwnControlPlane>, kubectl: &Path, seed: u64) -> Ou
     check_the_end(&fleet, &store, &scope, &nodes, violations).await;
     // The watch reports the last uncordons a moment after they happen.
     let uncordons = |text: &str| text.lines().filter(|l| l.ends_with(" uncordon")).count();
-    let _ = testenv::wait_for("the watch to see the uncordons", Duration::from_secs(20), || {
-        let text = std::fs::read_to_string(&monitor).unwrap_or_default();
-        std::future::ready(Ok((uncordons(&text) >= NODES).then_some(())))
-    })
+    let _ = testenv::wait_for(
+        "the watch to see the uncordons",
+        Duration::from_secs(20),
+        || {
+            let text = std::fs::read_to_string(&monitor).unwrap_or_default();
+            std::future::ready(Ok((uncordons(&text) >= NODES).then_some(())))
+        },
+    )
     .await;
     watch.abort();
     let text = std::fs::read_to_string(&monitor).unwrap_or_default();
