@@ -75,12 +75,17 @@ impl OwnControlPlane {
             .output()
             .with_context(|| format!("running {}", script.display()))?;
         if !out.status.success() {
+            let log = self.run_dir.join(format!("logs/{}.log", component.name()));
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
             bail!(
-                "{} {} failed with {}: {}",
+                "{} {} failed with {}: {}\nlast lines of {}:\n{}",
                 script.display(),
                 component.name(),
                 out.status,
-                String::from_utf8_lossy(&out.stderr)
+                String::from_utf8_lossy(&out.stderr),
+                log.display(),
+                lines[lines.len().saturating_sub(15)..].join("\n")
             );
         }
         let stdout = String::from_utf8_lossy(&out.stdout);
