@@ -73,6 +73,21 @@ healthy() {
 # A health check's request: here, so that testenv/restart runs the same one.
 curl_ok() { curl -fsS --max-time 2 "$@"; }
 
+# gone <pid>: every thread of the process has exited, so the descriptors it held (its
+# listening sockets) are closed. Not is_ours: /proc/<pid>/exe goes with the memory, before
+# the descriptors, and the threads of a killed multi-threaded process exit one by one; a new
+# process started then fails to bind the old one's ports. A zombie waiting for its parent is
+# gone.
+gone() {
+  local task state
+  for task in "/proc/$1/task"/*; do
+    [[ -e $task/stat ]] || continue
+    state=$(sed 's/.*) //' "$task/stat" 2>/dev/null | cut -d' ' -f1) || continue
+    [[ -z $state || $state == Z || $state == X ]] || return 1
+  done
+  return 0
+}
+
 # is_ours <pid> <binary>: the pid still runs the binary that was started (so a recycled pid is
 # never signalled).
 is_ours() {

@@ -208,11 +208,19 @@ fn watch_nodes(scope: &Scope, monitor: PathBuf) -> JoinHandle<()> {
         let mut known = BTreeMap::<String, (bool, u64)>::new();
         let mut listing = BTreeMap::<String, (bool, u64)>::new();
         let mut stream = watcher(nodes, config).boxed();
+        // Whether the last event was an error: an outage is logged once, not at every retry.
+        let mut blind = false;
         while let Some(event) = stream.next().await {
+            if event.is_ok() {
+                blind = false;
+            }
             match event {
                 Err(e) => {
-                    let error = e.to_string().replace('\n', " ");
-                    append(&monitor, &format!("gap {error}"));
+                    if !blind {
+                        let error = e.to_string().replace('\n', " ");
+                        append(&monitor, &format!("gap {error}"));
+                    }
+                    blind = true;
                     // The watcher tries again on the next poll, at once: not in a busy loop.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
@@ -352,8 +360,8 @@ async fn soak_run(plane: &Arc<OwnControlPlane>, kubectl: &Path, seed: u64) -> Ou
             break;
         }
         if Instant::now() >= next_fault {
-            next_fault = Instant::now() + Duration::from_millis(rng.u64(200..1500));
-            if restart.is_none() && (crash_next || rng.u32(0..6) == 0) {
+            next_fault = Instant::now() + Duration::from_millis(rng.u64(100..1000));
+            if restart.is_none() && (crash_next || rng.u32(0..5) == 0) {
                 crash_next = false;
                 let component = if rng.bool() {
                     Component::KubeApiserver
