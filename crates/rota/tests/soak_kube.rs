@@ -270,6 +270,34 @@ fn reboot_hook(kubectl: &Path, kubeconfig: &Path, monitor: &Path) -> String {
     )
 }
 
+/// The run's namespace and nodes, with a pod on each for the drains to evict (bare pods:
+/// `--drain-force`). The setup is not under test: a request that a connection closed by the
+/// last run's restarts fails is tried again, in a fresh namespace with fresh nodes.
+async fn set_up(env: &testenv::TestEnv, seed: u64) -> (Scope, Vec<String>) {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let scope = env
+            .scope(&format!("soak-{seed}"))
+            .await
+            .expect("the run's namespace");
+        let made = async {
+            let nodes = scope.create_ready_nodes(NODES).await?;
+            pods_on(&scope, "soaked", &nodes).await?;
+            anyhow::Ok(nodes)
+        }
+        .await;
+        match made {
+            Ok(nodes) => return (scope, nodes),
+            Err(e) if attempt < 3 => {
+                eprintln!("soak kube seed {seed}: setting up again after: {e:#}");
+                let _ = scope.cleanup().await;
+            }
+            Err(e) => panic!("setting up the run: {e:#}"),
+        }
+    }
+}
+
 /// A crash of the control plane in progress (`testenv/restart` blocks until it is healthy).
 type Restart = JoinHandle<anyhow::Result<u32>>;
 
@@ -285,18 +313,7 @@ async fn soak_run(plane: &Arc<OwnControlPlane>, kubectl: &Path, seed: u64) -> Ou
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut outcome = Outcome::default();
     let env = plane.env();
-    let scope = env
-        .scope(&format!("soak-{seed}"))
-        .await
-        .expect("the run's namespace");
-    let nodes = scope
-        .create_ready_nodes(NODES)
-        .await
-        .expect("the run's nodes");
-    // A pod on each node, for the drains to evict (bare pods: --drain-force).
-    pods_on(&scope, "soaked", &nodes)
-        .await
-        .expect("the run's pods");
+    let (scope, nodes) = set_up(env, seed).await;
     let dir = tempfile::tempdir().expect("the run's directory");
     let monitor = dir.path().join("monitor.log");
     let options = FleetOptions {
