@@ -6,7 +6,7 @@
 //!
 //! The reboot command an agent runs appends a line to the host's `reboots.log` and creates
 //! `reboot-requested`. A supervisor task sees that file and reboots the "machine": it kills the
-//! agent with SIGKILL (the machine going down), writes a new boot id, empties the host root's
+//! agent and what it started with SIGKILL (the machine going down), writes a new boot id, empties the host root's
 //! `run/`, and starts the agent again. A test can hold a host's reboots back
 //! ([`Fleet::hold_reboots`]) to act while the node is between asking for a reboot and getting it.
 //! A host's agent is stopped and started only under the host's lock, so the supervisor's
@@ -17,6 +17,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::OpenOptions;
+use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -150,6 +151,15 @@ impl Host {
     /// [`Host::kill`] with the host's lock held: `slot` is its agent.
     fn kill_in(&self, slot: &mut Option<Child>) -> Result<()> {
         if let Some(mut child) = slot.take() {
+            // The agent's process group: the commands it runs die with it, as they do in its
+            // systemd unit's cgroup or its container, and with the machine when it reboots. A
+            // reboot command left running would otherwise reboot the next boot again. The
+            // group outlives an agent that aborted, while its commands run; a group already
+            // empty is no error.
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .stderr(Stdio::null())
+                .status();
             child
                 .kill()
                 .with_context(|| format!("killing the agent of {}", self.node))?;
@@ -482,6 +492,8 @@ fn spawn_agent(
         .try_clone()
         .with_context(|| format!("opening {}", log_path.display()))?;
     let child = Command::new(binary)
+        // A process group of its own, for Host::kill_in.
+        .process_group(0)
         .arg("agent")
         .args(["--store", "kube", "--node-actions", "kube"])
         .arg("--kubeconfig")
