@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use backon::Retryable;
 use rota_core::{NodeName, Process};
 use rota_store::{Action, NewAction, Store};
 
@@ -43,12 +44,17 @@ impl Operator {
             by: self.by.clone(),
             reason: reason.map(str::to_owned),
         };
-        self.store.record_action(&action).await.with_context(|| {
-            format!(
-                "the {} was done, but recording it in the audit trail failed",
-                action.action
-            )
-        })?;
+        // A RotaAction CRD installed a moment ago answers 429 until its storage is ready.
+        (|| self.store.record_action(&action))
+            .retry(rota_store::retry_pauses().with_max_times(6))
+            .when(rota_store::Error::is_unavailable)
+            .await
+            .with_context(|| {
+                format!(
+                    "the {} was done, but recording it in the audit trail failed",
+                    action.action
+                )
+            })?;
         Ok(())
     }
 }

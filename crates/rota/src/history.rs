@@ -2,6 +2,7 @@
 //! what, and why) among them.
 
 use anyhow::{Context, Result, bail};
+use backon::Retryable;
 use rota_core::{NodeName, Process};
 use rota_store::{ActionRecord, HistoryEntry, HistoryFilter, Millis, now_millis};
 use serde::Serialize;
@@ -121,7 +122,12 @@ pub async fn run(args: HistoryArgs) -> Result<()> {
     let filter = filter(&args, now)?;
     let store = crate::open_store(&args.store).await?;
     let entries = store.history(&filter).await?;
-    let actions = store.actions(&filter).await?;
+    // A RotaAction CRD installed a moment ago answers 429 until its storage is ready: a few
+    // growing pauses, as the agents' steps take.
+    let actions = (|| store.actions(&filter))
+        .retry(rota_store::retry_pauses().with_max_times(6))
+        .when(rota_store::Error::is_unavailable)
+        .await?;
     if let Some(path) = &args.svg {
         // A window still open is drawn up to the end of the filtered range.
         let until = filter.until.map_or(now, |until| until.min(now));

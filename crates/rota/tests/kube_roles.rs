@@ -206,6 +206,25 @@ async fn a_viewer_sees_the_fleet_and_an_operator_may_also_ask_for_maintenance() 
             reason: None,
         },
     );
+    // The API server enforces a new policy within seconds of its creation: until then a dry
+    // run of the forgery goes through.
+    let dry_run = kube::api::PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let audit_policy = chart.audit_policy();
+    wait_for(
+        "the audit-trail policy to be enforced",
+        PATIENCE,
+        || async {
+            match actions_api.create(&dry_run, &forged).await {
+                Ok(_) => Ok(None),
+                Err(kube::Error::Api(s)) if s.message.contains(&audit_policy) => Ok(Some(())),
+                Err(e) => Err(e.into()),
+            }
+        },
+    )
+    .await?;
     let refused = actions_api
         .create(&Default::default(), &forged)
         .await
