@@ -307,16 +307,30 @@ fn remove_if_present(path: &Path) -> Result<()> {
     }
 }
 
-/// Whether the wrapper whose pid the run directory holds is alive: the pid must exist and be
-/// that wrapper (its command line names the directory), not a process that reused the pid.
+/// Whether the wrapper of the run directory is alive. Its pid file names it; a wrapper that has
+/// not yet written it (an empty or missing file, for an instant after the spawn) is looked for
+/// among all processes, so that a restarted agent never takes a live run for an interrupted one.
 fn wrapper_alive(dir: &Path) -> bool {
-    let Ok(pid) = std::fs::read_to_string(dir.join("pid")) else {
-        return false;
-    };
-    let Ok(pid) = pid.trim().parse::<u32>() else {
-        return false;
-    };
-    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+    let pid = std::fs::read_to_string(dir.join("pid"))
+        .ok()
+        .and_then(|pid| pid.trim().parse::<u32>().ok());
+    match pid {
+        Some(pid) => names_dir(&format!("/proc/{pid}/cmdline"), dir),
+        None => std::fs::read_dir("/proc").is_ok_and(|entries| {
+            entries.flatten().any(|entry| {
+                let pid = entry.file_name();
+                pid.to_str()
+                    .is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()))
+                    && names_dir(&format!("/proc/{}/cmdline", pid.to_string_lossy()), dir)
+            })
+        }),
+    }
+}
+
+/// Whether a process's command line has the run directory as an argument, as only its wrapper
+/// has (not a process that reused the pid).
+fn names_dir(cmdline: &str, dir: &Path) -> bool {
+    let Ok(cmdline) = std::fs::read(cmdline) else {
         return false;
     };
     let dir = dir.as_os_str().as_encoded_bytes();
@@ -376,6 +390,33 @@ mod tests {
         assert!(!root.path().join("var/07.maintenance").exists());
         let again = runner.start("1-0", &spec, "true");
         assert!(again.is_err(), "an attempt never starts twice");
+    }
+
+    #[tokio::test]
+    async fn a_wrapper_that_has_not_written_its_pid_yet_is_running() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("runs/5-0");
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("pid"), "").expect("pid");
+        // What the wrapper is between its start and its `echo $$ > pid`: a process whose command
+        // line names the directory (a loop: a lone command would be exec'd in its place).
+        let mut wrapper = Command::new("sh")
+            .arg("-c")
+            .arg("while :; do sleep 0.1; done")
+            .arg("rota-procedure")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn");
+        let restarted = runner(root.path());
+        assert_eq!(restarted.state("5-0").expect("state"), RunState::Running);
+        wrapper.kill().await.expect("kill");
+        assert_eq!(
+            restarted.state("5-0").expect("state"),
+            RunState::Interrupted
+        );
     }
 
     #[tokio::test]
