@@ -291,7 +291,7 @@ pub async fn run(
             .await
         }
         StoreChoice::Url(url) => {
-            let fleet = Fleet::sql(url.open().await?, options.nodes)?;
+            let fleet = Fleet::sql(url.open_shared().await?, options.nodes)?;
             simulate(fleet, &options, dir.path(), interrupt, progress).await
         }
         StoreChoice::Kube(target) => {

@@ -70,6 +70,15 @@ impl StoreUrl {
             StoreUrl::Postgres(url) => Ok(Arc::new(PostgresStore::open(url).await?)),
         }
     }
+
+    /// [`StoreUrl::open`] for a handle that many callers share at once (a simulated fleet, a
+    /// benchmark): a PostgreSQL handle gets more connections than one agent's.
+    pub async fn open_shared(&self) -> Result<Arc<dyn Store>> {
+        match self {
+            StoreUrl::Sqlite(_) => self.open().await,
+            StoreUrl::Postgres(url) => Ok(Arc::new(PostgresStore::open_shared(url).await?)),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -109,6 +109,77 @@ async fn a_release_reaches_every_handle_through_notify() {
     }
 }
 
+/// An agent's handle holds one connection to the server, its listener's, however many calls
+/// it makes at once, and the listener still hears every other handle's change in between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agents_handle_holds_one_connection_listen_included() {
+    let Some(url) = fresh_database().await else {
+        return;
+    };
+    let agent_url = format!("{url}?application_name=one-agent");
+    let agent = PostgresStore::open(&agent_url).await.expect("open");
+    let operator = PostgresStore::open(&url).await.expect("open");
+    let admin = sqlx::PgPool::connect(&url).await.expect("admin");
+    let connections = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'one-agent'",
+        )
+        .fetch_one(&admin)
+        .await
+        .expect("count the agent's connections")
+    };
+    let mut changes = agent.changes();
+    let mut most = 0;
+    for round in 0..20 {
+        let before = *changes.borrow_and_update();
+        let mut calls = tokio::task::JoinSet::new();
+        for i in 0..8 {
+            let agent = agent.clone();
+            calls.spawn(async move {
+                let node = NodeName::new(format!("n{round}-{i}")).expect("name");
+                let s = agent
+                    .open_session(&node, Duration::from_secs(30))
+                    .await
+                    .expect("session");
+                agent
+                    .heartbeat(&s, Duration::from_secs(30))
+                    .await
+                    .expect("heartbeat");
+                agent.nodes().await.expect("nodes");
+            });
+        }
+        let node = NodeName::new(format!("op{round}")).expect("name");
+        let s = operator
+            .open_session(&node, Duration::from_secs(30))
+            .await
+            .expect("session");
+        operator
+            .request(&node, &Process::Reboot, "test")
+            .await
+            .expect("request");
+        operator.close_session(&s).await.expect("close");
+        while calls
+            .join_next()
+            .await
+            .transpose()
+            .expect("a call")
+            .is_some()
+        {
+            most = most.max(connections().await);
+        }
+        most = most.max(connections().await);
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            changes.wait_for(|n| *n >= before + WAKE_ALL),
+        )
+        .await
+        .expect("the operator's request is heard between the calls")
+        .map(drop)
+        .expect("store alive");
+    }
+    assert_eq!(most, 1, "the agent's connections, listener included");
+}
+
 /// An operator's request, cancel and new procedure change nothing an agent waits on, so each
 /// wakes every agent (a jump of `WAKE_ALL` on every other handle's counter), and an idle agent
 /// finds the change at once instead of at its next `--store-poll`. What changes nothing (the
@@ -315,13 +386,28 @@ async fn agents_opening_a_new_database_at_once_all_succeed() {
 /// A database restart (every connection ended) in the middle of a rollout: the same handle
 /// goes on without being reopened, its first call after the restart at most fails (and a
 /// retry succeeds), the waiter is woken and granted when the holder's window ends, and
-/// nothing written before the restart is lost.
+/// nothing written before the restart is lost. A shared handle's extra connections were all in
+/// use before the restart.
 #[tokio::test]
 async fn a_database_restart_costs_at_most_one_failed_call_and_loses_nothing() {
     let Some(url) = fresh_database().await else {
         return;
     };
+    let store = PostgresStore::open_shared(&url).await.expect("open");
+    restart_in_a_rollout(store, &url, 3).await;
+}
+
+/// The same for an agent's handle, whose one connection is both the listener's and the calls'.
+#[tokio::test]
+async fn an_agents_one_connection_rides_out_a_database_restart() {
+    let Some(url) = fresh_database().await else {
+        return;
+    };
     let store = PostgresStore::open(&url).await.expect("open");
+    restart_in_a_rollout(store, &url, 1).await;
+}
+
+async fn restart_in_a_rollout(store: PostgresStore, url: &str, connections: i64) {
     store.set_concurrency(1).await.expect("concurrency");
     let node = |n: &str| NodeName::new(n).expect("node name");
     let ttl = Duration::from_secs(60);
@@ -364,7 +450,7 @@ async fn a_database_restart_costs_at_most_one_failed_call_and_loses_nothing() {
     // Several connections idle in the handle, as after a busy moment of a fleet's agents: the
     // reads wait for a lock held here, so that none can hand its connection to the next, until
     // every connection the handle may open is in use.
-    let admin = sqlx::PgPool::connect(&url).await.expect("admin");
+    let admin = sqlx::PgPool::connect(url).await.expect("admin");
     let mut lock = admin.begin().await.expect("begin");
     sqlx::query("LOCK TABLE nodes IN ACCESS EXCLUSIVE MODE")
         .execute(&mut *lock)
@@ -384,7 +470,7 @@ async fn a_database_restart_costs_at_most_one_failed_call_and_loses_nothing() {
             .fetch_one(&admin)
             .await
             .expect("count the waiting reads");
-            if blocked >= 3 {
+            if blocked >= connections {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -392,7 +478,7 @@ async fn a_database_restart_costs_at_most_one_failed_call_and_loses_nothing() {
     };
     tokio::time::timeout(Duration::from_secs(10), waiting)
         .await
-        .expect("the reads wait on connections of their own");
+        .expect("the reads wait on the handle's connections");
     lock.commit().await.expect("unlock");
     admin.close().await;
     while let Some(read) = reads.join_next().await {
@@ -402,7 +488,7 @@ async fn a_database_restart_costs_at_most_one_failed_call_and_loses_nothing() {
     changes.borrow_and_update();
 
     assert!(
-        end_connections(&url).await >= 3,
+        end_connections(url).await >= connections,
         "the listener and the calls'"
     );
 

@@ -28,7 +28,7 @@ fn node_name(run: i64, workload: &str, i: usize) -> Result<NodeName> {
 pub async fn run(args: BenchArgs) -> Result<()> {
     let mut stores = Vec::new();
     for _ in 0..args.handles {
-        stores.push(args.store.open().await?);
+        stores.push(args.store.open_shared().await?);
     }
     let store = stores[0].clone();
     // The bench sets the concurrency and writes history: never on a fleet's live store.

@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use sqlx::postgres::PgListener;
 use sqlx::{Postgres, Transaction};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
 use super::PostgresStore;
+use super::connections::{Connections, Heard};
 use crate::error::{Context, Result};
 use crate::retry_pauses::RetryPauses;
 use crate::store::WAKE_ALL;
@@ -28,11 +28,11 @@ pub(super) struct ListenerTask(JoinHandle<()>);
 
 impl ListenerTask {
     pub(super) fn spawn(
-        listener: PgListener,
+        connections: Arc<Connections>,
         origin: u64,
         changes: Arc<watch::Sender<u64>>,
     ) -> ListenerTask {
-        ListenerTask(tokio::spawn(follow_changes(listener, origin, changes)))
+        ListenerTask(tokio::spawn(follow_changes(connections, origin, changes)))
     }
 }
 
@@ -77,16 +77,18 @@ impl PostgresStore {
 }
 
 /// Moves the change counter by every other handle's notifications. Notifications sent while
-/// the connection was down are lost, so a reconnect wakes every waiter to re-read the store.
-async fn follow_changes(mut listener: PgListener, origin: u64, changes: Arc<watch::Sender<u64>>) {
+/// the connection was down are lost, so a connection opened again wakes every waiter to re-read
+/// the store (see [`Connections`]).
+async fn follow_changes(
+    connections: Arc<Connections>,
+    origin: u64,
+    changes: Arc<watch::Sender<u64>>,
+) {
     let mut pauses = RetryPauses::new();
     loop {
-        let received = listener.try_recv().await;
-        if received.is_ok() {
-            pauses.reset();
-        }
-        match received {
-            Ok(Some(notification)) => {
+        match connections.hear().await {
+            Heard::Notification(notification) => {
+                pauses.reset();
                 let payload = notification.payload();
                 let parsed = payload.split_once(':').and_then(|(from, wakes)| {
                     Some((from.parse::<u64>().ok()?, wakes.parse().ok()?))
@@ -97,14 +99,16 @@ async fn follow_changes(mut listener: PgListener, origin: u64, changes: Arc<watc
                     None => debug!(payload, "ignoring a malformed change notification"),
                 }
             }
-            Ok(None) => {
-                warn!("the change listener lost its connection; waking every waiter");
-                changes.send_modify(|n| *n = n.wrapping_add(WAKE_ALL));
+            Heard::HandedOver => pauses.reset(),
+            Heard::Lost(error) => {
+                warn!(
+                    error = error.map(|e| e.to_string()),
+                    "the change listener lost its connection; opening another"
+                );
             }
-            Err(e) => {
+            Heard::Unavailable(e) => {
                 let pause = pauses.next_pause();
                 warn!(error = %e, pause = ?pause, "the change listener cannot reconnect; retrying");
-                changes.send_modify(|n| *n = n.wrapping_add(WAKE_ALL));
                 tokio::time::sleep(pause).await;
             }
         }

@@ -2,7 +2,7 @@
 //! requests, history, backoff and slot.
 
 use rota_core::{NodeName, NodeState, Process};
-use sqlx::{Connection, Row};
+use sqlx::{Acquire as _, Row};
 
 use super::PostgresStore;
 use super::changes::CHANNEL;
@@ -148,7 +148,7 @@ pub(super) async fn transition(
 
 pub(super) async fn node(store: &PostgresStore, node: &NodeName) -> Result<Option<NodeRecord>> {
     let mut conn = store.connections.checkout("reading a node").await?;
-    let record = fetch_node(&mut conn, node).await?;
+    let record = fetch_node(conn.connection().await.context("reading a node")?, node).await?;
     conn.finish();
     Ok(record)
 }

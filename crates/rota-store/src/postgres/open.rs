@@ -4,13 +4,13 @@ use std::hash::{BuildHasher, Hasher};
 use std::str::FromStr;
 use std::sync::Arc;
 
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use tokio::sync::watch;
 
 use super::PostgresStore;
-use super::changes::{CHANNEL, ListenerTask};
-use super::connections::Connections;
-use crate::error::{Context, Error, Result};
+use super::changes::ListenerTask;
+use super::connections::{Connections, SHARED_CONNECTIONS};
+use crate::error::{Error, Result};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
@@ -45,13 +45,23 @@ impl PostgresStore {
     /// migrations. A database holding other programs' tables, or a rota schema newer than this
     /// binary, is refused without changing anything.
     pub async fn open(url: &str) -> Result<PostgresStore> {
+        PostgresStore::open_with(url, 0).await
+    }
+
+    /// [`PostgresStore::open`] for a handle that many callers share (`rota simulate`, `rota
+    /// bench`): it has [`SHARED_CONNECTIONS`] connections for calls besides the listener's.
+    pub async fn open_shared(url: &str) -> Result<PostgresStore> {
+        PostgresStore::open_with(url, SHARED_CONNECTIONS).await
+    }
+
+    async fn open_with(url: &str, extra: usize) -> Result<PostgresStore> {
         let location = redact(url);
         let options = PgConnectOptions::from_str(url).map_err(|e| Error::Url {
             url: location.clone(),
             reason: e.to_string(),
         })?;
-        // sqlx's pool serves the checks and migrations at start-up, then keeps the listener's
-        // connection (and opens a new one when the listener reconnects).
+        // sqlx's pool serves the checks and migrations at start-up; its connection then becomes
+        // the listener's.
         let pool = PgPoolOptions::new()
             .max_connections(1)
             .connect_with(options.clone())
@@ -64,19 +74,13 @@ impl PostgresStore {
         })?;
 
         // LISTEN before returning: no change committed after `open` may go unnoticed.
-        let mut listener = PgListener::connect_with(&pool)
-            .await
-            .context("connecting the change listener")?;
-        listener
-            .listen(CHANNEL)
-            .await
-            .context("listening for changes")?;
         let (changes, _) = watch::channel(0);
         let changes = Arc::new(changes);
+        let connections = Arc::new(Connections::new(options, &pool, extra, changes.clone()).await?);
         let origin = random_origin();
-        let listener = ListenerTask::spawn(listener, origin, changes.clone());
+        let listener = ListenerTask::spawn(connections.clone(), origin, changes.clone());
         Ok(PostgresStore {
-            connections: Arc::new(Connections::new(options)),
+            connections,
             location,
             origin,
             changes,

@@ -1,7 +1,7 @@
 //! An operator's actions on a node, without a session: unlock, retry, request and cancel.
 
 use rota_core::{NodeName, Process};
-use sqlx::Connection;
+use sqlx::Acquire as _;
 
 use super::PostgresStore;
 use super::changes::{CHANNEL, OPERATOR_WAKES};
@@ -130,7 +130,8 @@ pub(super) async fn request(
         conn.finish();
         return Ok((request_record(&row)?, true));
     }
-    let existing = existing_request(&mut conn, node, process).await?;
+    let existing =
+        existing_request(conn.connection().await.context(CONTEXT)?, node, process).await?;
     conn.finish();
     match existing {
         Some(row) => Ok((request_record(&row)?, false)),

@@ -1,6 +1,6 @@
 //! The fleet's pause, and when the rollout was last resumed.
 
-use sqlx::Connection;
+use sqlx::Acquire as _;
 
 use super::PostgresStore;
 use crate::error::{Context, Result};

@@ -1,7 +1,7 @@
 //! Procedures: stored once under their name, and never changed.
 
 use rota_core::ProcedureSpec;
-use sqlx::Connection;
+use sqlx::Acquire as _;
 
 use super::PostgresStore;
 use super::changes::OPERATOR_WAKES;

@@ -2,7 +2,7 @@
 //! its window.
 
 use rota_core::{HistoryEvent, NodeName, NodeState, Process};
-use sqlx::{Connection, Row};
+use sqlx::{Acquire as _, Row};
 
 use super::PostgresStore;
 use super::queries::{REQUEST_COLUMNS, existing_request, lock_node, refusal};
@@ -40,8 +40,9 @@ pub(super) async fn add_request(
         conn.finish();
         return Ok((request_record(&row)?, true));
     }
-    let existing = existing_request(&mut conn, &session.node, process).await?;
-    let refused = refusal(&mut conn, session, NodeState::Idle).await;
+    let connection = conn.connection().await.context("recording a request")?;
+    let existing = existing_request(&mut *connection, &session.node, process).await?;
+    let refused = refusal(connection, session, NodeState::Idle).await;
     if !matches!(refused, Error::Database { .. }) {
         conn.finish();
     }

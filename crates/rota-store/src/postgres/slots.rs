@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use sqlx::Connection;
+use sqlx::Acquire as _;
 
 use super::PostgresStore;
 use super::queries::millis;
