@@ -399,17 +399,29 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("dir");
         std::fs::write(dir.join("pid"), "").expect("pid");
         // What the wrapper is between its start and its `echo $$ > pid`: a process whose command
-        // line names the directory (a loop: a lone command would be exec'd in its place).
+        // line names the directory. It waits in a builtin: a child it forked would name the
+        // directory too until its own exec, even after this one is gone.
         let mut wrapper = Command::new("sh")
             .arg("-c")
-            .arg("while :; do sleep 0.1; done")
+            .arg("read -r line")
             .arg("rota-procedure")
             .arg(&dir)
+            .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()
             .expect("spawn");
+        // The spawn returns once the child has left this process's memory, a moment before
+        // the kernel has set up its new command line: a restarted agent, a process started
+        // later, always finds it set.
+        let cmdline = format!("/proc/{}/cmdline", wrapper.id().expect("pid"));
+        for _ in 0..500 {
+            if std::fs::read(&cmdline).is_ok_and(|c| !c.is_empty()) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let restarted = runner(root.path());
         assert_eq!(restarted.state("5-0").expect("state"), RunState::Running);
         wrapper.kill().await.expect("kill");
