@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::Acquire as _;
-use sqlx::PgConnection;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgNotification, PgPool, PgPoolOptions};
+use sqlx::{Connection as _, PgConnection};
 use tokio::sync::{Notify, OwnedMutexGuard, Semaphore, SemaphorePermit, watch};
 
 use super::changes::CHANNEL;
@@ -181,7 +181,17 @@ impl Connections {
 
 /// Opens a connection on a pool of its own, which only ever holds it: a closed connection is
 /// replaced by a new listener, never by the pool.
+///
+/// sqlx's pool tries a refused connection (too many connections, a server starting up or
+/// down) again and again until its timeout, a few times a second. So one attempt of its own
+/// comes first, closed before the pool's opens (never two at once): a refusal comes back at
+/// once, and the caller's growing pauses decide when to ask again.
 async fn open(options: &PgConnectOptions) -> std::result::Result<PgListener, sqlx::Error> {
+    let probe = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(options))
+        .await
+        .map_err(|_| sqlx::Error::PoolTimedOut)??;
+    // The server has taken a connection: how this one ends does not matter.
+    let _ = probe.close().await;
     let pool = PgPoolOptions::new()
         .max_connections(1)
         .acquire_timeout(CONNECT_TIMEOUT)
