@@ -30,10 +30,16 @@ pub const RELEASE_DELAY: Duration = Duration::ZERO;
 pub const SESSION_TTL: Duration = Duration::from_secs(30);
 /// The slow re-check of the sentinels in case an inotify event was missed.
 pub const SAFETY_RECHECK: Duration = Duration::from_secs(60);
-/// How often a SQLite or PostgreSQL agent re-reads the store.
+/// How often a SQLite or PostgreSQL agent with work (waiting for a slot, in a window) re-reads
+/// the store, for what no write announces (a holder's session running out).
 pub const STORE_POLL: Duration = Duration::from_secs(1);
-/// How often a SQLite or PostgreSQL agent looks for new procedures.
-pub const PROCEDURE_POLL: Duration = Duration::from_secs(5);
+/// How often an idle SQLite or PostgreSQL agent looks for new procedures and re-reads its node:
+/// a safety net, since every operator's command wakes the agents at once.
+pub const PROCEDURE_POLL: Duration = Duration::from_secs(120);
+/// The session TTL of an idle node on SQLite and PostgreSQL, renewed a third of it apart:
+/// nobody waits on an idle node's session, and the node renews with `--session-ttl` before it
+/// queues.
+pub const IDLE_SESSION_TTL: Duration = Duration::from_secs(300);
 pub const BLOCKER_INTERVAL: Duration = Duration::from_secs(60);
 /// How often the reboot sentinel command runs.
 pub const SENTINEL_COMMAND_INTERVAL: Duration = Duration::from_secs(300);
@@ -62,6 +68,9 @@ pub struct AgentConfig {
     /// the slot on (time for the workloads it moved to settle).
     pub release_delay: Duration,
     pub session_ttl: Duration,
+    /// The longer TTL an idle node's session is renewed with (see [`IDLE_SESSION_TTL`]);
+    /// `None`: always `session_ttl` (the Kubernetes store renews an idle session in memory).
+    pub idle_session_ttl: Option<Duration>,
     pub backoff: BackoffPolicy,
     pub safety_recheck: Duration,
     /// How often to re-read the store in case another process changed it without telling
@@ -77,7 +86,7 @@ pub struct AgentConfig {
     /// This node's labels, for procedures' node selectors (standalone hosts; in Kubernetes the
     /// Node's labels are added).
     pub node_labels: BTreeMap<String, String>,
-    /// How often to look for new procedures.
+    /// How often an idle agent looks for new procedures and re-reads its node (jittered).
     pub procedure_poll: Duration,
     /// When disruptive steps may start; `None`: at any time.
     pub windows: Option<MaintenanceWindows>,
@@ -108,6 +117,7 @@ impl AgentConfig {
             health_interval: HEALTH_INTERVAL,
             release_delay: RELEASE_DELAY,
             session_ttl: SESSION_TTL,
+            idle_session_ttl: None,
             backoff: BackoffPolicy::DEFAULT,
             safety_recheck: SAFETY_RECHECK,
             store_poll: STORE_POLL,

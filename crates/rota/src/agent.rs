@@ -69,6 +69,8 @@ fn config(args: AgentArgs) -> AgentConfig {
     config.health_interval = timing.health_interval.into();
     config.release_delay = timing.release_delay.into();
     config.session_ttl = timing.session_ttl.into();
+    // The Kubernetes store renews an idle node's session without a request already.
+    config.idle_session_ttl = (!kube).then(|| timing.idle_session_ttl.into());
     config.backoff = backoff.policy();
     config.safety_recheck = timing.safety_recheck.into();
     config.store_poll = timing.store_poll.unwrap_or(if kube {
@@ -418,6 +420,7 @@ mod tests {
         assert_eq!(parsed.safety_recheck, built.safety_recheck);
         assert_eq!(parsed.store_poll, built.store_poll);
         assert_eq!(parsed.procedure_poll, built.procedure_poll);
+        assert_eq!(parsed.idle_session_ttl, Some(rota_agent::IDLE_SESSION_TTL));
         assert_eq!(parsed.blocker_interval, built.blocker_interval);
         assert_eq!(parsed.state_dir, built.state_dir);
         assert_eq!(parsed.exec_prefix, built.exec_prefix);

@@ -75,8 +75,14 @@ struct Running {
     procedure_exits: Arc<Notify>,
     /// Procedures whose request this incarnation has made (or found) on this node.
     ensured: HashSet<String>,
-    /// When procedures were last looked for.
-    procedures_checked: Option<Instant>,
+    /// When procedures are looked for next (jittered, so that a fleet started together spreads
+    /// out); `None`: at the next step.
+    procedures_due: Option<Instant>,
+    /// The node has no request and waits for one: its wait re-reads the store only when
+    /// procedures are due, since every operator's command wakes it.
+    idle: bool,
+    /// How the session is renewed: see [`session::Renewal`].
+    renewal: Arc<session::Renewal>,
     /// The change count at which the queue's last answer said this node's turn may come.
     /// Before it, another look almost always says "wait" again (a store may answer it from
     /// memory), so the look reads nothing else that only a grant needs.
@@ -141,6 +147,11 @@ fn needs_drain(request: &RequestRecord, procedures: &Procedures) -> bool {
 /// cordoned before. A window whose work needed no drain is neither.
 fn drained(record: &NodeRecord) -> bool {
     record.cordoned_by_rota || record.pre_cordoned
+}
+
+/// `every`, give or take a fifth.
+fn jittered(every: Duration) -> Duration {
+    every.mul_f64(0.8 + 0.4 * fastrand::f64())
 }
 
 fn millis(time: SystemTime) -> Millis {

@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 
 use rota_core::Process;
-use rota_store::{Millis, NodeRecord, RequestRecord, RequestState, now_millis};
+use rota_store::{Millis, NodeRecord, ProcedureRecord, RequestRecord, RequestState, now_millis};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::{Agent, Procedures, Running, millis};
+use super::{Agent, Procedures, Running, jittered, millis};
 use crate::error::Result;
 use crate::observer::WorkOutcome;
 
@@ -47,7 +47,7 @@ impl Agent {
         running: &mut Running,
         record: &NodeRecord,
     ) -> Result<(Vec<RequestRecord>, Vec<(Process, String)>)> {
-        self.enqueue_procedures(running).await?;
+        let procedures = self.enqueue_procedures(running).await?;
         let dirty = running.sentinels_dirty;
         let wanted = if dirty {
             self.wanted(running, record)
@@ -55,6 +55,9 @@ impl Agent {
             Vec::new()
         };
         let mut open = self.store.open_requests(&self.config.node).await?;
+        if let Some(procedures) = procedures {
+            self.cancel_deleted(running, &mut open, &procedures).await?;
+        }
         if dirty {
             self.withdraw(running, &mut open, &wanted).await?;
         }
@@ -128,14 +131,17 @@ impl Agent {
     }
 
     /// Every `procedure_poll`: makes this node's request for each procedure that matches it
-    /// (once ever per node: the store refuses a second one), and cancels pending requests of
-    /// procedures that were deleted.
-    pub(super) async fn enqueue_procedures(&self, running: &mut Running) -> Result<()> {
+    /// (once ever per node: the store refuses a second one), and returns the procedures, so
+    /// that [`Agent::cancel_deleted`] cancels the pending requests of the deleted ones.
+    pub(super) async fn enqueue_procedures(
+        &self,
+        running: &mut Running,
+    ) -> Result<Option<Vec<ProcedureRecord>>> {
         if running
-            .procedures_checked
-            .is_some_and(|at| at.elapsed() < self.config.procedure_poll)
+            .procedures_due
+            .is_some_and(|due| Instant::now() < due)
         {
-            return Ok(());
+            return Ok(None);
         }
         let procedures = self.store.procedures().await?;
         let mut labels: Option<BTreeMap<String, String>> = None;
@@ -169,7 +175,19 @@ impl Agent {
             }
             running.ensured.insert(spec.name.clone());
         }
-        for request in self.store.open_requests(&self.config.node).await? {
+        running.procedures_due = Some(Instant::now() + jittered(self.config.procedure_poll));
+        Ok(Some(procedures))
+    }
+
+    /// Cancels the pending requests of procedures that were deleted, and drops them from `open`.
+    pub(super) async fn cancel_deleted(
+        &self,
+        running: &Running,
+        open: &mut Vec<RequestRecord>,
+        procedures: &[ProcedureRecord],
+    ) -> Result<()> {
+        let mut canceled = Vec::new();
+        for request in open.iter() {
             if let Process::Mop(name) = &request.process
                 && request.state == RequestState::Pending
                 && !procedures.iter().any(|p| &p.spec.name == name)
@@ -185,9 +203,10 @@ impl Agent {
                         Some("procedure deleted"),
                     );
                 });
+                canceled.push(request.id);
             }
         }
-        running.procedures_checked = Some(Instant::now());
+        open.retain(|r| !canceled.contains(&r.id));
         Ok(())
     }
 

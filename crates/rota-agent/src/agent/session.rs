@@ -2,12 +2,14 @@
 //! renewing it in the background, and the concurrency it configures on start.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use backon::Retryable as _;
 use rota_sentinel::SentinelWatcher;
 use rota_store::{RetryPauses, Session, Store, retry_pauses};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
@@ -55,10 +57,14 @@ impl Agent {
         self.tell(|o| o.session(true));
         let cancel = self.cancel.child_token();
         let lost = Arc::new(Mutex::new(None));
+        let renewal = Arc::new(Renewal::new(
+            self.config.session_ttl,
+            self.config.idle_session_ttl,
+        ));
         let heartbeat = tokio::spawn(heartbeat(
             self.store.clone(),
             session.clone(),
-            self.config.session_ttl,
+            renewal.clone(),
             cancel.clone(),
             lost.clone(),
             self.observers.clone(),
@@ -76,7 +82,9 @@ impl Agent {
             procedure_exits: runner.exited(),
             runner,
             ensured: HashSet::new(),
-            procedures_checked: None,
+            procedures_due: None,
+            idle: false,
+            renewal,
             turn_at: None,
             fenced: None,
             health_ahead: None,
@@ -100,6 +108,19 @@ impl Agent {
         (Ended::Stopped(result), running.runner)
     }
 
+    /// Before a step that others may wait on (the node queues, or has work): renews a session
+    /// that was renewed with the idle TTL with the short one first, so that a node that dies
+    /// right after it queues holds up no waiter behind it for longer than `--session-ttl`.
+    pub(super) async fn renew_busy(&self, running: &Running) -> Result<()> {
+        if running.renewal.is_idle() {
+            self.store
+                .heartbeat(&running.session, self.config.session_ttl)
+                .await?;
+            running.renewal.set_idle(false);
+        }
+        Ok(())
+    }
+
     /// Sets the fleet's concurrency if this agent is configured with one that differs.
     pub(super) async fn configure_concurrency(&self) -> Result<()> {
         let Some(concurrency) = self.config.concurrency else {
@@ -120,21 +141,68 @@ impl Agent {
     }
 }
 
+/// Which TTL the session is renewed with, a third of it apart. An idle node's session is
+/// waited on by nobody: no slot holder's, and no waiter's ahead in the queue. On SQLite and
+/// PostgreSQL it is renewed with the long idle TTL, so that an idle agent sends one statement
+/// every few minutes; the node renews with the short TTL before it queues or works
+/// ([`Agent::renew_busy`]).
+pub(super) struct Renewal {
+    ttl: Duration,
+    idle_ttl: Option<Duration>,
+    idle: AtomicBool,
+    /// Wakes the heartbeat to renew at once with the new TTL.
+    changed: Notify,
+}
+
+impl Renewal {
+    fn new(ttl: Duration, idle_ttl: Option<Duration>) -> Renewal {
+        Renewal {
+            ttl,
+            idle_ttl,
+            idle: AtomicBool::new(false),
+            changed: Notify::new(),
+        }
+    }
+
+    fn is_idle(&self) -> bool {
+        self.idle.load(Ordering::Acquire)
+    }
+
+    /// Renews with the idle TTL from now on (`true`) or with the short one; a store with no
+    /// idle TTL always renews with the short one.
+    pub(super) fn set_idle(&self, idle: bool) {
+        let idle = idle && self.idle_ttl.is_some();
+        if self.idle.swap(idle, Ordering::AcqRel) != idle {
+            self.changed.notify_one();
+        }
+    }
+
+    fn ttl(&self) -> Duration {
+        match self.idle_ttl {
+            Some(idle_ttl) if self.is_idle() => idle_ttl,
+            _ => self.ttl,
+        }
+    }
+}
+
 /// Keeps the session alive; a refused heartbeat means another agent took over the node.
 async fn heartbeat(
     store: Arc<dyn Store>,
     session: Session,
-    ttl: Duration,
+    renewal: Arc<Renewal>,
     cancel: CancellationToken,
     lost: Arc<Mutex<Option<SessionLost>>>,
     observers: Vec<Arc<dyn AgentObserver>>,
 ) {
-    let period = ttl / 3;
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
-            () = tokio::time::sleep(period) => {}
+            () = tokio::time::sleep(renewal.ttl() / 3) => {}
+            // Going idle renews at once with the long TTL; going busy, the agent has renewed
+            // with the short one itself, and the next renewal is a short period away.
+            () = renewal.changed.notified() => if !renewal.is_idle() { continue; }
         }
+        let ttl = renewal.ttl();
         let why = match store.heartbeat(&session, ttl).await {
             Ok(()) => {
                 observers.iter().for_each(|o| o.store_access(true));

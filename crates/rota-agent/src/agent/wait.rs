@@ -34,7 +34,7 @@ impl Agent {
     }
 
     /// Waits for anything that may change what the next step is: a sentinel, the deadline,
-    /// the slow store re-read, shutdown, and the store's change counter reaching
+    /// the store re-read (slow for an idle node), shutdown, and the store's change counter reaching
     /// `store_changes`, or without it, jumping by [`WAKE_ALL`] since the node was read.
     pub(super) async fn wait(
         &self,
@@ -44,11 +44,17 @@ impl Agent {
     ) -> Result<()> {
         running.fenced = None;
         running.health_ahead = None;
-        let mut poll = Instant::now() + self.config.store_poll;
-        if let Some(checked) = running.procedures_checked {
-            // New procedures do not notify: look for them on time even with a slow store poll.
-            poll = poll.min(checked + self.config.procedure_poll);
-        }
+        let procedures = running
+            .procedures_due
+            .unwrap_or_else(|| Instant::now() + self.config.procedure_poll);
+        // An idle node waits for a request, and every way one comes wakes it (a sentinel, an
+        // operator's command, a new procedure): it re-reads the store only with the procedures'
+        // slow safety poll. A node with work also re-reads for what no write announces.
+        let poll = if running.idle {
+            procedures
+        } else {
+            procedures.min(Instant::now() + self.config.store_poll)
+        };
         let until = until.map_or(poll, |u| u.min(poll));
         let exits = running.procedure_exits.clone();
         let cancel = running.cancel.clone();

@@ -160,17 +160,24 @@ pub struct TimingArgs {
     #[arg(long, value_name = "DURATION", value_parser = positive_span,
           default_value_t = HumanDuration::from(rota_agent::SESSION_TTL))]
     pub session_ttl: HumanDuration,
+    /// With SQLite and PostgreSQL: the session TTL of an idle node, renewed a third of it
+    /// apart (nobody waits on an idle node's session; it renews with --session-ttl before it
+    /// queues). A dead idle agent shows as live for up to this long.
+    #[arg(long, value_name = "DURATION", value_parser = positive_span,
+          default_value_t = HumanDuration::from(rota_agent::IDLE_SESSION_TTL))]
+    pub idle_session_ttl: HumanDuration,
     /// Slow re-check of the sentinels in case an inotify event was missed.
     #[arg(long, value_name = "DURATION", value_parser = positive_span,
           default_value_t = HumanDuration::from(rota_agent::SAFETY_RECHECK))]
     pub safety_recheck: HumanDuration,
-    /// How often to re-read the store for changes made by other processes (default 1s; 5m
-    /// with --store kube, whose watch reports releases).
+    /// How often a node with work re-reads the store for changes made by other processes
+    /// (default 1s; 5m with --store kube, whose watch reports releases). An idle node re-reads
+    /// only every --procedure-poll.
     #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
     pub store_poll: Option<Duration>,
-    /// How often to look for new procedures, and in Kubernetes at the node's own RotaNode
-    /// (default 5s; 1m with --store kube, where `rota request`, `rota mop submit`, `rota
-    /// retry` and `rota unlock` wake the agents they concern at once).
+    /// How often, give or take a fifth, to look for new procedures and re-read the node: a
+    /// safety net, since `rota request`, `rota mop submit`, `rota retry` and `rota unlock`
+    /// wake the agents they concern at once (default 2m; 1m with --store kube).
     #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
     pub procedure_poll: Option<Duration>,
 }

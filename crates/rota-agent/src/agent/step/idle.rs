@@ -29,8 +29,11 @@ impl Agent {
         self.tell(|o| o.requests(&open));
         if open.is_empty() && new.is_empty() {
             running.sentinels_dirty = false;
+            running.idle = true;
+            running.renewal.set_idle(true);
             return self.wait(running, None, None).await;
         }
+        self.renew_busy(running).await?;
         let processes: Vec<&Process> = open
             .iter()
             .map(|r| &r.process)

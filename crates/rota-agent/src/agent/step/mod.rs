@@ -21,9 +21,10 @@ impl Agent {
             let changes = *running.changes.borrow();
             if changes >= running.changes_at_read.saturating_add(WAKE_ALL) {
                 // Everyone looks again, also for procedures: a new one may be what woke us.
-                running.procedures_checked = None;
+                running.procedures_due = None;
             }
             running.changes_at_read = changes;
+            running.idle = false;
             let record = match self.store.node(&self.config.node).await {
                 Ok(record) => record.ok_or_else(|| rota_store::Error::NoSuchNode {
                     node: self.config.node.clone(),
@@ -94,6 +95,10 @@ impl Agent {
     }
 
     async fn step(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
+        if record.state != NodeState::Idle {
+            // An operator's command may have queued the node while its session ran long.
+            self.renew_busy(running).await?;
+        }
         self.mark_pending(running, record).await;
         if record.blocked.is_some()
             && !matches!(record.state, NodeState::Queued | NodeState::Maintaining)
