@@ -5,6 +5,8 @@
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use rota_store_kube::permissions::{agent_permissions, missing};
@@ -52,4 +54,28 @@ async fn an_agent_without_permissions_is_told_each_one_it_lacks() {
 
     scope.revoke(&role).await.expect("revoke the grant");
     scope.cleanup().await.expect("clean up");
+}
+
+/// The start-up check costs one request, a rules review in rota's namespace (the cluster-wide
+/// rules come with it), however many permissions it checks: not one review per permission.
+#[tokio::test]
+async fn the_check_costs_one_request_for_every_permission() {
+    let Some(env) = common::env() else { return };
+    let sent = Arc::new(AtomicUsize::new(0));
+    let counter = sent.clone();
+    let count =
+        tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            request
+        });
+    let config = env.config().await.expect("the test kubeconfig");
+    let admin = kube::client::ClientBuilder::try_from(config)
+        .expect("a client")
+        .with_layer(&count)
+        .build();
+    let wanted = agent_permissions("rota-system", true);
+    assert!(wanted.len() > 30, "{} permissions", wanted.len());
+    let lacking = missing(&admin, &wanted).await.expect("the review");
+    assert_eq!(lacking, Vec::new(), "the test's admin may do everything");
+    assert_eq!(sent.load(Ordering::SeqCst), 1, "requests for the check");
 }
