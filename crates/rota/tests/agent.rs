@@ -102,7 +102,8 @@ async fn a_failing_reboot_command_fails_closed_at_once() {
 #[tokio::test]
 async fn a_second_agent_for_the_same_node_supersedes_the_first() {
     let host = Host::new();
-    let first = host.agent(&[]);
+    // An idle agent learns of its successor at its next renewal: a third of its idle TTL.
+    let first = host.agent(&["--idle-session-ttl", "3s"]);
     host.wait_for("registered", |_| true).await;
     let _second = host.agent(&["--session-ttl", "3s"]);
     let mut first = first;
@@ -132,7 +133,8 @@ async fn a_second_agent_for_the_same_node_supersedes_the_first() {
 #[tokio::test]
 async fn an_agent_whose_session_expired_while_it_was_frozen_carries_on() {
     let host = Host::new();
-    let mut agent = host.agent(&["--session-ttl", "1s"]);
+    // Idle, as here, its session runs for the idle TTL.
+    let mut agent = host.agent(&["--session-ttl", "1s", "--idle-session-ttl", "1s"]);
     host.wait_for("registered", |_| true).await;
     agent.signal("STOP");
     tokio::time::sleep(Duration::from_millis(2500)).await;
