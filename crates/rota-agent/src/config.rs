@@ -73,8 +73,8 @@ pub struct AgentConfig {
     pub idle_session_ttl: Option<Duration>,
     pub backoff: BackoffPolicy,
     pub safety_recheck: Duration,
-    /// How often to re-read the store in case another process changed it without telling
-    /// this one (SQLite shared by several processes).
+    /// How often a node with work re-reads the store in case another process changed it
+    /// without telling this one; an idle node re-reads only every `procedure_poll`.
     pub store_poll: Duration,
     /// Host path of the agent's own state: procedure runs live in `runs/` below it.
     pub state_dir: PathBuf,

@@ -206,21 +206,14 @@ pub async fn missing(
             None => return reviewed_one_by_one(client, wanted).await,
         }
     }
-    Ok(wanted
-        .iter()
-        .filter(|p| {
-            // Cluster-wide permissions are matched against the first namespace's rules.
-            let in_namespace = p.namespace.as_deref();
-            let Some((_, rules)) = rules
-                .iter()
-                .find(|(namespace, _)| in_namespace.is_none_or(|n| n == *namespace))
-            else {
-                return true;
-            };
-            !rules.iter().any(|rule| allows(rule, p))
-        })
-        .cloned()
-        .collect())
+    // Cluster-wide permissions are matched against the first namespace's rules.
+    let granted = |p: &Permission| {
+        rules
+            .iter()
+            .find(|(namespace, _)| p.namespace.as_deref().is_none_or(|n| n == *namespace))
+            .is_some_and(|(_, rules)| rules.iter().any(|rule| allows(rule, p)))
+    };
+    Ok(wanted.iter().filter(|p| !granted(p)).cloned().collect())
 }
 
 /// What the client may do in `namespace`; `None` when the authorizer cannot list all of it.
