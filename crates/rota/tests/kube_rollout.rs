@@ -259,11 +259,14 @@ async fn waiting_nodes_are_tainted_and_windows_label_their_nodes() -> Result<()>
             anyhow::Ok((tainted, label))
         }
     };
+    // A window lasts a tenth of a second here, shorter than one look: the reboots are held so
+    // that the node in its window stays there until the label has been seen.
     for node in &nodes {
         ensure!(
             marks(node.clone()).await? == (false, None),
             "{node} marked before any work"
         );
+        fleet.hold_reboots(node, true)?;
         fleet.request_reboot(node)?;
     }
     wait(&fleet, "both nodes to carry the taint at once", || async {
@@ -292,6 +295,9 @@ async fn waiting_nodes_are_tainted_and_windows_label_their_nodes() -> Result<()>
         },
     )
     .await;
+    for node in &nodes {
+        fleet.hold_reboots(node, false)?;
+    }
     for node in &nodes {
         wait_finished(&fleet, &store, node, 1).await;
         assert_rebooted_once(&fleet, &store, node).await?;
