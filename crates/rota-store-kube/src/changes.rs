@@ -100,8 +100,8 @@ impl Changes {
         self.bump(u64::try_from(releases).unwrap_or(u64::MAX));
     }
 
-    /// The watch failed: until it is back, the view may miss changes.
-    fn lost(&self) {
+    /// The watch failed or was stopped: until it is back, the view may miss changes.
+    pub(crate) fn lost(&self) {
         self.view().lost();
     }
 }

@@ -63,8 +63,10 @@
 //! renewed deadline is written with the node's next write (leaving idle writes it). Nobody else
 //! needs an idle node's deadline: the queue only looks at queued nodes' sessions, and those are
 //! renewed in the RotaNode (a write per heartbeat, `ttl / 3`, only while the node is queued or
-//! in its window). An idle agent asks the API server (a read) every five minutes whether its
-//! session is still current. So an idle agent holds two watches and sends no writes.
+//! in its window). A newer session of the node (another agent taking it over) reaches an idle
+//! agent through the watch of its own RotaNode; without that watch, it asks the API server (a
+//! read) every five minutes whether its session is still current. So an idle agent sends no
+//! writes, and no reads either while its watches stand.
 //!
 //! Deadlines and history times come from the agents' clocks, not the API server's: **agents'
 //! clocks must be synchronised** (NTP) to well within the session TTL. A skewed clock can make
@@ -75,12 +77,24 @@
 //!
 //! # Watches
 //!
-//! Two. One on the slot Leases (see `changes`): a release wakes waiting agents through it, and
-//! its events keep the view of the Leases that a look at the queue reads instead of listing
-//! them (a consistent list waits for the API server's cache to catch up with etcd). One on
-//! the ConfigMaps of rota's namespace (see `config_view`): the pause and the concurrency are
-//! read from `rota-config` there, an operator's pause, resume or new concurrency wakes the
-//! agents of every process at once, and the procedures' scripts come from it too.
+//! Three while the agent's node is idle, four while it is queued or in its window (see
+//! `store::watches`):
+//!
+//! - the ConfigMaps of rota's namespace, from the start (see `config_view`): the pause and the
+//!   concurrency are read from `rota-config` there, an operator's pause, resume or new
+//!   concurrency wakes the agents of every process at once, and the procedures' scripts come
+//!   from it too;
+//! - the Procedures' metadata, once an agent opened a session (see `procedure_view`): a new,
+//!   deleted or changed procedure wakes the agents, and between changes their looks are
+//!   answered from the last list;
+//! - the agent's own RotaNode, by name (every RotaNode of the installation for a handle with
+//!   several agents, as in `rota simulate`): a change someone else made (an operator, a hand
+//!   edit, a newer session) replaces what the handle answers the agent's reads from, and wakes
+//!   it, so its periodic re-read asks nothing;
+//! - the slot Leases, only while a node of the handle's agents is queued or in its window (see
+//!   `changes`): a release wakes waiting agents through it, and its events keep the view of
+//!   the Leases that a look at the queue reads instead of listing them (a consistent list
+//!   waits for the API server's cache to catch up with etcd).
 //!
 //! # Round trips
 //!
@@ -103,9 +117,10 @@
 //!   compare-and-swap notices (the fence guards every disruptive step);
 //! - the fence writes the RotaNode (session) and the Lease (slot) at the same time;
 //! - Events are sent in the background;
-//! - an idle agent sends no request but its procedure poll ([`AGENT_PROCEDURE_POLL`]); an
-//!   operator's command that concerns it writes key `wake` of `rota-config` (a node's name, or
-//!   `*` for a new procedure), which its ConfigMap watch delivers.
+//! - an idle agent sends no request at all once its watches have listed: its looks at
+//!   [`AGENT_PROCEDURE_POLL`] are answered from them. An operator's command that concerns it
+//!   also writes key `wake` of `rota-config` (a node's name, or `*` for a new procedure), which
+//!   its ConfigMap watch delivers, in case its own watches are down.
 //!
 //! # Isolation
 //!
@@ -126,6 +141,7 @@ mod changes;
 mod config_view;
 mod error;
 mod procedure_status;
+mod procedure_view;
 mod procedures;
 mod queue_labels;
 mod status;
@@ -141,13 +157,14 @@ pub use store::{CONFIG_MAP, KubeStore, KubeStoreConfig, NAMESPACE_LABEL, STATE_L
 
 use std::time::Duration;
 
-/// How often an agent on this store re-reads it: only a safety net, as the Lease watch reports
-/// releases, and each re-read costs one API request per agent.
+/// How often an agent on this store with work re-reads it: only a safety net, as the watches
+/// report releases and other writers' changes; a re-read asks the API server only while the
+/// watch of the agent's own RotaNode is down.
 pub const AGENT_STORE_POLL: Duration = Duration::from_secs(300);
 
-/// How often an agent on this store looks for new procedures and at its own RotaNode. Every
-/// look costs the API server two requests per idle agent, and the operators' commands (`rota
-/// request`, `cancel`, `retry`, `unlock`, `mop submit`) wake the agents they concern at once
-/// through `rota-config` (key `wake`): the poll only finds what was applied without rota,
-/// such as a Procedure from `kubectl apply`.
+/// How often an idle agent on this store looks for new procedures and at its own RotaNode. A
+/// look is answered from the watches of the Procedures and of the node's RotaNode, without a
+/// request, while they stand; it costs two requests (a list and a read) only while they are
+/// down. New procedures and operators' changes wake the agents at once, through those watches
+/// and `rota-config` (key `wake`).
 pub const AGENT_PROCEDURE_POLL: Duration = Duration::from_secs(60);

@@ -22,6 +22,7 @@ use tracing::warn;
 use crate::config_view::ConfigView;
 use crate::error::Context;
 use crate::procedure::{Procedure, ProcedureBody};
+use crate::procedure_view::ProcedureView;
 use crate::view::revision;
 
 pub(crate) const PROCEDURES: &str = "procedures.rota.dev";
@@ -42,6 +43,9 @@ pub(crate) struct Procedures {
     /// The newest resourceVersion of the procedures this handle submitted: a list from the
     /// API server's cache waits until the cache holds it.
     pub submitted: Arc<Mutex<Option<u64>>>,
+    /// The Procedures' metadata as an agent's watch keeps it: between changes, a list is
+    /// answered from the last one.
+    pub view: Arc<ProcedureView>,
 }
 
 impl Procedures {
@@ -105,29 +109,56 @@ impl Procedures {
     /// its script resolved. An object whose spec does not parse is left out with a warning,
     /// so that one bad procedure does not stop the others.
     ///
-    /// With `from_cache`, the API server answers from its cache as it is (holding at least the
-    /// procedures this handle submitted) instead of a consistent read. Agents poll the
-    /// procedures every few seconds, all at about the same time after a fleet-wide start, and
-    /// a consistent read of a resource that nobody writes waits for etcd's next progress
-    /// report: in a 100-node simulation those lists took 12 ms at the median and up to 117 ms,
-    /// and the requests around them (an eviction, a look at the queue) slowed down with them.
+    /// With `from_cache` (an agent's look), the last list answers while the Procedures' watch
+    /// shows no change since it was made (see `procedure_view`); else the API server answers
+    /// from its cache as it is (holding at least the procedures this handle submitted and every
+    /// change the watch has shown) instead of a consistent read. Agents that start together
+    /// look at about the same time, and a consistent read of a resource that nobody writes
+    /// waits for etcd's next progress report: in a 100-node simulation those lists took 12 ms
+    /// at the median and up to 117 ms, and the requests around them (an eviction, a look at
+    /// the queue) slowed down with them.
     pub async fn list(&self, from_cache: bool) -> Result<Vec<ProcedureRecord>> {
+        let newest = self
+            .submitted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or(0)
+            .max(self.view.changed_at());
+        if from_cache && let Some(objects) = self.view.cached(newest) {
+            return self.records(&objects).await;
+        }
         let params = if from_cache {
-            let newest = *self.submitted.lock().unwrap_or_else(|e| e.into_inner());
             ListParams::default()
                 .matching(VersionMatch::NotOlderThan)
-                .at(&newest.unwrap_or(0).to_string())
+                .at(&newest.to_string())
         } else {
             ListParams::default()
         };
-        let objects = self
+        // Taken before the list: a change the watch shows later is not in it.
+        let fingerprint = self.view.fingerprint();
+        let list = self
             .api
             .list(&params)
             .await
             .context("list", PROCEDURES, "(all)")?;
+        if let (Some(fingerprint), Some(revision)) = (
+            fingerprint,
+            list.metadata
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse().ok()),
+        ) {
+            self.view.keep(fingerprint, revision, list.items.clone());
+        }
+        self.records(&list.items).await
+    }
+
+    /// The records of `objects` with the store's prefix, in the order they were submitted,
+    /// each with its script resolved.
+    async fn records(&self, objects: &[Procedure]) -> Result<Vec<ProcedureRecord>> {
         let mut records = Vec::new();
         let mut config_maps: BTreeMap<String, Option<ConfigMap>> = BTreeMap::new();
-        for object in &objects.items {
+        for object in objects {
             let Some(name) = object
                 .metadata
                 .name

@@ -9,6 +9,7 @@ use rota_store::{Acquire, Millis, Result, Session, now_millis};
 use super::KubeStore;
 use crate::crd::{RotaNode, RotaNodeStatus};
 use crate::slots;
+use crate::view::revision;
 
 /// How long a waiter's place in the queue is taken as known while the change counter stands
 /// still (see `try_acquire_slot`).
@@ -86,33 +87,36 @@ impl KubeStore {
 
     /// Records what this process learnt of its session from a read or a write.
     pub(super) fn remember(&self, session: &Session, status: &RotaNodeStatus, deadline: Millis) {
-        let mut sessions = self
-            .inner
-            .sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let entry = sessions
-            .entry(session.node.as_str().to_string())
-            .or_insert(LocalSession {
+        {
+            let mut sessions = self
+                .inner
+                .sessions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let entry = sessions
+                .entry(session.node.as_str().to_string())
+                .or_insert(LocalSession {
+                    id: session.id,
+                    idle: true,
+                    deadline,
+                    checked_at: 0,
+                });
+            if entry.id > session.id {
+                return;
+            }
+            let kept = if entry.id == session.id {
+                entry.deadline
+            } else {
+                0
+            };
+            *entry = LocalSession {
                 id: session.id,
-                idle: true,
-                deadline,
-                checked_at: 0,
-            });
-        if entry.id > session.id {
-            return;
+                idle: status.state == NodeState::Idle,
+                deadline: deadline.max(kept),
+                checked_at: now_millis(),
+            };
         }
-        let kept = if entry.id == session.id {
-            entry.deadline
-        } else {
-            0
-        };
-        *entry = LocalSession {
-            id: session.id,
-            idle: status.state == NodeState::Idle,
-            deadline: deadline.max(kept),
-            checked_at: now_millis(),
-        };
+        self.watch_leases_while_busy();
     }
 
     pub(super) fn cached(&self, node: &NodeName) -> Option<Known> {
@@ -122,6 +126,15 @@ impl KubeStore {
 
     pub(super) fn cache(&self, node: &NodeName, object: &RotaNode, with_lease: bool) {
         let mut objects = self.inner.objects.lock().unwrap_or_else(|e| e.into_inner());
+        // The own RotaNodes' watch may have brought a newer version already.
+        let newer_known = objects
+            .get(node.as_str())
+            .and_then(|known| revision(&known.object.metadata))
+            .zip(revision(&object.metadata))
+            .is_some_and(|(known, this)| known > this);
+        if newer_known {
+            return;
+        }
         let known = Known {
             object: object.clone(),
             at: now_millis(),
@@ -216,12 +229,13 @@ impl KubeStore {
 
     /// Records the session `open_session` just opened for `node`.
     pub(super) fn open_local(&self, node: &NodeName, local: LocalSession) {
-        let mut sessions = self
-            .inner
+        self.inner
             .sessions
             .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        sessions.insert(node.as_str().into(), local);
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(node.as_str().into(), local);
+        self.watch_for_agents();
+        self.watch_leases_while_busy();
     }
 
     /// Renews an idle node's session in memory only (see `heartbeat`).
@@ -248,6 +262,29 @@ impl KubeStore {
         {
             entry.deadline = 0;
         }
+    }
+
+    /// The nodes whose agents opened a session on this handle.
+    pub(super) fn local_nodes(&self) -> Vec<NodeName> {
+        let sessions = self
+            .inner
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        sessions
+            .keys()
+            .filter_map(|n| NodeName::new(n).ok())
+            .collect()
+    }
+
+    /// Whether a node of this handle's agents was queued or in its window when last seen.
+    pub(super) fn any_local_busy(&self) -> bool {
+        let sessions = self
+            .inner
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        sessions.values().any(|s| !s.idle)
     }
 
     /// Whether an agent runs on this handle: it opened a session.

@@ -11,7 +11,7 @@ use rota_core::{NodeName, NodeState};
 use rota_kube_client::is_conflict;
 use rota_store::{Error, Millis, Result, Session, now_millis};
 
-use super::{KubeStore, ROTA_NODES, fenced};
+use super::{KubeStore, ROTA_NODES, fenced, node_name};
 use crate::crd::{RotaNode, RotaNodeStatus, Timestamp};
 use crate::error::{Context, KubeError};
 use crate::{queue_labels, slots};
@@ -44,9 +44,17 @@ impl Seen {
 }
 
 impl KubeStore {
-    /// Writes `object` if it is unchanged since it was read; `None` when it was not.
-    pub(super) async fn replace(&self, mut object: RotaNode) -> Result<Option<RotaNode>> {
+    /// Writes `object` if it is unchanged since it was read, and keeps what was written (with
+    /// `with_lease`, see `Known`); `None` when it was not.
+    pub(super) async fn replace(
+        &self,
+        mut object: RotaNode,
+        with_lease: bool,
+    ) -> Result<Option<RotaNode>> {
         let name = object.metadata.name.clone().unwrap_or_default();
+        let node = node_name(&object).ok();
+        // The own RotaNodes' watch may bring this write before its answer does.
+        let _writing = node.as_ref().map(|node| self.writing(node));
         let state = object.status.as_ref().map_or(NodeState::Idle, |s| s.state);
         let labels = object.metadata.labels.get_or_insert_with(BTreeMap::new);
         labels.extend(self.labels(state));
@@ -61,6 +69,9 @@ impl KubeStore {
         {
             Ok(written) => {
                 self.inner.reporter.observe(&written);
+                if let Some(node) = &node {
+                    self.cache(node, &written, with_lease);
+                }
                 Ok(Some(written))
             }
             Err(e) if is_conflict(&e) => Ok(None),
@@ -142,8 +153,7 @@ impl KubeStore {
             }
             let deadline = status.session.as_ref().map_or(0, |s| s.deadline.0);
             object.status = Some(status);
-            if let Some(written) = self.replace(object).await? {
-                self.cache(&session.node, &written, lease_known);
+            if let Some(written) = self.replace(object, lease_known).await? {
                 let status = written.status.unwrap_or_default();
                 self.remember(session, &status, deadline);
                 return Ok((value, status, seen));

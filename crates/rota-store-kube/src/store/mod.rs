@@ -17,6 +17,7 @@
 //! - `events`: the Kubernetes Events on the Node.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
@@ -31,12 +32,13 @@ use tokio::task::AbortHandle;
 use tracing::warn;
 
 use crate::actions::RotaAction;
-use crate::changes::{Changes, watch_leases};
+use crate::changes::Changes;
 use crate::config_view::{ConfigView, watch_config_maps};
 use crate::crd::RotaNode;
 use crate::error::Context;
 use crate::preflight;
 use crate::procedure_status::{self, StatusReporter};
+use crate::procedure_view::ProcedureView;
 use crate::procedures::Procedures;
 use crate::slots;
 use crate::status;
@@ -54,6 +56,7 @@ mod slot_leases;
 mod tags;
 mod trait_impl;
 mod transitions;
+mod watches;
 
 use caches::{CachedWait, Known, LocalSession};
 pub(crate) use cas::jitter;
@@ -61,6 +64,7 @@ pub(crate) use queue::Waiter;
 pub use settings::CONFIG_MAP;
 pub(crate) use settings::{CONCURRENCY_KEY, PAUSED_KEY, RESUMED_KEY, WAKE_KEY};
 use slot_leases::held_by;
+use watches::Watches;
 
 const ROTA_NODES: &str = "rotanodes.rota.dev";
 const LEASES: &str = "leases.coordination.k8s.io";
@@ -128,9 +132,15 @@ struct Inner {
     /// The ConfigMaps of rota's namespace as their watch and this process's reads and writes
     /// left them.
     settings: Arc<ConfigView>,
-    watch: AbortHandle,
     config_watch: AbortHandle,
     procedures: Procedures,
+    /// The watches started as this handle's agents need them (see `watches`).
+    watches: Mutex<Watches>,
+    /// Whether the own RotaNodes' watch has listed them and not failed since.
+    own_synced: AtomicBool,
+    /// The writes of RotaNodes under way, by node, each with the newest event of the own
+    /// watch held back until they end (see `watches`).
+    writing: Mutex<HashMap<String, (usize, Option<RotaNode>)>>,
     /// Writes the Procedures' status after this process's RotaNode writes (see
     /// `procedure_status`).
     reporter: StatusReporter,
@@ -139,7 +149,10 @@ struct Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.watch.abort();
+        self.watches
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .abort();
         self.config_watch.abort();
         self.status_writer.abort();
     }
@@ -147,14 +160,14 @@ impl Drop for Inner {
 
 impl KubeStore {
     /// A store on `client`'s cluster. Checks what the store needs of the cluster (see
-    /// [`preflight`]), and starts the watches on the slot Leases and the ConfigMaps.
+    /// [`preflight`]), and starts the watch on the ConfigMaps; an agent's session starts the
+    /// others (see `watches`).
     pub async fn connect(client: Client, config: KubeStoreConfig) -> Result<KubeStore> {
         preflight::check(&client, &config.namespace).await?;
         let rota_nodes: Api<RotaNode> = Api::all(client.clone());
         let rota_node_objects = Api::all_with(client.clone(), &ApiResource::erase::<RotaNode>(&()));
         let leases: Api<Lease> = Api::namespaced(client.clone(), &config.namespace);
         let changes = Changes::new();
-        let watch = tokio::spawn(watch_leases(leases.clone(), changes.clone())).abort_handle();
         let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &config.namespace);
         let config_view = ConfigView::new(changes.clone());
         let config_watch =
@@ -174,6 +187,10 @@ impl KubeStore {
             namespace: config.namespace.clone(),
             prefix: config.name_prefix.clone(),
             submitted: Arc::default(),
+            view: Arc::new(ProcedureView::new(
+                config.name_prefix.clone(),
+                changes.clone(),
+            )),
         };
         let (reporter, queue) = StatusReporter::new();
         let status_writer = tokio::spawn(procedure_status::write_statuses(
@@ -202,7 +219,9 @@ impl KubeStore {
                 held: Mutex::new(HashMap::new()),
                 waits: Mutex::new(HashMap::new()),
                 settings: config_view,
-                watch,
+                watches: Mutex::default(),
+                own_synced: AtomicBool::new(false),
+                writing: Mutex::default(),
                 config_watch,
                 config,
             }),

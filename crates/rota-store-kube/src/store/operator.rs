@@ -37,10 +37,9 @@ impl KubeStore {
             }
             status::apply_unlock(&mut status, reason, seen.slot(), seen.history_time());
             object.status = Some(status);
-            let Some(written) = self.replace(object).await? else {
+            let Some(written) = self.replace(object, false).await? else {
                 continue;
             };
-            self.cache(node, &written, false);
             let status = written.status.unwrap_or_default();
             match &seen.held {
                 Some(lease) => {
@@ -79,10 +78,9 @@ impl KubeStore {
             status.state = NodeState::Maintaining;
             status.since = Timestamp(now_millis());
             object.status = Some(status);
-            let Some(written) = self.replace(object).await? else {
+            let Some(written) = self.replace(object, false).await? else {
                 continue;
             };
-            self.cache(node, &written, false);
             self.inner.changes.bump(1);
             self.emit(
                 node,
@@ -115,8 +113,7 @@ impl KubeStore {
                 return Ok((status::request_record(node, &request), false));
             }
             object.status = Some(status);
-            if let Some(written) = self.replace(object).await? {
-                self.cache(node, &written, false);
+            if self.replace(object, false).await?.is_some() {
                 self.wake_agents(Some(node)).await;
                 return Ok((status::request_record(node, &request), true));
             }
@@ -135,8 +132,7 @@ impl KubeStore {
                 return Ok(false);
             }
             object.status = Some(status);
-            if let Some(written) = self.replace(object).await? {
-                self.cache(node, &written, false);
+            if self.replace(object, false).await?.is_some() {
                 self.wake_agents(Some(node)).await;
                 return Ok(true);
             }

@@ -19,7 +19,8 @@ use crate::error::Context;
 use crate::status;
 
 /// How long an idle agent's heartbeats go without asking the API server whether its session
-/// is still current (a read; idle heartbeats never write).
+/// is still current (a read; idle heartbeats never write), while the watch of its own RotaNode
+/// is down; while it stands, the watch would have brought a newer session.
 const IDLE_RECHECK: Millis = 5 * 60 * 1000;
 
 impl KubeStore {
@@ -39,6 +40,20 @@ impl KubeStore {
             .filter(|l| l.id == session.id)
             .map_or(0, |l| l.deadline);
         current.id == session.id && current.deadline.0.max(local) > now
+    }
+
+    /// Whether the own RotaNodes' watch shows `session` as its node's current one: a newer
+    /// session would have reached this process through it.
+    fn watched_current(&self, session: &Session) -> bool {
+        self.own_watched()
+            && self.cached(&session.node).is_some_and(|known| {
+                known
+                    .object
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.session.as_ref())
+                    .is_some_and(|current| current.id == session.id)
+            })
     }
 
     /// Why a session's renewal was refused: `Expired` if it is still the node's latest (nobody
@@ -73,7 +88,7 @@ impl KubeStore {
                     let id = status.session.as_ref().map_or(now, |s| now.max(s.id + 1));
                     status.session = Some(SessionStatus { id, deadline });
                     object.status = Some(status);
-                    (self.replace(object).await?, id)
+                    (self.replace(object, true).await?, id)
                 }
                 None => (self.create_rota_node(node, now, deadline).await?, now),
             };
@@ -165,7 +180,8 @@ impl KubeStore {
             }
             // Idle: renew in memory only; nobody else needs an idle node's deadline, and an
             // idle fleet then sends no writes at all (see the crate docs).
-            if local.id == session.id && local.idle && now - local.checked_at < IDLE_RECHECK {
+            let checked = now - local.checked_at < IDLE_RECHECK || self.watched_current(session);
+            if local.id == session.id && local.idle && checked {
                 if local.deadline <= now {
                     return Err(self.expired_or_fenced(session).await);
                 }

@@ -167,7 +167,10 @@ impl AgentStore for KubeStore {
     }
 
     fn refresh(&self, node: &NodeName) {
-        self.stop_answering_reads(node);
+        // While the own RotaNodes' watch is synced, what this process keeps is current.
+        if !self.own_watched() {
+            self.stop_answering_reads(node);
+        }
     }
 
     fn changes(&self) -> watch::Receiver<u64> {

@@ -1,0 +1,227 @@
+//! What an idle agent's handle costs the API server, counted on the wire: once its watches have
+//! listed, the reads an idle agent makes at every look (its node, requests and backoffs, the
+//! procedures, the pause and the concurrency, a heartbeat, the periodic re-read) send no
+//! request at all, and it holds three watches; the slot Leases' watch runs only while its node
+//! is queued or in its window. A procedure applied without rota reaches it through its watch.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::PostParams;
+use rota_core::{Event, Lifecycle, NodeName, NodeState, ProcedureSpec, Process};
+use rota_store::{
+    AgentStore, ProcedureStore, ReadStore, Session, Transition, WAKE_ALL, WindowChange, now_millis,
+};
+use rota_store_kube::{KubeStore, KubeStoreConfig, Procedure, ProcedureBody};
+
+const TTL: Duration = Duration::from_secs(30);
+
+/// The requests a client sent, each as `VERB path` with `?watch` for a watch.
+#[derive(Clone, Default)]
+struct Sent(Arc<Mutex<Vec<String>>>);
+
+impl Sent {
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().expect("the log"))
+    }
+
+    fn log(&self, request: &http::Request<kube::client::Body>) {
+        let watch = request
+            .uri()
+            .query()
+            .is_some_and(|q| q.split('&').any(|p| p == "watch=true"));
+        let line = format!(
+            "{} {}{}",
+            request.method(),
+            request.uri().path(),
+            if watch { "?watch" } else { "" }
+        );
+        self.0.lock().expect("the log").push(line);
+    }
+}
+
+/// A store on a client whose every request is logged, in a scope of its own.
+async fn counted_store(name: &str) -> Option<(rota_e2e::testenv::Scope, KubeStore, Sent)> {
+    let env = common::env()?;
+    let scope = env.scope(name).await.expect("a test scope");
+    common::install_crd(scope.client()).await;
+    let sent = Sent::default();
+    let log = sent.clone();
+    let layer =
+        tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
+            log.log(&request);
+            request
+        });
+    let config = env.config().await.expect("the test kubeconfig");
+    let client = kube::client::ClientBuilder::try_from(config)
+        .expect("a client")
+        .with_layer(&layer)
+        .build();
+    let store = KubeStore::connect(
+        client,
+        KubeStoreConfig {
+            namespace: scope.namespace().into(),
+            name_prefix: format!("{}-", scope.id()),
+            ..KubeStoreConfig::default()
+        },
+    )
+    .await
+    .expect("connect the store");
+    Some((scope, store, sent))
+}
+
+/// What an idle agent asks its store at each look, its periodic re-read and heartbeat included.
+async fn idle_look(store: &KubeStore, session: &Session) {
+    let node = &session.node;
+    store.refresh(node);
+    let record = store.node(node).await.expect("node").expect("a record");
+    assert_eq!(record.state, NodeState::Idle);
+    store.open_requests(node).await.expect("requests");
+    store.backoffs(node).await.expect("backoffs");
+    store.procedures().await.expect("procedures");
+    store.paused().await.expect("pause");
+    store.concurrency().await.expect("concurrency");
+    store.heartbeat(session, TTL).await.expect("heartbeat");
+}
+
+/// The requests that are not watches.
+fn asked(sent: &[String]) -> Vec<&String> {
+    sent.iter().filter(|r| !r.ends_with("?watch")).collect()
+}
+
+/// The resources watched, by the last part of their path.
+fn watched(sent: &[String]) -> BTreeSet<String> {
+    sent.iter()
+        .filter(|r| r.ends_with("?watch"))
+        .filter_map(|r| r.trim_end_matches("?watch").rsplit('/').next())
+        .map(String::from)
+        .collect()
+}
+
+#[tokio::test]
+async fn an_idle_agent_sends_nothing_but_its_three_watches() {
+    let Some((scope, store, sent)) = counted_store("idle").await else {
+        return;
+    };
+    // Another node's procedure, so that the agent's look has one to read.
+    let mut spec = ProcedureSpec::new(format!("{}-other", scope.id()), "true\n".to_string());
+    spec.nodes = vec![NodeName::new("someone-else").expect("a name")];
+    store.submit_procedure(&spec).await.expect("submit");
+    let node = NodeName::new("idle").expect("a name");
+    let session = store.open_session(&node, TTL).await.expect("open");
+
+    // The first looks ask while the watches list; then the looks are answered from them.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        sent.take();
+        idle_look(&store, &session).await;
+        let look = sent.take();
+        if asked(&look).is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "an idle look still asks after a minute: {:?}",
+            asked(&look)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for _ in 0..20 {
+        idle_look(&store, &session).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let quiet = sent.take();
+    assert_eq!(asked(&quiet), Vec::<&String>::new(), "requests while idle");
+    assert_eq!(store.watches(), 3, "watches of an idle agent");
+
+    // Queued, it watches the slot Leases too; idle again, it stops.
+    store
+        .add_request(&session, &Process::Reboot, "test")
+        .await
+        .expect("request");
+    store
+        .transition(
+            &session,
+            Transition::new(NodeState::Idle, NodeState::Queued).window(WindowChange::Queue {
+                queued_at: Some(now_millis()),
+            }),
+        )
+        .await
+        .expect("enqueue");
+    assert_eq!(store.watches(), 4, "watches of a queued agent");
+    let canceled = Lifecycle::idle()
+        .apply(&Event::Requested { eligible_at: 0 })
+        .and_then(|queued| queued.next.apply(&Event::Canceled { granted: false }))
+        .expect("a queued node may leave the queue");
+    store
+        .cancel_request(&session, &Process::Reboot)
+        .await
+        .expect("cancel");
+    store
+        .transition(&session, Transition::of(canceled))
+        .await
+        .expect("leave the queue");
+    assert_eq!(store.watches(), 3, "watches of an idle agent again");
+    let all = sent.take();
+    assert!(
+        watched(&all).contains("leases"),
+        "the queued agent watched the Leases: {all:?}"
+    );
+    scope.cleanup().await.expect("clean up");
+}
+
+/// A Procedure created without rota (as by `kubectl apply`, which writes no wake) reaches an
+/// idle agent through the Procedures' watch: it is woken, and its next look lists it.
+#[tokio::test]
+async fn a_procedure_applied_without_rota_wakes_the_idle_agent() {
+    let Some((scope, store, _)) = counted_store("applied").await else {
+        return;
+    };
+    let node = NodeName::new("idle").expect("a name");
+    let session = store.open_session(&node, TTL).await.expect("open");
+    idle_look(&store, &session).await;
+    let mut changes = store.changes();
+    let seen = *changes.borrow_and_update();
+
+    let name = format!("{}-applied", scope.id());
+    let mut spec = ProcedureSpec::new(name.clone(), "true\n".to_string());
+    spec.nodes = vec![node.clone()];
+    let object = Procedure {
+        metadata: ObjectMeta {
+            name: Some(format!("{}-{name}", scope.id())),
+            ..ObjectMeta::default()
+        },
+        spec: ProcedureBody::of(&spec),
+        status: None,
+    };
+    let procedures: Api<Procedure> = Api::all(scope.client());
+    procedures
+        .create(&PostParams::default(), &object)
+        .await
+        .expect("apply the procedure");
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        changes.wait_for(|n| *n >= seen.saturating_add(WAKE_ALL)),
+    )
+    .await
+    .expect("the new procedure wakes the idle agent")
+    .expect("the store is alive");
+    let names: Vec<String> = store
+        .procedures()
+        .await
+        .expect("procedures")
+        .into_iter()
+        .map(|p| p.spec.name)
+        .collect();
+    assert!(names.contains(&name), "{names:?}");
+    procedures
+        .delete(&format!("{}-{name}", scope.id()), &Default::default())
+        .await
+        .expect("delete the procedure");
+    scope.cleanup().await.expect("clean up");
+}
