@@ -27,6 +27,7 @@ use rota_store_kube::{
 };
 use tracing::{info, warn};
 
+use crate::handles::Opener;
 use crate::{Error, Fleet, Result};
 
 /// Annotation that makes kwok manage a node.
@@ -96,17 +97,14 @@ impl Cluster {
             .await?;
         self.wait_running(nodes).await?;
         info!(nodes, namespace = %self.namespace, "kwok nodes ready");
-        let store = KubeStore::connect(
-            self.client.clone(),
-            KubeStoreConfig {
-                namespace: self.namespace.clone(),
-                // The run's own names: a simulation never sees (or runs the scripts of) the
-                // cluster's Procedures.
-                name_prefix: format!("{}-", self.namespace),
-                event_reporter: "rota-simulate".into(),
-            },
-        )
-        .await?;
+        let config = KubeStoreConfig {
+            namespace: self.namespace.clone(),
+            // The run's own names: a simulation never sees (or runs the scripts of) the
+            // cluster's Procedures.
+            name_prefix: format!("{}-", self.namespace),
+            event_reporter: "rota-simulate".into(),
+        };
+        let store = KubeStore::connect(self.client.clone(), config.clone()).await?;
         let drain = DrainOptions {
             // The pods have no controller.
             force: true,
@@ -132,9 +130,14 @@ impl Cluster {
             names,
             actions,
             store_poll: rota_store_kube::AGENT_STORE_POLL,
+            own_handle_store_poll: rota_store_kube::AGENT_STORE_POLL,
             procedure_poll: Some(rota_store_kube::AGENT_PROCEDURE_POLL),
             // Each check lists every RotaNode twice: the API server has better things to do.
             check_every: Duration::from_secs(1),
+            opener: Opener::Kube {
+                client: self.client.clone(),
+                config,
+            },
         })
     }
 

@@ -10,6 +10,7 @@
 
 mod actions;
 mod cluster;
+mod handles;
 pub mod metrics;
 
 use std::collections::BTreeMap;
@@ -28,6 +29,8 @@ use tracing::{info, warn};
 
 use crate::actions::SimulatedActions;
 use crate::cluster::Cluster;
+use crate::handles::{Handles, Opener};
+pub use crate::handles::{PhaseTraffic, TrafficSummary};
 
 /// Where simulated host roots go when it exists: like a real host's /run, a tmpfs.
 const TMPFS: &str = "/dev/shm";
@@ -85,6 +88,12 @@ pub struct Options {
     pub store: StoreChoice,
     /// The agents' `--session-ttl`; the agent's default when `None`.
     pub session_ttl: Option<Duration>,
+    /// Every agent opens a store handle of its own at each start, as on a real fleet, instead
+    /// of sharing one (see `handles`); on Kubernetes, their requests are counted.
+    pub handle_per_agent: bool,
+    /// How long every agent stays idle, once all have started, before the sentinels are
+    /// written: a phase whose traffic is reported on its own.
+    pub idle: Duration,
 }
 
 /// The store to run against.
@@ -127,15 +136,20 @@ struct Fleet {
     actions: Vec<Option<Arc<dyn NodeActions>>>,
     /// The agents' re-read of the store.
     store_poll: Duration,
+    /// The same with `--handle-per-agent`, where one agent's writes reach the others only as
+    /// they would on a real fleet.
+    own_handle_store_poll: Duration,
     /// The agents' look for new procedures, unless the agent's default.
     procedure_poll: Option<Duration>,
     /// How often the harness reads the store to see whether the rollout is over.
     check_every: Duration,
+    /// How each agent opens a handle of its own, with `--handle-per-agent`.
+    opener: Opener,
 }
 
 impl Fleet {
     /// A fleet without node actions on a SQL store: nodes `sim-0..n`.
-    fn sql(store: Arc<dyn Store>, nodes: usize) -> Result<Fleet> {
+    fn sql(store: Arc<dyn Store>, opener: Opener, nodes: usize) -> Result<Fleet> {
         let width = nodes.to_string().len();
         let names = (0..nodes)
             .map(|i| {
@@ -151,8 +165,10 @@ impl Fleet {
             // Every agent shares this process's store handle, whose change notifications
             // reach all of them: the slow re-read is only a safety net here.
             store_poll: Duration::from_secs(10),
+            own_handle_store_poll: rota_agent::STORE_POLL,
             procedure_poll: None,
             check_every: Duration::from_millis(100),
+            opener,
         })
     }
 }
@@ -186,6 +202,9 @@ pub struct Summary {
     /// adds to the maintenance (cordon, drain, the agent's restart, health check, uncordon).
     pub window_p50_ms: Millis,
     pub window_p99_ms: Millis,
+    /// What the agents' own Kubernetes handles sent (`--handle-per-agent --store kube`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traffic: Option<TrafficSummary>,
 }
 
 struct Node {
@@ -201,7 +220,11 @@ fn node_config(node: &Node, options: &Options, fleet: &Fleet) -> AgentConfig {
     config.boot_id_file = node.root.join("boot_id");
     config.concurrency = Some(options.concurrency);
     config.reboot_timeout = options.maintenance_time * 10 + Duration::from_secs(60);
-    config.store_poll = fleet.store_poll;
+    config.store_poll = if options.handle_per_agent {
+        fleet.own_handle_store_poll
+    } else {
+        fleet.store_poll
+    };
     if let Some(ttl) = options.session_ttl {
         config.session_ttl = ttl;
     }
@@ -280,9 +303,10 @@ pub async fn run(
         .map_err(Error::TempDir)?;
     match &options.store {
         StoreChoice::Temporary => {
-            let store = Arc::new(SqliteStore::open(&dir.path().join("rota.db")).await?);
+            let path = dir.path().join("rota.db");
+            let store = Arc::new(SqliteStore::open(&path).await?);
             simulate(
-                Fleet::sql(store, options.nodes)?,
+                Fleet::sql(store, Opener::Sqlite(path), options.nodes)?,
                 &options,
                 dir.path(),
                 interrupt,
@@ -291,7 +315,8 @@ pub async fn run(
             .await
         }
         StoreChoice::Url(url) => {
-            let fleet = Fleet::sql(url.open_shared().await?, options.nodes)?;
+            let opener = Opener::Url(url.clone());
+            let fleet = Fleet::sql(url.open_shared().await?, opener, options.nodes)?;
             simulate(fleet, &options, dir.path(), interrupt, progress).await
         }
         StoreChoice::Kube(target) => {
@@ -333,6 +358,9 @@ async fn simulate(
         .map_err(Error::TempDir)?;
     let store = fleet.store.clone();
     store.set_concurrency(options.concurrency).await?;
+    let handles = options
+        .handle_per_agent
+        .then(|| Arc::new(Handles::new(fleet.opener.clone())));
 
     let mut nodes = Vec::with_capacity(options.nodes);
     for (i, name) in fleet.names.iter().enumerate() {
@@ -352,17 +380,21 @@ async fn simulate(
     let (reboots_tx, mut reboots) = mpsc::unbounded_channel();
     let start_agent = |node: &mut Node, index: usize| {
         let cancel = CancellationToken::new();
-        let agent = Agent::new(
-            node_config(node, options, &fleet),
-            store.clone(),
-            Arc::new(SimulatedActions {
-                node: index,
-                reboots: reboots_tx.clone(),
-                real: fleet.actions.get(index).cloned().flatten(),
-            }),
-            cancel.clone(),
-        );
-        node.agent = Some((cancel, tokio::spawn(agent.run())));
+        let config = node_config(node, options, &fleet);
+        let actions = Arc::new(SimulatedActions {
+            node: index,
+            reboots: reboots_tx.clone(),
+            real: fleet.actions.get(index).cloned().flatten(),
+        });
+        let (shared, handles, token) = (store.clone(), handles.clone(), cancel.clone());
+        let agent = async move {
+            let store = match handles {
+                Some(handles) => handles.open(index).await?,
+                None => shared,
+            };
+            Agent::new(config, store, actions, token).run().await
+        };
+        node.agent = Some((cancel, tokio::spawn(agent)));
     };
     let rounds = options.nodes.div_ceil(options.concurrency as usize);
     let ideal = options.maintenance_time * u32::try_from(rounds).unwrap_or(u32::MAX);
@@ -380,11 +412,36 @@ async fn simulate(
             () = tokio::time::sleep(fleet.check_every / 10) => {}
         }
     }
+    let idle = match &handles {
+        Some(handles) if !options.idle.is_zero() => {
+            // The idle phase counts what idle agents send, not their start: it begins once
+            // every agent's watches have listed (or after a minute).
+            let settling = tokio::time::Instant::now() + Duration::from_secs(60);
+            while !handles.settled() && tokio::time::Instant::now() < settling {
+                tokio::select! {
+                    () = interrupt.cancelled() => return Err(Error::Interrupted),
+                    () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+            }
+            info!(nodes = options.nodes, idle = ?options.idle, "all agents started; idle");
+            let before = handles.sent();
+            tokio::select! {
+                () = interrupt.cancelled() => return Err(Error::Interrupted),
+                () = tokio::time::sleep(options.idle) => {}
+            }
+            let phase = before.zip(handles.sent()).map(|(before, after)| {
+                PhaseTraffic::between(&before, &after, options.idle, options.nodes)
+            });
+            phase.map(|phase| (phase, handles.watches() as f64 / options.nodes as f64))
+        }
+        _ => None,
+    };
     info!(
         nodes = options.nodes,
         "all agents started; writing sentinels"
     );
 
+    let sent_before = handles.as_ref().and_then(|h| h.sent());
     let started = now_millis();
     // Written from a blocking thread: file writes must not stall the runtime's workers, which
     // are busy running the agents that react to these very files.
@@ -490,7 +547,15 @@ async fn simulate(
     };
     checker.abort();
     let (completed, failed) = finished?;
-    Ok::<_, Error>((started, written, completed, failed, deadline))
+    let took = Duration::from_millis(u64::try_from(now_millis() - started).unwrap_or(0));
+    let traffic = sent_before
+        .zip(handles.as_ref().and_then(|h| h.sent()))
+        .map(|(before, after)| TrafficSummary {
+            idle_watches_per_agent: idle.as_ref().map(|(_, watches)| *watches),
+            idle: idle.map(|(phase, _)| phase),
+            rollout: PhaseTraffic::between(&before, &after, took, options.nodes),
+        });
+    Ok::<_, Error>((started, written, completed, failed, deadline, traffic))
     }
     .await;
     for node in &mut nodes {
@@ -505,11 +570,12 @@ async fn simulate(
         cycle.abort();
         let _ = cycle.await;
     }
-    let (started, written, completed, failed, deadline) = rollout?;
+    let (started, written, completed, failed, deadline, traffic) = rollout?;
     let ended = Ended {
         completed,
         failed,
         reboots: nodes.iter().map(|n| n.boots).sum(),
+        traffic,
     };
     // The rollout is over, but the store may be out of reach just now: its result is read
     // again, until the rollout's deadline, rather than lost.
@@ -531,6 +597,7 @@ struct Ended {
     completed: usize,
     failed: usize,
     reboots: u32,
+    traffic: Option<TrafficSummary>,
 }
 
 /// Nodes whose reboot finished, and nodes that failed (since the sentinels were written at
@@ -617,5 +684,6 @@ async fn summarize(
         first_window_ms,
         window_p50_ms: metrics::percentile(&windows, 50),
         window_p99_ms: metrics::percentile(&windows, 99),
+        traffic: ended.traffic.clone(),
     })
 }

@@ -46,6 +46,8 @@ async fn kube_rollout_reboots_every_node_once_never_more_than_k_at_once() {
                 namespace: Some(namespace.clone()),
             }),
             session_ttl: None,
+            handle_per_agent: false,
+            idle: Duration::ZERO,
         },
         &CancellationToken::new(),
         |_, _| {},
@@ -55,6 +57,52 @@ async fn kube_rollout_reboots_every_node_once_never_more_than_k_at_once() {
     assert_eq!(summary.store, "kube", "{summary:?}");
     common::assert_clean_rollout(&summary, 6, 2);
 
+    assert_cleaned_up(&client, &namespace).await;
+}
+
+/// With a handle per agent, as on a real fleet, the run counts what the agents send: in the
+/// idle phase nothing but the look each agent makes as it starts, with three watches each, and
+/// in the rollout the writes of the windows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kube_run_with_a_handle_per_agent_counts_what_its_agents_send() {
+    let Some(client) = test_client().await else {
+        return;
+    };
+    let namespace = format!("rota-simulate-handles-{}", std::process::id());
+    let nodes = 4;
+    let summary = run(
+        Options {
+            nodes,
+            concurrency: 2,
+            maintenance_time: Duration::from_millis(300),
+            store: StoreChoice::Kube(KubeTarget {
+                client: client.clone(),
+                namespace: Some(namespace.clone()),
+            }),
+            session_ttl: None,
+            handle_per_agent: true,
+            idle: Duration::from_secs(5),
+        },
+        &CancellationToken::new(),
+        |_, _| {},
+    )
+    .await
+    .expect("simulation runs");
+    common::assert_clean_rollout(&summary, nodes, 2);
+    let traffic = summary.traffic.as_ref().expect("the agents' traffic");
+    let idle = traffic.idle.as_ref().expect("an idle phase");
+    assert_eq!(traffic.idle_watches_per_agent, Some(3.0), "{traffic:?}");
+    assert_eq!(idle.writes, 0, "an idle agent writes nothing: {idle:?}");
+    // At most the first look of an agent whose watches were still listing when the phase began.
+    assert!(idle.total <= 2 * nodes as u64, "{idle:?}");
+    let rollout = &traffic.rollout;
+    for write in ["UPDATE rotanodes", "UPDATE leases", "CREATE events"] {
+        assert!(
+            rollout.requests.contains_key(write),
+            "{write} in the rollout: {rollout:?}"
+        );
+    }
+    assert!(rollout.writes > 0 && rollout.total >= rollout.writes);
     assert_cleaned_up(&client, &namespace).await;
 }
 
@@ -78,6 +126,8 @@ async fn an_interrupted_kube_run_deletes_what_it_created() {
             namespace: Some(namespace.clone()),
         }),
         session_ttl: None,
+        handle_per_agent: false,
+        idle: Duration::ZERO,
     };
     // Interrupted once a node is out: its RotaNode shows the reboot.
     let rota_nodes: Api<RotaNode> = Api::all(client.clone());
@@ -174,6 +224,8 @@ async fn rollout_with_outages(prefix: &str, length: Duration, session_ttl: Optio
             namespace: Some(namespace.clone()),
         }),
         session_ttl,
+        handle_per_agent: false,
+        idle: Duration::ZERO,
     };
     // The test keeps the proxy up until the run has cleaned up after itself.
     let (summary, cut) = common::disrupted_rollout(options, |done| {

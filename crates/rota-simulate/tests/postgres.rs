@@ -33,6 +33,8 @@ async fn a_rollout_rides_out_database_restarts_and_reboots_every_node_once() {
         maintenance_time: Duration::from_millis(300),
         store: StoreChoice::Url(StoreUrl::from_str(&url).expect("the database's URL")),
         session_ttl: None,
+        handle_per_agent: false,
+        idle: Duration::ZERO,
     };
     let (summary, ended) = common::disrupted_rollout(options, |done| {
         let url = url.clone();
@@ -85,6 +87,8 @@ async fn an_agent_that_stops_before_the_rollout_ends_the_simulation_with_its_err
         maintenance_time: Duration::from_millis(300),
         store: StoreChoice::Url(StoreUrl::from_str(&url).expect("the database's URL")),
         session_ttl: None,
+        handle_per_agent: false,
+        idle: Duration::ZERO,
     };
     let ended = tokio::time::timeout(
         Duration::from_secs(60),
@@ -127,6 +131,8 @@ async fn rollout_with_outages(length: Duration, session_ttl: Option<Duration>) {
         maintenance_time: Duration::from_millis(300),
         store: StoreChoice::Url(StoreUrl::from_str(&proxied).expect("the proxy's URL")),
         session_ttl,
+        handle_per_agent: false,
+        idle: Duration::ZERO,
     };
     let (summary, cut) = common::disrupted_rollout(options, |done| {
         outages(proxy.clone(), vec![1, nodes / 2], length, done)
@@ -156,6 +162,8 @@ async fn the_summary_waits_out_an_unreachable_database_at_the_end_of_the_rollout
             maintenance_time: Duration::from_millis(200),
             store: StoreChoice::Url(StoreUrl::from_str(&proxied).expect("the proxy's URL")),
             session_ttl: None,
+            handle_per_agent: false,
+            idle: Duration::ZERO,
         },
         &CancellationToken::new(),
         {

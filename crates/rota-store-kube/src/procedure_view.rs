@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
@@ -32,15 +33,18 @@ type Key = (Option<String>, Option<i64>, Option<String>);
 type Fingerprint = BTreeMap<String, Key>;
 
 fn key(meta: Option<&Meta>) -> Option<Key> {
-    let meta = &meta?.metadata;
-    Some((
+    meta.map(|meta| key_of(&meta.metadata))
+}
+
+fn key_of(meta: &ObjectMeta) -> Key {
+    (
         meta.uid.clone(),
         meta.generation,
         meta.annotations
             .as_ref()
             .and_then(|a| a.get(SUBMITTED_AT_ANNOTATION))
             .cloned(),
-    ))
+    )
 }
 
 /// A list of the procedures, kept while nothing it depends on has changed.
@@ -85,15 +89,17 @@ impl ProcedureView {
     /// and not failed since.
     pub(crate) fn fingerprint(&self) -> Option<Fingerprint> {
         let all = self.view().all()?;
-        Some(
-            all.iter()
-                .filter_map(|meta| {
-                    let name = meta.metadata.name.as_deref()?;
-                    name.starts_with(&self.prefix)
-                        .then(|| (name.to_owned(), key(Some(meta)).unwrap_or_default()))
-                })
-                .collect(),
-        )
+        Some(self.fingerprint_of(all.iter().map(|meta| &meta.metadata)))
+    }
+
+    fn fingerprint_of<'a>(&self, metas: impl Iterator<Item = &'a ObjectMeta>) -> Fingerprint {
+        metas
+            .filter_map(|meta| {
+                let name = meta.name.as_deref()?;
+                name.starts_with(&self.prefix)
+                    .then(|| (name.to_owned(), key_of(meta)))
+            })
+            .collect()
     }
 
     /// The etcd revision a list must have reached to hold every change the watch has seen.
@@ -111,8 +117,9 @@ impl ProcedureView {
             .then(|| listed.objects.clone())
     }
 
-    /// Keeps a list made at `revision`, which started once the watch showed `fingerprint`.
-    pub(crate) fn keep(&self, fingerprint: Fingerprint, revision: u64, objects: Vec<Procedure>) {
+    /// Keeps a list made at `revision`: it answers while the watch shows the same procedures.
+    pub(crate) fn keep(&self, revision: u64, objects: Vec<Procedure>) {
+        let fingerprint = self.fingerprint_of(objects.iter().map(|o| &o.metadata));
         *self.listed() = Some(Listed {
             fingerprint,
             revision,
@@ -190,16 +197,26 @@ mod tests {
         view.apply(watcher::Event::InitDone);
     }
 
+    fn procedure(name: &str, version: u64, generation: i64) -> Procedure {
+        let spec = rota_core::ProcedureSpec::new(name, "true\n".to_string());
+        Procedure {
+            metadata: meta(name, version, generation).metadata,
+            spec: crate::procedure::ProcedureBody::of(&spec),
+            status: None,
+        }
+    }
+
     #[test]
     fn a_list_is_kept_until_a_procedure_comes_goes_or_changes_its_spec() {
         let changes = Changes::new();
         let view = ProcedureView::new("t-".into(), changes.clone());
-        assert_eq!(view.fingerprint(), None, "no watch yet: list");
+        view.keep(6, vec![procedure("t-a", 5, 1)]);
+        assert!(view.cached(0).is_none(), "no watch yet: list");
         synced(&view, &[meta("t-a", 5, 1), meta("other-b", 6, 1)]);
-        let fingerprint = view.fingerprint().expect("synced");
-        assert_eq!(fingerprint.keys().collect::<Vec<_>>(), ["t-a"]);
-        view.keep(fingerprint, 6, Vec::new());
-        assert!(view.cached(0).is_some());
+        assert!(
+            view.cached(0).is_some(),
+            "a list made before the watch listed"
+        );
         assert!(view.cached(7).is_none(), "a wake newer than the list");
 
         let start = changes.current();
@@ -212,16 +229,20 @@ mod tests {
         assert!(view.cached(0).is_none(), "a new spec");
         assert_eq!(changes.current(), start + WAKE_ALL);
         assert_eq!(view.changed_at(), 11);
+        view.keep(10, vec![procedure("t-a", 11, 2)]);
+        assert!(view.cached(0).is_none(), "a list older than the change");
 
-        view.keep(view.fingerprint().expect("synced"), 11, Vec::new());
+        view.keep(11, vec![procedure("t-a", 11, 2)]);
+        assert!(view.cached(0).is_some());
         view.apply(watcher::Event::Apply(meta("t-c", 12, 1)));
         assert!(view.cached(0).is_none(), "a new procedure");
-        view.keep(view.fingerprint().expect("synced"), 12, Vec::new());
+        view.keep(12, vec![procedure("t-a", 11, 2), procedure("t-c", 12, 1)]);
         view.apply(watcher::Event::Delete(meta("t-c", 13, 1)));
         assert!(view.cached(0).is_none(), "a deleted one");
         assert_eq!(changes.current(), start + 3 * WAKE_ALL);
 
-        view.keep(view.fingerprint().expect("synced"), 13, Vec::new());
+        view.keep(13, vec![procedure("t-a", 11, 2)]);
+        assert!(view.cached(0).is_some());
         view.lost();
         assert!(view.cached(0).is_none(), "a failed watch may miss changes");
     }

@@ -134,21 +134,18 @@ impl Procedures {
         } else {
             ListParams::default()
         };
-        // Taken before the list: a change the watch shows later is not in it.
-        let fingerprint = self.view.fingerprint();
         let list = self
             .api
             .list(&params)
             .await
             .context("list", PROCEDURES, "(all)")?;
-        if let (Some(fingerprint), Some(revision)) = (
-            fingerprint,
-            list.metadata
-                .resource_version
-                .as_deref()
-                .and_then(|v| v.parse().ok()),
-        ) {
-            self.view.keep(fingerprint, revision, list.items.clone());
+        if let Some(revision) = list
+            .metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse().ok())
+        {
+            self.view.keep(revision, list.items.clone());
         }
         self.records(&list.items).await
     }

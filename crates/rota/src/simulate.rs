@@ -26,7 +26,7 @@ fn progress_bar(nodes: u64) -> ProgressBar {
 
 /// The summary for people.
 pub fn render(summary: &Summary) -> String {
-    format!(
+    let mut text = format!(
         "{completed} of {nodes} nodes rebooted ({failed} failed, {reboots} reboot commands) on {store}, \
          concurrency {k}\n\
          at most {max} out at once (from the store's history)\n\
@@ -52,7 +52,29 @@ pub fn render(summary: &Summary) -> String {
         first = summary.first_window_ms,
         w50 = summary.window_p50_ms,
         w99 = summary.window_p99_ms,
-    )
+    );
+    if let Some(traffic) = &summary.traffic {
+        let phases = traffic
+            .idle
+            .iter()
+            .map(|p| ("idle", p))
+            .chain([("rollout", &traffic.rollout)]);
+        for (name, phase) in phases {
+            text.push_str(&format!(
+                "\n{name}: {total} requests ({writes} writes) in {seconds:.1}s, \
+                 {per_hour:.1} per node-hour ({writes_per_hour:.1} writes)",
+                total = phase.total,
+                writes = phase.writes,
+                seconds = phase.seconds,
+                per_hour = phase.per_node_hour,
+                writes_per_hour = phase.writes_per_node_hour,
+            ));
+        }
+        if let Some(watches) = traffic.idle_watches_per_agent {
+            text.push_str(&format!("\nwatches per idle agent: {watches:.2}"));
+        }
+    }
+    text
 }
 
 pub async fn run(args: SimulateArgs) -> Result<()> {
@@ -60,6 +82,12 @@ pub async fn run(args: SimulateArgs) -> Result<()> {
         && args.store != Some(StoreLocation::Kube)
     {
         bail!("--namespace {namespace} needs --store kube");
+    }
+    if !args.idle.is_zero() && !args.handle_per_agent {
+        bail!(
+            "--idle {} needs --handle-per-agent: an idle phase is there to count what the agents' own handles send",
+            humantime::format_duration(args.idle)
+        );
     }
     let store = match args.store {
         None => StoreChoice::Temporary,
@@ -81,6 +109,8 @@ pub async fn run(args: SimulateArgs) -> Result<()> {
             maintenance_time: args.maintenance_time,
             store,
             session_ttl: None,
+            handle_per_agent: args.handle_per_agent,
+            idle: args.idle,
         },
         &cancel,
         |done, _| bar.set_position(done as u64),

@@ -112,7 +112,7 @@ fn in_pod_without_token() -> bool {
 /// Opens the store. `create` is false for operator commands, which never create a new, empty
 /// SQLite database: a wrong path would otherwise show an empty fleet instead of an error.
 pub async fn open(args: &StoreArgs, create: bool) -> Result<Arc<dyn Store>> {
-    open_in(args, create, &Cluster::new(args.kubeconfig.clone())).await
+    open_in(args, create, &Cluster::new(args.kubeconfig.clone()), false).await
 }
 
 /// The agent's store, created if it is a new SQLite file. While the store is unavailable (the
@@ -120,7 +120,7 @@ pub async fn open(args: &StoreArgs, create: bool) -> Result<Arc<dyn Store>> {
 /// again with the pauses of every later step, saying so in the log: an agent that exited would
 /// only be restarted by its supervisor, later, with nothing gained.
 pub async fn open_for_agent(args: &StoreArgs, cluster: &Cluster) -> Result<Arc<dyn Store>> {
-    (|| open_in(args, true, cluster))
+    (|| open_in(args, true, cluster, true))
         .retry(rota_store::retry_pauses())
         .when(unavailable)
         .notify(|e, pause| {
@@ -141,20 +141,28 @@ fn unavailable(e: &anyhow::Error) -> bool {
     })
 }
 
-/// [`open`], with the Kubernetes store on `cluster`'s client.
-pub async fn open_in(args: &StoreArgs, create: bool, cluster: &Cluster) -> Result<Arc<dyn Store>> {
+/// [`open`], with the Kubernetes store on `cluster`'s client; `checked`: the caller has just
+/// made the store's check of the cluster (see `KubeStore::open`).
+pub async fn open_in(
+    args: &StoreArgs,
+    create: bool,
+    cluster: &Cluster,
+    checked: bool,
+) -> Result<Arc<dyn Store>> {
     match &args.store {
         StoreLocation::Kube => {
             let client = cluster.client().await?;
-            let store = KubeStore::connect(
-                client,
-                KubeStoreConfig {
-                    namespace: args.namespace.clone(),
-                    ..KubeStoreConfig::default()
-                },
-            )
-            .await
-            .context("opening the Kubernetes store")?;
+            let config = KubeStoreConfig {
+                namespace: args.namespace.clone(),
+                ..KubeStoreConfig::default()
+            };
+            let store = if checked {
+                KubeStore::open(client, config)
+            } else {
+                KubeStore::connect(client, config)
+                    .await
+                    .context("opening the Kubernetes store")?
+            };
             Ok(Arc::new(store))
         }
         StoreLocation::Url(StoreUrl::Sqlite(path)) if !create && !path.exists() => bail!(

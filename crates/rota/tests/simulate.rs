@@ -63,3 +63,66 @@ fn ctrl_c_stops_a_run_and_deletes_what_it_made() {
     assert!(stderr.contains("interrupted"), "{stderr}");
     assert_eq!(runs_in(tmp.path()), Vec::<String>::new(), "{stderr}");
 }
+
+/// An idle phase is there to count what the agents' own handles send: asked for without them,
+/// the run is refused before it starts, naming both flags.
+#[test]
+fn an_idle_phase_without_a_handle_per_agent_is_refused() {
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    let output = Command::new(env!("CARGO_BIN_EXE_rota"))
+        .args([
+            "simulate",
+            "--nodes",
+            "2",
+            "--concurrency",
+            "1",
+            "--idle",
+            "5s",
+        ])
+        .env("TMPDIR", tmp.path())
+        .env_remove("ROTA_STORE")
+        .output()
+        .expect("run rota simulate");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--idle 5s needs --handle-per-agent"),
+        "{stderr}"
+    );
+    assert_eq!(
+        runs_in(tmp.path()),
+        Vec::<String>::new(),
+        "nothing was made"
+    );
+}
+
+/// On the embedded default, a handle per agent means an SQLite connection per agent: the
+/// rollout completes as with a shared one, and there is no traffic to report.
+#[test]
+fn a_handle_per_agent_on_sqlite_reboots_every_node_once() {
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    let output = Command::new(env!("CARGO_BIN_EXE_rota"))
+        .args([
+            "simulate",
+            "--nodes",
+            "6",
+            "--concurrency",
+            "2",
+            "--maintenance-time",
+            "200ms",
+            "--handle-per-agent",
+            "--json",
+        ])
+        .env("TMPDIR", tmp.path())
+        .env_remove("ROTA_STORE")
+        .output()
+        .expect("run rota simulate");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("one JSON object");
+    assert_eq!(summary["completed"], 6, "{summary}");
+    assert_eq!(summary["reboots"], 6, "{summary}");
+    assert_eq!(summary["max_concurrent"], 2, "{summary}");
+    assert!(summary.get("traffic").is_none(), "{summary}");
+}

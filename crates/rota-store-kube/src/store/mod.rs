@@ -164,6 +164,13 @@ impl KubeStore {
     /// others (see `watches`).
     pub async fn connect(client: Client, config: KubeStoreConfig) -> Result<KubeStore> {
         preflight::check(&client, &config.namespace).await?;
+        Ok(KubeStore::open(client, config))
+    }
+
+    /// [`KubeStore::connect`] without the check, for a caller that has just made it (the
+    /// agent checks the cluster and its permissions before it opens the store): the check
+    /// costs three requests.
+    pub fn open(client: Client, config: KubeStoreConfig) -> KubeStore {
         let rota_nodes: Api<RotaNode> = Api::all(client.clone());
         let rota_node_objects = Api::all_with(client.clone(), &ApiResource::erase::<RotaNode>(&()));
         let leases: Api<Lease> = Api::namespaced(client.clone(), &config.namespace);
@@ -200,7 +207,7 @@ impl KubeStore {
             queue,
         ))
         .abort_handle();
-        Ok(KubeStore {
+        KubeStore {
             inner: Arc::new(Inner {
                 rota_nodes,
                 rota_node_objects,
@@ -225,7 +232,7 @@ impl KubeStore {
                 config_watch,
                 config,
             }),
-        })
+        }
     }
 
     pub fn config(&self) -> &KubeStoreConfig {

@@ -130,6 +130,14 @@ impl KubeStore {
         1 + self.watch_tasks().open()
     }
 
+    /// Whether every watch an idle agent holds has listed its objects and not failed since:
+    /// from then on, the agent's looks are answered without a request.
+    pub fn settled(&self) -> bool {
+        self.own_watched()
+            && self.inner.procedures.view.fingerprint().is_some()
+            && self.inner.settings.current(super::CONFIG_MAP).is_some()
+    }
+
     /// Whether the own RotaNodes' watch has listed them and not failed since: the object this
     /// process keeps of each is then as current as the API server's.
     pub(super) fn own_watched(&self) -> bool {

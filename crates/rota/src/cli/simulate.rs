@@ -30,6 +30,15 @@ pub struct SimulateArgs {
     /// exist (default: rota-simulate-<random>).
     #[arg(long, value_name = "NAME")]
     pub namespace: Option<String>,
+    /// Give every agent a store handle of its own, opened at each start, as on a real fleet
+    /// (each agent its own process), instead of one shared handle. With --store kube, the
+    /// requests the agents send are counted by verb and resource, and reported.
+    #[arg(long)]
+    pub handle_per_agent: bool,
+    /// With --handle-per-agent: how long every agent stays idle, once all have started, before
+    /// the rollout; what they send meanwhile is reported on its own.
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "0s")]
+    pub idle: Duration,
     /// Print one JSON object with the rollout's numbers instead of a summary.
     #[arg(long)]
     pub json: bool,
