@@ -163,6 +163,11 @@ pub struct SessionStatus {
     /// The session expires here unless renewed. While the node is idle, the agent renews it in
     /// memory only and writes the renewed deadline with its next write (see the crate docs).
     pub deadline: Timestamp,
+    /// While the node waits far from the front of the queue: the deadline is a long one,
+    /// renewed rarely, and the node counts as alive near the front only once it renews as
+    /// usual again (see the crate docs, "Waiting").
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sparse: bool,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]

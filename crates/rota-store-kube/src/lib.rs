@@ -63,10 +63,17 @@
 //! renewed deadline is written with the node's next write (leaving idle writes it). Nobody else
 //! needs an idle node's deadline: the queue only looks at queued nodes' sessions, and those are
 //! renewed in the RotaNode (a write per heartbeat, `ttl / 3`, only while the node is queued or
-//! in its window). A newer session of the node (another agent taking it over) reaches an idle
+//! in its window; far from the front of the queue, every ten minutes: see "Waiting"). A newer session of the node (another agent taking it over) reaches an idle
 //! agent through the watch of its own RotaNode; without that watch, it asks the API server (a
 //! read) every five minutes whether its session is still current. So an idle agent sends no
 //! writes, and no reads either while its watches stand.
+//!
+//! # Waiting
+//!
+//! A queued node far from the front of the queue renews its session sparsely: a long deadline
+//! written every ten minutes, marked `sparse` (and labelled `rota.dev/session-sparse`), instead
+//! of a write every third of the TTL; near the front it renews as usual, and the others' looks
+//! count a sparse waiter near the front as dead. See `store::waiting` and docs/design.md §7.
 //!
 //! Deadlines and history times come from the agents' clocks, not the API server's: **agents'
 //! clocks must be synchronised** (NTP) to well within the session TTL. A skewed clock can make

@@ -23,6 +23,8 @@ pub const QUEUED_AT_LABEL: &str = "rota.dev/queued-at";
 pub const DEADLINE_LABEL: &str = "rota.dev/session-deadline";
 /// `true` while the node is queued and blocked.
 pub const BLOCKED_LABEL: &str = "rota.dev/blocked";
+/// `true` while the node is queued far from the front, its session renewed sparsely.
+pub const SPARSE_LABEL: &str = "rota.dev/session-sparse";
 
 /// Sets the queue's labels from `status`, and removes those that no longer apply. A label
 /// value must start with a letter or digit: a time before the epoch is left out.
@@ -48,6 +50,14 @@ pub fn mirror(labels: &mut BTreeMap<String, String>, status: &RotaNodeStatus) {
                 .blocked
                 .as_ref()
                 .filter(|_| queued)
+                .map(|_| "true".to_owned()),
+        ),
+        (
+            SPARSE_LABEL,
+            status
+                .session
+                .as_ref()
+                .filter(|s| queued && s.sparse)
                 .map(|_| "true".to_owned()),
         ),
     ];
@@ -85,6 +95,7 @@ pub fn waiters(
             queued_at: queued_at.parse().ok()?,
             alive: deadline > now,
             holds_slot: holders.contains(&node),
+            sparse: labels.contains_key(SPARSE_LABEL),
         });
     }
     Some(waiters)
@@ -102,6 +113,7 @@ mod tests {
             session: Some(SessionStatus {
                 id: 1,
                 deadline: Timestamp(deadline),
+                sparse: false,
             }),
             ..RotaNodeStatus::default()
         }

@@ -10,7 +10,8 @@ use rota_store::{Acquire, Millis, Result, Session, now_millis};
 
 use super::cas::CAS_ATTEMPTS;
 use super::queue::{
-    Waiter, changes_before_turn, place_in_queue, slot_for, waiter_of, waiters_ahead,
+    Waiter, changes_before_turn, far, place_in_queue, places_ahead, slot_for, waiter_of,
+    waiters_ahead,
 };
 use super::slot_leases::held_by;
 use super::{KubeStore, ROTA_NODES, STATE_LABEL, fenced};
@@ -80,6 +81,17 @@ impl KubeStore {
                 holders.len(),
                 now,
             );
+            let places =
+                queued_at.map_or(0, |q| places_ahead(session.node.as_str(), q, &waiters, now));
+            let far = far(look.concurrency);
+            self.wait_far_back(session, &look.status, places >= far)
+                .await?;
+            // A node far back looks again once it may have come near: it renews its session
+            // as usual from then on, before the others' looks need it to.
+            let changes = match places.checked_sub(far) {
+                Some(beyond) => changes.min(u64::try_from(beyond).unwrap_or(u64::MAX) + 1),
+                None => changes,
+            };
             if changes > 0 {
                 return Ok(if queued_at.is_some_and(|q| q <= now) {
                     self.cache_wait(session, counter, now, changes)
@@ -88,7 +100,7 @@ impl KubeStore {
                 });
             }
             let place = queued_at.map_or(0, |q| {
-                waiters_ahead(session.node.as_str(), q, &waiters, now)
+                waiters_ahead(session.node.as_str(), q, &waiters, look.concurrency, now)
             });
             let Some((slot, previous)) = slot_for(&look.leases, look.concurrency, place) else {
                 if self.free_orphaned(&look.leases).await? > 0 {

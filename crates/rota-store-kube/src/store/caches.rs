@@ -49,6 +49,11 @@ pub(super) struct LocalSession {
     pub(super) deadline: Millis,
     /// When the API server last confirmed the session.
     pub(super) checked_at: Millis,
+    /// The TTL the agent last renewed it with.
+    pub(super) ttl: Millis,
+    /// The node's last look at the queue found it far from the front: its session is renewed
+    /// sparsely (see `waiting`).
+    pub(super) far_back: bool,
 }
 
 impl KubeStore {
@@ -100,20 +105,24 @@ impl KubeStore {
                     idle: true,
                     deadline,
                     checked_at: 0,
+                    ttl: 0,
+                    far_back: false,
                 });
             if entry.id > session.id {
                 return;
             }
-            let kept = if entry.id == session.id {
-                entry.deadline
+            let (kept, ttl, far_back) = if entry.id == session.id {
+                (entry.deadline, entry.ttl, entry.far_back)
             } else {
-                0
+                (0, 0, false)
             };
             *entry = LocalSession {
                 id: session.id,
                 idle: status.state == NodeState::Idle,
                 deadline: deadline.max(kept),
                 checked_at: now_millis(),
+                ttl,
+                far_back: far_back && status.state == NodeState::Queued,
             };
         }
         self.watch_leases_while_busy();

@@ -56,6 +56,12 @@ impl KubeStore {
         // The own RotaNodes' watch may bring this write before its answer does.
         let _writing = node.as_ref().map(|node| self.writing(node));
         let state = object.status.as_ref().map_or(NodeState::Idle, |s| s.state);
+        // A sparse renewal is for a node waiting far back only (see `waiting`).
+        if state != NodeState::Queued
+            && let Some(session) = object.status.as_mut().and_then(|s| s.session.as_mut())
+        {
+            session.sparse = false;
+        }
         let labels = object.metadata.labels.get_or_insert_with(BTreeMap::new);
         labels.extend(self.labels(state));
         if let Some(status) = &object.status {

@@ -56,6 +56,7 @@ mod slot_leases;
 mod tags;
 mod trait_impl;
 mod transitions;
+mod waiting;
 mod watches;
 
 use caches::{CachedWait, Known, LocalSession};

@@ -16,14 +16,63 @@ pub(crate) struct Waiter {
     pub queued_at: Millis,
     pub alive: bool,
     pub holds_slot: bool,
+    /// Its session is renewed sparsely: it waited far from the front when it last renewed.
+    pub sparse: bool,
 }
 
-/// How many live waiters are ahead of `me`, queued at `mine`, in the queue.
-pub(super) fn waiters_ahead(me: &str, mine: Millis, waiters: &[Waiter], now: Millis) -> usize {
-    waiters
+/// A waiter with fewer places ahead of it than this counts as alive only if it renews its
+/// session as usual (not sparsely): a node whose agent died far back is passed over as soon
+/// as it nears the front, not once its long deadline runs out.
+pub(super) fn near(concurrency: u32) -> usize {
+    usize::try_from(concurrency)
+        .unwrap_or(usize::MAX)
+        .saturating_add(2)
+}
+
+/// A waiter with at least this many places ahead of it renews its session sparsely. Far
+/// enough behind [`near`] that it is renewing as usual again, with room to spare, by the time
+/// the others' looks need it to.
+pub(super) fn far(concurrency: u32) -> usize {
+    near(concurrency).saturating_mul(3)
+}
+
+/// The waiters that stand in the queue (queued, not holding a slot), other than `me`, in
+/// queue order.
+fn in_line<'a>(me: &str, waiters: &'a [Waiter], now: Millis) -> Vec<&'a Waiter> {
+    let mut line: Vec<&Waiter> = waiters
         .iter()
-        .filter(|w| w.node != me && w.alive && !w.holds_slot && w.queued_at <= now)
-        .filter(|w| (w.queued_at, w.node.as_str()) < (mine, me))
+        .filter(|w| w.node != me && !w.holds_slot && w.queued_at <= now)
+        .collect();
+    line.sort_by(|a, b| (a.queued_at, &a.node).cmp(&(b.queued_at, &b.node)));
+    line
+}
+
+fn is_ahead(w: &Waiter, me: &str, mine: Millis) -> bool {
+    (w.queued_at, w.node.as_str()) < (mine, me)
+}
+
+/// How many waiters stand ahead of `me`, queued at `mine`, alive or not.
+pub(super) fn places_ahead(me: &str, mine: Millis, waiters: &[Waiter], now: Millis) -> usize {
+    in_line(me, waiters, now)
+        .iter()
+        .filter(|w| is_ahead(w, me, mine))
+        .count()
+}
+
+/// How many live waiters are ahead of `me`, queued at `mine`, in the queue: those whose
+/// session has not run out, and near the front only those that renew it as usual.
+pub(super) fn waiters_ahead(
+    me: &str,
+    mine: Millis,
+    waiters: &[Waiter],
+    concurrency: u32,
+    now: Millis,
+) -> usize {
+    let near = near(concurrency);
+    in_line(me, waiters, now)
+        .iter()
+        .enumerate()
+        .filter(|(place, w)| w.alive && !(w.sparse && *place < near) && is_ahead(w, me, mine))
         .count()
 }
 
@@ -41,7 +90,8 @@ pub(super) fn changes_before_turn(
     let Some(mine) = queued_at.filter(|q| *q <= now) else {
         return 1;
     };
-    let ahead = i64::try_from(waiters_ahead(me, mine, waiters, now)).unwrap_or(i64::MAX);
+    let ahead =
+        i64::try_from(waiters_ahead(me, mine, waiters, concurrency, now)).unwrap_or(i64::MAX);
     let free = i64::from(concurrency) - i64::try_from(held).unwrap_or(i64::MAX);
     u64::try_from(ahead - free + 1).unwrap_or(0)
 }
@@ -63,6 +113,7 @@ pub(super) fn waiter_of(object: &RotaNode, holders: &[&str], now: Millis) -> Opt
         queued_at: s.queued_at?.0,
         alive: s.session.as_ref().is_some_and(|x| x.deadline.0 > now),
         holds_slot: holders.contains(&object.spec.node.as_str()),
+        sparse: s.session.as_ref().is_some_and(|x| x.sparse),
     })
 }
 
@@ -103,7 +154,33 @@ mod tests {
             queued_at,
             alive: true,
             holds_slot: false,
+            sparse: false,
         }
+    }
+
+    #[test]
+    fn a_sparse_waiter_counts_far_back_but_not_near_the_front() {
+        // One slot: near is 3 places, far 9.
+        assert_eq!((near(1), far(1)), (3, 9));
+        let mut waiters: Vec<Waiter> = (0..6)
+            .map(|i| waiter(&format!("w{i}"), NOW - 60 + i))
+            .collect();
+        waiters[1].sparse = true;
+        waiters[4].sparse = true;
+        let me = ("me", NOW - 1);
+        assert_eq!(places_ahead(me.0, me.1, &waiters, NOW), 6);
+        assert_eq!(
+            waiters_ahead(me.0, me.1, &waiters, 1, NOW),
+            5,
+            "w1 at place 1 renews sparsely: dead to the others; w4 at place 4 counts"
+        );
+        waiters[1].sparse = false;
+        waiters[1].alive = false;
+        assert_eq!(waiters_ahead(me.0, me.1, &waiters, 1, NOW), 5, "w1 ran out");
+        assert_eq!(
+            changes_before_turn(me.0, Some(me.1), &waiters, 1, 0, NOW),
+            5
+        );
     }
 
     #[test]
@@ -146,7 +223,7 @@ mod tests {
         ];
         let places: Vec<usize> = waiters
             .iter()
-            .map(|w| waiters_ahead(&w.node, w.queued_at, &waiters, NOW))
+            .map(|w| waiters_ahead(&w.node, w.queued_at, &waiters, 1, NOW))
             .collect();
         assert_eq!(places, [0, 1, 2]);
     }

@@ -13,6 +13,7 @@ use tracing::warn;
 use super::caches::LocalSession;
 use super::cas::{CAS_ATTEMPTS, Edit};
 use super::slot_leases::held_by;
+use super::waiting::ttl_ms;
 use super::{KubeStore, ROTA_NODES, fenced};
 use crate::crd::{RotaNode, RotaNodeSpec, RotaNodeStatus, SessionStatus, Timestamp};
 use crate::error::Context;
@@ -86,7 +87,11 @@ impl KubeStore {
                     let mut status = object.status.take().unwrap_or_default();
                     // Ids grow per node even if this clock is behind the last agent's.
                     let id = status.session.as_ref().map_or(now, |s| now.max(s.id + 1));
-                    status.session = Some(SessionStatus { id, deadline });
+                    status.session = Some(SessionStatus {
+                        id,
+                        deadline,
+                        sparse: false,
+                    });
                     object.status = Some(status);
                     (self.replace(object, true).await?, id)
                 }
@@ -114,6 +119,8 @@ impl KubeStore {
                     idle: status.state == NodeState::Idle,
                     deadline: deadline.0,
                     checked_at: now,
+                    ttl: ttl_ms,
+                    far_back: false,
                 },
             );
             self.inner.settings.add_local(node.as_str());
@@ -141,7 +148,11 @@ impl KubeStore {
         let name = self.object_name(node);
         let (tag, claim) = self.claim_tag(node).await?;
         let mut status = status::new_status(now, tag);
-        status.session = Some(SessionStatus { id: now, deadline });
+        status.session = Some(SessionStatus {
+            id: now,
+            deadline,
+            sparse: false,
+        });
         let object = RotaNode {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
@@ -172,12 +183,13 @@ impl KubeStore {
 
     /// A heartbeat (see `Store::heartbeat`): in memory while the node is idle, else written.
     pub(super) async fn renew_session(&self, session: &Session, ttl: Duration) -> Result<()> {
-        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        let ttl_ms = ttl_ms(ttl);
         let now = now_millis();
         if let Some(local) = self.local_session(&session.node) {
             if local.id > session.id {
                 return Err(fenced(session));
             }
+            self.remember_ttl(session, ttl_ms);
             // Idle: renew in memory only; nobody else needs an idle node's deadline, and an
             // idle fleet then sends no writes at all (see the crate docs).
             let checked = now - local.checked_at < IDLE_RECHECK || self.watched_current(session);
@@ -188,20 +200,15 @@ impl KubeStore {
                 self.renew_locally(session, now.saturating_add(ttl_ms));
                 return Ok(());
             }
+            // Queued far back: in memory too, between sparse renewals (see `waiting`).
+            if local.id == session.id && self.sparse_in_memory(session, now) {
+                self.renew_locally(session, now.saturating_add(ttl_ms));
+                return Ok(());
+            }
         }
         let deadline = now.saturating_add(ttl_ms);
-        let edited = self
-            .edit(session, false, |status, _| {
-                if status.state == NodeState::Idle {
-                    return Ok(Edit::Keep(false));
-                }
-                if let Some(current) = status.session.as_mut() {
-                    current.deadline = Timestamp(current.deadline.0.max(deadline));
-                }
-                Ok(Edit::Write(true))
-            })
-            .await;
-        let (written, status, _) = match edited {
+        let edited = self.renew_queued(session, ttl_ms).await;
+        let (written, status) = match edited {
             Err(Error::Fenced { .. }) => return Err(self.expired_or_fenced(session).await),
             edited => edited?,
         };

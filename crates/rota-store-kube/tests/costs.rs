@@ -1,8 +1,14 @@
-//! What an idle agent's handle costs the API server, counted on the wire: once its watches have
-//! listed, the reads an idle agent makes at every look (its node, requests and backoffs, the
-//! procedures, the pause and the concurrency, a heartbeat, the periodic re-read) send no
-//! request at all, and it holds three watches; the slot Leases' watch runs only while its node
-//! is queued or in its window. A procedure applied without rota reaches it through its watch.
+//! What an agent's handle costs the API server, counted on the wire.
+//!
+//! Idle: once its watches have listed, the reads an idle agent makes at every look (its node,
+//! requests and backoffs, the procedures, the pause and the concurrency, a heartbeat, the
+//! periodic re-read) send no request at all, and it holds three watches; the slot Leases'
+//! watch runs only while its node is queued or in its window. A procedure applied without rota
+//! reaches it through its watch.
+//!
+//! Waiting: a node far from the front of the queue renews its session sparsely (a few writes
+//! an hour); near the front it renews as usual, and one that died far back is passed over as
+//! soon as it comes near, not when its long deadline runs out.
 
 mod common;
 
@@ -15,13 +21,14 @@ use kube::Api;
 use kube::api::PostParams;
 use rota_core::{Event, Lifecycle, NodeName, NodeState, ProcedureSpec, Process};
 use rota_store::{
-    AgentStore, ProcedureStore, ReadStore, Session, Transition, WAKE_ALL, WindowChange, now_millis,
+    Acquire, AgentStore, OperatorStore, ProcedureStore, ReadStore, Session, Transition, WAKE_ALL,
+    WindowChange, now_millis,
 };
-use rota_store_kube::{KubeStore, KubeStoreConfig, Procedure, ProcedureBody};
+use rota_store_kube::{KubeStore, KubeStoreConfig, Procedure, ProcedureBody, RotaNode};
 
 const TTL: Duration = Duration::from_secs(30);
 
-/// The requests a client sent, each as `VERB path` with `?watch` for a watch.
+/// The requests a client sent, each as `METHOD path` with `?watch` for a watch.
 #[derive(Clone, Default)]
 struct Sent(Arc<Mutex<Vec<String>>>);
 
@@ -223,5 +230,159 @@ async fn a_procedure_applied_without_rota_wakes_the_idle_agent() {
         .delete(&format!("{}-{name}", scope.id()), &Default::default())
         .await
         .expect("delete the procedure");
+    scope.cleanup().await.expect("clean up");
+}
+
+/// Queues `count` sessions of `store` one millisecond apart from `first`, named `<prefix>-<i>`.
+async fn queue_up(store: &KubeStore, prefix: &str, first: i64, count: usize) -> Vec<Session> {
+    let mut sessions = Vec::new();
+    for i in 0..count {
+        let node = NodeName::new(format!("{prefix}-{i:02}")).expect("a name");
+        let session = store.open_session(&node, TTL).await.expect("open");
+        store
+            .add_request(&session, &Process::Reboot, "test")
+            .await
+            .expect("request");
+        let at = first + i64::try_from(i).expect("a few");
+        store
+            .transition(
+                &session,
+                Transition::new(NodeState::Idle, NodeState::Queued).window(WindowChange::Queue {
+                    queued_at: Some(at),
+                }),
+            )
+            .await
+            .expect("enqueue");
+        sessions.push(session);
+    }
+    sessions
+}
+
+/// Takes `session`'s node out of the queue, as a canceled request does.
+async fn leave_queue(store: &KubeStore, session: &Session) {
+    store
+        .cancel_request(session, &Process::Reboot)
+        .await
+        .expect("cancel");
+    let canceled = Lifecycle::idle()
+        .apply(&Event::Requested { eligible_at: 0 })
+        .and_then(|queued| queued.next.apply(&Event::Canceled { granted: false }))
+        .expect("a queued node may leave the queue");
+    store
+        .transition(session, Transition::of(canceled))
+        .await
+        .expect("leave the queue");
+}
+
+/// The writes of `session`'s RotaNode among `sent`.
+fn writes_of(store: &KubeStore, session: &Session, sent: &[String]) -> usize {
+    let path = format!(
+        "PUT /apis/rota.dev/v1alpha1/rotanodes/{}",
+        store.object_name(&session.node)
+    );
+    sent.iter().filter(|r| **r == path).count()
+}
+
+/// With one slot, a node with nine or more places ahead of it waits far back: its heartbeats
+/// write its RotaNode once (a long, sparse deadline) and then stay in memory, where a node near
+/// the front writes at every heartbeat.
+#[tokio::test]
+async fn a_waiter_far_back_renews_its_session_sparsely() {
+    let Some((scope, store, sent)) = counted_store("sparse").await else {
+        return;
+    };
+    store.set_concurrency(1).await.expect("concurrency");
+    let waiters = queue_up(&store, "w", now_millis() - 60_000, 12).await;
+    for waiter in &waiters {
+        assert!(
+            matches!(
+                store.try_acquire_slot(waiter).await.expect("look"),
+                Acquire::Granted(_) | Acquire::Wait { .. }
+            ),
+            "a look"
+        );
+    }
+    let (front, far) = (&waiters[1], &waiters[11]);
+    sent.take();
+    for _ in 0..5 {
+        store.heartbeat(front, TTL).await.expect("heartbeat");
+        store.heartbeat(far, TTL).await.expect("heartbeat");
+    }
+    let heartbeats = sent.take();
+    assert_eq!(writes_of(&store, front, &heartbeats), 5, "near the front");
+    assert_eq!(writes_of(&store, far, &heartbeats), 1, "far back");
+    scope.cleanup().await.expect("clean up");
+}
+
+/// A node whose agent died far back (its sparse deadline twenty minutes away) holds nobody up
+/// once it nears the front: the node behind it takes the slot. A live one that comes near
+/// renews as usual at its next look, and then keeps its place.
+#[tokio::test]
+async fn a_waiter_that_died_far_back_holds_nobody_up_near_the_front() {
+    let Some((scope, store, _)) = counted_store("died").await else {
+        return;
+    };
+    store.set_concurrency(1).await.expect("concurrency");
+    let mut line = queue_up(&store, "a", now_millis() - 60_000, 11).await;
+    let behind = line.pop().expect("the last");
+    let far = line.pop().expect("the one before");
+    assert!(
+        matches!(
+            store.try_acquire_slot(&far).await.expect("look"),
+            Acquire::Wait { .. }
+        ),
+        "nine ahead"
+    );
+    store.heartbeat(&far, TTL).await.expect("a sparse renewal");
+    for ahead in &line {
+        leave_queue(&store, ahead).await;
+    }
+    // `far`'s agent is dead: it looks no more. The node behind it does.
+    assert_eq!(
+        store.try_acquire_slot(&behind).await.expect("look"),
+        Acquire::Granted(0),
+        "the dead sparse waiter at the front holds the node behind it up"
+    );
+    scope.cleanup().await.expect("clean up");
+}
+
+/// The same line with `far` alive: its look near the front renews its session as usual, and
+/// the node behind it waits its turn.
+#[tokio::test]
+async fn a_sparse_waiter_that_comes_near_renews_as_usual_and_keeps_its_place() {
+    let Some((scope, store, _)) = counted_store("near").await else {
+        return;
+    };
+    store.set_concurrency(1).await.expect("concurrency");
+    let mut line = queue_up(&store, "b", now_millis() - 60_000, 11).await;
+    let behind = line.pop().expect("the last");
+    let far = line.pop().expect("the one before");
+    store.try_acquire_slot(&far).await.expect("look");
+    store.heartbeat(&far, TTL).await.expect("a sparse renewal");
+    for ahead in &line {
+        leave_queue(&store, ahead).await;
+    }
+    // Its look comes near the front and takes the slot, its session renewed as usual first.
+    assert_eq!(
+        store.try_acquire_slot(&far).await.expect("look"),
+        Acquire::Granted(0)
+    );
+    let object = Api::<RotaNode>::all(scope.client())
+        .get(&store.object_name(&far.node))
+        .await
+        .expect("the RotaNode");
+    let renewed = object.status.and_then(|s| s.session).expect("a session");
+    assert!(!renewed.sparse, "{renewed:?}");
+    assert!(
+        renewed.deadline.0 <= now_millis() + 31_000,
+        "the long deadline gave way to the short one: {renewed:?}"
+    );
+    assert!(
+        matches!(
+            store.try_acquire_slot(&behind).await.expect("look"),
+            Acquire::Wait { .. }
+        ),
+        "the slot is taken"
+    );
     scope.cleanup().await.expect("clean up");
 }
