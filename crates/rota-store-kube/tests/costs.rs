@@ -24,7 +24,7 @@ use rota_store::{
     Acquire, AgentStore, OperatorStore, ProcedureStore, ReadStore, Session, Transition, WAKE_ALL,
     WindowChange, now_millis,
 };
-use rota_store_kube::{KubeStore, KubeStoreConfig, Procedure, ProcedureBody, RotaNode};
+use rota_store_kube::{KubeStore, Procedure, ProcedureBody, RotaNode};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -69,16 +69,9 @@ async fn counted_store(name: &str) -> Option<(rota_e2e::testenv::Scope, KubeStor
         .expect("a client")
         .with_layer(&layer)
         .build();
-    let store = KubeStore::connect(
-        client,
-        KubeStoreConfig {
-            namespace: scope.namespace().into(),
-            name_prefix: format!("{}-", scope.id()),
-            ..KubeStoreConfig::default()
-        },
-    )
-    .await
-    .expect("connect the store");
+    let store = KubeStore::connect(client, common::store_config(&scope))
+        .await
+        .expect("connect the store");
     Some((scope, store, sent))
 }
 

@@ -26,6 +26,18 @@ fn name(n: &str) -> NodeName {
     NodeName::new(n).expect("valid node name")
 }
 
+/// Waits until the change counter has jumped by [`WAKE_ALL`] since `seen`: the agent's handle
+/// was woken by an edit of its RotaNode.
+async fn woken_by_the_edit(changes: &mut tokio::sync::watch::Receiver<u64>, seen: u64) {
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        changes.wait_for(|n| *n >= seen.saturating_add(WAKE_ALL)),
+    )
+    .await
+    .expect("the edit wakes the agent")
+    .expect("the store is alive");
+}
+
 async fn enqueue(store: &KubeStore, s: &rota_store::Session) {
     store
         .add_request(s, &Process::Reboot, "test")
@@ -447,13 +459,7 @@ async fn an_unannounced_edit_reaches_the_agent_through_its_nodes_watch() {
         .await
         .expect("edit the RotaNode by hand");
 
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        changes.wait_for(|n| *n >= seen.saturating_add(WAKE_ALL)),
-    )
-    .await
-    .expect("the edit wakes the agent")
-    .expect("the store is alive");
+    woken_by_the_edit(&mut changes, seen).await;
     let open: Vec<Process> = store
         .open_requests(&node)
         .await
@@ -570,13 +576,7 @@ async fn a_node_moved_back_in_the_queue_waits_for_the_nodes_now_ahead_of_it() {
         .await
         .expect("an operator moves the node back");
     // An edit by hand announces nothing: the watch of the agent's own RotaNode finds it.
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        changes.wait_for(|n| *n >= seen.saturating_add(WAKE_ALL)),
-    )
-    .await
-    .expect("the edit wakes the agent")
-    .expect("the store is alive");
+    woken_by_the_edit(&mut changes, seen).await;
 
     assert_eq!(
         agent.try_acquire_slot(&m).await.expect("look"),

@@ -18,6 +18,7 @@ use rota_core::NodeState;
 use rota_store::{Millis, Result, Session};
 
 use super::KubeStore;
+use super::caches::LocalSession;
 use super::cas::Edit;
 use crate::crd::{RotaNodeStatus, Timestamp};
 
@@ -35,20 +36,11 @@ impl KubeStore {
         status: &RotaNodeStatus,
         far_back: bool,
     ) -> Result<()> {
-        let ttl = {
-            let mut sessions = self
-                .inner
-                .sessions
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            let Some(local) = sessions
-                .get_mut(session.node.as_str())
-                .filter(|l| l.id == session.id)
-            else {
-                return Ok(());
-            };
+        let Some(ttl) = self.with_local(session, |local| {
             local.far_back = far_back;
             local.ttl
+        }) else {
+            return Ok(());
         };
         let sparse = status.session.as_ref().is_some_and(|s| s.sparse);
         if !far_back && sparse && ttl > 0 {
@@ -114,32 +106,31 @@ impl KubeStore {
 
     /// Brings the deadline this process renewed `session` to in memory down to `deadline`.
     fn cap_local_deadline(&self, session: &Session, deadline: Millis) {
-        let mut sessions = self
-            .inner
-            .sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(local) = sessions
-            .get_mut(session.node.as_str())
-            .filter(|l| l.id == session.id)
-        {
-            local.deadline = local.deadline.min(deadline);
-        }
+        self.with_local(session, |local| {
+            local.deadline = local.deadline.min(deadline)
+        });
     }
 
     /// Records the TTL the agent renews `session` with, for a renewal the store makes itself.
     pub(super) fn remember_ttl(&self, session: &Session, ttl: Millis) {
+        self.with_local(session, |local| local.ttl = ttl);
+    }
+
+    /// `f` on what this process knows of `session`, if it is the one it knows.
+    fn with_local<T>(
+        &self,
+        session: &Session,
+        f: impl FnOnce(&mut LocalSession) -> T,
+    ) -> Option<T> {
         let mut sessions = self
             .inner
             .sessions
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        if let Some(local) = sessions
+        sessions
             .get_mut(session.node.as_str())
             .filter(|l| l.id == session.id)
-        {
-            local.ttl = ttl;
-        }
+            .map(f)
     }
 }
 

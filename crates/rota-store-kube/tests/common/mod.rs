@@ -48,17 +48,19 @@ pub async fn install_crd(client: kube::Client) {
 pub async fn scoped_store(env: &TestEnv, name: &str) -> (Scope, KubeStore) {
     let scope = env.scope(name).await.expect("a test scope");
     install_crd(scope.client()).await;
-    let store = KubeStore::connect(
-        scope.client(),
-        KubeStoreConfig {
-            namespace: scope.namespace().into(),
-            name_prefix: format!("{}-", scope.id()),
-            ..KubeStoreConfig::default()
-        },
-    )
-    .await
-    .expect("connect the store");
+    let store = KubeStore::connect(scope.client(), store_config(&scope))
+        .await
+        .expect("connect the store");
     (scope, store)
+}
+
+/// The store configuration of `scope`: its namespace, and its id as RotaNode name prefix.
+pub fn store_config(scope: &Scope) -> KubeStoreConfig {
+    KubeStoreConfig {
+        namespace: scope.namespace().into(),
+        name_prefix: format!("{}-", scope.id()),
+        ..KubeStoreConfig::default()
+    }
 }
 
 #[allow(dead_code, reason = "used by the conformance tests only")]
