@@ -7,12 +7,13 @@
 
 mod queries;
 mod wakes;
+
+use wakes::OwnWakes;
 mod writer;
 mod writes;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -93,7 +94,7 @@ impl SqliteStore {
         let (changes, _) = watch::channel(0);
         let changes = Arc::new(changes);
         let (writer, ops) = mpsc::unbounded_channel();
-        let own_wake = Arc::new(AtomicI64::new(0));
+        let own_wake = Arc::new(OwnWakes::default());
         let (stopped, writer_gone) = oneshot::channel();
         tokio::spawn(writer::run(
             conn,

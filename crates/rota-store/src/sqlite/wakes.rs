@@ -3,13 +3,14 @@
 //! the `wake` setting in its own transaction; this process watches the database's write-ahead
 //! log with inotify and, when a commit there moved `wake`, jumps its change counter by
 //! [`WAKE_ALL`], so that every waiting agent looks again (for new procedures too). Agents' own
-//! writes leave `wake` alone: they wake nobody beyond what the writer already counts, and a
-//! move that was this process's own operator write alone is not counted twice.
+//! writes leave `wake` alone: they wake nobody beyond what the writer already counts, and moves
+//! that were all this process's own operator writes are not counted twice.
 
+use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Mutex;
 
 use futures::StreamExt;
 use inotify::{Inotify, WatchMask};
@@ -26,6 +27,29 @@ pub(super) const WAKE_KEY: &str = "wake";
 pub(super) const BUMP: &str = "INSERT INTO rota_meta (key, value) VALUES ('wake', '1') \
      ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1 \
      RETURNING CAST(value AS INTEGER)";
+
+/// The values of `wake` this process's operator writes set, until the watcher has seen them.
+#[derive(Debug, Default)]
+pub(super) struct OwnWakes(Mutex<BTreeSet<i64>>);
+
+impl OwnWakes {
+    /// Records `value` as set by this process (before its commit, which is what the watcher sees).
+    pub(super) fn record(&self, value: i64) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(value);
+    }
+
+    /// Whether every move of `wake` after `seen` up to `now` was this process's own, forgetting
+    /// those up to `now`.
+    fn all_own(&self, seen: i64, now: i64) -> bool {
+        let mut own = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let all = (seen + 1..=now).all(|value| own.contains(&value));
+        own.retain(|value| *value > now);
+        all
+    }
+}
 
 async fn wake_value(pool: &SqlitePool) -> Option<i64> {
     match sqlx::query_scalar("SELECT CAST(value AS INTEGER) FROM rota_meta WHERE key = ?")
@@ -49,7 +73,7 @@ pub(super) async fn watch_operators(
     path: &Path,
     pool: SqlitePool,
     changes: Arc<watch::Sender<u64>>,
-    own_wake: Arc<AtomicI64>,
+    own_wake: Arc<OwnWakes>,
 ) {
     let Some(name) = path.file_name() else {
         return;
@@ -73,7 +97,8 @@ pub(super) async fn watch_operators(
             return;
         }
     };
-    let mut seen = wake_value(&pool).await;
+    // No row yet is a wake of 0: the first operator write sets it to 1.
+    let mut seen = wake_value(&pool).await.unwrap_or(0);
     // Every commit of every process appends to the log: one read for all the events that
     // arrived together.
     let mut batches = events.ready_chunks(256);
@@ -88,12 +113,33 @@ pub(super) async fn watch_operators(
         let Some(now) = wake_value(&pool).await else {
             continue;
         };
-        let own_alone = now == own_wake.load(Ordering::SeqCst) && seen.map(|s| s + 1) == Some(now);
-        if Some(now) != seen {
-            seen = Some(now);
+        if now != seen {
+            let own_alone = own_wake.all_own(seen, now);
+            seen = now;
             if !own_alone {
                 changes.send_modify(|n| *n = n.wrapping_add(WAKE_ALL));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process's own operator writes wake its agents through the writer, not again through
+    /// the log: the first ever (the setting did not exist, a wake of 0), and several that one
+    /// batch of log events shows at once. A move by another process among them wakes them.
+    #[test]
+    fn only_moves_that_were_all_this_processs_own_are_not_counted_again() {
+        let own = OwnWakes::default();
+        own.record(1);
+        assert!(own.all_own(0, 1), "the first wake, from no setting at all");
+        own.record(2);
+        own.record(3);
+        assert!(own.all_own(1, 3), "two own writes seen in one batch");
+        own.record(5);
+        assert!(!own.all_own(3, 5), "4 was another process's");
+        assert!(!own.all_own(5, 6), "forgotten once seen");
     }
 }

@@ -4,8 +4,8 @@
 //! at once) pays for one commit instead of one each. A caller's reply is sent only after its
 //! batch committed: a write is never reported before it is durable.
 
+use super::wakes::OwnWakes;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 
 use rota_core::{NodeName, ProcedureSpec, Process};
 use sqlx::SqliteConnection;
@@ -289,7 +289,7 @@ pub(super) async fn run(
     mut conn: SqliteConnection,
     mut ops: mpsc::UnboundedReceiver<Op>,
     changes: Arc<watch::Sender<u64>>,
-    own_wake: Arc<AtomicI64>,
+    own_wake: Arc<OwnWakes>,
     // Dropped when the last handle is gone: what watches for other processes stops with it.
     _stopped: oneshot::Sender<()>,
 ) {
@@ -320,7 +320,7 @@ pub(super) async fn run(
                     sqlx::query_scalar::<_, i64>(wakes::BUMP)
                         .fetch_one(&mut conn)
                         .await
-                        .map(|value| own_wake.store(value, Ordering::SeqCst))
+                        .map(|value| own_wake.record(value))
                 } else {
                     Ok(())
                 };
