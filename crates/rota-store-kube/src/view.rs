@@ -7,7 +7,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
@@ -148,15 +148,18 @@ impl<K: Resource + Clone> View<K> {
     }
 }
 
-/// Follows `events` (a watcher's stream, with its backoff) until the task is aborted, handing
-/// each event to `apply` and each failure to `lost`; `what` names the objects in the log.
-pub(crate) async fn follow<K>(
-    events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
+/// Watches `api`'s objects chosen by `config` until the task is aborted, handing each event to
+/// `apply` and each failure to `lost`; `what` names them in the log.
+pub(crate) async fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
     what: &str,
     mut apply: impl FnMut(watcher::Event<K>),
     mut lost: impl FnMut(),
-) {
-    let mut events = std::pin::pin!(events);
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let mut events = watcher(api, config).default_backoff().boxed();
     while let Some(event) = events.next().await {
         match event {
             Ok(event) => apply(event),
@@ -166,17 +169,4 @@ pub(crate) async fn follow<K>(
             }
         }
     }
-}
-
-/// [`follow`]s the objects of `api` that `config` chooses.
-pub(crate) async fn watch<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    what: &str,
-    apply: impl FnMut(watcher::Event<K>),
-    lost: impl FnMut(),
-) where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
-{
-    follow(watcher(api, config).default_backoff(), what, apply, lost).await;
 }

@@ -74,7 +74,7 @@ impl KubeStore {
     /// A new session for `node` (see `Store::open_session`): written into its RotaNode, made
     /// for the node if it has none.
     pub(super) async fn start_session(&self, node: &NodeName, ttl: Duration) -> Result<Session> {
-        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        let ttl_ms = ttl_ms(ttl);
         for _ in 0..CAS_ATTEMPTS {
             let now = now_millis();
             let deadline = Timestamp(now.saturating_add(ttl_ms));
@@ -101,8 +101,8 @@ impl KubeStore {
                 continue;
             };
             // Nobody wrote the object between the read and this write, so no operator gave a
-            // slot back in between either: the Leases read with it are current with it.
-            self.cache(node, &written, true);
+            // slot back in between either: the Leases read with it are current with it (the
+            // write kept the object with them, see `replace` and `create_rota_node`).
             match &held {
                 Some(lease) => self.cache_lease(node, lease),
                 None => self.forget_lease(node),
@@ -171,6 +171,7 @@ impl KubeStore {
             .await
         {
             Ok(written) => {
+                self.cache(node, &written, true);
                 if let Some(claim) = claim {
                     self.own_tag(&written, tag, claim).await;
                 }
