@@ -4,10 +4,11 @@
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::ListParams;
+use kube::api::{ListParams, VersionMatch};
 use rota_core::NodeName;
 use rota_store::{Acquire, Millis, Result, Session, now_millis};
 
+use super::caches::{FAR_WAIT_CACHE, WAIT_CACHE};
 use super::cas::CAS_ATTEMPTS;
 use super::queue::{
     Waiter, changes_before_turn, far, place_in_queue, places_ahead, slot_for, waiter_of,
@@ -17,6 +18,7 @@ use super::slot_leases::held_by;
 use super::{KubeStore, ROTA_NODES, STATE_LABEL, fenced};
 use crate::crd::RotaNodeStatus;
 use crate::error::Context;
+use crate::view::revision;
 use crate::{queue_labels, slots};
 
 /// What one look at the queue read.
@@ -58,8 +60,13 @@ impl KubeStore {
         // (for the Lease's owner) with the rest. A node's first look after it queued reads it
         // only if granted: when a fleet queues at once, most are told to wait.
         let turn_may_have_come = self.answered_before(session);
+        // A look that ends in "wait" reads the API server's cache as it is, holding at least
+        // what this process has seen; one that may take a slot reads again, consistently.
+        let mut seen = self.seen_revision(&session.node);
         for _ in 0..CAS_ATTEMPTS {
-            let look = self.look(session, &first_queue, turn_may_have_come).await?;
+            let look = self
+                .look(session, &first_queue, turn_may_have_come, seen)
+                .await?;
             let now = look.now;
             if let Some(slot) = self.slot_held(&session.node, &look.leases) {
                 return Ok(Acquire::Granted(slot));
@@ -68,7 +75,7 @@ impl KubeStore {
             let holders: Vec<&str> = look.leases.iter().filter_map(slots::holder).collect();
             let waiters = match queued_at.filter(|q| *q <= now) {
                 Some(place) => {
-                    self.waiters(place, place_seen, look.queued, &holders, now)
+                    self.waiters(place, place_seen, look.queued, &holders, now, seen)
                         .await?
                 }
                 None => Vec::new(),
@@ -93,11 +100,19 @@ impl KubeStore {
                 None => changes,
             };
             if changes > 0 {
+                let valid = if places >= far {
+                    far_wait_valid()
+                } else {
+                    WAIT_CACHE
+                };
                 return Ok(if queued_at.is_some_and(|q| q <= now) {
-                    self.cache_wait(session, counter, now, changes)
+                    self.cache_wait(session, counter, now, changes, valid)
                 } else {
                     Acquire::Wait { changes }
                 });
+            }
+            if seen.take().is_some() {
+                continue;
             }
             let place = queued_at.map_or(0, |q| {
                 waiters_ahead(session.node.as_str(), q, &waiters, look.concurrency, now)
@@ -106,7 +121,7 @@ impl KubeStore {
                 if self.free_orphaned(&look.leases).await? > 0 {
                     continue;
                 }
-                return Ok(self.cache_wait(session, counter, now, 1));
+                return Ok(self.cache_wait(session, counter, now, 1, WAIT_CACHE));
             };
             let owner = match look.owner {
                 Some(owner) => owner,
@@ -122,7 +137,13 @@ impl KubeStore {
 
     /// The reads of a look at the queue, with the Node's ownerReference if `with_owner`. They
     /// are independent: one round trip instead of five in a row, which is most of a handoff.
-    async fn look(&self, session: &Session, queue: &str, with_owner: bool) -> Result<Look> {
+    async fn look(
+        &self,
+        session: &Session,
+        queue: &str,
+        with_owner: bool,
+        seen: Option<u64>,
+    ) -> Result<Look> {
         let owner_now = async {
             if with_owner {
                 self.node_owner(&session.node).await.map(Some)
@@ -134,7 +155,7 @@ impl KubeStore {
             self.own_object(&session.node),
             self.list_leases(),
             self.read_concurrency(),
-            self.list_queue_metadata(queue),
+            self.list_queue_metadata(queue, seen),
             owner_now,
         )?;
         let now = now_millis();
@@ -164,6 +185,23 @@ impl KubeStore {
         })
     }
 
+    /// The newest revision this process has seen of what a look reads: the node's own
+    /// RotaNode as it last read or wrote it, and the slot Leases of its watch.
+    fn seen_revision(&self, node: &NodeName) -> Option<u64> {
+        let own = self
+            .cached(node)
+            .and_then(|known| revision(&known.object.metadata));
+        let leases = self
+            .inner
+            .changes
+            .leases()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|l| revision(&l.metadata))
+            .max();
+        own.max(leases)
+    }
+
     /// The slot `node` already holds among `leases`, if any.
     fn slot_held(&self, node: &NodeName, leases: &[Lease]) -> Option<u32> {
         let lease = held_by(leases, node)?;
@@ -182,12 +220,13 @@ impl KubeStore {
         queued: Vec<ObjectMeta>,
         holders: &[&str],
         now: Millis,
+        seen: Option<u64>,
     ) -> Result<Vec<Waiter>> {
         let queue = self.queue_selector(Some(place));
         // The node took a later place than this process knew of (an operator re-queued it):
         // the list may have missed nodes between the two.
         let queued = match place_seen {
-            Some(seen) if seen < place => self.list_queue_metadata(&queue).await?,
+            Some(known) if known < place => self.list_queue_metadata(&queue, seen).await?,
             _ => queued,
         };
         let prefix = &self.inner.config.name_prefix;
@@ -219,17 +258,41 @@ impl KubeStore {
     }
 
     /// The metadata of the RotaNodes with `selector`, for a look at the queue, whose labels hold
-    /// all it needs (see `queue_labels`). The list is consistent: it holds every queueing the
-    /// API server had taken when it was asked, so the queue order is the written one. (The API
-    /// server serves it from its cache once the cache has caught up with etcd.) A list from a
-    /// lagging cache could miss a node ahead of this one and grant out of order.
-    async fn list_queue_metadata(&self, selector: &str) -> Result<Vec<ObjectMeta>> {
+    /// all it needs (see `queue_labels`).
+    ///
+    /// Without `seen`, the list is consistent: it holds every queueing the API server had taken
+    /// when it was asked, so the queue order is the written one. A list from a lagging cache
+    /// could miss a node ahead of this one and grant out of order. But a consistent list waits
+    /// for the API server's cache to catch up with etcd, and falls back to reading etcd when it
+    /// does not within seconds: at a 1,000-node fleet's start, a thousand such lists made the
+    /// API server time them all out. So a look that only tells a waiter to wait reads the
+    /// cache as it is, holding at least revision `seen` (this process's last write of the node
+    /// and the slot Leases it has seen), and a look that may grant reads again consistently.
+    async fn list_queue_metadata(
+        &self,
+        selector: &str,
+        seen: Option<u64>,
+    ) -> Result<Vec<ObjectMeta>> {
+        let params = ListParams::default().labels(selector);
+        let params = match seen {
+            Some(revision) => params
+                .matching(VersionMatch::NotOlderThan)
+                .at(&revision.to_string()),
+            None => params,
+        };
         let list = self
             .inner
             .rota_nodes
-            .list_metadata(&ListParams::default().labels(selector))
+            .list_metadata(&params)
             .await
             .context("list", ROTA_NODES, format!("with labels {selector}"))?;
         Ok(list.items.into_iter().map(|o| o.metadata).collect())
     }
+}
+
+/// How long the answer to a waiter far back stands: [`FAR_WAIT_CACHE`], give or take half,
+/// so that waiters told to wait at the same moment do not all look again together.
+fn far_wait_valid() -> Millis {
+    let half = FAR_WAIT_CACHE / 2;
+    half + fastrand::i64(0..FAR_WAIT_CACHE)
 }
