@@ -280,12 +280,11 @@ impl KubeStore {
                 .at(&revision.to_string()),
             None => params,
         };
-        let list = self
-            .inner
-            .rota_nodes
-            .list_metadata(&params)
-            .await
-            .context("list", ROTA_NODES, format!("with labels {selector}"))?;
+        let list = self.inner.rota_nodes.list_metadata(&params).await.context(
+            "list",
+            ROTA_NODES,
+            format!("with labels {selector}"),
+        )?;
         Ok(list.items.into_iter().map(|o| o.metadata).collect())
     }
 }
