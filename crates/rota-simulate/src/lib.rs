@@ -7,20 +7,29 @@
 //! Only the setup depends on the store ([`StoreChoice`]): a SQL store with nothing else, or a
 //! Kubernetes cluster with kwok nodes, pods and real cordon/drain/uncordon (see `cluster`).
 //! The harness and the metrics are the same for every store.
+//!
+//! With a handle per agent (`handles`), what the stores themselves counted is read around each
+//! phase of the run (`counters`): etcd's metrics with `--etcd-metrics` (`etcd`), PostgreSQL's
+//! statistics on PostgreSQL (`postgres_counters`).
 
 mod actions;
 mod cluster;
+mod counters;
+mod etcd;
 mod handles;
 pub mod metrics;
+mod postgres_counters;
+mod summary;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rota_agent::{Agent, AgentConfig, NodeActions};
-use rota_core::{HistoryEvent, NodeName, NodeState};
-use rota_store::{HistoryFilter, Millis, NodeRecord, SqliteStore, Store, StoreUrl, now_millis};
+use rota_core::NodeName;
+use rota_store::{Millis, SqliteStore, Store, StoreUrl, now_millis};
 use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -29,8 +38,14 @@ use tracing::{info, warn};
 
 use crate::actions::SimulatedActions;
 use crate::cluster::Cluster;
+use crate::counters::StoreCounters;
+use crate::etcd::Etcd;
+pub use crate::etcd::{EtcdPhase, EtcdSummary};
 use crate::handles::{Handles, Opener};
 pub use crate::handles::{PhaseTraffic, TrafficSummary};
+use crate::postgres_counters::{PgObserver, agents_url};
+pub use crate::postgres_counters::{PostgresPhase, PostgresSummary};
+use crate::summary::{Ended, outcome, summarize};
 
 /// Where simulated host roots go when it exists: like a real host's /run, a tmpfs.
 const TMPFS: &str = "/dev/shm";
@@ -58,6 +73,10 @@ pub enum Error {
     },
     #[error("preparing the cluster: {0}")]
     Cluster(String),
+    #[error("--etcd-metrics {url}: {reason}")]
+    EtcdMetrics { url: String, reason: String },
+    #[error("PostgreSQL's statistics: {0}")]
+    PgStatistics(String),
     #[error("agent of node {node} stopped: {source}")]
     Agent {
         node: String,
@@ -89,11 +108,15 @@ pub struct Options {
     /// The agents' `--session-ttl`; the agent's default when `None`.
     pub session_ttl: Option<Duration>,
     /// Every agent opens a store handle of its own at each start, as on a real fleet, instead
-    /// of sharing one (see `handles`); on Kubernetes, their requests are counted.
+    /// of sharing one (see `handles`); on Kubernetes, their requests are counted, and on
+    /// PostgreSQL the server's own counts of their connections and statements are read.
     pub handle_per_agent: bool,
     /// How long every agent stays idle, once all have started, before the sentinels are
     /// written: a phase whose traffic is reported on its own.
     pub idle: Duration,
+    /// etcd's metrics URL (`--etcd-metrics`, with a handle per agent on Kubernetes): what etcd
+    /// wrote in each phase is reported.
+    pub etcd_metrics: Option<String>,
 }
 
 /// The store to run against.
@@ -205,6 +228,12 @@ pub struct Summary {
     /// What the agents' own Kubernetes handles sent (`--handle-per-agent --store kube`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub traffic: Option<TrafficSummary>,
+    /// What etcd wrote, from its own counters (`--etcd-metrics`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub etcd: Option<EtcdSummary>,
+    /// What PostgreSQL counted for the agents' own handles (`--handle-per-agent` on PostgreSQL).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub postgres: Option<PostgresSummary>,
 }
 
 struct Node {
@@ -297,6 +326,19 @@ pub async fn run(
     if options.concurrency == 0 {
         return Err(Error::Invalid("--concurrency must be at least 1".into()));
     }
+    if let Some(url) = &options.etcd_metrics {
+        if !matches!(options.store, StoreChoice::Kube(_)) {
+            return Err(Error::Invalid(format!(
+                "--etcd-metrics {url} needs --store kube: only a Kubernetes store writes to etcd"
+            )));
+        }
+        if !options.handle_per_agent {
+            return Err(Error::Invalid(format!(
+                "--etcd-metrics {url} needs --handle-per-agent: the stores' own counters are \
+                 reported for agents with handles of their own, as on a real fleet"
+            )));
+        }
+    }
     let dir = tempfile::Builder::new()
         .prefix("rota-simulate-")
         .tempdir()
@@ -307,6 +349,7 @@ pub async fn run(
             let store = Arc::new(SqliteStore::open(&path).await?);
             simulate(
                 Fleet::sql(store, Opener::Sqlite(path), options.nodes)?,
+                StoreCounters::new(None, None),
                 &options,
                 dir.path(),
                 interrupt,
@@ -315,11 +358,23 @@ pub async fn run(
             .await
         }
         StoreChoice::Url(url) => {
-            let opener = Opener::Url(url.clone());
+            let (opener, observer) = match url {
+                StoreUrl::Postgres(location) if options.handle_per_agent => (
+                    Opener::Url(agents_url(location).parse()?),
+                    Some(PgObserver::connect(location).await?),
+                ),
+                _ => (Opener::Url(url.clone()), None),
+            };
             let fleet = Fleet::sql(url.open_shared().await?, opener, options.nodes)?;
-            simulate(fleet, &options, dir.path(), interrupt, progress).await
+            let counters = StoreCounters::new(None, observer);
+            simulate(fleet, counters, &options, dir.path(), interrupt, progress).await
         }
         StoreChoice::Kube(target) => {
+            // A wrong URL is refused before the cluster is touched.
+            let etcd = match &options.etcd_metrics {
+                Some(url) => Some(Etcd::connect(url).await?),
+                None => None,
+            };
             let mut cluster = Cluster::new(target.client.clone(), target.namespace.clone());
             // Creating a large fleet takes a while: an interrupted one is deleted as far as
             // it got.
@@ -328,7 +383,10 @@ pub async fn run(
                 () = interrupt.cancelled() => Err(Error::Interrupted),
             };
             let result = match prepared {
-                Ok(fleet) => simulate(fleet, &options, dir.path(), interrupt, progress).await,
+                Ok(fleet) => {
+                    let counters = StoreCounters::new(etcd, None);
+                    simulate(fleet, counters, &options, dir.path(), interrupt, progress).await
+                }
                 Err(e) => Err(e),
             };
             cluster.delete().await;
@@ -342,6 +400,7 @@ pub async fn run(
 /// tmpfs. Every agent is stopped when it returns, whatever the outcome.
 async fn simulate(
     fleet: Fleet,
+    mut counters: StoreCounters,
     options: &Options,
     scratch: &Path,
     interrupt: &CancellationToken,
@@ -398,7 +457,9 @@ async fn simulate(
     };
     let rounds = options.nodes.div_ceil(options.concurrency as usize);
     let ideal = options.maintenance_time * u32::try_from(rounds).unwrap_or(u32::MAX);
+    let harness_reads = Arc::new(AtomicU64::new(0));
     let rollout = async {
+    counters.before_agents(options.idle, interrupt).await?;
     for (i, node) in nodes.iter_mut().enumerate() {
         start_agent(node, i);
     }
@@ -412,6 +473,7 @@ async fn simulate(
             () = tokio::time::sleep(fleet.check_every / 10) => {}
         }
     }
+    counters.after_start(interrupt).await?;
     let idle = match &handles {
         Some(handles) if !options.idle.is_zero() => {
             // The idle phase counts what idle agents send, not their start: it begins once
@@ -425,10 +487,12 @@ async fn simulate(
             }
             info!(nodes = options.nodes, idle = ?options.idle, "all agents started; idle");
             let before = handles.sent();
+            let marks = counters.mark().await?;
             tokio::select! {
                 () = interrupt.cancelled() => return Err(Error::Interrupted),
                 () = tokio::time::sleep(options.idle) => {}
             }
+            counters.end_idle(&marks, options.nodes).await?;
             let phase = before.zip(handles.sent()).map(|(before, after)| {
                 PhaseTraffic::between(&before, &after, options.idle, options.nodes)
             });
@@ -442,6 +506,7 @@ async fn simulate(
     );
 
     let sent_before = handles.as_ref().and_then(|h| h.sent());
+    let marks = counters.mark().await?;
     let started = now_millis();
     // Written from a blocking thread: file writes must not stall the runtime's workers, which
     // are busy running the agents that react to these very files.
@@ -470,13 +535,14 @@ async fn simulate(
     // reboots and restarts would wait too, and lengthen every window.
     let (outcomes_tx, mut outcomes) = mpsc::channel(1);
     let checker = {
-        let store = store.clone();
+        let (store, reads) = (store.clone(), harness_reads.clone());
         let every = fleet.check_every;
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             loop {
                 tick.tick().await;
-                if outcomes_tx.send(outcome(&*store, started).await).await.is_err() {
+                let outcome = outcome(&*store, started, &reads).await;
+                if outcomes_tx.send(outcome).await.is_err() {
                     return;
                 }
             }
@@ -555,7 +621,9 @@ async fn simulate(
             idle: idle.map(|(phase, _)| phase),
             rollout: PhaseTraffic::between(&before, &after, took, options.nodes),
         });
-    Ok::<_, Error>((started, written, completed, failed, deadline, traffic))
+    let reads = harness_reads.load(Ordering::Relaxed);
+    let counted = counters.end_rollout(&marks, reads, options.nodes, interrupt).await?;
+    Ok::<_, Error>((started, written, completed, failed, deadline, traffic, counted))
     }
     .await;
     for node in &mut nodes {
@@ -570,12 +638,13 @@ async fn simulate(
         cycle.abort();
         let _ = cycle.await;
     }
-    let (started, written, completed, failed, deadline, traffic) = rollout?;
+    let (started, written, completed, failed, deadline, traffic, counted) = rollout?;
     let ended = Ended {
         completed,
         failed,
         reboots: nodes.iter().map(|n| n.boots).sum(),
         traffic,
+        counted,
     };
     // The rollout is over, but the store may be out of reach just now: its result is read
     // again, until the rollout's deadline, rather than lost.
@@ -590,100 +659,4 @@ async fn simulate(
             summary => return summary,
         }
     }
-}
-
-/// How the rollout ended, as the harness saw it.
-struct Ended {
-    completed: usize,
-    failed: usize,
-    reboots: u32,
-    traffic: Option<TrafficSummary>,
-}
-
-/// Nodes whose reboot finished, and nodes that failed (since the sentinels were written at
-/// `started`).
-async fn outcome(store: &dyn Store, started: Millis) -> Result<(usize, usize)> {
-    let nodes = store.nodes().await?;
-    // The history is read only once every node is back at rest: in the Kubernetes store it is
-    // a second list of every RotaNode, and this harness's reads would slow the agents it
-    // measures. Until then the nodes at rest since the start are the progress.
-    let at_rest = |n: &&NodeRecord| {
-        n.state == NodeState::Failed || (n.state == NodeState::Idle && n.since >= started)
-    };
-    let resting = nodes.iter().filter(at_rest).count();
-    if resting < nodes.len() {
-        let failed = nodes
-            .iter()
-            .filter(|n| n.state == NodeState::Failed)
-            .count();
-        return Ok((resting - failed, failed));
-    }
-    let finished = store
-        .history(&HistoryFilter {
-            event: Some(HistoryEvent::Finished),
-            ..HistoryFilter::default()
-        })
-        .await?;
-    let completed = nodes
-        .iter()
-        .filter(|n| finished.iter().any(|e| e.node == n.node))
-        .count();
-    let failed = nodes
-        .iter()
-        .filter(|n| n.state == NodeState::Failed)
-        .count();
-    Ok((completed, failed))
-}
-
-async fn summarize(
-    fleet: &Fleet,
-    options: &Options,
-    started: Millis,
-    written: &BTreeMap<NodeName, Millis>,
-    ended: &Ended,
-    ideal: Duration,
-) -> Result<Summary> {
-    let store = &*fleet.store;
-    let history = store.history(&HistoryFilter::default()).await?;
-    let last = history.iter().map(|e| e.at).max().unwrap_or(started);
-    let makespan_s = (last - started) as f64 / 1000.0;
-    let mut detection = Vec::new();
-    for request in store.all_requests().await? {
-        if let Some(at) = written.get(&request.node)
-            && !detection.iter().any(|(n, _)| n == &request.node)
-        {
-            detection.push((request.node.clone(), request.created_at - at));
-        }
-    }
-    let detection: Vec<Millis> = detection.into_iter().map(|(_, d)| d).collect();
-    let handoffs = metrics::handoffs(&history, options.concurrency as usize);
-    let windows = metrics::window_lengths(&history);
-    let first_window_ms = metrics::window_opens(&history)
-        .first()
-        .map_or(0, |opened| opened - started);
-    let ideal_s = ideal.as_secs_f64();
-    Ok(Summary {
-        store: fleet.label,
-        nodes: options.nodes,
-        concurrency: options.concurrency,
-        completed: ended.completed,
-        failed: ended.failed,
-        reboots: ended.reboots,
-        max_concurrent: metrics::max_concurrent(&history),
-        makespan_s,
-        ideal_s,
-        efficiency: if makespan_s > 0.0 {
-            ideal_s / makespan_s
-        } else {
-            0.0
-        },
-        detection_p50_ms: metrics::percentile(&detection, 50),
-        detection_p99_ms: metrics::percentile(&detection, 99),
-        handoff_p50_ms: metrics::percentile(&handoffs, 50),
-        handoff_p99_ms: metrics::percentile(&handoffs, 99),
-        first_window_ms,
-        window_p50_ms: metrics::percentile(&windows, 50),
-        window_p99_ms: metrics::percentile(&windows, 99),
-        traffic: ended.traffic.clone(),
-    })
 }

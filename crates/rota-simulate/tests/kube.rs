@@ -48,6 +48,7 @@ async fn kube_rollout_reboots_every_node_once_never_more_than_k_at_once() {
             session_ttl: None,
             handle_per_agent: false,
             idle: Duration::ZERO,
+            etcd_metrics: None,
         },
         &CancellationToken::new(),
         |_, _| {},
@@ -82,6 +83,7 @@ async fn a_kube_run_with_a_handle_per_agent_counts_what_its_agents_send() {
             session_ttl: None,
             handle_per_agent: true,
             idle: Duration::from_secs(5),
+            etcd_metrics: None,
         },
         &CancellationToken::new(),
         |_, _| {},
@@ -106,6 +108,126 @@ async fn a_kube_run_with_a_handle_per_agent_counts_what_its_agents_send() {
     assert_cleaned_up(&client, &namespace).await;
 }
 
+/// etcd's metrics URL of the test control plane: `ROTA_TESTENV_ETCD`, or the `env` file that
+/// `testenv/up` writes beside the kubeconfig.
+fn etcd_url(env: &TestEnv) -> String {
+    if let Some(url) = std::env::var("ROTA_TESTENV_ETCD")
+        .ok()
+        .filter(|u| !u.is_empty())
+    {
+        return url;
+    }
+    let file = env.kubeconfig().with_file_name("env");
+    let text = std::fs::read_to_string(&file)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", file.display()));
+    text.lines()
+        .find_map(|l| l.strip_prefix("ROTA_TESTENV_ETCD="))
+        .unwrap_or_else(|| panic!("no ROTA_TESTENV_ETCD in {}", file.display()))
+        .to_owned()
+}
+
+fn options_with_etcd(client: &kube::Client, namespace: &str, etcd: &str) -> Options {
+    Options {
+        nodes: 3,
+        concurrency: 2,
+        maintenance_time: Duration::from_millis(300),
+        store: StoreChoice::Kube(KubeTarget {
+            client: client.clone(),
+            namespace: Some(namespace.to_owned()),
+        }),
+        session_ttl: None,
+        handle_per_agent: true,
+        idle: Duration::from_secs(3),
+        etcd_metrics: Some(etcd.to_owned()),
+    }
+}
+
+/// With etcd's metrics URL, the run reports what etcd wrote, from etcd's own counters: a
+/// baseline as long as the idle phase before any agent starts, the idle phase, and the
+/// rollout, whose writes (RotaNodes, slot Leases, Events, the cordons) etcd appended to its log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kube_run_with_etcd_metrics_reports_what_etcd_wrote_in_each_phase() {
+    let Some(env) = TestEnv::get().unwrap_or_else(|e| panic!("{e:#}")) else {
+        return;
+    };
+    let client = rota_kube_client::client(env.config().await.expect("the test kubeconfig"))
+        .expect("a client");
+    let namespace = format!("rota-simulate-etcd-{}", std::process::id());
+    let options = options_with_etcd(&client, &namespace, &etcd_url(env));
+    let summary = run(options, &CancellationToken::new(), |_, _| {})
+        .await
+        .expect("simulation runs");
+    common::assert_clean_rollout(&summary, 3, 2);
+    let etcd = summary.etcd.as_ref().expect("etcd's figures");
+    assert!(
+        etcd.baseline.seconds >= 2.9,
+        "as long as the idle phase: {etcd:?}"
+    );
+    assert!(etcd.baseline.over_baseline_bytes.is_none(), "{etcd:?}");
+    let idle = etcd.idle.as_ref().expect("an idle phase");
+    assert!(idle.seconds >= 2.9, "{etcd:?}");
+    assert!(idle.over_baseline_bytes.is_some(), "{etcd:?}");
+    assert!(etcd.idle_over_baseline_per_node_hour.is_some(), "{etcd:?}");
+    let rollout = &etcd.rollout;
+    assert!(rollout.wal_bytes > 0, "{etcd:?}");
+    assert!(rollout.puts.is_some_and(|puts| puts > 0), "{etcd:?}");
+    assert!(rollout.over_baseline_bytes.is_some(), "{etcd:?}");
+    assert_cleaned_up(&client, &namespace).await;
+}
+
+/// A URL that is not etcd's metrics is refused, naming the flag and the value, before the run
+/// creates anything in the cluster: malformed, not answering, or answering with something else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kube_run_refuses_an_etcd_metrics_url_that_is_not_etcds() {
+    let Some(client) = test_client().await else {
+        return;
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let other = format!("http://{}", listener.local_addr().expect("its address"));
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let _ = stream.read(&mut [0; 4096]);
+            let body = "# HELP up Whether it is up.\nup 1\n";
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let closed = {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+        format!("http://{}", port.local_addr().expect("its address"))
+    };
+    let cases = [
+        ("127.0.0.1:2379", "expected http(s)://HOST:PORT"),
+        ("ftp://127.0.0.1:2379", "expected http(s)://HOST:PORT"),
+        (closed.as_str(), "reading"),
+        (other.as_str(), "is not etcd's metrics"),
+    ];
+    for (i, (url, reason)) in cases.into_iter().enumerate() {
+        let namespace = format!("rota-simulate-bad-etcd-{}-{i}", std::process::id());
+        let ended = run(
+            options_with_etcd(&client, &namespace, url),
+            &CancellationToken::new(),
+            |_, _| {},
+        )
+        .await;
+        let message = ended.expect_err("refused").to_string();
+        assert!(
+            message.starts_with(&format!("--etcd-metrics {url}: ")) && message.contains(reason),
+            "{url}: {message}"
+        );
+        let ns = Api::<Namespace>::all(client.clone())
+            .get_opt(&namespace)
+            .await
+            .expect("read the namespace");
+        assert!(ns.is_none(), "{url}: namespace {namespace} was created");
+    }
+}
+
 /// A run interrupted in the middle of its rollout (Ctrl-C or SIGTERM to `rota simulate`) stops
 /// its agents and deletes what it created in the cluster, as its normal end does, and says it
 /// was interrupted.
@@ -128,6 +250,7 @@ async fn an_interrupted_kube_run_deletes_what_it_created() {
         session_ttl: None,
         handle_per_agent: false,
         idle: Duration::ZERO,
+        etcd_metrics: None,
     };
     // Interrupted once a node is out: its RotaNode shows the reboot.
     let rota_nodes: Api<RotaNode> = Api::all(client.clone());
@@ -226,6 +349,7 @@ async fn rollout_with_outages(prefix: &str, length: Duration, session_ttl: Optio
         session_ttl,
         handle_per_agent: false,
         idle: Duration::ZERO,
+        etcd_metrics: None,
     };
     // The test keeps the proxy up until the run has cleaned up after itself.
     let (summary, cut) = common::disrupted_rollout(options, |done| {

@@ -35,6 +35,7 @@ async fn a_rollout_rides_out_database_restarts_and_reboots_every_node_once() {
         session_ttl: None,
         handle_per_agent: false,
         idle: Duration::ZERO,
+        etcd_metrics: None,
     };
     let (summary, ended) = common::disrupted_rollout(options, |done| {
         let url = url.clone();
@@ -67,6 +68,62 @@ async fn a_rollout_rides_out_outages_longer_than_the_session_ttl() {
     rollout_with_outages(Duration::from_secs(5), Some(Duration::from_secs(2))).await;
 }
 
+/// With a handle per agent, the run reports what PostgreSQL itself counted for the agents:
+/// each idle agent holds one connection and no more (LISTEN included), the idle agents'
+/// transactions and statements per agent and second, and the rollout's, which its windows make
+/// far more than the idle phase; the harness's own reads are counted apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_run_with_a_handle_per_agent_reports_the_servers_own_counts() {
+    let Some(url) = fresh_database().await else {
+        return;
+    };
+    let nodes = 3;
+    let options = Options {
+        nodes,
+        concurrency: 2,
+        maintenance_time: Duration::from_millis(300),
+        store: StoreChoice::Url(StoreUrl::from_str(&url).expect("the database's URL")),
+        session_ttl: None,
+        handle_per_agent: true,
+        idle: Duration::from_secs(3),
+        etcd_metrics: None,
+    };
+    let summary = run(options, &CancellationToken::new(), |_, _| {})
+        .await
+        .expect("the rollout completes");
+    common::assert_clean_rollout(&summary, nodes, 2);
+    let postgres = summary.postgres.as_ref().expect("PostgreSQL's counts");
+    assert!(
+        url.ends_with(&format!("/{}", postgres.database)),
+        "{postgres:?}"
+    );
+    assert_ne!(postgres.observer_database, postgres.database);
+    let idle = postgres.idle.as_ref().expect("an idle phase");
+    let agents = nodes as u64;
+    assert_eq!(
+        idle.connections_end, agents,
+        "one connection per agent: {idle:?}"
+    );
+    assert!(idle.connections_peak <= agents, "never more: {idle:?}");
+    assert_eq!(idle.harness_statements, 0, "{idle:?}");
+    let rollout = &postgres.rollout;
+    assert!(rollout.harness_statements > 0, "{rollout:?}");
+    assert!(
+        rollout.transactions > 10 * idle.transactions.max(1),
+        "the windows' work: {postgres:?}"
+    );
+    match &postgres.statements_unavailable {
+        None => {
+            assert!(idle.statements_per_agent_second.is_some(), "{idle:?}");
+            assert!(rollout.statements.is_some_and(|n| n > 0), "{rollout:?}");
+        }
+        Some(why) => {
+            assert!(why.contains("pg_stat_statements"), "{why}");
+            assert_eq!(rollout.statements, None, "{rollout:?}");
+        }
+    }
+}
+
 /// An agent that stops as it starts (here: its database role may not open a session) ends the
 /// simulation with that agent's error, instead of leaving the harness waiting for every node's
 /// first session forever.
@@ -89,6 +146,7 @@ async fn an_agent_that_stops_before_the_rollout_ends_the_simulation_with_its_err
         session_ttl: None,
         handle_per_agent: false,
         idle: Duration::ZERO,
+        etcd_metrics: None,
     };
     let ended = tokio::time::timeout(
         Duration::from_secs(60),
@@ -133,6 +191,7 @@ async fn rollout_with_outages(length: Duration, session_ttl: Option<Duration>) {
         session_ttl,
         handle_per_agent: false,
         idle: Duration::ZERO,
+        etcd_metrics: None,
     };
     let (summary, cut) = common::disrupted_rollout(options, |done| {
         outages(proxy.clone(), vec![1, nodes / 2], length, done)
@@ -164,6 +223,7 @@ async fn the_summary_waits_out_an_unreachable_database_at_the_end_of_the_rollout
             session_ttl: None,
             handle_per_agent: false,
             idle: Duration::ZERO,
+            etcd_metrics: None,
         },
         &CancellationToken::new(),
         {

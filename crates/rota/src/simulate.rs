@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 
 use anyhow::{Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use rota_simulate::{KubeTarget, Options, StoreChoice, Summary};
+use rota_simulate::{EtcdSummary, KubeTarget, Options, PostgresSummary, StoreChoice, Summary};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::SimulateArgs;
@@ -74,6 +74,76 @@ pub fn render(summary: &Summary) -> String {
             text.push_str(&format!("\nwatches per idle agent: {watches:.2}"));
         }
     }
+    if let Some(etcd) = &summary.etcd {
+        text.push_str(&render_etcd(etcd));
+    }
+    if let Some(postgres) = &summary.postgres {
+        text.push_str(&render_postgres(postgres));
+    }
+    text
+}
+
+fn render_etcd(etcd: &EtcdSummary) -> String {
+    let mut text = format!(
+        "\netcd baseline (no agent yet): {bytes} WAL bytes in {seconds:.1}s, {rate:.0} a second",
+        bytes = etcd.baseline.wal_bytes,
+        seconds = etcd.baseline.seconds,
+        rate = etcd.baseline.wal_bytes_per_second,
+    );
+    let phases = [
+        (
+            "idle",
+            etcd.idle.as_ref(),
+            etcd.idle_over_baseline_per_node_hour,
+            "node-hour",
+        ),
+        (
+            "rollout",
+            Some(&etcd.rollout),
+            Some(etcd.rollout_over_baseline_per_window),
+            "window",
+        ),
+    ];
+    for (name, phase, per, unit) in phases {
+        if let Some(phase) = phase {
+            text.push_str(&format!(
+                "\netcd {name}: {bytes} WAL bytes in {seconds:.1}s, {over:.0} over the baseline \
+                 ({per:.0} per {unit})",
+                bytes = phase.wal_bytes,
+                seconds = phase.seconds,
+                over = phase.over_baseline_bytes.unwrap_or(0.0),
+                per = per.unwrap_or(0.0),
+            ));
+        }
+    }
+    text
+}
+
+fn render_postgres(postgres: &PostgresSummary) -> String {
+    let mut text = String::new();
+    let phases = postgres
+        .idle
+        .iter()
+        .map(|p| ("idle", p))
+        .chain([("rollout", &postgres.rollout)]);
+    for (name, phase) in phases {
+        let statements = match (phase.statements, phase.statements_per_agent_second) {
+            (Some(n), Some(rate)) => format!("{n} statements ({rate:.3} per agent per second)"),
+            _ => "statements not counted".to_owned(),
+        };
+        text.push_str(&format!(
+            "\npostgres {name}: {seconds:.1}s, agents' connections at most {peak} ({end} at the end), \
+             {transactions} transactions ({rate:.3} per agent per second), {statements}",
+            seconds = phase.seconds,
+            peak = phase.connections_peak,
+            end = phase.connections_end,
+            transactions = phase.transactions,
+            rate = phase.transactions_per_agent_second,
+        ));
+    }
+    if let Some(why) = &postgres.statements_unavailable {
+        text.push_str(&format!("\npostgres: statements not counted: {why}"));
+    }
     text
 }
 
@@ -111,6 +181,7 @@ pub async fn run(args: SimulateArgs) -> Result<()> {
             session_ttl: None,
             handle_per_agent: args.handle_per_agent,
             idle: args.idle,
+            etcd_metrics: args.etcd_metrics,
         },
         &cancel,
         |done, _| bar.set_position(done as u64),

@@ -126,3 +126,36 @@ fn a_handle_per_agent_on_sqlite_reboots_every_node_once() {
     assert_eq!(summary["max_concurrent"], 2, "{summary}");
     assert!(summary.get("traffic").is_none(), "{summary}");
 }
+
+/// Only a Kubernetes store writes to etcd: `--etcd-metrics` with any other store is refused
+/// before the run starts, naming the flag, its value and `--store kube`.
+#[test]
+fn etcd_metrics_without_a_kubernetes_store_is_refused() {
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    let output = Command::new(env!("CARGO_BIN_EXE_rota"))
+        .args([
+            "simulate",
+            "--nodes",
+            "2",
+            "--concurrency",
+            "1",
+            "--handle-per-agent",
+            "--etcd-metrics",
+            "http://127.0.0.1:2379",
+        ])
+        .env("TMPDIR", tmp.path())
+        .env_remove("ROTA_STORE")
+        .output()
+        .expect("run rota simulate");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--etcd-metrics http://127.0.0.1:2379 needs --store kube"),
+        "{stderr}"
+    );
+    assert_eq!(
+        runs_in(tmp.path()),
+        Vec::<String>::new(),
+        "nothing was made"
+    );
+}

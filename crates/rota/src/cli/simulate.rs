@@ -32,13 +32,19 @@ pub struct SimulateArgs {
     pub namespace: Option<String>,
     /// Give every agent a store handle of its own, opened at each start, as on a real fleet
     /// (each agent its own process), instead of one shared handle. With --store kube, the
-    /// requests the agents send are counted by verb and resource, and reported.
+    /// requests the agents send are counted by verb and resource, and reported; on PostgreSQL,
+    /// the server's own counts of their connections, transactions and statements.
     #[arg(long)]
     pub handle_per_agent: bool,
     /// With --handle-per-agent: how long every agent stays idle, once all have started, before
     /// the rollout; what they send meanwhile is reported on its own.
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "0s")]
     pub idle: Duration,
+    /// With --store kube --handle-per-agent: etcd's client or metrics URL (http(s)://HOST:PORT,
+    /// its /metrics is read); what etcd wrote in each phase is reported, with a baseline counted
+    /// before the agents start.
+    #[arg(long, value_name = "URL")]
+    pub etcd_metrics: Option<String>,
     /// Print one JSON object with the rollout's numbers instead of a summary.
     #[arg(long)]
     pub json: bool,
