@@ -35,10 +35,7 @@ use kube::{Client, ResourceExt as _};
 use rota_core::{NodeName, Process};
 use rota_store::now_millis;
 use rota_store_kube::crd::{RequestStatus, Timestamp};
-use rota_store_kube::{
-    KubeStore, KubeStoreConfig, NAMESPACE_LABEL, RotaNode, procedure_crd, rota_action_crd,
-    rota_node_crd,
-};
+use rota_store_kube::{KubeStore, KubeStoreConfig, NAMESPACE_LABEL, RotaNode, crds};
 use tokio::task::JoinHandle;
 
 use crate::testenv::{Scope, TestEnv};
@@ -76,13 +73,12 @@ pub async fn request_reboot_by_hand(client: Client, object: &str) -> Result<()> 
     bail!("RotaNode {object} kept changing under the edit by hand")
 }
 
-/// Installs (or updates) the RotaNode, Procedure and RotaAction CRDs and waits until the API server
-/// serves them.
+/// Installs (or updates) rota's CRDs and waits until the API server serves them.
 pub async fn install_crd(client: Client) -> Result<()> {
-    let crds: Api<CustomResourceDefinition> = Api::all(client);
-    for crd in [rota_node_crd(), procedure_crd(), rota_action_crd()] {
+    let api: Api<CustomResourceDefinition> = Api::all(client);
+    for crd in crds() {
         let name = crd.metadata.name.clone().context("a CRD without a name")?;
-        crds.patch(
+        api.patch(
             &name,
             &PatchParams::apply("rota-e2e").force(),
             &Patch::Apply(&crd),
@@ -91,7 +87,7 @@ pub async fn install_crd(client: Client) -> Result<()> {
         .with_context(|| format!("applying the CRD {name}"))?;
         tokio::time::timeout(
             Duration::from_secs(60),
-            await_condition(crds.clone(), &name, conditions::is_crd_established()),
+            await_condition(api.clone(), &name, conditions::is_crd_established()),
         )
         .await
         .with_context(|| format!("the CRD {name} was not established within a minute"))?

@@ -24,6 +24,7 @@ use rota_core::NodeName;
 use rota_kube_actions::{DrainOptions, KubeActions};
 use rota_store_kube::{
     KubeStore, KubeStoreConfig, NAMESPACE_LABEL, RotaNode, procedure_crd, rota_node_crd,
+    rota_window_crd,
 };
 use tracing::{info, warn};
 
@@ -337,11 +338,11 @@ fn node_ready(node: &Node) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// Creates the RotaNode and Procedure CRDs if the cluster does not have them, and waits until
-/// they are served.
+/// Creates the RotaNode, RotaWindow and Procedure CRDs if the cluster does not have them, and
+/// waits until they are served.
 async fn install_crd(client: Client) -> Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(client);
-    for crd in [rota_node_crd(), procedure_crd()] {
+    for crd in [rota_node_crd(), rota_window_crd(), procedure_crd()] {
         let name = crd.meta().name.clone().unwrap_or_default();
         if crds
             .get_opt(&name)

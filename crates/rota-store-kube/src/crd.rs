@@ -11,10 +11,13 @@ use rota_store::Millis;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
-/// How many history entries each RotaNode keeps (the oldest go first).
+/// How many history entries a RotaNode ever holds (the oldest go first): a backstop, since
+/// each window's entries move to the node's `RotaWindow`s as it ends (see `history_ring`).
 pub const HISTORY_LIMIT: usize = 50;
-/// How many closed (done or canceled) requests each RotaNode keeps beside its open ones.
-pub const CLOSED_REQUEST_LIMIT: usize = 20;
+/// How many closed (done or canceled) requests each RotaNode keeps beside its open ones: the
+/// newest, whose id the next request's follows (a closed procedure request moves to
+/// `procedureRequests`).
+pub const CLOSED_REQUEST_LIMIT: usize = 2;
 
 /// The node a RotaNode describes. The object's name is the node's name (with the store's
 /// name prefix, empty in production); the spec repeats the bare name so that nothing has to
@@ -90,14 +93,42 @@ pub struct RotaNodeStatus {
     /// Backoff per process, after failures; a success clears it.
     #[serde(default)]
     pub backoff: Vec<BackoffStatus>,
-    /// The last 50 history entries, oldest first.
+    /// The history entries not yet moved to the node's `RotaWindow`s, oldest first: those of
+    /// the window under way (see `history_ring`).
     #[serde(default)]
     pub history: Vec<HistoryStatus>,
+    /// How many chunks of history went to the node's `RotaWindow`s, and the last entry's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_ring: Option<HistoryRingStatus>,
     /// Closed procedure requests that no longer fit in `requests`: a procedure runs at most
     /// once per node, ever, so its request is remembered for as long as the node's RotaNode
     /// lives (one small entry per procedure the node ever had).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub procedure_requests: Vec<RequestStatus>,
+    pub procedure_requests: Vec<ArchivedRequest>,
+}
+
+/// Where the node's history ring stands. A `RotaWindow` whose `sequence` is below `written`
+/// holds entries this RotaNode gave up; one at `written` or above is a write that has not
+/// (or never) come through, and readers leave it out.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryRingStatus {
+    /// Chunks written: the next one goes to ring place `written % 50`.
+    pub written: u64,
+    /// The id of the newest entry moved, which the next entry's id follows.
+    pub last_id: i64,
+}
+
+/// A closed procedure request as `procedureRequests` keeps it: its time is its id's (see
+/// `ids`), and it was closed when it left `requests`.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchivedRequest {
+    pub id: i64,
+    #[schemars(schema_with = "process_schema")]
+    pub process: Process,
+    pub source: String,
+    pub state: RequestStateName,
 }
 
 /// A status edited by hand (`kubectl edit rotanode`) or written by a newer rota may hold what
@@ -143,6 +174,7 @@ impl Default for RotaNodeStatus {
             requests: Vec::new(),
             backoff: Vec::new(),
             history: Vec::new(),
+            history_ring: None,
             procedure_requests: Vec::new(),
         }
     }

@@ -91,11 +91,21 @@ pub fn stamp_of(id: i64, at: Millis) -> Stamp {
     }
 }
 
+/// The time an id was stamped with (the time of its entry or request).
+pub fn at_of(id: i64) -> Millis {
+    EPOCH + (id >> (TAG_BITS + SEQ_BITS))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const T: Millis = 1_800_000_000_000;
+
+    #[test]
+    fn an_id_tells_its_time() {
+        assert_eq!(at_of(Stamp { at: T, seq: 200 }.id(TAG_LIMIT - 1)), T);
+    }
 
     #[test]
     fn ids_sort_by_time_first() {

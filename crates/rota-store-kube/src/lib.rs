@@ -5,7 +5,11 @@
 //!
 //! - `store`: [`KubeStore`], its configuration and the `Store` impl, one file per concern.
 //! - [`actions`]: the `RotaAction` custom resource, the operators' audit trail.
-//! - [`crd`]: the `RotaNode` custom resource, a node's state, session and history.
+//! - [`crd`]: the `RotaNode` custom resource, a node's state, session and the history of the
+//!   window under way.
+//! - [`window`]: the `RotaWindow` custom resource, one chunk of a node's past history.
+//! - `history_ring`: the pure half of the history's ring: when entries move, who may
+//!   overwrite a ring place, how readers merge.
 //! - [`procedure`]: the `Procedure` custom resource and its status's types.
 //! - `procedures`: submitting and listing Procedures, with their scripts.
 //! - `procedure_status`: writing each Procedure's status in the background.
@@ -31,8 +35,14 @@
 //!   so the garbage collector frees the slot when the Node is deleted; the store also frees
 //!   such a slot itself when it finds one while waiting.
 //! - **Node state**: a cluster-scoped [`RotaNode`] per node, whose status holds the state,
-//!   session, requests, backoff and the last 50 history entries (see [`crd`]). Every write is
-//!   a compare-and-swap `replace` on its `resourceVersion`.
+//!   session, requests, backoff and the history of the window under way (see [`crd`]). Every
+//!   write is a compare-and-swap `replace` on its `resourceVersion`, so the object stays small
+//!   (about 2 KB): texts are cut at 160 characters, and only 2 closed requests are kept.
+//! - **History**: cluster-scoped [`RotaWindow`]s `<rotanode>-<n mod 50>`, owned by the
+//!   RotaNode. A write of a RotaNode whose history holds an entry that releases the slot, a
+//!   long cause, or more than 4 entries first writes them all, whole, to the next ring place,
+//!   then removes them and counts the chunk in the same compare-and-swap; readers take only
+//!   chunks the RotaNode counted, each entry once (see `history_ring`).
 //! - **Concurrency**: key `concurrency` of the ConfigMap `rota-config` in the rota namespace
 //!   (1 when unset, as in SQLite).
 //! - **Node tags** (which keep history ids unique, see [`ids`]): a Lease
@@ -143,10 +153,12 @@ pub mod permissions;
 pub mod preflight;
 pub mod procedure;
 pub mod slots;
+pub mod window;
 
 mod changes;
 mod config_view;
 mod error;
+mod history_ring;
 mod procedure_status;
 mod procedure_view;
 mod procedures;
@@ -161,8 +173,22 @@ pub use error::KubeError;
 pub use procedure::{Procedure, ProcedureBody, ProcedureStatus, procedure_crd};
 pub use procedures::SUBMITTED_AT_ANNOTATION;
 pub use store::{CONFIG_MAP, KubeStore, KubeStoreConfig, NAMESPACE_LABEL, STATE_LABEL};
+pub use window::{RotaWindow, RotaWindowSpec, rota_window_crd};
 
 use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+/// Every custom resource rota uses, as `charts/rota/crds/` installs them: what a test or a
+/// simulation that sets up a cluster of its own applies.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![
+        rota_node_crd(),
+        rota_window_crd(),
+        procedure_crd(),
+        rota_action_crd(),
+    ]
+}
 
 /// How often an agent on this store with work re-reads it: only a safety net, as the watches
 /// report releases and other writers' changes; a re-read asks the API server only while the

@@ -141,6 +141,14 @@ const CLUSTER: &[Rule] = &[
         Some("status"),
         &["get", "update", "patch"],
     ),
+    // The history's ring (`window`): read and written before a RotaNode write that ends a
+    // window; listed once by the start-up check.
+    rule(
+        "rota.dev",
+        "rotawindows",
+        None,
+        &["get", "list", "create", "update", "patch"],
+    ),
     rule("rota.dev", "procedures", None, &["get", "list", "watch"]),
     rule("rota.dev", "procedures", Some("status"), &["get", "patch"]),
 ];

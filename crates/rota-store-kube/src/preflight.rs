@@ -5,7 +5,7 @@
 //! (a missing CRD answers `404 page not found`, not even a Status; a missing namespace lets
 //! every list and watch answer an empty collection and only the first create fail).
 //!
-//! Three requests, sent at once: a list of one item of each custom resource, which answers
+//! Four requests, sent at once: a list of one item of each custom resource, which answers
 //! 404 exactly when the API server does not serve it (API discovery lags a moment behind a CRD
 //! that just became established, so it is only asked when the client may not list), and a
 //! dry-run create of a Lease, which the API server refuses with a 404 on `namespaces` when the
@@ -45,9 +45,13 @@ impl ServedResource {
 }
 
 /// rota's custom resources (`charts/rota/crds/`).
-pub const ROTA_RESOURCES: [ServedResource; 2] = [
+pub const ROTA_RESOURCES: [ServedResource; 3] = [
     ServedResource {
         name: "rotanodes.rota.dev",
+        version: "v1alpha1",
+    },
+    ServedResource {
+        name: "rotawindows.rota.dev",
         version: "v1alpha1",
     },
     ServedResource {
@@ -221,7 +225,12 @@ mod tests {
 
     #[test]
     fn the_resources_checked_are_rotas_crds() {
-        let crds = [crate::rota_node_crd(), crate::procedure_crd()];
+        let crds = [
+            crate::rota_node_crd(),
+            crate::rota_window_crd(),
+            crate::procedure_crd(),
+        ];
+        assert_eq!(crds.len(), ROTA_RESOURCES.len());
         for (resource, crd) in ROTA_RESOURCES.iter().zip(&crds) {
             assert_eq!(Some(resource.name), crd.metadata.name.as_deref());
             assert_eq!(resource.group(), crd.spec.group);

@@ -10,9 +10,10 @@ use rota_store::{
 };
 
 use crate::crd::{
-    BackoffStatus, CLOSED_REQUEST_LIMIT, HISTORY_LIMIT, HistoryStatus, RequestStateName,
-    RequestStatus, RotaNodeStatus, Timestamp,
+    ArchivedRequest, BackoffStatus, CLOSED_REQUEST_LIMIT, HISTORY_LIMIT, HistoryStatus,
+    RequestStateName, RequestStatus, RotaNodeStatus, Timestamp,
 };
+use crate::history_ring::{bounded, last_stamp};
 use crate::ids::{self, Stamp};
 
 impl From<RequestStateName> for RequestState {
@@ -115,7 +116,7 @@ pub fn add_request(
         return (open.clone(), false);
     }
     if let Some(once) = procedure_request(status, process) {
-        return (once.clone(), false);
+        return (once, false);
     }
     let last = status
         .requests
@@ -238,9 +239,9 @@ fn apply_window(
     let fallback = status.process.clone().unwrap_or(Process::Reboot);
     let result = match window {
         WindowChange::Finish => Some("finished".to_string()),
-        WindowChange::Fail { cause, .. } => Some(format!("failed: {cause}")),
-        WindowChange::Cancel { reason } => Some(format!("canceled: {reason}")),
-        WindowChange::Postpone { reason } => Some(format!("postponed: {reason}")),
+        WindowChange::Fail { cause, .. } => Some(bounded(&format!("failed: {cause}"))),
+        WindowChange::Cancel { reason } => Some(bounded(&format!("canceled: {reason}"))),
+        WindowChange::Postpone { reason } => Some(bounded(&format!("postponed: {reason}"))),
         _ => None,
     };
     if result.is_some() {
@@ -376,8 +377,7 @@ impl Record {
             processes
         };
         for (i, process) in processes.iter().enumerate() {
-            let last = status.history.last().map(|h| ids::stamp_of(h.id, h.at.0));
-            let stamp: Stamp = ids::next(last, self.now);
+            let stamp: Stamp = ids::next(last_stamp(status), self.now);
             status.history.push(HistoryStatus {
                 id: stamp.id(status.tag),
                 process: process.clone(),
@@ -411,7 +411,7 @@ fn record_backoff(
         process: process.clone(),
         until,
         last_interval_seconds: next,
-        cause: cause.to_string(),
+        cause: bounded(cause),
     };
     match existing {
         Some(b) => *b = entry,
@@ -420,7 +420,7 @@ fn record_backoff(
 }
 
 /// Keeps every open request and the most recent closed ones; a procedure's request that goes
-/// is kept in `procedure_requests` instead (see [`procedure_request`]).
+/// is kept in `procedure_requests` instead, in short (see [`procedure_request`]).
 fn trim_requests(status: &mut RotaNodeStatus) {
     let closed = status
         .requests
@@ -433,7 +433,12 @@ fn trim_requests(status: &mut RotaNodeStatus) {
         if drop > 0 && !r.state.is_open() {
             drop -= 1;
             if matches!(r.process, Process::Mop(_)) {
-                archived.push(r.clone());
+                archived.push(ArchivedRequest {
+                    id: r.id,
+                    process: r.process.clone(),
+                    source: r.source.clone(),
+                    state: r.state,
+                });
             }
             false
         } else {
@@ -445,25 +450,27 @@ fn trim_requests(status: &mut RotaNodeStatus) {
 
 /// The node's request for a procedure in any state, if it ever had one: a procedure runs at
 /// most once per node, so a closed one is returned as it is instead of making a new one.
-fn procedure_request<'a>(
-    status: &'a RotaNodeStatus,
-    process: &Process,
-) -> Option<&'a RequestStatus> {
+fn procedure_request(status: &RotaNodeStatus, process: &Process) -> Option<RequestStatus> {
     if !matches!(process, Process::Mop(_)) {
         return None;
     }
-    status
-        .requests
-        .iter()
-        .chain(&status.procedure_requests)
+    every_request(status)
         .filter(|r| &r.process == process)
         .max_by_key(|r| r.id)
 }
 
 /// Every request the node ever had that it still knows: the kept ones and the archived
-/// procedure requests.
-pub fn every_request(status: &RotaNodeStatus) -> impl Iterator<Item = &RequestStatus> {
-    status.requests.iter().chain(&status.procedure_requests)
+/// procedure requests (dated by their ids).
+pub fn every_request(status: &RotaNodeStatus) -> impl Iterator<Item = RequestStatus> + '_ {
+    let archived = status.procedure_requests.iter().map(|r| RequestStatus {
+        id: r.id,
+        process: r.process.clone(),
+        source: r.source.clone(),
+        created_at: Timestamp(ids::at_of(r.id)),
+        state: r.state,
+        finished_at: None,
+    });
+    status.requests.iter().cloned().chain(archived)
 }
 
 /// Ends the active request for `process` without closing the window (see
@@ -493,7 +500,7 @@ pub fn complete_request(
         Outcome::Succeeded { .. } => status.backoff.retain(|b| &b.process != process),
         Outcome::Failed { cause, policy } => {
             record_backoff(status, process, policy, cause, now);
-            status.last_result = Some(format!("failed: {cause}"));
+            status.last_result = Some(bounded(&format!("failed: {cause}")));
         }
     }
     let record = Record {

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use rota_store_kube::{procedure_crd, rota_action_crd, rota_node_crd};
+use rota_store_kube::{procedure_crd, rota_action_crd, rota_node_crd, rota_window_crd};
 
 const HEADER: &str = "# Generated from crates/rota-store-kube/src/{source}; do not edit.\n\
 # Regenerate: ROTA_UPDATE_CRDS=1 cargo test -p rota-store-kube --test crd\n";
@@ -33,6 +33,10 @@ fn check(file: &str, expected: &str) {
 #[test]
 fn the_committed_crds_are_generated_from_the_types() {
     check("rotanodes.yaml", &generated(&rota_node_crd(), "crd.rs"));
+    check(
+        "rotawindows.yaml",
+        &generated(&rota_window_crd(), "window.rs"),
+    );
     check(
         "procedures.yaml",
         &generated(&procedure_crd(), "procedure.rs"),

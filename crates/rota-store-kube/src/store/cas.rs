@@ -53,6 +53,7 @@ impl KubeStore {
     ) -> Result<Option<RotaNode>> {
         let name = object.metadata.name.clone().unwrap_or_default();
         let node = node_name(&object).ok();
+        self.move_history(&mut object).await?;
         // The own RotaNodes' watch may bring this write before its answer does.
         let _writing = node.as_ref().map(|node| self.writing(node));
         let state = object.status.as_ref().map_or(NodeState::Idle, |s| s.state);

@@ -10,6 +10,7 @@
 //! - `operator`: an operator's unlock, retry, request and cancel;
 //! - `audit`: the record of each operator action (`RotaAction` objects);
 //! - `cas`: compare-and-swap writes of RotaNodes, and the fenced edit behind the agent's;
+//! - `history`: the history's ring of RotaWindows: written before a RotaNode, read back;
 //! - `caches`: what this process remembers of each node between requests;
 //! - `slot_leases`: the slot Leases: list, take, renew, give back, free orphans;
 //! - `tags`: node tags, claimed with Leases of their own;
@@ -48,6 +49,7 @@ mod audit;
 mod caches;
 mod cas;
 mod events;
+mod history;
 mod operator;
 mod queue;
 mod sessions;
@@ -170,7 +172,7 @@ impl KubeStore {
 
     /// [`KubeStore::connect`] without the check, for a caller that has just made it (the
     /// agent checks the cluster and its permissions before it opens the store): the check
-    /// costs three requests.
+    /// costs four requests.
     pub fn open(client: Client, config: KubeStoreConfig) -> KubeStore {
         let rota_nodes: Api<RotaNode> = Api::all(client.clone());
         let rota_node_objects = Api::all_with(client.clone(), &ApiResource::erase::<RotaNode>(&()));

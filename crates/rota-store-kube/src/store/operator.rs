@@ -8,7 +8,7 @@ use rota_store::{Error, NodeRecord, RequestRecord, Result, now_millis};
 use super::KubeStore;
 use super::cas::{CAS_ATTEMPTS, Seen};
 use crate::crd::Timestamp;
-use crate::status;
+use crate::{history_ring, status};
 
 impl KubeStore {
     /// `Store::unlock`: ends the node's window and gives its slot back.
@@ -43,7 +43,7 @@ impl KubeStore {
             let status = written.status.unwrap_or_default();
             match &seen.held {
                 Some(lease) => {
-                    let released = status.history.last().map_or(seen.now, |h| h.at.0);
+                    let released = history_ring::last_entry_at(&status).unwrap_or(seen.now);
                     self.release_lease(lease, node, released).await?;
                 }
                 None => self.inner.changes.bump(1),

@@ -18,6 +18,7 @@ use super::settings::{CONCURRENCY_KEY, PAUSED_KEY, RESUMED_KEY, concurrency_of};
 use super::slot_leases::held_by;
 use super::{KubeStore, node_name};
 use crate::crd::{BlockedStatus, Timestamp};
+use crate::history_ring::bounded;
 use crate::{slots, status};
 
 #[async_trait]
@@ -76,11 +77,12 @@ impl AgentStore for KubeStore {
     async fn set_blocked(&self, session: &Session, blocked: Option<&Blocked>) -> Result<bool> {
         let (changed, _, _) = self
             .edit(session, false, |status, _| {
-                if status.blocked.as_ref().map(|b| &b.reason) == blocked.map(|b| &b.reason) {
+                let reason = blocked.map(|b| bounded(&b.reason));
+                if status.blocked.as_ref().map(|b| &b.reason) == reason.as_ref() {
                     return Ok(Edit::Keep(false));
                 }
                 status.blocked = blocked.map(|b| BlockedStatus {
-                    reason: b.reason.clone(),
+                    reason: bounded(&b.reason),
                     since: Timestamp(b.since),
                 });
                 Ok(Edit::Write(true))
@@ -298,7 +300,7 @@ impl ReadStore for KubeStore {
         for object in self.list_rota_nodes(&self.selector()).await? {
             let node = node_name(&object)?;
             let status = object.status.unwrap_or_default();
-            all.extend(status::every_request(&status).map(|r| status::request_record(&node, r)));
+            all.extend(status::every_request(&status).map(|r| status::request_record(&node, &r)));
         }
         all.sort_by_key(|r| r.id);
         Ok(all)
@@ -356,29 +358,7 @@ impl ReadStore for KubeStore {
     }
 
     async fn history(&self, filter: &HistoryFilter) -> Result<Vec<HistoryEntry>> {
-        let objects = match &filter.node {
-            Some(node) => self.get_rota_node(node).await?.into_iter().collect(),
-            None => self.list_rota_nodes(&self.selector()).await?,
-        };
-        let mut entries = Vec::new();
-        for object in objects {
-            let node = node_name(&object)?;
-            let status = object.status.unwrap_or_default();
-            entries.extend(
-                status
-                    .history
-                    .iter()
-                    .map(|h| status::history_entry(&node, h))
-                    .filter(|e| {
-                        filter.process.as_ref().is_none_or(|p| &e.process == p)
-                            && filter.event.is_none_or(|ev| e.event == ev)
-                            && filter.since.is_none_or(|s| e.at >= s)
-                            && filter.until.is_none_or(|u| e.at <= u)
-                    }),
-            );
-        }
-        entries.sort_by_key(|e| e.id);
-        Ok(entries)
+        self.read_history(filter).await
     }
 
     async fn paused(&self) -> Result<Option<Pause>> {

@@ -9,7 +9,7 @@ use super::KubeStore;
 use super::cas::Edit;
 use super::events::transition_event;
 use crate::crd::Timestamp;
-use crate::status;
+use crate::{history_ring, status};
 
 impl KubeStore {
     /// One transition of a node's agent; with `fence` (a session TTL) it also renews the
@@ -50,7 +50,7 @@ impl KubeStore {
             .await?;
         let lease = seen.held.as_ref().filter(|_| releases);
         if let Some(lease) = lease {
-            let released = status.history.last().map_or(seen.now, |h| h.at.0);
+            let released = history_ring::last_entry_at(&status).unwrap_or(seen.now);
             self.release_lease(lease, &session.node, released).await?;
         }
         // A Lease given back counts itself (its step from held to free); any other step that

@@ -9,7 +9,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
 use rota_e2e::testenv::{Scope, TestEnv};
 use rota_store::Store;
-use rota_store_kube::{KubeStore, KubeStoreConfig, procedure_crd, rota_action_crd, rota_node_crd};
+use rota_store_kube::{KubeStore, KubeStoreConfig, crds};
 
 /// The environment, or `None` when `ROTA_E2E_SKIP=1`; panics (the test fails) when no control
 /// plane can be had.
@@ -20,13 +20,12 @@ pub fn env() -> Option<&'static TestEnv> {
     }
 }
 
-/// Installs (or updates) the RotaNode, Procedure and RotaAction CRDs and waits until the API
-/// server serves them.
+/// Installs (or updates) rota's CRDs and waits until the API server serves them.
 pub async fn install_crd(client: kube::Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client);
-    for crd in [rota_node_crd(), procedure_crd(), rota_action_crd()] {
+    let api: Api<CustomResourceDefinition> = Api::all(client);
+    for crd in crds() {
         let name = crd.metadata.name.clone().expect("the CRD has a name");
-        crds.patch(
+        api.patch(
             &name,
             &PatchParams::apply("rota-store-kube-tests").force(),
             &Patch::Apply(&crd),
@@ -35,7 +34,7 @@ pub async fn install_crd(client: kube::Client) {
         .unwrap_or_else(|e| panic!("apply the CRD {name}: {e}"));
         tokio::time::timeout(
             Duration::from_secs(60),
-            await_condition(crds.clone(), &name, conditions::is_crd_established()),
+            await_condition(api.clone(), &name, conditions::is_crd_established()),
         )
         .await
         .unwrap_or_else(|_| panic!("the CRD {name} is established within a minute"))

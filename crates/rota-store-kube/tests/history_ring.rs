@@ -1,0 +1,479 @@
+//! A RotaNode stays small whatever its history's length: each window's entries move to a
+//! `RotaWindow` of the node's ring (at most 50) as it ends, and `history()` reads them back,
+//! each once, leaving out a chunk whose writer never committed it.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Resource, ResourceExt};
+use rota_core::{BackoffPolicy, HistoryEvent, NodeName, NodeState, Process};
+use rota_e2e::testenv::Scope;
+use rota_store::{
+    AgentStore, HistoryEntry, HistoryFilter, OperatorStore, ReadStore, Session, Transition,
+    WindowChange, now_millis,
+};
+use rota_store_kube::crd::{HistoryStatus, Timestamp};
+use rota_store_kube::window::{NODE_TAG_LABEL, RING_SIZE, ring_name};
+use rota_store_kube::{KubeStore, NAMESPACE_LABEL, RotaNode, RotaWindow, RotaWindowSpec};
+
+const TTL: Duration = Duration::from_secs(120);
+
+fn policy() -> BackoffPolicy {
+    BackoffPolicy {
+        initial: Duration::from_secs(1),
+        maximum: Duration::from_secs(5),
+        exponent: 2.0,
+    }
+}
+
+/// A cause as long as a procedure's failure with the tails of its output.
+fn long_cause(window: usize) -> String {
+    format!("window {window}: script exited 3: {}", "x".repeat(2000))
+}
+
+/// One window through the store API: a request, the queue, the slot, and an end that releases
+/// it: a failure with a long cause for every third window, else a finish.
+async fn window(store: &KubeStore, s: &Session, n: usize) {
+    open_window(store, s).await;
+    end_window(store, s, n).await;
+}
+
+/// The end of window `n`: a failure with a long cause for every third window, else a finish.
+async fn end_window(store: &KubeStore, s: &Session, n: usize) {
+    if n.is_multiple_of(3) {
+        store
+            .transition(
+                s,
+                Transition::new(NodeState::Draining, NodeState::Idle).window(WindowChange::Fail {
+                    cause: long_cause(n),
+                    policy: policy(),
+                    keep_slot: false,
+                }),
+            )
+            .await
+            .expect("fail");
+        store
+            .cancel_request(s, &Process::Reboot)
+            .await
+            .expect("cancel the requeued request");
+        return;
+    }
+    for (from, to) in [
+        (NodeState::Draining, NodeState::Maintaining),
+        (NodeState::Maintaining, NodeState::Verifying),
+    ] {
+        store
+            .transition(s, Transition::new(from, to))
+            .await
+            .expect("step");
+    }
+    store
+        .transition(
+            s,
+            Transition::new(NodeState::Verifying, NodeState::Idle).window(WindowChange::Finish),
+        )
+        .await
+        .expect("finish");
+}
+
+/// The writes a client sent, each as `METHOD resource`.
+#[derive(Clone, Default)]
+struct Writes(Arc<Mutex<Vec<String>>>);
+
+impl Writes {
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().expect("the log"))
+    }
+
+    fn count(writes: &[String], what: &str) -> usize {
+        writes.iter().filter(|w| *w == what).count()
+    }
+}
+
+/// A store in a scope of its own on a client that logs its writes.
+async fn logged_store(name: &str) -> Option<(Scope, KubeStore, Writes)> {
+    let env = common::env()?;
+    let scope = env.scope(name).await.expect("a test scope");
+    common::install_crd(scope.client()).await;
+    let writes = Writes::default();
+    let log = writes.clone();
+    let layer =
+        tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
+            if request.method() != http::Method::GET {
+                let resource = request
+                    .uri()
+                    .path()
+                    .split('/')
+                    .find(|part| ["rotanodes", "rotawindows"].contains(part))
+                    .unwrap_or("other");
+                let line = format!("{} {resource}", request.method());
+                log.0.lock().expect("the log").push(line);
+            }
+            request
+        });
+    let config = env.config().await.expect("the test kubeconfig");
+    let client = kube::client::ClientBuilder::try_from(config)
+        .expect("a client")
+        .with_layer(&layer)
+        .build();
+    let store = KubeStore::connect(client, common::store_config(&scope))
+        .await
+        .expect("connect the store");
+    store.set_concurrency(1).await.expect("concurrency");
+    Some((scope, store, writes))
+}
+
+/// The node's RotaNode as the API server serves it: its JSON, managedFields included.
+async fn served(store: &KubeStore, client: &kube::Client, node: &NodeName) -> String {
+    let path = format!(
+        "/apis/rota.dev/v1alpha1/rotanodes/{}",
+        store.object_name(node)
+    );
+    let request = http::Request::get(path)
+        .body(Vec::new())
+        .expect("a request");
+    client
+        .request_text(request)
+        .await
+        .expect("read the RotaNode")
+}
+
+async fn node_history(store: &KubeStore, node: &NodeName) -> Vec<HistoryEntry> {
+    store
+        .history(&HistoryFilter {
+            node: Some(node.clone()),
+            ..HistoryFilter::default()
+        })
+        .await
+        .expect("history")
+}
+
+async fn rota_node(scope: &Scope, store: &KubeStore, node: &NodeName) -> RotaNode {
+    Api::<RotaNode>::all(scope.client())
+        .get(&store.object_name(node))
+        .await
+        .expect("the RotaNode")
+}
+
+/// 120 windows, every third failing with a cause of 2,000 characters: the RotaNode, as served,
+/// stays within 4 KiB at every step of a window, the ring wraps and keeps the last 50 windows,
+/// whole and in order, and each window costs one RotaWindow write.
+#[tokio::test]
+async fn a_rota_node_stays_small_through_many_windows_and_the_ring_keeps_the_last_fifty() {
+    let Some((scope, store, writes)) = logged_store("ring-size").await else {
+        return;
+    };
+    let node = NodeName::new("many").expect("a name");
+    let s = store.open_session(&node, TTL).await.expect("open");
+    let mut sizes = Vec::new();
+    for n in 0..120 {
+        writes.take();
+        open_window(&store, &s).await;
+        let json = served(&store, &scope.client(), &node).await;
+        assert!(
+            json.len() <= 4096,
+            "in window {n}: {} bytes: {json}",
+            json.len()
+        );
+        end_window(&store, &s, n).await;
+        let sent = writes.take();
+        assert_eq!(
+            Writes::count(&sent, "POST rotawindows") + Writes::count(&sent, "PATCH rotawindows"),
+            1,
+            "window {n} wrote its ring place once: {sent:?}"
+        );
+        let json = served(&store, &scope.client(), &node).await;
+        sizes.push(json.len());
+        assert!(
+            json.len() <= 4096,
+            "after window {n}: {} bytes: {json}",
+            json.len()
+        );
+    }
+    eprintln!(
+        "RotaNode served bytes: after 1 window {}, after 100 windows {}, largest {}",
+        sizes[0],
+        sizes[99],
+        sizes.iter().max().expect("sizes")
+    );
+
+    let history = node_history(&store, &node).await;
+    assert_eq!(
+        history.len(),
+        2 * RING_SIZE as usize,
+        "two entries for each of 50 windows"
+    );
+    assert!(
+        history
+            .windows(2)
+            .all(|w| w[0].id < w[1].id && w[0].at <= w[1].at)
+    );
+    for (i, pair) in history.chunks(2).enumerate() {
+        let n = 120 - RING_SIZE as usize + i;
+        assert_eq!(pair[0].event, HistoryEvent::Started, "window {n}");
+        assert!(!pair[0].released && pair[1].released, "window {n}");
+        if n.is_multiple_of(3) {
+            assert_eq!(pair[1].event, HistoryEvent::Failed, "window {n}");
+            assert_eq!(pair[1].cause.as_deref(), Some(long_cause(n).as_str()));
+        } else {
+            assert_eq!(pair[1].event, HistoryEvent::Finished, "window {n}");
+        }
+    }
+    let windows = Api::<RotaWindow>::all(scope.client())
+        .list(&ListParams::default().labels(&format!("{NAMESPACE_LABEL}={}", scope.namespace())))
+        .await
+        .expect("list the RotaWindows");
+    assert_eq!(
+        windows.items.len(),
+        RING_SIZE as usize,
+        "one per ring place"
+    );
+    scope.cleanup().await.expect("clean up");
+}
+
+/// A writer that died between its RotaWindow and its RotaNode write left a chunk that was
+/// never committed: `history()` leaves it out, and reads an entry that is both in a committed
+/// chunk and still in the RotaNode once. The next window overwrites the dead writer's chunk,
+/// and deleting the RotaNode lets the garbage collector delete its ring.
+#[tokio::test]
+async fn a_chunk_never_committed_is_not_read_and_an_entry_in_both_places_is_read_once() {
+    let Some((scope, store, _)) = logged_store("ring-crash").await else {
+        return;
+    };
+    let node = NodeName::new("crash").expect("a name");
+    let s = store.open_session(&node, TTL).await.expect("open");
+    for n in 1..3 {
+        window(&store, &s, n).await;
+    }
+    let before = node_history(&store, &node).await;
+    assert_eq!(before.len(), 4);
+
+    let rota_nodes = Api::<RotaNode>::all(scope.client());
+    let mut object = rota_node(&scope, &store, &node).await;
+    let status = object.status.clone().expect("a status");
+    let ring = status.history_ring.expect("chunks were written");
+    assert_eq!(ring.written, 2);
+    // The dead writer's chunk 2: an entry that never happened beside a copy of one that did.
+    let phantom = HistoryStatus {
+        id: before[3].id + 1,
+        process: Process::Reboot,
+        event: HistoryEvent::Canceled,
+        at: Timestamp(before[3].at),
+        cause: Some("never committed".into()),
+        slot: Some(0),
+        released: true,
+    };
+    let copy = status_entry(&before[3]);
+    let mut dead = RotaWindow::new(
+        &ring_name(&object.name_any(), 2),
+        RotaWindowSpec {
+            node: node.to_string(),
+            sequence: 2,
+            cut_at_generation: object.meta().generation.expect("a generation"),
+            entries: vec![copy.clone(), phantom],
+        },
+    );
+    dead.metadata.labels = Some(
+        [
+            (NAMESPACE_LABEL.to_string(), scope.namespace().to_string()),
+            (NODE_TAG_LABEL.to_string(), status.tag.to_string()),
+        ]
+        .into(),
+    );
+    dead.metadata.owner_references = object.owner_ref(&()).map(|o| vec![o]);
+    let windows = Api::<RotaWindow>::all(scope.client());
+    windows
+        .create(&PostParams::default(), &dead)
+        .await
+        .expect("the dead writer's chunk");
+    // A committed entry still in the RotaNode, as if its removal had not been written.
+    let mut inline = status.clone();
+    inline.history.push(copy);
+    object.status = Some(inline);
+    rota_nodes
+        .replace(&object.name_any(), &PostParams::default(), &object)
+        .await
+        .expect("put the entry back by hand");
+
+    let after = node_history(&store, &node).await;
+    assert_eq!(
+        after.iter().map(|e| e.id).collect::<Vec<_>>(),
+        before.iter().map(|e| e.id).collect::<Vec<_>>(),
+        "the uncommitted chunk is left out, the entry in both places read once"
+    );
+
+    store.refresh(&node);
+    window(&store, &s, 3).await;
+    let chunk = windows
+        .get(&ring_name(&object.name_any(), 2))
+        .await
+        .expect("ring place 2");
+    assert!(
+        chunk
+            .spec
+            .entries
+            .iter()
+            .all(|e| e.cause.as_deref() != Some("never committed")),
+        "the next window overwrote the dead writer's chunk: {:?}",
+        chunk.spec.entries
+    );
+    let last = node_history(&store, &node).await;
+    assert_eq!(last.len(), 6);
+    assert!(last[..4].iter().zip(&before).all(|(a, b)| a.id == b.id));
+    assert_eq!(
+        rota_node(&scope, &store, &node)
+            .await
+            .status
+            .expect("status")
+            .history,
+        []
+    );
+
+    let selector = format!(
+        "{NODE_TAG_LABEL}={},{NAMESPACE_LABEL}={}",
+        status.tag,
+        scope.namespace()
+    );
+    let ring = windows
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .expect("list");
+    // The entry put back moved again with the next write (to the dead writer's place), and
+    // the window to the place after it: read once all the same.
+    assert_eq!(ring.items.len(), 4, "places 0 to 3 of the ring");
+    rota_nodes
+        .delete(&object.name_any(), &DeleteParams::default())
+        .await
+        .expect("delete the RotaNode");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let left = windows
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .expect("list");
+        if left.items.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the garbage collector left {} RotaWindows of a deleted RotaNode",
+            left.items.len()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    scope.cleanup().await.expect("clean up");
+}
+
+/// A chunk of the same sequence, cut from the same generation of the RotaNode by another
+/// writer that may still commit it, is left alone: the entries stay in the RotaNode (and are
+/// read from there), and the next write, from a newer generation, moves them.
+#[tokio::test]
+async fn a_chunk_another_writer_may_still_commit_is_left_and_the_entries_wait() {
+    let Some((scope, store, _)) = logged_store("ring-race").await else {
+        return;
+    };
+    let node = NodeName::new("race").expect("a name");
+    let s = store.open_session(&node, TTL).await.expect("open");
+    window(&store, &s, 1).await;
+    open_window(&store, &s).await;
+    let object = rota_node(&scope, &store, &node).await;
+    let tag = object.status.as_ref().expect("status").tag;
+    let mut rival = RotaWindow::new(
+        &ring_name(&object.name_any(), 1),
+        RotaWindowSpec {
+            node: node.to_string(),
+            sequence: 1,
+            cut_at_generation: object.meta().generation.expect("a generation"),
+            entries: Vec::new(),
+        },
+    );
+    rival.metadata.labels = Some(
+        [
+            (NAMESPACE_LABEL.to_string(), scope.namespace().to_string()),
+            (NODE_TAG_LABEL.to_string(), tag.to_string()),
+        ]
+        .into(),
+    );
+    rival.metadata.owner_references = object.owner_ref(&()).map(|o| vec![o]);
+    Api::<RotaWindow>::all(scope.client())
+        .create(&PostParams::default(), &rival)
+        .await
+        .expect("the rival's chunk");
+
+    store
+        .transition(
+            &s,
+            Transition::new(NodeState::Draining, NodeState::Idle).window(WindowChange::Finish),
+        )
+        .await
+        .expect("finish");
+    let status = rota_node(&scope, &store, &node)
+        .await
+        .status
+        .expect("status");
+    assert_eq!(status.history.len(), 2, "the entries wait in the RotaNode");
+    assert_eq!(status.history_ring.expect("a ring").written, 1);
+    assert_eq!(
+        node_history(&store, &node).await.len(),
+        4,
+        "and are read from there"
+    );
+
+    store
+        .add_request(&s, &Process::Reboot, "history-ring")
+        .await
+        .expect("the next write");
+    let status = rota_node(&scope, &store, &node)
+        .await
+        .status
+        .expect("status");
+    assert_eq!(status.history, [], "the next write moved them");
+    assert_eq!(status.history_ring.expect("a ring").written, 2);
+    let history = node_history(&store, &node).await;
+    assert_eq!(history.len(), 4);
+    assert!(history.windows(2).all(|w| w[0].id < w[1].id));
+    scope.cleanup().await.expect("clean up");
+}
+
+/// A request, the queue, the slot, and the window opened.
+async fn open_window(store: &KubeStore, s: &Session) {
+    store
+        .add_request(s, &Process::Reboot, "history-ring")
+        .await
+        .expect("request");
+    store
+        .transition(
+            s,
+            Transition::new(NodeState::Idle, NodeState::Queued).window(WindowChange::Queue {
+                queued_at: Some(now_millis() - 1000),
+            }),
+        )
+        .await
+        .expect("queue");
+    let slot = store.try_acquire_slot(s).await.expect("acquire");
+    assert!(slot.slot().is_some(), "the only node gets a slot");
+    store
+        .transition(
+            s,
+            Transition::new(NodeState::Queued, NodeState::Draining)
+                .process(Some(Process::Reboot))
+                .window(WindowChange::Open),
+        )
+        .await
+        .expect("open");
+}
+
+fn status_entry(e: &HistoryEntry) -> HistoryStatus {
+    HistoryStatus {
+        id: e.id,
+        process: e.process.clone(),
+        event: e.event,
+        at: Timestamp(e.at),
+        cause: e.cause.clone(),
+        slot: e.slot,
+        released: e.released,
+    }
+}
