@@ -1,7 +1,7 @@
 //! Node-scoped authority (README "Node-scoped authority"): the chart's ValidatingAdmissionPolicy
 //! on the real API server of `testenv/`. With a token bound to the agent's pod on node A (the
-//! one the kubelet mounts), A's agent may change A's Node, A's RotaNode and take or give back
-//! Leases for A, and nothing of node B's, and in `rota-config` only pause the fleet; a token of
+//! one the kubelet mounts), A's agent may change A's Node, A's RotaNode and RotaWindows and take
+//! or give back Leases for A, and nothing of node B's, and in `rota-config` only pause the fleet; a token of
 //! the same service account that is bound to no pod may write none of them; every refusal
 //! names the policy. And a real `rota agent` with
 //! its pod's token goes through a whole window (session, slot, cordon with labels and a taint,
@@ -21,7 +21,9 @@ use rota_core::{HistoryEvent, NodeName, NodeState, Process};
 use rota_e2e::testenv::{Scope, app_labels, wait_for};
 use rota_e2e::tokens::pod_token;
 use rota_store::ReadStore;
-use rota_store_kube::{KubeStore, KubeStoreConfig, RotaNode, RotaNodeSpec};
+use rota_store_kube::{
+    KubeStore, KubeStoreConfig, RotaNode, RotaNodeSpec, RotaWindow, RotaWindowSpec,
+};
 use serde_json::{Value, json};
 
 mod kube_common;
@@ -102,6 +104,18 @@ fn rota_node(name: &str, node: &str) -> RotaNode {
         spec: RotaNodeSpec { node: node.into() },
         status: None,
     }
+}
+
+fn rota_window(name: &str, node: &str) -> RotaWindow {
+    RotaWindow::new(
+        name,
+        RotaWindowSpec {
+            node: node.into(),
+            sequence: 0,
+            cut_at_generation: 1,
+            entries: Vec::new(),
+        },
+    )
 }
 
 fn config_map(name: &str, data: &[(&str, &str)]) -> ConfigMap {
@@ -215,6 +229,46 @@ async fn an_agent_may_change_only_its_own_nodes_objects_and_each_refusal_names_t
         rota_nodes_as_a.replace(a, &post, &disguised).await,
         &policy,
         &denied(own_rota_node, &format!("UPDATE of RotaNode {a}")),
+    )?;
+
+    // RotaWindows (its history's ring): its own, created and updated...
+    let windows_as_a: Api<RotaWindow> = Api::all(agent.clone());
+    let own_window = format!("{a}-0");
+    let own = windows_as_a
+        .create(&post, &rota_window(&own_window, a))
+        .await
+        .context("A's agent creating its RotaWindow")?;
+    let own = windows_as_a
+        .replace(&own_window, &post, &own)
+        .await
+        .context("A's agent updating its RotaWindow")?;
+    // ...but not B's, neither made nor rewritten, nor its own turned into B's.
+    let own_windows = "write only its own RotaWindows";
+    let b_s_window = format!("{b}-0");
+    refused(
+        "creating B's RotaWindow",
+        windows_as_a
+            .create(&post, &rota_window(&b_s_window, b))
+            .await,
+        &policy,
+        &denied(own_windows, &format!("CREATE of RotaWindow {b_s_window}")),
+    )?;
+    let theirs = Api::<RotaWindow>::all(admin.clone())
+        .create(&post, &rota_window(&b_s_window, b))
+        .await?;
+    refused(
+        "rewriting B's RotaWindow",
+        windows_as_a.replace(&b_s_window, &post, &theirs).await,
+        &policy,
+        &denied(own_windows, &format!("UPDATE of RotaWindow {b_s_window}")),
+    )?;
+    let mut disguised = own;
+    disguised.spec.node = b.into();
+    refused(
+        "making its own RotaWindow B's",
+        windows_as_a.replace(&own_window, &post, &disguised).await,
+        &policy,
+        &denied(own_windows, &format!("UPDATE of RotaWindow {own_window}")),
     )?;
 
     // Leases: a free slot taken by create, given back, and taken again by compare-and-swap...
