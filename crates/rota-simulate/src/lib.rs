@@ -260,6 +260,12 @@ fn node_config(node: &Node, options: &Options, fleet: &Fleet) -> AgentConfig {
     if let Some(poll) = fleet.procedure_poll {
         config.procedure_poll = poll;
     }
+    // As `rota agent` on SQLite and PostgreSQL: an idle node renews its session seldom. Only
+    // with handles of their own, whose idle traffic is counted; the shared handle's runs stay
+    // as they were measured.
+    if options.handle_per_agent && matches!(fleet.opener, Opener::Sqlite(_) | Opener::Url(_)) {
+        config.idle_session_ttl = Some(rota_agent::IDLE_SESSION_TTL);
+    }
     config
 }
 
