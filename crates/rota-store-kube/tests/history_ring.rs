@@ -236,42 +236,58 @@ async fn a_rota_node_stays_small_through_many_windows_and_the_ring_keeps_the_las
 
 /// A writer that died between its RotaWindow and its RotaNode write left a chunk that was
 /// never committed: `history()` leaves it out, and reads an entry that is both in a committed
-/// chunk and still in the RotaNode once. The next window overwrites the dead writer's chunk,
-/// and deleting the RotaNode lets the garbage collector delete its ring.
+/// chunk and still in the RotaNode once. The next write overwrites the dead writer's chunk (a
+/// create met it on the first lap), and deleting the RotaNode lets the garbage collector delete
+/// its ring.
 #[tokio::test]
 async fn a_chunk_never_committed_is_not_read_and_an_entry_in_both_places_is_read_once() {
-    let Some((scope, store, _)) = logged_store("ring-crash").await else {
+    dead_writer("ring-crash", 2).await;
+}
+
+/// The same on a later lap, where the dead writer's chunk replaced the oldest one: the next
+/// write's patch, which applies only over the lap before, meets it and overwrites it.
+#[tokio::test]
+async fn a_chunk_never_committed_on_a_later_lap_is_overwritten_by_the_next_write() {
+    dead_writer("ring-crash-lap", RING_SIZE as usize + 1).await;
+}
+
+/// `windows` windows, then a writer that dies after writing chunk `windows`, with an entry
+/// that never happened and a copy of the last one, which is also put back in the RotaNode.
+async fn dead_writer(scope_name: &str, windows: usize) {
+    let Some((scope, store, _)) = logged_store(scope_name).await else {
         return;
     };
     let node = NodeName::new("crash").expect("a name");
     let s = store.open_session(&node, TTL).await.expect("open");
-    for n in 1..3 {
+    for n in 1..=windows {
         window(&store, &s, n).await;
     }
     let before = node_history(&store, &node).await;
-    assert_eq!(before.len(), 4);
+    let ring_size = RING_SIZE as usize;
+    assert_eq!(before.len(), 2 * windows.min(ring_size));
 
     let rota_nodes = Api::<RotaNode>::all(scope.client());
     let mut object = rota_node(&scope, &store, &node).await;
     let status = object.status.clone().expect("a status");
-    let ring = status.history_ring.expect("chunks were written");
-    assert_eq!(ring.written, 2);
-    // The dead writer's chunk 2: an entry that never happened beside a copy of one that did.
+    let written = status.history_ring.expect("chunks were written").written;
+    assert_eq!(written, windows as u64);
+    let last = before.last().expect("entries");
     let phantom = HistoryStatus {
-        id: before[3].id + 1,
+        id: last.id + 1,
         process: Process::Reboot,
         event: HistoryEvent::Canceled,
-        at: Timestamp(before[3].at),
+        at: Timestamp(last.at),
         cause: Some("never committed".into()),
         slot: Some(0),
         released: true,
     };
-    let copy = status_entry(&before[3]);
+    let copy = status_entry(last);
+    let place = ring_name(&object.name_any(), written);
     let mut dead = RotaWindow::new(
-        &ring_name(&object.name_any(), 2),
+        &place,
         RotaWindowSpec {
             node: node.to_string(),
-            sequence: 2,
+            sequence: written,
             cut_at_generation: object.meta().generation.expect("a generation"),
             entries: vec![copy.clone(), phantom],
         },
@@ -284,11 +300,22 @@ async fn a_chunk_never_committed_is_not_read_and_an_entry_in_both_places_is_read
         .into(),
     );
     dead.metadata.owner_references = object.owner_ref(&()).map(|o| vec![o]);
-    let windows = Api::<RotaWindow>::all(scope.client());
-    windows
-        .create(&PostParams::default(), &dead)
-        .await
-        .expect("the dead writer's chunk");
+    let ring = Api::<RotaWindow>::all(scope.client());
+    let lapped = match ring.get_opt(&place).await.expect("read the place") {
+        Some(oldest) => {
+            dead.metadata.resource_version = oldest.resource_version();
+            ring.replace(&place, &PostParams::default(), &dead)
+                .await
+                .expect("the dead writer's chunk over the oldest");
+            true
+        }
+        None => {
+            ring.create(&PostParams::default(), &dead)
+                .await
+                .expect("the dead writer's chunk");
+            false
+        }
+    };
     // A committed entry still in the RotaNode, as if its removal had not been written.
     let mut inline = status.clone();
     inline.history.push(copy);
@@ -299,30 +326,32 @@ async fn a_chunk_never_committed_is_not_read_and_an_entry_in_both_places_is_read
         .expect("put the entry back by hand");
 
     let after = node_history(&store, &node).await;
+    // The oldest chunk, which the dead writer's replaced, is gone one window early.
+    let kept = &before[if lapped { 2 } else { 0 }..];
     assert_eq!(
-        after.iter().map(|e| e.id).collect::<Vec<_>>(),
-        before.iter().map(|e| e.id).collect::<Vec<_>>(),
+        ids(&after),
+        ids(kept),
         "the uncommitted chunk is left out, the entry in both places read once"
     );
 
     store.refresh(&node);
-    window(&store, &s, 3).await;
-    let chunk = windows
-        .get(&ring_name(&object.name_any(), 2))
-        .await
-        .expect("ring place 2");
+    window(&store, &s, windows + 1).await;
+    let chunk = ring.get(&place).await.expect("the dead writer's place");
     assert!(
         chunk
             .spec
             .entries
             .iter()
             .all(|e| e.cause.as_deref() != Some("never committed")),
-        "the next window overwrote the dead writer's chunk: {:?}",
+        "the next write overwrote the dead writer's chunk: {:?}",
         chunk.spec.entries
     );
+    // The entry put back moved again with the next write (to the dead writer's place, where it
+    // is read once), and the window to the place after it, the oldest chunk's on a later lap.
     let last = node_history(&store, &node).await;
-    assert_eq!(last.len(), 6);
-    assert!(last[..4].iter().zip(&before).all(|(a, b)| a.id == b.id));
+    let dropped = if windows + 2 > ring_size { 2 } else { 0 };
+    assert_eq!(ids(&last[..last.len() - 2]), ids(&kept[dropped..]));
+    assert!(last.windows(2).all(|w| w[0].id < w[1].id));
     assert_eq!(
         rota_node(&scope, &store, &node)
             .await
@@ -337,20 +366,18 @@ async fn a_chunk_never_committed_is_not_read_and_an_entry_in_both_places_is_read
         status.tag,
         scope.namespace()
     );
-    let ring = windows
+    let places = ring
         .list(&ListParams::default().labels(&selector))
         .await
         .expect("list");
-    // The entry put back moved again with the next write (to the dead writer's place), and
-    // the window to the place after it: read once all the same.
-    assert_eq!(ring.items.len(), 4, "places 0 to 3 of the ring");
+    assert_eq!(places.items.len(), (windows + 2).min(ring_size));
     rota_nodes
         .delete(&object.name_any(), &DeleteParams::default())
         .await
         .expect("delete the RotaNode");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
-        let left = windows
+        let left = ring
             .list(&ListParams::default().labels(&selector))
             .await
             .expect("list");
@@ -365,6 +392,10 @@ async fn a_chunk_never_committed_is_not_read_and_an_entry_in_both_places_is_read
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     scope.cleanup().await.expect("clean up");
+}
+
+fn ids(entries: &[HistoryEntry]) -> Vec<i64> {
+    entries.iter().map(|e| e.id).collect()
 }
 
 /// A chunk of the same sequence, cut from the same generation of the RotaNode by another
