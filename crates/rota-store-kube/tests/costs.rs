@@ -8,7 +8,8 @@
 //!
 //! Waiting: a node far from the front of the queue renews its session sparsely (a few writes
 //! an hour); near the front it renews as usual, and one that died far back is passed over as
-//! soon as it comes near, not when its long deadline runs out.
+//! soon as it comes near, not when its long deadline runs out. A look at the queue that tells
+//! a node to wait reads the API server's cache; only one that may grant reads consistently.
 
 mod common;
 
@@ -28,7 +29,8 @@ use rota_store_kube::{KubeStore, Procedure, ProcedureBody, RotaNode};
 
 const TTL: Duration = Duration::from_secs(30);
 
-/// The requests a client sent, each as `METHOD path` with `?watch` for a watch.
+/// The requests a client sent, each as `METHOD path` with `?watch` for a watch, and
+/// ` (cache)` for a list the API server may answer from its cache as it is (not consistent).
 #[derive(Clone, Default)]
 struct Sent(Arc<Mutex<Vec<String>>>);
 
@@ -38,15 +40,22 @@ impl Sent {
     }
 
     fn log(&self, request: &http::Request<kube::client::Body>) {
-        let watch = request
-            .uri()
-            .query()
-            .is_some_and(|q| q.split('&').any(|p| p == "watch=true"));
+        let has = |param: &str| {
+            request
+                .uri()
+                .query()
+                .is_some_and(|q| q.split('&').any(|p| p == param))
+        };
         let line = format!(
-            "{} {}{}",
+            "{} {}{}{}",
             request.method(),
             request.uri().path(),
-            if watch { "?watch" } else { "" }
+            if has("watch=true") { "?watch" } else { "" },
+            if has("resourceVersion=0") {
+                " (cache)"
+            } else {
+                ""
+            }
         );
         self.0.lock().expect("the log").push(line);
     }
@@ -57,6 +66,15 @@ async fn counted_store(name: &str) -> Option<(rota_e2e::testenv::Scope, KubeStor
     let env = common::env()?;
     let scope = env.scope(name).await.expect("a test scope");
     common::install_crd(scope.client()).await;
+    let (store, sent) = counted_handle(env, &scope).await;
+    Some((scope, store, sent))
+}
+
+/// Another handle on `scope`'s store, as another agent's process has, its requests logged.
+async fn counted_handle(
+    env: &rota_e2e::testenv::TestEnv,
+    scope: &rota_e2e::testenv::Scope,
+) -> (KubeStore, Sent) {
     let sent = Sent::default();
     let log = sent.clone();
     let layer =
@@ -69,10 +87,10 @@ async fn counted_store(name: &str) -> Option<(rota_e2e::testenv::Scope, KubeStor
         .expect("a client")
         .with_layer(&layer)
         .build();
-    let store = KubeStore::connect(client, common::store_config(&scope))
+    let store = KubeStore::connect(client, common::store_config(scope))
         .await
         .expect("connect the store");
-    Some((scope, store, sent))
+    (store, sent)
 }
 
 /// What an idle agent asks its store at each look, its periodic re-read and heartbeat included.
@@ -376,6 +394,125 @@ async fn a_sparse_waiter_that_comes_near_renews_as_usual_and_keeps_its_place() {
             Acquire::Wait { .. }
         ),
         "the slot is taken"
+    );
+    scope.cleanup().await.expect("clean up");
+}
+
+/// The lists of RotaNodes among `sent`.
+fn node_lists(sent: &[String]) -> Vec<&String> {
+    sent.iter()
+        .filter(|r| {
+            r.starts_with("GET /apis/rota.dev/v1alpha1/rotanodes") && !r.ends_with("?watch")
+        })
+        .filter(|r| !r.contains("/rotanodes/"))
+        .collect()
+}
+
+/// A consistent list waits for the API server's cache to catch up with etcd: a waiter's look
+/// that ends in "wait" reads the cache as it is (an agent's own handle) or the handle's watch
+/// of every RotaNode (a handle with several agents), and only a look that may grant the slot
+/// reads the queue again, consistently, so that the grant follows the queue as written.
+#[tokio::test]
+async fn a_look_that_ends_in_wait_reads_the_cache_and_a_grant_reads_consistently() {
+    let Some((scope, store, sent)) = counted_store("looks").await else {
+        return;
+    };
+    let env = common::env().expect("the test environment");
+    store.set_concurrency(1).await.expect("concurrency");
+    let first = now_millis() - 60_000;
+    let waiters = queue_up(&store, "l", first, 3).await;
+    let (own, own_sent) = counted_handle(env, &scope).await;
+    let alone = queue_up(&own, "m", first + 10, 1).await;
+
+    own_sent.take();
+    assert!(
+        matches!(
+            own.try_acquire_slot(&alone[0]).await.expect("look"),
+            Acquire::Wait { .. }
+        ),
+        "three ahead"
+    );
+    let waiting = own_sent.take();
+    let lists = node_lists(&waiting);
+    assert!(!lists.is_empty(), "the look lists the queue: {waiting:?}");
+    assert!(
+        lists.iter().all(|l| l.ends_with(" (cache)")),
+        "an agent's own look that ends in wait: {lists:?}"
+    );
+
+    // The handle of three agents looks at its watch once it has listed the RotaNodes.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        // Past the last answer's five seconds, so that the call looks again.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        sent.take();
+        let answer = store.try_acquire_slot(&waiters[2]).await.expect("look");
+        assert!(matches!(answer, Acquire::Wait { .. }), "two ahead");
+        if node_lists(&sent.take()).is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the look still lists after a minute"
+        );
+    }
+    assert!(
+        matches!(
+            store.try_acquire_slot(&waiters[0]).await.expect("look"),
+            Acquire::Granted(_)
+        ),
+        "the front takes the slot"
+    );
+    let granted = sent.take();
+    let lists = node_lists(&granted);
+    assert!(
+        lists.last().is_some_and(|l| !l.ends_with(" (cache)")),
+        "a grant's last list is consistent: {lists:?}"
+    );
+    scope.cleanup().await.expect("clean up");
+}
+
+/// A waiter far back keeps its answer "wait" for about a minute while no change comes, where
+/// one near the front looks again after five seconds: the far one's look lists every node
+/// ahead of it, and a thousand of them every five seconds overwhelmed the API server. Each
+/// agent has a handle of its own, as on a fleet.
+#[tokio::test]
+async fn a_far_back_waiters_answer_stands_longer_than_a_near_ones() {
+    let Some((scope, store, _)) = counted_store("stands").await else {
+        return;
+    };
+    let env = common::env().expect("the test environment");
+    store.set_concurrency(1).await.expect("concurrency");
+    let first = now_millis() - 60_000;
+    queue_up(&store, "a", first, 2).await;
+    let (near_store, near_sent) = counted_handle(env, &scope).await;
+    let near = queue_up(&near_store, "n", first + 2, 1).await;
+    queue_up(&store, "b", first + 3, 10).await;
+    let (far_store, far_sent) = counted_handle(env, &scope).await;
+    let far = queue_up(&far_store, "f", first + 20, 1).await;
+    for (handle, waiter) in [(&near_store, &near[0]), (&far_store, &far[0])] {
+        assert!(
+            matches!(
+                handle.try_acquire_slot(waiter).await.expect("look"),
+                Acquire::Wait { .. }
+            ),
+            "a waiter"
+        );
+    }
+    // Past the near answer's five seconds, short of the far one's thirty at least.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    far_sent.take();
+    far_store.try_acquire_slot(&far[0]).await.expect("look");
+    assert_eq!(
+        node_lists(&far_sent.take()),
+        Vec::<&String>::new(),
+        "the far waiter looked again"
+    );
+    near_sent.take();
+    near_store.try_acquire_slot(&near[0]).await.expect("look");
+    assert!(
+        !node_lists(&near_sent.take()).is_empty(),
+        "the near waiter looks again"
     );
     scope.cleanup().await.expect("clean up");
 }

@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{ListParams, VersionMatch};
+use kube::api::ListParams;
 use rota_core::NodeName;
 use rota_store::{Acquire, Millis, Result, Session, now_millis};
 
@@ -18,7 +18,6 @@ use super::slot_leases::held_by;
 use super::{KubeStore, ROTA_NODES, STATE_LABEL, fenced};
 use crate::crd::RotaNodeStatus;
 use crate::error::Context;
-use crate::view::revision;
 use crate::{queue_labels, slots};
 
 /// What one look at the queue read.
@@ -55,17 +54,17 @@ impl KubeStore {
             .cached(&session.node)
             .and_then(|known| known.object.status?.queued_at)
             .map(|t| t.0);
-        let first_queue = self.queue_selector(place_seen);
-        // A waiter whose earlier answer has run out is likely at the front: it reads its Node
-        // (for the Lease's owner) with the rest. A node's first look after it queued reads it
-        // only if granted: when a fleet queues at once, most are told to wait.
-        let turn_may_have_come = self.answered_before(session);
-        // A look that ends in "wait" reads the API server's cache as it is, holding at least
-        // what this process has seen; one that may take a slot reads again, consistently.
-        let mut seen = self.seen_revision(&session.node);
+        // A waiter whose earlier answer near the front has run out is likely at the front: it
+        // reads its Node (for the Lease's owner) with the rest. A node's first look after it
+        // queued, and one far back, reads it only if granted: when a fleet queues at once,
+        // most are told to wait.
+        let turn_may_have_come = self.answered_near(session);
+        // A look that ends in "wait" reads the API server's cache as it is; one that may take
+        // a slot reads again, consistently.
+        let mut from_cache = true;
         for _ in 0..CAS_ATTEMPTS {
             let look = self
-                .look(session, &first_queue, turn_may_have_come, seen)
+                .look(session, place_seen, turn_may_have_come, from_cache)
                 .await?;
             let now = look.now;
             if let Some(slot) = self.slot_held(&session.node, &look.leases) {
@@ -75,7 +74,7 @@ impl KubeStore {
             let holders: Vec<&str> = look.leases.iter().filter_map(slots::holder).collect();
             let waiters = match queued_at.filter(|q| *q <= now) {
                 Some(place) => {
-                    self.waiters(place, place_seen, look.queued, &holders, now, seen)
+                    self.waiters(place, place_seen, look.queued, &holders, now, from_cache)
                         .await?
                 }
                 None => Vec::new(),
@@ -111,7 +110,8 @@ impl KubeStore {
                     Acquire::Wait { changes }
                 });
             }
-            if seen.take().is_some() {
+            if from_cache {
+                from_cache = false;
                 continue;
             }
             let place = queued_at.map_or(0, |q| {
@@ -140,9 +140,9 @@ impl KubeStore {
     async fn look(
         &self,
         session: &Session,
-        queue: &str,
+        place_seen: Option<Millis>,
         with_owner: bool,
-        seen: Option<u64>,
+        from_cache: bool,
     ) -> Result<Look> {
         let owner_now = async {
             if with_owner {
@@ -155,7 +155,7 @@ impl KubeStore {
             self.own_object(&session.node),
             self.list_leases(),
             self.read_concurrency(),
-            self.list_queue_metadata(queue, seen),
+            self.list_queue_metadata(place_seen, from_cache),
             owner_now,
         )?;
         let now = now_millis();
@@ -185,23 +185,6 @@ impl KubeStore {
         })
     }
 
-    /// The newest revision this process has seen of what a look reads: the node's own
-    /// RotaNode as it last read or wrote it, and the slot Leases of its watch.
-    fn seen_revision(&self, node: &NodeName) -> Option<u64> {
-        let own = self
-            .cached(node)
-            .and_then(|known| revision(&known.object.metadata));
-        let leases = self
-            .inner
-            .changes
-            .leases()
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|l| revision(&l.metadata))
-            .max();
-        own.max(leases)
-    }
-
     /// The slot `node` already holds among `leases`, if any.
     fn slot_held(&self, node: &NodeName, leases: &[Lease]) -> Option<u32> {
         let lease = held_by(leases, node)?;
@@ -220,13 +203,13 @@ impl KubeStore {
         queued: Vec<ObjectMeta>,
         holders: &[&str],
         now: Millis,
-        seen: Option<u64>,
+        from_cache: bool,
     ) -> Result<Vec<Waiter>> {
         let queue = self.queue_selector(Some(place));
         // The node took a later place than this process knew of (an operator re-queued it):
         // the list may have missed nodes between the two.
         let queued = match place_seen {
-            Some(known) if known < place => self.list_queue_metadata(&queue, seen).await?,
+            Some(seen) if seen < place => self.list_queue_metadata(Some(place), from_cache).await?,
             _ => queued,
         };
         let prefix = &self.inner.config.name_prefix;
@@ -260,25 +243,32 @@ impl KubeStore {
     /// The metadata of the RotaNodes with `selector`, for a look at the queue, whose labels hold
     /// all it needs (see `queue_labels`).
     ///
-    /// Without `seen`, the list is consistent: it holds every queueing the API server had taken
-    /// when it was asked, so the queue order is the written one. A list from a lagging cache
-    /// could miss a node ahead of this one and grant out of order. But a consistent list waits
-    /// for the API server's cache to catch up with etcd, and falls back to reading etcd when it
-    /// does not within seconds: at a 1,000-node fleet's start, a thousand such lists made the
-    /// API server time them all out. So a look that only tells a waiter to wait reads the
-    /// cache as it is, holding at least revision `seen` (this process's last write of the node
-    /// and the slot Leases it has seen), and a look that may grant reads again consistently.
+    /// Without `from_cache`, the list is consistent: it holds every queueing the API server had
+    /// taken when it was asked, so the queue order is the written one. A list from a lagging
+    /// cache could miss a node ahead of this one and grant out of order. But a consistent list
+    /// (or one that must hold a given revision) waits for the API server's cache to catch up
+    /// with etcd, and fails after 3 s when it does not: at a 1,000-node fleet's start, a
+    /// thousand such lists made the busy API server time out nearly all of them. So a look
+    /// that only tells a waiter to wait reads the cache as it is: what it may lack or still
+    /// show moves the waiter a few places, and its answer stands for seconds (see
+    /// `cache_wait`); a look that may grant reads again, consistently.
+    ///
+    /// A handle with several agents answers such a look from its watch of every RotaNode
+    /// instead (see `queue_view`), while that has listed them.
     async fn list_queue_metadata(
         &self,
-        selector: &str,
-        seen: Option<u64>,
+        place: Option<Millis>,
+        from_cache: bool,
     ) -> Result<Vec<ObjectMeta>> {
+        if from_cache && let Some(queued) = self.queued_seen(place) {
+            return Ok(queued);
+        }
+        let selector = &self.queue_selector(place);
         let params = ListParams::default().labels(selector);
-        let params = match seen {
-            Some(revision) => params
-                .matching(VersionMatch::NotOlderThan)
-                .at(&revision.to_string()),
-            None => params,
+        let params = if from_cache {
+            params.match_any()
+        } else {
+            params
         };
         let list = self.inner.rota_nodes.list_metadata(&params).await.context(
             "list",

@@ -158,6 +158,10 @@ impl KubeStore {
             with_lease,
         };
         objects.insert(node.as_str().into(), known);
+        drop(objects);
+        // A look right after this handle's write (a node leaving the queue) must not wait
+        // for the write's echo through the watch.
+        self.view_queue(|view| view.apply(&object.metadata));
     }
 
     /// The RotaNode of a node whose agent runs in this process, for its reads between steps.
@@ -210,12 +214,13 @@ impl KubeStore {
             .filter(|left| *left > 0)
     }
 
-    /// Whether this handle told the session to wait since its node last changed state.
-    pub(super) fn answered_before(&self, session: &Session) -> bool {
+    /// Whether this handle told the session to wait near the front of the queue since its
+    /// node last changed state (an answer to a waiter far back stands longer).
+    pub(super) fn answered_near(&self, session: &Session) -> bool {
         let waits = self.inner.waits.lock().unwrap_or_else(|e| e.into_inner());
         waits
             .get(session.node.as_str())
-            .is_some_and(|w| w.session == session.id)
+            .is_some_and(|w| w.session == session.id && w.valid <= WAIT_CACHE)
     }
 
     pub(super) fn cache_wait(

@@ -52,6 +52,7 @@ mod events;
 mod history;
 mod operator;
 mod queue;
+mod queue_view;
 mod sessions;
 mod settings;
 mod slot_leases;

@@ -22,6 +22,7 @@ use rota_core::NodeName;
 use rota_store::WAKE_ALL;
 use tokio::task::AbortHandle;
 
+use super::queue_view::QueueView;
 use super::{Inner, KubeStore, NAMESPACE_LABEL, node_name};
 use crate::changes::watch_leases;
 use crate::crd::RotaNode;
@@ -44,6 +45,8 @@ pub(super) struct Watches {
     procedures: Option<AbortHandle>,
     own: Option<(OwnScope, AbortHandle)>,
     leases: Option<AbortHandle>,
+    /// The queued RotaNodes, while the own watch follows them all.
+    queue: QueueView,
 }
 
 impl Watches {
@@ -88,6 +91,7 @@ impl KubeStore {
                 task.abort();
             }
             self.inner.own_synced.store(false, Ordering::SeqCst);
+            watches.queue.restart();
             let config = match &scope {
                 OwnScope::One(name) => watcher::Config::default()
                     .fields(&format!("metadata.name={name}"))
@@ -100,7 +104,8 @@ impl KubeStore {
             // A RotaNode that does not read fails the watch, which then only costs the
             // requests it saves: the store reads the node itself.
             let api = self.inner.rota_nodes.clone();
-            let task = tokio::spawn(watch_own(api, config, Arc::downgrade(&self.inner)));
+            let all = scope == OwnScope::All;
+            let task = tokio::spawn(watch_own(api, config, all, Arc::downgrade(&self.inner)));
             watches.own = Some((scope, task.abort_handle()));
         }
     }
@@ -136,6 +141,20 @@ impl KubeStore {
         self.own_watched()
             && self.inner.procedures.view.fingerprint().is_some()
             && self.inner.settings.current(super::CONFIG_MAP).is_some()
+    }
+
+    /// The queued RotaNodes that took a place no later than `place`, as the watch of every
+    /// RotaNode shows them (see `queue_view`); `None` unless it runs and has listed them.
+    pub(super) fn queued_seen(
+        &self,
+        place: Option<rota_store::Millis>,
+    ) -> Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>> {
+        self.watch_tasks().queue.queued(place)
+    }
+
+    /// Runs `f` on the queue's view, for the watch of every RotaNode.
+    pub(super) fn view_queue(&self, f: impl FnOnce(&mut QueueView)) {
+        f(&mut self.watch_tasks().queue);
     }
 
     /// Whether the own RotaNodes' watch has listed them and not failed since: the object this
@@ -225,8 +244,9 @@ impl Drop for Writing {
     }
 }
 
-/// Watches the RotaNodes `config` chooses until the task is aborted, keeping `store`'s own.
-async fn watch_own(api: Api<RotaNode>, config: watcher::Config, store: Weak<Inner>) {
+/// Watches the RotaNodes `config` chooses until the task is aborted, keeping `store`'s own,
+/// and with `all` (every RotaNode of the installation) the view of the queue.
+async fn watch_own(api: Api<RotaNode>, config: watcher::Config, all: bool, store: Weak<Inner>) {
     let with = |f: &mut dyn FnMut(&KubeStore)| {
         if let Some(inner) = store.upgrade() {
             f(&KubeStore { inner });
@@ -237,21 +257,38 @@ async fn watch_own(api: Api<RotaNode>, config: watcher::Config, store: Weak<Inne
         config,
         "this process's RotaNodes",
         |event| match event {
+            watcher::Event::Init if all => with(&mut |store| store.view_queue(QueueView::restart)),
             watcher::Event::Init => {}
             watcher::Event::InitApply(object) | watcher::Event::Apply(object) => {
-                with(&mut |store| store.observe_own(&object));
+                with(&mut |store| {
+                    if all {
+                        store.view_queue(|view| view.apply(&object.metadata));
+                    }
+                    store.observe_own(&object);
+                });
             }
             watcher::Event::Delete(object) => with(&mut |store| {
+                if all {
+                    store.view_queue(|view| view.delete(&object.metadata));
+                }
                 if let Ok(node) = node_name(&object) {
                     store.stop_answering_reads(&node);
                     store.inner.changes.bump(WAKE_ALL);
                 }
             }),
-            watcher::Event::InitDone => {
-                with(&mut |store| store.inner.own_synced.store(true, Ordering::SeqCst));
-            }
+            watcher::Event::InitDone => with(&mut |store| {
+                if all {
+                    store.view_queue(QueueView::listed);
+                }
+                store.inner.own_synced.store(true, Ordering::SeqCst);
+            }),
         },
-        || with(&mut |store| store.inner.own_synced.store(false, Ordering::SeqCst)),
+        || {
+            with(&mut |store| {
+                store.view_queue(QueueView::lost);
+                store.inner.own_synced.store(false, Ordering::SeqCst);
+            });
+        },
     )
     .await;
 }
