@@ -106,9 +106,24 @@ pub fn may_overwrite(
         || (found.sequence == sequence && found.cut_at_generation < generation)
 }
 
-/// Whether a RotaWindow of the node belongs to the history its RotaNode (`status`) committed.
-pub fn committed(spec: &RotaWindowSpec, status: &RotaNodeStatus) -> bool {
-    let written = status.history_ring.map_or(0, |r| r.written);
+/// Where the ring of a RotaNode without `historyRing` stands, by its RotaWindows: a rota
+/// from before the ring, which does not know the field, drops it when it writes the RotaNode
+/// (an operator's older `rota unlock`, an agent during a rolling upgrade). Every chunk counts as
+/// committed then; the next chunk follows the newest. `None` without any.
+pub fn recovered<'a>(
+    windows: impl IntoIterator<Item = &'a RotaWindowSpec>,
+) -> Option<HistoryRingStatus> {
+    let newest = windows.into_iter().max_by_key(|w| w.sequence)?;
+    Some(HistoryRingStatus {
+        written: newest.sequence + 1,
+        last_id: newest.entries.iter().map(|h| h.id).max().unwrap_or(0),
+    })
+}
+
+/// Whether a RotaWindow of the node belongs to the history its RotaNode committed: below
+/// `written`, within the last lap.
+pub fn committed(spec: &RotaWindowSpec, ring: Option<HistoryRingStatus>) -> bool {
+    let written = ring.map_or(0, |r| r.written);
     spec.sequence < written && spec.sequence + RING_SIZE >= written
 }
 
@@ -117,10 +132,11 @@ pub fn committed(spec: &RotaWindowSpec, status: &RotaNodeStatus) -> bool {
 pub fn merged<'a>(
     node: &NodeName,
     status: &'a RotaNodeStatus,
-    windows: impl IntoIterator<Item = &'a RotaWindowSpec>,
+    windows: impl IntoIterator<Item = &'a RotaWindowSpec> + Clone,
 ) -> Vec<HistoryEntry> {
     let mut entries = BTreeMap::new();
-    let chunks = windows.into_iter().filter(|w| committed(w, status));
+    let ring = status.history_ring.or_else(|| recovered(windows.clone()));
+    let chunks = windows.into_iter().filter(|w| committed(w, ring));
     for h in chunks.flat_map(|w| &w.entries).chain(&status.history) {
         entries
             .entry(h.id)
@@ -228,6 +244,28 @@ mod tests {
             .collect();
         let expected: Vec<i64> = (0..3).map(|s| entry(s, false, None).id).collect();
         assert_eq!(ids, expected);
+    }
+
+    #[test]
+    fn a_ring_count_dropped_by_an_older_rota_is_recovered_from_the_chunks() {
+        let node = NodeName::new("a").expect("a name");
+        let chunks = [
+            window(7, vec![entry(3, false, None), entry(4, true, None)]),
+            window(6, vec![entry(1, false, None), entry(2, true, None)]),
+        ];
+        assert_eq!(
+            recovered(&chunks),
+            Some(HistoryRingStatus {
+                written: 8,
+                last_id: entry(4, true, None).id
+            })
+        );
+        let status = RotaNodeStatus {
+            history: vec![entry(5, true, None)],
+            ..RotaNodeStatus::default()
+        };
+        assert_eq!(merged(&node, &status, &chunks).len(), 5);
+        assert_eq!(recovered(&[]), None);
     }
 
     #[test]

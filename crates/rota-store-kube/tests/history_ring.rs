@@ -398,6 +398,44 @@ fn ids(entries: &[HistoryEntry]) -> Vec<i64> {
     entries.iter().map(|e| e.id).collect()
 }
 
+/// A rota from before the ring, which does not know `historyRing`, drops it when it writes a
+/// RotaNode (an operator's older `rota unlock`, an agent during a rolling upgrade): the history
+/// is read from the ring all the same, and the next chunk goes after the newest.
+#[tokio::test]
+async fn a_ring_count_an_older_rota_dropped_is_found_again() {
+    let Some((scope, store, _)) = logged_store("ring-older").await else {
+        return;
+    };
+    let node = NodeName::new("older").expect("a name");
+    let s = store.open_session(&node, TTL).await.expect("open");
+    for n in 1..=3 {
+        window(&store, &s, n).await;
+    }
+    let before = node_history(&store, &node).await;
+    assert_eq!(before.len(), 6);
+    let mut object = rota_node(&scope, &store, &node).await;
+    if let Some(status) = object.status.as_mut() {
+        status.history_ring = None;
+    }
+    Api::<RotaNode>::all(scope.client())
+        .replace(&object.name_any(), &PostParams::default(), &object)
+        .await
+        .expect("write it as an older rota would");
+    assert_eq!(ids(&node_history(&store, &node).await), ids(&before));
+
+    store.refresh(&node);
+    window(&store, &s, 4).await;
+    let status = rota_node(&scope, &store, &node)
+        .await
+        .status
+        .expect("status");
+    assert_eq!(status.history_ring.map(|r| r.written), Some(4));
+    let after = node_history(&store, &node).await;
+    assert_eq!(ids(&after[..6]), ids(&before));
+    assert_eq!(after.len(), 8);
+    scope.cleanup().await.expect("clean up");
+}
+
 /// A chunk of the same sequence, cut from the same generation of the RotaNode by another
 /// writer that may still commit it, is left alone: the entries stay in the RotaNode (and are
 /// read from there), and the next write, from a newer generation, moves them.

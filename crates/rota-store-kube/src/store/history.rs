@@ -30,21 +30,34 @@ impl KubeStore {
     /// commit). Leaves them where they are when the ring place holds a chunk that another
     /// writer of the same generation may still commit.
     pub(super) async fn move_history(&self, object: &mut RotaNode) -> Result<()> {
-        let Some(status) = object.status.as_ref() else {
-            return Ok(());
-        };
-        let Some((sequence, entries)) = history_ring::due(status) else {
-            return Ok(());
-        };
         let (Some(owner), Some(uid)) = (object.meta().name.clone(), object.meta().uid.clone())
         else {
             return Ok(());
         };
         let generation = object.meta().generation.unwrap_or(0);
+        let owner_ref = object.owner_ref(&());
+        let node = object.spec.node.clone();
+        let Some(status) = object.status.as_mut() else {
+            return Ok(());
+        };
+        if history_ring::due(status).is_none() {
+            return Ok(());
+        }
+        // A node's first chunk, or a count an older rota dropped: one list finds where the
+        // ring stands.
+        if status.history_ring.is_none() {
+            let selector = format!("{},{NODE_TAG_LABEL}={}", self.selector(), status.tag);
+            let windows = self.list_windows(&selector).await?;
+            let own = windows.iter().filter(|w| owned_by(w, &uid));
+            status.history_ring = history_ring::recovered(own.map(|w| &w.spec));
+        }
+        let Some((sequence, entries)) = history_ring::due(status) else {
+            return Ok(());
+        };
         let mut window = RotaWindow::new(
             &ring_name(&owner, sequence),
             RotaWindowSpec {
-                node: object.spec.node.clone(),
+                node,
                 sequence,
                 cut_at_generation: generation,
                 entries: entries.to_vec(),
@@ -54,10 +67,8 @@ impl KubeStore {
             (NAMESPACE_LABEL.into(), self.inner.config.namespace.clone()),
             (NODE_TAG_LABEL.into(), status.tag.to_string()),
         ]));
-        window.metadata.owner_references = object.owner_ref(&()).map(|o| vec![o]);
-        if self.write_window(window, &uid, generation).await?
-            && let Some(status) = object.status.as_mut()
-        {
+        window.metadata.owner_references = owner_ref.map(|o| vec![o]);
+        if self.write_window(window, &uid, generation).await? {
             history_ring::commit(status);
         }
         Ok(())
@@ -87,7 +98,7 @@ impl KubeStore {
         let written = match found {
             None => api.create(&PostParams::default(), &window).await,
             Some(found) => {
-                let found_owner = found.owner_references().first().map(|o| o.uid.as_str());
+                let found_owner = owner_uid(&found);
                 if !history_ring::may_overwrite(
                     &found.spec,
                     found_owner,
@@ -158,7 +169,7 @@ impl KubeStore {
         };
         let mut windows: BTreeMap<String, Vec<RotaWindowSpec>> = BTreeMap::new();
         for window in self.list_windows(&selector).await? {
-            let Some(owner) = window.owner_references().first().map(|o| o.uid.clone()) else {
+            let Some(owner) = owner_uid(&window).map(str::to_owned) else {
                 continue;
             };
             windows.entry(owner).or_default().push(window.spec);
@@ -202,4 +213,13 @@ impl KubeStore {
             }
         }
     }
+}
+
+/// The uid of the RotaNode that owns `window`.
+fn owner_uid(window: &RotaWindow) -> Option<&str> {
+    window.owner_references().first().map(|o| o.uid.as_str())
+}
+
+fn owned_by(window: &RotaWindow, uid: &str) -> bool {
+    owner_uid(window) == Some(uid)
 }
