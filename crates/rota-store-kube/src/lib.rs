@@ -120,7 +120,9 @@
 //!
 //! - reads that do not depend on each other are sent at once (the queue, the concurrency and
 //!   the Node when asking for a slot; the object and the Leases of a node);
-//! - a look at the queue lists the queued RotaNodes' metadata only (a consistent list): their
+//! - a look at the queue lists the queued RotaNodes' metadata only (consistently when it may
+//!   grant, from the API server's cache or the handle's watch of every RotaNode when it tells
+//!   the waiter to wait; see `store/acquire.rs`): their
 //!   place, session deadline and blocked mark are mirrored into labels (`rota.dev/queued-at`,
 //!   `rota.dev/session-deadline`, `rota.dev/blocked`) at every write (see `queue_labels`), and
 //!   its concurrency, like the pause before a disruptive step, comes from the watch of
