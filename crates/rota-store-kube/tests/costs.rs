@@ -472,7 +472,7 @@ async fn a_look_that_ends_in_wait_reads_the_cache_and_a_grant_reads_consistently
     scope.cleanup().await.expect("clean up");
 }
 
-/// A waiter far back keeps its answer "wait" for about a minute while no change comes, where
+/// A waiter far back keeps its answer "wait" for minutes while no change comes, where
 /// one near the front looks again after five seconds: the far one's look lists every node
 /// ahead of it, and a thousand of them every five seconds overwhelmed the API server. Each
 /// agent has a handle of its own, as on a fleet.
@@ -499,7 +499,7 @@ async fn a_far_back_waiters_answer_stands_longer_than_a_near_ones() {
             "a waiter"
         );
     }
-    // Past the near answer's five seconds, short of the far one's thirty at least.
+    // Past the near answer's five seconds, short of the far one's 150 at least.
     tokio::time::sleep(Duration::from_secs(6)).await;
     far_sent.take();
     far_store.try_acquire_slot(&far[0]).await.expect("look");
