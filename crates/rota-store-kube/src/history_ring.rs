@@ -8,7 +8,7 @@
 //! texts, and a write that ends a window (an entry that releases the slot), records a long
 //! cause, or finds more than [`INLINE_ENTRIES`] entries first writes them all to ring place
 //! `written % 50` and then, in the same compare-and-swap, removes them and counts the chunk in
-//! `status.historyRing`. One more request per window; the RotaNode's own writes are as many.
+//! `status.historyRing`. One more request per window; the RotaNode is written as often as before.
 //!
 //! The two writes are not one transaction, so the count in the RotaNode is the commit: readers
 //! take a RotaWindow only if its `sequence` is below `historyRing.written`. A writer that dies
@@ -30,7 +30,7 @@ use crate::status;
 use crate::window::{RING_SIZE, RotaWindowSpec};
 
 /// More entries than this in a RotaNode move to the ring even before the window ends (a
-/// window of many procedures, postponements with no window).
+/// window that many procedures join, each with its `started` and its outcome).
 pub const INLINE_ENTRIES: usize = 4;
 /// The longest text (a cause, a reason, a result) a RotaNode holds; a longer one is cut there,
 /// and a history entry with a longer cause moves to the ring whole at once.
