@@ -40,6 +40,11 @@ pub const PROCEDURE_POLL: Duration = Duration::from_secs(120);
 /// nobody waits on an idle node's session, and the node renews with `--session-ttl` before it
 /// queues.
 pub const IDLE_SESSION_TTL: Duration = Duration::from_secs(300);
+/// The longest random delay before an agent on a shared store (PostgreSQL, Kubernetes) sends
+/// its first request, unless it comes back in its window (see `WindowMarker`): a fleet started
+/// together (an installation, a restart of every agent, a site's power coming back) then
+/// reaches its store over this long instead of at one instant.
+pub const START_JITTER: Duration = Duration::from_secs(30);
 pub const BLOCKER_INTERVAL: Duration = Duration::from_secs(60);
 /// How often the reboot sentinel command runs.
 pub const SENTINEL_COMMAND_INTERVAL: Duration = Duration::from_secs(300);

@@ -17,6 +17,8 @@
 //! - `procedures`: running procedure scripts so that a run outlives the agent that started it;
 //! - `reboot_marker`: the host's record that this boot's reboot command ran;
 //! - `sentinel_command`: kured's `--reboot-sentinel-command` as one more sentinel file;
+//! - `window_marker`: the host's record that its node is in its window, which spares an agent
+//!   coming back in it the start's jitter;
 //! - `error`: the crate's error type.
 
 mod actions;
@@ -29,6 +31,7 @@ mod observer;
 mod procedures;
 mod reboot_marker;
 mod sentinel_command;
+mod window_marker;
 
 pub use actions::{CommandActions, NodeActions, RebootHandle};
 pub use agent::{Agent, read_boot_id};
@@ -37,8 +40,10 @@ pub use config::{
     AgentConfig, BLOCKER_INTERVAL, DEFAULT_BOOT_ID_FILE, DEFAULT_REBOOT_SENTINELS,
     DEFAULT_STATE_DIR, DRAIN_TIMEOUT, HEALTH_INTERVAL, IDLE_SESSION_TTL, MAINTENANCE_IN_PROGRESS,
     MAINTENANCE_REQUIRED, MARKER_DIR, PROCEDURE_POLL, REBOOT_TIMEOUT, RELEASE_DELAY,
-    SAFETY_RECHECK, SENTINEL_COMMAND_INTERVAL, SESSION_TTL, STORE_POLL, VERIFY_TIMEOUT,
+    SAFETY_RECHECK, SENTINEL_COMMAND_INTERVAL, SESSION_TTL, START_JITTER, STORE_POLL,
+    VERIFY_TIMEOUT,
 };
 pub use error::{ActionError, Error, Result};
 pub use observer::{AgentObserver, StoreWrite, WorkOutcome};
 pub use sentinel_command::SentinelCommand;
+pub use window_marker::WindowMarker;

@@ -501,6 +501,8 @@ fn spawn_agent(
         .arg(host.boot_id_file())
         .args(["--reboot-sentinel", REBOOT_SENTINEL])
         .args(["--reboot-command", &reboot])
+        // A test's fleet starts at once, not spread over --start-jitter's default.
+        .args(["--start-jitter", "0s"])
         .args(args)
         .args(&host.extra)
         .env("RUST_LOG", "info")

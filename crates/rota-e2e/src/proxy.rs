@@ -27,6 +27,7 @@ pub struct Proxy {
     addr: SocketAddr,
     line: Arc<watch::Sender<Line>>,
     refused: Arc<AtomicU64>,
+    forwarded: Arc<AtomicU64>,
     accepting: JoinHandle<()>,
 }
 
@@ -37,11 +38,19 @@ impl Proxy {
         let addr = listener.local_addr()?;
         let line = Arc::new(watch::channel(Line::default()).0);
         let refused = Arc::new(AtomicU64::new(0));
-        let accepting = tokio::spawn(accept(listener, upstream, line.clone(), refused.clone()));
+        let forwarded = Arc::new(AtomicU64::new(0));
+        let accepting = tokio::spawn(accept(
+            listener,
+            upstream,
+            line.clone(),
+            refused.clone(),
+            forwarded.clone(),
+        ));
         Ok(Proxy {
             addr,
             line,
             refused,
+            forwarded,
             accepting,
         })
     }
@@ -65,6 +74,11 @@ impl Proxy {
     /// Connections closed at once because the proxy was cut.
     pub fn refused(&self) -> u64 {
         self.refused.load(Ordering::SeqCst)
+    }
+
+    /// Connections passed on to the server: every attempt to connect while it is not cut.
+    pub fn forwarded(&self) -> u64 {
+        self.forwarded.load(Ordering::SeqCst)
     }
 }
 
@@ -99,6 +113,7 @@ async fn accept(
     upstream: SocketAddr,
     line: Arc<watch::Sender<Line>>,
     refused: Arc<AtomicU64>,
+    forwarded: Arc<AtomicU64>,
 ) {
     loop {
         let Ok((client, _)) = listener.accept().await else {
@@ -110,6 +125,7 @@ async fn accept(
             drop(client);
             continue;
         }
+        forwarded.fetch_add(1, Ordering::SeqCst);
         tokio::spawn(forward(client, upstream, line.subscribe(), now.epoch));
     }
 }

@@ -102,6 +102,7 @@ fn values(node: &RealNode, host: &Host) -> Result<serde_json::Value> {
             "verifyTimeout": "3m",
             "backoff": { "initial": "1s", "max": "10s", "exponent": 2 },
             "procedurePoll": "10s",
+            "startJitter": "0s",
         },
         "drain": { "gracePeriod": "5s" },
     }))

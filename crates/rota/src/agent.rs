@@ -2,14 +2,16 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Result, bail};
 use backon::Retryable as _;
-use rota_agent::{Agent, AgentConfig, CommandActions, NodeActions, SentinelCommand};
+use rota_agent::{Agent, AgentConfig, CommandActions, NodeActions, SentinelCommand, WindowMarker};
 use rota_blockers::{AlertFilter, AnnotationBlocker, Blocker, PodBlocker, PrometheusBlocker};
 use rota_kube_actions::{DrainOptions, KubeActions, NodeLabels};
 use rota_metrics::{Metrics, MetricsServer};
 use rota_notify::{Notifier, NotifierConfig, NotifyObserver};
+use rota_store::{Store, StoreUrl};
 use rota_store_kube::{permissions, preflight};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -292,6 +294,50 @@ async fn check_cluster(args: &AgentArgs, cluster: &Cluster) -> Result<()> {
     Ok(())
 }
 
+/// How long this agent waits before its first request to the store: a random part of
+/// `--start-jitter` (by default 30 s on the shared stores, nothing on SQLite, one host's own),
+/// or nothing when the host records its node in its window: a node back from its own reboot,
+/// cordoned and holding its slot, is not held back for the fleet's sake.
+fn start_delay(args: &AgentArgs, marker: &WindowMarker) -> Option<Duration> {
+    let jitter = args.timing.start_jitter.unwrap_or(match &args.store.store {
+        StoreLocation::Url(StoreUrl::Sqlite(_)) => Duration::ZERO,
+        _ => rota_agent::START_JITTER,
+    });
+    if jitter.is_zero() {
+        return None;
+    }
+    if marker.present() {
+        info!(marker = %marker.path().display(), "the node is in its maintenance window: starting at once, without --start-jitter's delay");
+        return None;
+    }
+    Some(jitter.mul_f64(fastrand::f64()))
+}
+
+/// The agent's first contact with its store, after its start's delay: the cluster's check and
+/// the store's opening, each waiting while the store is unavailable. `None`: the agent was
+/// told to stop before it had its store.
+async fn first_contact(
+    args: &AgentArgs,
+    cluster: &Cluster,
+    marker: &WindowMarker,
+    cancel: &CancellationToken,
+) -> Result<Option<Arc<dyn Store>>> {
+    let contact = async {
+        if let Some(delay) = start_delay(args, marker) {
+            info!(delay = ?delay, "waiting before the first request to the store (--start-jitter), so that a fleet started together spreads out");
+            tokio::time::sleep(delay).await;
+        }
+        if args.store.store == StoreLocation::Kube {
+            check_cluster(args, cluster).await?;
+        }
+        crate::store::open_for_agent(&args.store, cluster).await
+    };
+    tokio::select! {
+        () = cancel.cancelled() => Ok(None),
+        store = contact => store.map(Some),
+    }
+}
+
 pub async fn run(args: AgentArgs) -> Result<()> {
     if !args.host_root.is_dir() {
         bail!(
@@ -313,40 +359,60 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         None => None,
     };
     let notify = crate::notify::config(&args)?;
-    if args.store.store == StoreLocation::Kube {
-        check_cluster(&args, &cluster).await?;
-    }
-    let store = crate::store::open_for_agent(&args.store, &cluster).await?;
+    let config = config(args.clone());
+    let marker = WindowMarker::new(&config.host_path(&config.state_dir));
     let cancel = CancellationToken::new();
-    // The agent stops between steps and keeps its state.
+    // The agent stops between steps and keeps its state; before its first step, at once.
     crate::signals::cancel_on_signals(cancel.clone())?;
     let node = args.node.clone();
-    let mut agent = Agent::new(config(args), store, actions, cancel.clone());
-    for blocker in blockers {
-        agent = agent.block_with(blocker);
-    }
-    // systemd's READY=1 waits for what /readyz waits for.
-    agent = agent.observe(Arc::new(crate::systemd::Readiness::default()));
-    let mut counters = None;
+    let mut notifier = None;
     let mut delivery = None;
     if let Some(notify) = notify {
         // Its own token: events queued when the agent stops still go out (see below).
         let stop = CancellationToken::new();
-        let (notifier, task) = Notifier::start(notify, stop.clone())?;
-        counters = Some(notifier.counters());
-        agent = agent.observe(Arc::new(NotifyObserver::new(node.clone(), notifier)));
+        let (started, task) = Notifier::start(notify, stop.clone())?;
+        notifier = Some(started);
         delivery = Some((task, stop));
     }
+    let mut metrics = None;
     let mut serving = None;
     if let Some(server) = server {
-        let metrics = Arc::new(Metrics::new(node, counters));
-        agent = agent.observe(metrics.clone());
+        let counters = notifier.as_ref().map(Notifier::counters);
+        let served = Arc::new(Metrics::new(node.clone(), counters));
         info!(addr = %server.local_addr(), "serving /metrics, /healthz and /readyz");
-        // Its own token: the endpoints answer until the agent has stopped.
+        // Its own token: the endpoints answer until the agent has stopped, and from before
+        // its first contact with the store (a liveness probe meanwhile asks /healthz).
         let stop = CancellationToken::new();
-        serving = Some((tokio::spawn(server.serve(metrics, stop.clone())), stop));
+        serving = Some((
+            tokio::spawn(server.serve(served.clone(), stop.clone())),
+            stop,
+        ));
+        metrics = Some(served);
     }
-    let result = crate::systemd::supervise(agent.run(), &cancel).await;
+    let result = match first_contact(&args, &cluster, &marker, &cancel).await {
+        Ok(Some(store)) => {
+            let mut agent = Agent::new(config, store, actions, cancel.clone());
+            for blocker in blockers {
+                agent = agent.block_with(blocker);
+            }
+            // systemd's READY=1 waits for what /readyz waits for.
+            agent = agent.observe(Arc::new(crate::systemd::Readiness::default()));
+            if let Some(notifier) = notifier {
+                agent = agent.observe(Arc::new(NotifyObserver::new(node, notifier)));
+            }
+            if let Some(metrics) = metrics {
+                agent = agent.observe(metrics);
+            }
+            crate::systemd::supervise(agent.run(), &cancel)
+                .await
+                .map_err(anyhow::Error::from)
+        }
+        Ok(None) => {
+            info!("stopped before the first contact with the store");
+            Ok(())
+        }
+        Err(e) => Err(e),
+    };
     // The agent, and with it the notifier's last handle, is gone: the delivery task ends once
     // the queue is empty, or is stopped after one request timeout.
     if let Some((mut task, stop)) = delivery
@@ -365,14 +431,11 @@ pub async fn run(args: AgentArgs) -> Result<()> {
             Err(e) => warn!(error = %e, "the metrics endpoint panicked"),
         }
     }
-    result?;
-    Ok(())
+    result
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use clap::Parser;
     use rota_core::NodeName;
 
@@ -424,6 +487,44 @@ mod tests {
         assert_eq!(parsed.blocker_interval, built.blocker_interval);
         assert_eq!(parsed.state_dir, built.state_dir);
         assert_eq!(parsed.exec_prefix, built.exec_prefix);
+    }
+
+    /// A shared store waits up to 30 s by default, SQLite not at all, a flag's 0 never, and a
+    /// host whose node is in its window never.
+    #[test]
+    fn the_start_is_jittered_on_shared_stores_unless_the_node_is_in_its_window() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let marker = WindowMarker::new(dir.path());
+        let postgres = "postgres://rota@db.example.com/rota";
+        let delay = |store: &str, extra: &[&str]| {
+            let args = ["rota", "agent", "--node", "node-a", "--store", store];
+            let cli = Cli::try_parse_from(args.iter().chain(extra)).expect("valid arguments");
+            match cli.command {
+                Command::Agent(args) => start_delay(&args, &marker),
+                other => panic!("parsed as {other:?}"),
+            }
+        };
+        assert_eq!(delay("sqlite://x.db", &[]), None, "SQLite");
+        for store in [postgres, "kube"] {
+            let waited = delay(store, &[]).expect("a delay");
+            assert!(waited < rota_agent::START_JITTER, "{waited:?}");
+        }
+        let up_to_a_second = delay(postgres, &["--start-jitter", "1s"]).expect("a delay");
+        assert!(up_to_a_second < Duration::from_secs(1));
+        assert_eq!(delay(postgres, &["--start-jitter", "0s"]), None);
+        std::fs::write(marker.path(), b"").expect("the marker");
+        assert_eq!(delay(postgres, &[]), None, "in its window");
+    }
+
+    /// A malformed delay is refused with the flag, the value and what is allowed.
+    #[test]
+    fn a_malformed_start_jitter_is_refused() {
+        let args = ["rota", "agent", "--node", "a", "--start-jitter", "soon"];
+        let error = Cli::try_parse_from(args).expect_err("refused");
+        let message = error.to_string();
+        for named in ["--start-jitter", "soon", "such as 30s"] {
+            assert!(message.contains(named), "{message}");
+        }
     }
 
     /// Each group's flags land in their field of the configuration.

@@ -457,6 +457,7 @@ impl AgentHost {
             "--uncordon-label=rota.dev/maintenance=in",
             "--prefer-no-schedule-taint=rota.dev/pending",
             "--reboot-sentinel=/run/reboot-needed",
+            "--start-jitter=0s",
         ]
         .map(String::from)
         .into();

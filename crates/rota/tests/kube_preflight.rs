@@ -53,6 +53,8 @@ async fn agent(kubeconfig: &Path, host_root: &Path, node: &str, extra: &[&str]) 
         host_root,
         "--node",
         node,
+        "--start-jitter",
+        "0s",
     ];
     args.extend_from_slice(extra);
     rota(&args).await

@@ -117,6 +117,7 @@ async fn an_agent_started_before_its_api_server_waits_for_it() -> Result<()> {
             .arg("--host-root")
             .arg(&host_root)
             .args(["--node", &nodes[0], "--namespace", scope.namespace()])
+            .args(["--start-jitter", "0s"])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())

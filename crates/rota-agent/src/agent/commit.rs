@@ -27,6 +27,22 @@ impl Agent {
         }
     }
 
+    /// Keeps the host's window marker as the store says: present while the node holds a slot.
+    /// Best effort: a marker that cannot be written costs only a delayed start (see
+    /// `window_marker`), and the next step tries again.
+    pub(super) fn mark_window(&self, running: &mut Running, record: &NodeRecord) {
+        let in_window = record.slot.is_some();
+        if running.in_window == Some(in_window) {
+            return;
+        }
+        match self.window_marker.set(in_window) {
+            Ok(()) => running.in_window = Some(in_window),
+            Err(e) => {
+                warn!(node = %self.config.node, error = %e, in_window, "cannot record on the host whether the node is in its window; a restart may wait --start-jitter; trying again at the next step");
+            }
+        }
+    }
+
     /// Applies `event` to the node's lifecycle through the pure core and persists the step it
     /// decides. The uncordon it asks for comes first, while the node still holds its slot.
     pub(super) async fn commit(

@@ -25,6 +25,7 @@ use crate::observer::AgentObserver;
 use crate::procedures::Runner;
 use crate::reboot_marker::RebootMarker;
 use crate::sentinel_command;
+use crate::window_marker::WindowMarker;
 
 mod blocking;
 mod budget;
@@ -44,6 +45,8 @@ pub struct Agent {
     config: AgentConfig,
     /// Which recorded reboot this boot started.
     reboot_marker: RebootMarker,
+    /// Whether the node holds a slot, for the next start's `--start-jitter`.
+    window_marker: WindowMarker,
     store: Arc<dyn Store>,
     actions: Arc<dyn NodeActions>,
     cancel: CancellationToken,
@@ -107,6 +110,9 @@ struct Running {
     /// Whether the node is marked as waiting for maintenance ([`NodeActions::mark_pending`]),
     /// as this incarnation last set it; unknown at its start.
     pending: Option<bool>,
+    /// Whether the host's window marker says the node holds a slot, as this incarnation last
+    /// set it; unknown at its start.
+    in_window: Option<bool>,
 }
 
 /// How an incarnation (one session) of the agent ended.
@@ -192,6 +198,7 @@ impl Agent {
     ) -> Agent {
         Agent {
             reboot_marker: RebootMarker::new(&config.host_path(&config.state_dir)),
+            window_marker: WindowMarker::new(&config.host_path(&config.state_dir)),
             config,
             store,
             actions,

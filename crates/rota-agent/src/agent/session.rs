@@ -91,6 +91,7 @@ impl Agent {
             healthy_since: None,
             window_seen: None,
             pending: None,
+            in_window: None,
             checked: None,
             unavailable: RetryPauses::new(),
         };

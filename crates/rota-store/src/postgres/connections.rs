@@ -179,19 +179,25 @@ impl Connections {
     }
 }
 
-/// Opens a connection on a pool of its own, which only ever holds it: a closed connection is
-/// replaced by a new listener, never by the pool.
+/// One attempt to connect, closed at once, before a pool connects.
 ///
 /// sqlx's pool tries a refused connection (too many connections, a server starting up or
 /// down) again and again until its timeout, a few times a second. So one attempt of its own
 /// comes first, closed before the pool's opens (never two at once): a refusal comes back at
 /// once, and the caller's growing pauses decide when to ask again.
-async fn open(options: &PgConnectOptions) -> std::result::Result<PgListener, sqlx::Error> {
+pub(super) async fn probe(options: &PgConnectOptions) -> std::result::Result<(), sqlx::Error> {
     let probe = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(options))
         .await
         .map_err(|_| sqlx::Error::PoolTimedOut)??;
     // The server has taken a connection: how this one ends does not matter.
     let _ = probe.close().await;
+    Ok(())
+}
+
+/// Opens a connection on a pool of its own, which only ever holds it: a closed connection is
+/// replaced by a new listener, never by the pool. A refusal comes back at once (see [`probe`]).
+async fn open(options: &PgConnectOptions) -> std::result::Result<PgListener, sqlx::Error> {
+    probe(options).await?;
     let pool = PgPoolOptions::new()
         .max_connections(1)
         .acquire_timeout(CONNECT_TIMEOUT)

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 
 use super::PostgresStore;
 use super::changes::ListenerTask;
-use super::connections::{Connections, SHARED_CONNECTIONS};
+use super::connections::{Connections, SHARED_CONNECTIONS, probe};
 use crate::error::{Error, Result};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
@@ -61,7 +61,12 @@ impl PostgresStore {
             reason: e.to_string(),
         })?;
         // sqlx's pool serves the checks and migrations at start-up; its connection then becomes
-        // the listener's.
+        // the listener's. A refusal comes back from the probe at once, not after the pool's
+        // own attempts, a few a second for 30 s (test
+        // three_agents_ask_a_database_that_refuses_them_less_and_less_often).
+        probe(&options)
+            .await
+            .map_err(|e| connect_error(&location, e))?;
         let pool = PgPoolOptions::new()
             .max_connections(1)
             .connect_with(options.clone())

@@ -175,6 +175,12 @@ pub struct TimingArgs {
     /// only every --procedure-poll.
     #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
     pub store_poll: Option<Duration>,
+    /// Before the first request to the store, wait a random part of this long, so that a
+    /// fleet started together spreads its first contact; an agent whose node is in its window
+    /// (back from its own reboot) starts at once. 0: no delay (default 30s with PostgreSQL and
+    /// --store kube; 0 with SQLite, one host's own store).
+    #[arg(long, value_name = "DURATION", env = "ROTA_START_JITTER", value_parser = duration)]
+    pub start_jitter: Option<Duration>,
     /// How often, give or take a fifth, to look for new procedures and re-read the node: a
     /// safety net, since `rota request`, `rota mop submit`, `rota retry` and `rota unlock`
     /// wake the agents they concern at once (default 2m; 1m with --store kube).

@@ -61,6 +61,33 @@ impl Host {
 
     /// [`Host::agent`] with `env` added to the agent's environment.
     pub fn agent_with_env(&self, extra: &[&str], env: &[(&str, &str)]) -> Agent {
+        let child = self
+            .command(extra)
+            .envs(env.iter().copied())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start rota agent");
+        Agent { child }
+    }
+
+    /// [`Host::agent`] with its stderr appended to the host's file `log`, to be read while it
+    /// runs.
+    pub fn agent_logging_to(&self, log: &str, extra: &[&str]) -> Agent {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path(log))
+            .expect("open the agent's log");
+        let child = self
+            .command(extra)
+            .stderr(file)
+            .spawn()
+            .expect("start rota agent");
+        Agent { child }
+    }
+
+    /// `rota agent` with logging commands; `extra` replaces or adds flags.
+    fn command(&self, extra: &[&str]) -> Command {
         let log = self.path("actions.log");
         let action = |name: &str| format!("echo {name} >> {}", log.display());
         let mut args: Vec<String> = vec![
@@ -81,6 +108,8 @@ impl Host {
             ("--uncordon-command", action("uncordon")),
             ("--reboot-command", action("reboot")),
             ("--health-command", action("health")),
+            // The tests' agents start at once on every store (PostgreSQL's default waits).
+            ("--start-jitter", "0s".into()),
         ];
         for (flag, value) in defaults {
             if !extra.contains(&flag) {
@@ -89,15 +118,12 @@ impl Host {
             }
         }
         args.extend(extra.iter().map(|s| s.to_string()));
-        let child = Command::new(ROTA)
+        let mut command = Command::new(ROTA);
+        command
             .args(&args)
-            .envs(env.iter().copied())
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start rota agent");
-        Agent { child }
+            .stdout(Stdio::null());
+        command
     }
 
     pub async fn store(&self) -> SqliteStore {

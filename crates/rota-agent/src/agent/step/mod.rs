@@ -39,6 +39,7 @@ impl Agent {
                 o.store_access(true);
                 o.record(&record);
             });
+            self.mark_window(running, &record);
             // The node's read may come from the store's memory (Kubernetes): only a step that
             // went through shows the store answers again.
             match self.step(running, &record).await {

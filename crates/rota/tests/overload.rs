@@ -1,0 +1,675 @@
+//! A fleet that starts together, and a store it overloads, with separate `rota agent`
+//! processes: the start's jitter (`--start-jitter`) sends nothing before its delay, ends at once
+//! on SIGTERM and is skipped by a node back in its window; and a store that refuses the agents
+//! for overload (PostgreSQL's class 53, the API server's 429) gets fewer and fewer attempts
+//! from each of them, counted in their JSON logs and, on Kubernetes, by the API server itself.
+
+mod common;
+mod kube_common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{Agent, Host};
+use rota_core::{NodeName, NodeState};
+use rota_e2e::host::touch;
+use rota_e2e::postgres::{database_with_own_role, fresh_database};
+use rota_e2e::proxy::Proxy;
+use rota_store::{PostgresStore, ReadStore};
+use serde_json::Value;
+
+/// What an agent logs before it waits out its start's delay.
+const WAITING: &str = "waiting before the first request to the store (--start-jitter), so that a fleet started together spreads out";
+/// What an agent in its window logs instead.
+const AT_ONCE: &str =
+    "the node is in its maintenance window: starting at once, without --start-jitter's delay";
+/// What an agent logs when SIGTERM came before it had its store.
+const STOPPED_EARLY: &str = "stopped before the first contact with the store";
+/// What an agent logs when its database refused it.
+const DATABASE_REFUSED: &str = "the store is unavailable; opening it again";
+
+/// The JSON lines of the log file at `path` (none while it does not exist).
+fn log_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect()
+}
+
+/// The lines of `lines` whose message is `message`.
+fn logged<'a>(lines: &'a [Value], message: &str) -> Vec<&'a Value> {
+    lines
+        .iter()
+        .filter(|line| line["message"] == message)
+        .collect()
+}
+
+/// Waits until `ok` holds for the log at `path`; fails with the log after `within`.
+async fn wait_log(path: &Path, what: &str, within: Duration, ok: impl Fn(&[Value]) -> bool) {
+    let start = Instant::now();
+    loop {
+        let lines = log_lines(path);
+        if ok(&lines) {
+            return;
+        }
+        assert!(
+            start.elapsed() < within,
+            "{what}: not within {within:?}; the log:\n{}",
+            std::fs::read_to_string(path).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Stops `agent` with SIGTERM and waits for its exit; it must exit by itself, with status 0.
+fn terminate(agent: Agent) {
+    agent.signal("TERM");
+    let output = agent.output();
+    assert!(output.status.success(), "{:?}", output.status);
+}
+
+/// A `Debug`-formatted duration from a log line, such as `1.5s`, `850ms` or `12µs`.
+fn pause(line: &Value) -> Duration {
+    let text = line["pause"].as_str().expect("a pause in the line");
+    let (number, unit) = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .map(|at| text.split_at(at))
+        .expect("a unit");
+    let number: f64 = number.parse().expect("a number");
+    let seconds = match unit {
+        "s" => number,
+        "ms" => number / 1e3,
+        "µs" => number / 1e6,
+        "ns" => number / 1e9,
+        other => panic!("unit {other} in {text}"),
+    };
+    Duration::from_secs_f64(seconds)
+}
+
+/// The shortest pause after the `n`-th failure in a row (from 0): rota's retry pauses double
+/// from 1 s up to 8 s, and their randomness only lengthens them.
+fn shortest_pause(n: usize) -> Duration {
+    let first = rota_store::FIRST_RETRY_PAUSE;
+    let doubled = first.saturating_mul(1 << n.min(16));
+    doubled.min(rota_store::LONGEST_RETRY_PAUSE)
+}
+
+/// The most attempts an agent whose pauses are at least [`shortest_pause`] can make within
+/// `elapsed` of its start: a storm (an attempt every few milliseconds) makes hundreds.
+fn most_attempts(elapsed: Duration) -> usize {
+    let mut attempts = 1;
+    let mut at = Duration::ZERO;
+    loop {
+        at += shortest_pause(attempts - 1);
+        if at > elapsed {
+            return attempts;
+        }
+        attempts += 1;
+    }
+}
+
+/// Asserts that the refusals an agent logged within `elapsed` of its start came after growing
+/// pauses, and no more of them than those pauses allow.
+fn assert_backed_off(node: &str, refusals: &[&Value], elapsed: Duration) {
+    for (n, line) in refusals.iter().enumerate() {
+        let waited = pause(line);
+        assert!(
+            waited >= shortest_pause(n),
+            "{node}: pause {waited:?} after refusal {n} is shorter than {:?}",
+            shortest_pause(n)
+        );
+    }
+    assert!(
+        refusals.len() <= most_attempts(elapsed),
+        "{node}: {} refusals in {elapsed:?}, more than the {} that growing pauses allow",
+        refusals.len(),
+        most_attempts(elapsed)
+    );
+}
+
+/// The database's name in a PostgreSQL URL (`…/name?options`).
+fn database_name(url: &str) -> &str {
+    let path = url.split('?').next().unwrap_or(url);
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+#[test]
+fn growing_pauses_allow_few_attempts() {
+    assert_eq!(most_attempts(Duration::ZERO), 1);
+    assert_eq!(most_attempts(Duration::from_secs(3)), 3);
+    // 1 + 2 + 4 + 8 + 8 = 23 s: six attempts, where one a second would be 24.
+    assert_eq!(most_attempts(Duration::from_secs(23)), 6);
+}
+
+/// An agent on PostgreSQL with `--start-jitter 1000h` has not connected to its database once
+/// it says it waits, and a SIGTERM ends it at once with status 0, before any contact: the
+/// database holds no table of rota's.
+#[tokio::test]
+async fn an_agent_sends_nothing_during_its_start_jitter_and_stops_at_once() {
+    let Some(url) = fresh_database().await else {
+        return;
+    };
+    let host = Host::new();
+    let agent = host.agent_logging_to(
+        "agent.log",
+        &[
+            "--store",
+            &url,
+            "--start-jitter",
+            "1000h",
+            "--log-format",
+            "json",
+        ],
+    );
+    let log = host.path("agent.log");
+    wait_log(&log, "the start's wait", kube_common::PATIENCE, |lines| {
+        !logged(lines, WAITING).is_empty()
+    })
+    .await;
+    let server = std::env::var("ROTA_TEST_POSTGRES_URL").expect("the test server");
+    let admin = sqlx::PgPool::connect(&server).await.expect("connect");
+    let connections: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = $1")
+            .bind(database_name(&url))
+            .fetch_one(&admin)
+            .await
+            .expect("count the connections");
+    assert_eq!(
+        connections, 0,
+        "the agent connected during its start's wait"
+    );
+
+    terminate(agent);
+    let lines = log_lines(&log);
+    assert_eq!(logged(&lines, STOPPED_EARLY).len(), 1, "{lines:?}");
+    let database = sqlx::PgPool::connect(&url).await.expect("connect");
+    let tables: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM information_schema.tables \
+         WHERE table_schema NOT IN ('pg_catalog', 'information_schema')",
+    )
+    .fetch_one(&database)
+    .await
+    .expect("count the tables");
+    assert_eq!(tables, 0, "the agent opened its store");
+}
+
+/// The host records that its node holds a slot; an agent that finds the record after the
+/// node's reboot starts at once despite `--start-jitter 1000h` and finishes the window, the
+/// record goes with the window, and the next start waits its delay.
+#[tokio::test]
+async fn an_agent_back_in_its_window_starts_at_once_and_one_out_of_it_waits() {
+    let host = Host::new();
+    let marker = host.root("var/lib/rota/in-window");
+    let jittered = ["--start-jitter", "1000h", "--log-format", "json"];
+    let agent = host.agent(&[]);
+    host.wait_for("registered", |_| true).await;
+    assert!(!marker.exists(), "an idle node is not in its window");
+    touch(&host.root("run/reboot-needed"));
+    host.wait_until("the reboot", || host.count("reboot") == 1)
+        .await;
+    assert!(marker.exists(), "the host does not record the window");
+    agent.kill();
+
+    host.reboot_host("boot-2");
+    let agent = host.agent_logging_to("back.log", &jittered);
+    host.wait_for("the window's end", |r| {
+        r.state == NodeState::Idle && r.slot.is_none()
+    })
+    .await;
+    host.wait_until("the record's removal", || !marker.exists())
+        .await;
+    terminate(agent);
+    let lines = log_lines(&host.path("back.log"));
+    assert_eq!(logged(&lines, AT_ONCE).len(), 1, "{lines:?}");
+    assert!(logged(&lines, WAITING).is_empty(), "{lines:?}");
+
+    let agent = host.agent_logging_to("idle.log", &jittered);
+    wait_log(
+        &host.path("idle.log"),
+        "the idle node's wait",
+        kube_common::PATIENCE,
+        |lines| !logged(lines, WAITING).is_empty(),
+    )
+    .await;
+    terminate(agent);
+    assert_eq!(host.count("reboot"), 1);
+}
+
+/// `host:port` of a PostgreSQL URL (`scheme://[user@]host:port/…`).
+fn server_of(url: &str) -> SocketAddr {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?']).next().unwrap_or(rest);
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    host_port.parse().expect("the test server's address")
+}
+
+/// Three agents started against a database whose role may open no connection (SQLSTATE 53300,
+/// class 53: out of resources) each try again after growing pauses, as their logs say and as
+/// the connections a proxy in front of each counts, and start once the limit is lifted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_agents_ask_a_database_that_refuses_them_less_and_less_often() {
+    let Some((admin_url, role_url, role)) = database_with_own_role().await else {
+        return;
+    };
+    // The fleet's schema exists, made by its role, as in a fleet that restarts.
+    drop(
+        PostgresStore::open(&role_url)
+            .await
+            .expect("create the schema"),
+    );
+    let admin = sqlx::PgPool::connect(&admin_url).await.expect("connect");
+    sqlx::query(&format!("ALTER ROLE {role} CONNECTION LIMIT 0"))
+        .execute(&admin)
+        .await
+        .expect("limit the role");
+    let first = Host::new();
+    let hosts = [
+        Host::sharing("node-b", &first),
+        Host::sharing("node-c", &first),
+        first,
+    ];
+    let server = server_of(&role_url);
+    let mut agents = Vec::new();
+    for host in &hosts {
+        let proxy = Proxy::start(server).await.expect("a proxy");
+        let url = role_url.replace(&server.to_string(), &proxy.addr().to_string());
+        let agent = host.agent_logging_to("agent.log", &["--store", &url, "--log-format", "json"]);
+        agents.push((agent, proxy, Instant::now()));
+    }
+    // Four refusals in a row take at least 1 + 2 + 4 = 7 s.
+    for host in &hosts {
+        wait_log(
+            &host.path("agent.log"),
+            "four refusals",
+            kube_common::PATIENCE,
+            |lines| logged(lines, DATABASE_REFUSED).len() >= 4,
+        )
+        .await;
+    }
+    for (host, (_, proxy, started)) in hosts.iter().zip(&agents) {
+        let lines = log_lines(&host.path("agent.log"));
+        let refusals = logged(&lines, DATABASE_REFUSED);
+        let connections = usize::try_from(proxy.forwarded()).expect("a count");
+        let elapsed = started.elapsed();
+        assert_backed_off(host.node.as_str(), &refusals, elapsed);
+        assert!(
+            (refusals.len()..=most_attempts(elapsed)).contains(&connections),
+            "{}: {connections} connections for {} refusals in {elapsed:?}: growing pauses \
+             allow one a refusal and at most {}",
+            host.node,
+            refusals.len(),
+            most_attempts(elapsed)
+        );
+    }
+
+    sqlx::query(&format!("ALTER ROLE {role} CONNECTION LIMIT -1"))
+        .execute(&admin)
+        .await
+        .expect("lift the limit");
+    let store = PostgresStore::open(&admin_url)
+        .await
+        .expect("open the store");
+    for host in &hosts {
+        let node: &NodeName = &host.node;
+        let start = Instant::now();
+        while store.node(node).await.expect("read the node").is_none() {
+            assert!(
+                start.elapsed() < kube_common::PATIENCE,
+                "{node} never started: {}",
+                std::fs::read_to_string(host.path("agent.log")).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    for (agent, _, _) in agents {
+        terminate(agent);
+    }
+}
+
+/// What an agent logs when the API server refused its start-up check.
+const API_REFUSED: &str = "the API server is unavailable; checking the cluster again";
+/// The label of the ConfigMaps whose creation holds the overloaded priority level's one seat.
+const HOLD_LABEL: &str = "rota.dev/test-hold-seat";
+
+/// An API server priority level that serves one request at a time and rejects, with 429,
+/// every other one (`nominalConcurrencyShares: 0` gives it no seat of its own, nothing to
+/// borrow and no queue; the API server still lets one request in while none runs), with two
+/// flow schemas: the agents' service account, and the test's `holder`, whose ConfigMap
+/// creations each hold that one seat for up to 30 s while a validating webhook that never
+/// answers times out. Holding it is what overloads the level: the agents find it busy.
+struct Overload {
+    admin: kube::Client,
+    name: String,
+    holders: Vec<tokio::task::JoinHandle<()>>,
+    granted: String,
+}
+
+impl Overload {
+    async fn start(
+        env: &rota_e2e::testenv::TestEnv,
+        scope: &rota_e2e::testenv::Scope,
+        agents_namespace: &str,
+    ) -> anyhow::Result<Overload> {
+        use anyhow::Context as _;
+        use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+        use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
+        use kube::api::{Api, PostParams};
+
+        let admin = scope.client();
+        let name = format!("{}-overload", scope.id());
+        // A webhook that never answers: a listener that accepts and says nothing.
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let port = silent.local_addr()?.port();
+        let silence = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((connection, _)) = silent.accept().await {
+                held.push(connection);
+            }
+        });
+        let post = PostParams::default();
+        let webhook: ValidatingWebhookConfiguration = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": name },
+            "webhooks": [{
+                "name": "hold.rota.dev",
+                "clientConfig": { "url": format!("https://127.0.0.1:{port}/") },
+                "rules": [{
+                    "operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                    "resources": ["configmaps"],
+                }],
+                "objectSelector": { "matchLabels": { HOLD_LABEL: scope.id() } },
+                "failurePolicy": "Ignore",
+                "sideEffects": "None",
+                "timeoutSeconds": 30,
+                "admissionReviewVersions": ["v1"],
+            }],
+        }))?;
+        Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+            .create(&post, &webhook)
+            .await
+            .context("creating the silent webhook")?;
+        let level: PriorityLevelConfiguration = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": name },
+            "spec": { "type": "Limited", "limited": {
+                "nominalConcurrencyShares": 0, "lendablePercent": 0, "borrowingLimitPercent": 0,
+                "limitResponse": { "type": "Reject" },
+            }},
+        }))?;
+        Api::<PriorityLevelConfiguration>::all(admin.clone())
+            .create(&post, &level)
+            .await
+            .context("creating the priority level")?;
+        let holder = scope.service_account_client(env, "holder").await?;
+        let granted = scope
+            .grant("hold", "holder", "configmaps", &["create"])
+            .await?;
+        for (schema, account, namespace) in [
+            (format!("{name}-agents"), "rota-agent", agents_namespace),
+            (format!("{name}-holder"), "holder", scope.namespace()),
+        ] {
+            let schema: FlowSchema = serde_json::from_value(serde_json::json!({
+                "metadata": { "name": schema },
+                "spec": {
+                    "matchingPrecedence": 100,
+                    "priorityLevelConfiguration": { "name": name },
+                    "distinguisherMethod": { "type": "ByUser" },
+                    "rules": [{
+                        "subjects": [{ "kind": "ServiceAccount",
+                            "serviceAccount": { "name": account, "namespace": namespace } }],
+                        "resourceRules": [{ "verbs": ["*"], "apiGroups": ["*"],
+                            "resources": ["*"], "clusterScope": true, "namespaces": ["*"] }],
+                        "nonResourceRules": [{ "verbs": ["*"], "nonResourceURLs": ["*"] }],
+                    }],
+                },
+            }))?;
+            Api::<FlowSchema>::all(admin.clone())
+                .create(&post, &schema)
+                .await
+                .context("creating a flow schema")?;
+        }
+        // Two holders: while one's creation holds the seat, the other's are refused, and it
+        // takes the seat within a tenth of a second once the first lets it go.
+        let holders = (0..2)
+            .map(|_| {
+                let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
+                    Api::namespaced(holder.clone(), scope.namespace());
+                let labels = [(HOLD_LABEL.to_owned(), scope.id().to_owned())].into();
+                tokio::spawn(async move {
+                    let held = k8s_openapi::api::core::v1::ConfigMap {
+                        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                            generate_name: Some("hold-".into()),
+                            labels: Some(labels),
+                            ..Default::default()
+                        },
+                        ..Default::default()
+                    };
+                    loop {
+                        if api.create(&PostParams::default(), &held).await.is_err() {
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    }
+                })
+            })
+            .chain([silence])
+            .collect();
+        Ok(Overload {
+            admin,
+            name,
+            holders,
+            granted,
+        })
+    }
+
+    /// The name of the agents' flow schema, as the API server's metrics label it.
+    fn agents_schema(&self) -> String {
+        format!("{}-agents", self.name)
+    }
+
+    /// The requests of the agents' service account the API server rejected, by its metrics.
+    async fn rejected(&self) -> anyhow::Result<u64> {
+        let request = http::Request::get("/metrics").body(Vec::new())?;
+        let metrics = self.admin.request_text(request).await?;
+        let schema = format!("flow_schema=\"{}\"", self.agents_schema());
+        let mut rejected = 0.0;
+        for line in metrics.lines() {
+            if line.starts_with("apiserver_flowcontrol_rejected_requests_total{")
+                && line.contains(&schema)
+            {
+                let value = line.rsplit(' ').next().unwrap_or_default();
+                rejected += value.parse::<f64>()?;
+            }
+        }
+        Ok(rejected as u64)
+    }
+
+    /// Lets the agents' requests in again: their schema goes, and the API server's own
+    /// schemas serve them.
+    async fn lift(&self) -> anyhow::Result<()> {
+        use k8s_openapi::api::flowcontrol::v1::FlowSchema;
+        kube::Api::<FlowSchema>::all(self.admin.clone())
+            .delete(&self.agents_schema(), &Default::default())
+            .await?;
+        Ok(())
+    }
+
+    /// Stops the holders and removes what [`Overload::start`] made.
+    async fn end(self, scope: &rota_e2e::testenv::Scope) -> anyhow::Result<()> {
+        use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+        use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
+        for holder in &self.holders {
+            holder.abort();
+        }
+        let gone = Default::default();
+        kube::Api::<FlowSchema>::all(self.admin.clone())
+            .delete(&format!("{}-holder", self.name), &gone)
+            .await?;
+        kube::Api::<PriorityLevelConfiguration>::all(self.admin.clone())
+            .delete(&self.name, &gone)
+            .await?;
+        kube::Api::<ValidatingWebhookConfiguration>::all(self.admin.clone())
+            .delete(&self.name, &gone)
+            .await?;
+        scope.revoke(&self.granted).await
+    }
+}
+
+/// A `rota agent` process in Kubernetes mode, with its pod's token, a host of files and its
+/// JSON log.
+struct KubeAgent {
+    node: String,
+    dir: tempfile::TempDir,
+    agent: Agent,
+    started: Instant,
+}
+
+impl KubeAgent {
+    fn start(node: &str, kubeconfig: &Path, namespace: &str) -> anyhow::Result<KubeAgent> {
+        let dir = tempfile::tempdir()?;
+        std::fs::create_dir_all(dir.path().join("root/run"))?;
+        std::fs::write(dir.path().join("boot_id"), "boot-1\n")?;
+        let log = std::fs::File::create(dir.path().join("agent.log"))?;
+        let child = std::process::Command::new(kube_common::ROTA)
+            .args([
+                "agent",
+                "--store=kube",
+                "--node-actions=kube",
+                "--reboot-command=true",
+            ])
+            .args(["--start-jitter=0s", "--log-format=json"])
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--namespace={namespace}"))
+            .arg(format!("--node={node}"))
+            .arg(format!("--host-root={}", dir.path().join("root").display()))
+            .arg(format!(
+                "--boot-id-file={}",
+                dir.path().join("boot_id").display()
+            ))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()?;
+        Ok(KubeAgent {
+            node: node.to_owned(),
+            dir,
+            agent: Agent { child },
+            started: Instant::now(),
+        })
+    }
+
+    fn log(&self) -> std::path::PathBuf {
+        self.dir.path().join("agent.log")
+    }
+}
+
+/// Three agents whose service account the API server's priority and fairness rejects with 429
+/// try again after growing pauses, as their logs say and the API server's own count of the
+/// requests it rejected confirms, and start once the rejections end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_agents_ask_an_api_server_that_rejects_them_less_and_less_often() -> anyhow::Result<()>
+{
+    use anyhow::{Context as _, ensure};
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    let Some((env, scope, nodes)) = kube_common::scope_with_nodes("overload", 3).await? else {
+        return Ok(());
+    };
+    let chart = kube_common::chart::Chart::install(env, &scope, serde_json::json!({})).await?;
+    let admin = scope.client();
+    let overload = Overload::start(env, &scope, chart.namespace()).await?;
+    let mut kubeconfigs = Vec::new();
+    for node in &nodes {
+        let pod = chart.agent_pod_on(&admin, node).await?;
+        let token = rota_e2e::tokens::pod_token(&admin, &pod).await?;
+        let kubeconfig = tempfile::NamedTempFile::new()?;
+        env.write_kubeconfig_with_token(&token, kubeconfig.path())?;
+        kubeconfigs.push(kubeconfig);
+    }
+    // The agents' first request waits until the level rejects theirs: a client of their own
+    // service account, without kube's retries, is refused with 429.
+    let mut config = env.config().await?;
+    config.auth_info = kube::config::Kubeconfig::read_from(kubeconfigs[0].path())?
+        .auth_infos
+        .into_iter()
+        .find_map(|named| named.auth_info)
+        .context("the agent's credentials")?;
+    let probe: kube::Api<ConfigMap> =
+        kube::Api::namespaced(rota_kube_client::client(config)?, chart.namespace());
+    rota_e2e::testenv::wait_for(
+        "the agents' level to reject",
+        kube_common::PATIENCE,
+        || async {
+            Ok(match probe.list(&Default::default()).await {
+                Err(kube::Error::Api(status)) if status.code == 429 => Some(()),
+                _ => None,
+            })
+        },
+    )
+    .await?;
+    let before = overload.rejected().await?;
+
+    let agents = nodes
+        .iter()
+        .zip(&kubeconfigs)
+        .map(|(node, kubeconfig)| KubeAgent::start(node, kubeconfig.path(), chart.namespace()))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for agent in &agents {
+        wait_log(
+            &agent.log(),
+            "four rejections",
+            kube_common::PATIENCE,
+            |lines| logged(lines, API_REFUSED).len() >= 4,
+        )
+        .await;
+    }
+    let mut refused = 0;
+    for agent in &agents {
+        let lines = log_lines(&agent.log());
+        let refusals = logged(&lines, API_REFUSED);
+        assert_backed_off(&agent.node, &refusals, agent.started.elapsed());
+        refused += refusals.len();
+    }
+    // Each attempt of the start-up check asks at once whether rota's CRDs are served and its
+    // namespace exists; the permission review comes only after they answered.
+    let per_attempt = rota_store_kube::preflight::ROTA_RESOURCES.len() + 1;
+    let rejected = usize::try_from(overload.rejected().await? - before)?;
+    let most: usize = agents
+        .iter()
+        .map(|agent| most_attempts(agent.started.elapsed()))
+        .sum();
+    ensure!(
+        (refused..=most * per_attempt).contains(&rejected),
+        "the API server rejected {rejected} of the agents' requests; they logged {refused} \
+         rejected attempts of {per_attempt} requests, and growing pauses allow at most {most} \
+         attempts"
+    );
+
+    overload.lift().await?;
+    let store = rota_store_kube::KubeStore::connect(
+        admin.clone(),
+        rota_store_kube::KubeStoreConfig {
+            namespace: chart.namespace().into(),
+            ..Default::default()
+        },
+    )
+    .await?;
+    for agent in &agents {
+        let node = NodeName::new(&agent.node)?;
+        let started = rota_e2e::testenv::wait_for(
+            &format!("the agent of {} to start", agent.node),
+            kube_common::PATIENCE,
+            || async { Ok(store.node(&node).await?.map(|_| ())) },
+        )
+        .await;
+        started.with_context(|| std::fs::read_to_string(agent.log()).unwrap_or_default())?;
+    }
+    for agent in agents {
+        terminate(agent.agent);
+        kube::Api::<rota_store_kube::RotaNode>::all(admin.clone())
+            .delete(&agent.node, &Default::default())
+            .await?;
+    }
+    overload.end(&scope).await?;
+    chart.uninstall()?;
+    scope.cleanup().await
+}
