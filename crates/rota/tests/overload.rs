@@ -8,16 +8,30 @@ mod common;
 mod kube_common;
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use anyhow::{Context as _, Result, ensure};
 use common::{Agent, Host};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Client;
+use kube::api::{Api, PostParams};
+use kube_common::chart::Chart;
+use kube_common::{PATIENCE, ROTA};
 use rota_core::{NodeName, NodeState};
 use rota_e2e::host::touch;
 use rota_e2e::postgres::{database_with_own_role, fresh_database};
 use rota_e2e::proxy::Proxy;
+use rota_e2e::testenv::{Scope, TestEnv, wait_for};
+use rota_e2e::tokens::pod_token;
 use rota_store::{PostgresStore, ReadStore};
-use serde_json::Value;
+use rota_store_kube::{KubeStore, KubeStoreConfig, RotaNode};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
 
 /// What an agent logs before it waits out its start's delay.
 const WAITING: &str = "waiting before the first request to the store (--start-jitter), so that a fleet started together spreads out";
@@ -164,7 +178,7 @@ async fn an_agent_sends_nothing_during_its_start_jitter_and_stops_at_once() {
         ],
     );
     let log = host.path("agent.log");
-    wait_log(&log, "the start's wait", kube_common::PATIENCE, |lines| {
+    wait_log(&log, "the start's wait", PATIENCE, |lines| {
         !logged(lines, WAITING).is_empty()
     })
     .await;
@@ -229,7 +243,7 @@ async fn an_agent_back_in_its_window_starts_at_once_and_one_out_of_it_waits() {
     wait_log(
         &host.path("idle.log"),
         "the idle node's wait",
-        kube_common::PATIENCE,
+        PATIENCE,
         |lines| !logged(lines, WAITING).is_empty(),
     )
     .await;
@@ -283,7 +297,7 @@ async fn three_agents_ask_a_database_that_refuses_them_less_and_less_often() {
         wait_log(
             &host.path("agent.log"),
             "four refusals",
-            kube_common::PATIENCE,
+            PATIENCE,
             |lines| logged(lines, DATABASE_REFUSED).len() >= 4,
         )
         .await;
@@ -316,7 +330,7 @@ async fn three_agents_ask_a_database_that_refuses_them_less_and_less_often() {
         let start = Instant::now();
         while store.node(node).await.expect("read the node").is_none() {
             assert!(
-                start.elapsed() < kube_common::PATIENCE,
+                start.elapsed() < PATIENCE,
                 "{node} never started: {}",
                 std::fs::read_to_string(host.path("agent.log")).unwrap_or_default()
             );
@@ -340,23 +354,14 @@ const HOLD_LABEL: &str = "rota.dev/test-hold-seat";
 /// creations each hold that one seat for up to 30 s while a validating webhook that never
 /// answers times out. Holding it is what overloads the level: the agents find it busy.
 struct Overload {
-    admin: kube::Client,
+    admin: Client,
     name: String,
-    holders: Vec<tokio::task::JoinHandle<()>>,
+    holders: Vec<JoinHandle<()>>,
     granted: String,
 }
 
 impl Overload {
-    async fn start(
-        env: &rota_e2e::testenv::TestEnv,
-        scope: &rota_e2e::testenv::Scope,
-        agents_namespace: &str,
-    ) -> anyhow::Result<Overload> {
-        use anyhow::Context as _;
-        use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-        use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
-        use kube::api::{Api, PostParams};
-
+    async fn start(env: &TestEnv, scope: &Scope, agents_namespace: &str) -> Result<Overload> {
         let admin = scope.client();
         let name = format!("{}-overload", scope.id());
         // A webhook that never answers: a listener that accepts and says nothing.
@@ -369,7 +374,7 @@ impl Overload {
             }
         });
         let post = PostParams::default();
-        let webhook: ValidatingWebhookConfiguration = serde_json::from_value(serde_json::json!({
+        let webhook: ValidatingWebhookConfiguration = serde_json::from_value(json!({
             "metadata": { "name": name },
             "webhooks": [{
                 "name": "hold.rota.dev",
@@ -389,7 +394,7 @@ impl Overload {
             .create(&post, &webhook)
             .await
             .context("creating the silent webhook")?;
-        let level: PriorityLevelConfiguration = serde_json::from_value(serde_json::json!({
+        let level: PriorityLevelConfiguration = serde_json::from_value(json!({
             "metadata": { "name": name },
             "spec": { "type": "Limited", "limited": {
                 "nominalConcurrencyShares": 0, "lendablePercent": 0, "borrowingLimitPercent": 0,
@@ -408,23 +413,8 @@ impl Overload {
             (format!("{name}-agents"), "rota-agent", agents_namespace),
             (format!("{name}-holder"), "holder", scope.namespace()),
         ] {
-            let schema: FlowSchema = serde_json::from_value(serde_json::json!({
-                "metadata": { "name": schema },
-                "spec": {
-                    "matchingPrecedence": 100,
-                    "priorityLevelConfiguration": { "name": name },
-                    "distinguisherMethod": { "type": "ByUser" },
-                    "rules": [{
-                        "subjects": [{ "kind": "ServiceAccount",
-                            "serviceAccount": { "name": account, "namespace": namespace } }],
-                        "resourceRules": [{ "verbs": ["*"], "apiGroups": ["*"],
-                            "resources": ["*"], "clusterScope": true, "namespaces": ["*"] }],
-                        "nonResourceRules": [{ "verbs": ["*"], "nonResourceURLs": ["*"] }],
-                    }],
-                },
-            }))?;
             Api::<FlowSchema>::all(admin.clone())
-                .create(&post, &schema)
+                .create(&post, &flow_schema(&schema, account, namespace, &name)?)
                 .await
                 .context("creating a flow schema")?;
         }
@@ -432,12 +422,11 @@ impl Overload {
         // takes the seat within a tenth of a second once the first lets it go.
         let holders = (0..2)
             .map(|_| {
-                let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
-                    Api::namespaced(holder.clone(), scope.namespace());
+                let api: Api<ConfigMap> = Api::namespaced(holder.clone(), scope.namespace());
                 let labels = [(HOLD_LABEL.to_owned(), scope.id().to_owned())].into();
                 tokio::spawn(async move {
-                    let held = k8s_openapi::api::core::v1::ConfigMap {
-                        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    let held = ConfigMap {
+                        metadata: ObjectMeta {
                             generate_name: Some("hold-".into()),
                             labels: Some(labels),
                             ..Default::default()
@@ -467,51 +456,104 @@ impl Overload {
     }
 
     /// The requests of the agents' service account the API server rejected, by its metrics.
-    async fn rejected(&self) -> anyhow::Result<u64> {
-        let request = http::Request::get("/metrics").body(Vec::new())?;
-        let metrics = self.admin.request_text(request).await?;
-        let schema = format!("flow_schema=\"{}\"", self.agents_schema());
-        let mut rejected = 0.0;
-        for line in metrics.lines() {
-            if line.starts_with("apiserver_flowcontrol_rejected_requests_total{")
-                && line.contains(&schema)
-            {
-                let value = line.rsplit(' ').next().unwrap_or_default();
-                rejected += value.parse::<f64>()?;
-            }
-        }
-        Ok(rejected as u64)
+    async fn rejected(&self) -> Result<u64> {
+        flow_count(
+            &self.admin,
+            "apiserver_flowcontrol_rejected_requests_total",
+            &self.agents_schema(),
+        )
+        .await
     }
 
     /// Lets the agents' requests in again: their schema goes, and the API server's own
     /// schemas serve them.
-    async fn lift(&self) -> anyhow::Result<()> {
-        use k8s_openapi::api::flowcontrol::v1::FlowSchema;
-        kube::Api::<FlowSchema>::all(self.admin.clone())
+    async fn lift(&self) -> Result<()> {
+        Api::<FlowSchema>::all(self.admin.clone())
             .delete(&self.agents_schema(), &Default::default())
             .await?;
         Ok(())
     }
 
     /// Stops the holders and removes what [`Overload::start`] made.
-    async fn end(self, scope: &rota_e2e::testenv::Scope) -> anyhow::Result<()> {
-        use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-        use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
+    async fn end(self, scope: &Scope) -> Result<()> {
         for holder in &self.holders {
             holder.abort();
         }
         let gone = Default::default();
-        kube::Api::<FlowSchema>::all(self.admin.clone())
+        Api::<FlowSchema>::all(self.admin.clone())
             .delete(&format!("{}-holder", self.name), &gone)
             .await?;
-        kube::Api::<PriorityLevelConfiguration>::all(self.admin.clone())
+        Api::<PriorityLevelConfiguration>::all(self.admin.clone())
             .delete(&self.name, &gone)
             .await?;
-        kube::Api::<ValidatingWebhookConfiguration>::all(self.admin.clone())
+        Api::<ValidatingWebhookConfiguration>::all(self.admin.clone())
             .delete(&self.name, &gone)
             .await?;
         scope.revoke(&self.granted).await
     }
+}
+
+/// The sum of the API server's counter `metric` over the flow schema `schema`, from its
+/// `/metrics`.
+async fn flow_count(admin: &Client, metric: &str, schema: &str) -> Result<u64> {
+    let request = http::Request::get("/metrics").body(Vec::new())?;
+    let metrics = admin.request_text(request).await?;
+    let prefix = format!("{metric}{{");
+    let schema = format!("flow_schema=\"{schema}\"");
+    let mut count = 0.0;
+    for line in metrics.lines() {
+        if line.starts_with(&prefix) && line.contains(&schema) {
+            let value = line.rsplit(' ').next().unwrap_or_default();
+            count += value.parse::<f64>()?;
+        }
+    }
+    Ok(count as u64)
+}
+
+/// A flow schema `name` for the service account `namespace/account`, served by the priority
+/// level `level`.
+fn flow_schema(name: &str, account: &str, namespace: &str, level: &str) -> Result<FlowSchema> {
+    Ok(serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "spec": {
+            "matchingPrecedence": 100,
+            "priorityLevelConfiguration": { "name": level },
+            "distinguisherMethod": { "type": "ByUser" },
+            "rules": [{
+                "subjects": [{ "kind": "ServiceAccount",
+                    "serviceAccount": { "name": account, "namespace": namespace } }],
+                "resourceRules": [{ "verbs": ["*"], "apiGroups": ["*"],
+                    "resources": ["*"], "clusterScope": true, "namespaces": ["*"] }],
+                "nonResourceRules": [{ "verbs": ["*"], "nonResourceURLs": ["*"] }],
+            }],
+        },
+    }))?)
+}
+
+/// A kubeconfig with the token of the chart's agent pod on `node`, as the kubelet mounts it.
+async fn agent_kubeconfig(
+    env: &TestEnv,
+    chart: &Chart,
+    node: &str,
+) -> Result<tempfile::NamedTempFile> {
+    let admin = env.client().await?;
+    let pod = chart.agent_pod_on(&admin, node).await?;
+    let token = pod_token(&admin, &pod).await?;
+    let kubeconfig = tempfile::NamedTempFile::new()?;
+    env.write_kubeconfig_with_token(&token, kubeconfig.path())?;
+    Ok(kubeconfig)
+}
+
+/// A client with the credentials of `kubeconfig`, built as the agent builds its own: without
+/// kube's retries, so that a 429 comes back as one.
+async fn agent_client(env: &TestEnv, kubeconfig: &Path) -> Result<Client> {
+    let mut config = env.config().await?;
+    config.auth_info = kube::config::Kubeconfig::read_from(kubeconfig)?
+        .auth_infos
+        .into_iter()
+        .find_map(|named| named.auth_info)
+        .context("the agent's credentials")?;
+    Ok(rota_kube_client::client(config)?)
 }
 
 /// A `rota agent` process in Kubernetes mode, with its pod's token, a host of files and its
@@ -524,19 +566,21 @@ struct KubeAgent {
 }
 
 impl KubeAgent {
-    fn start(node: &str, kubeconfig: &Path, namespace: &str) -> anyhow::Result<KubeAgent> {
+    /// Starts the agent of `node` with `kubeconfig` and `--start-jitter=<jitter>`.
+    fn start(node: &str, kubeconfig: &Path, namespace: &str, jitter: &str) -> Result<KubeAgent> {
         let dir = tempfile::tempdir()?;
         std::fs::create_dir_all(dir.path().join("root/run"))?;
         std::fs::write(dir.path().join("boot_id"), "boot-1\n")?;
         let log = std::fs::File::create(dir.path().join("agent.log"))?;
-        let child = std::process::Command::new(kube_common::ROTA)
+        let child = Command::new(ROTA)
             .args([
                 "agent",
                 "--store=kube",
                 "--node-actions=kube",
                 "--reboot-command=true",
             ])
-            .args(["--start-jitter=0s", "--log-format=json"])
+            .arg(format!("--start-jitter={jitter}"))
+            .arg("--log-format=json")
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg(format!("--namespace={namespace}"))
             .arg(format!("--node={node}"))
@@ -545,8 +589,8 @@ impl KubeAgent {
                 "--boot-id-file={}",
                 dir.path().join("boot_id").display()
             ))
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
             .stderr(log)
             .spawn()?;
         Ok(KubeAgent {
@@ -557,7 +601,7 @@ impl KubeAgent {
         })
     }
 
-    fn log(&self) -> std::path::PathBuf {
+    fn log(&self) -> PathBuf {
         self.dir.path().join("agent.log")
     }
 }
@@ -566,60 +610,43 @@ impl KubeAgent {
 /// try again after growing pauses, as their logs say and the API server's own count of the
 /// requests it rejected confirms, and start once the rejections end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_agents_ask_an_api_server_that_rejects_them_less_and_less_often() -> anyhow::Result<()>
-{
-    use anyhow::{Context as _, ensure};
-    use k8s_openapi::api::core::v1::ConfigMap;
-
+async fn three_agents_ask_an_api_server_that_rejects_them_less_and_less_often() -> Result<()> {
     let Some((env, scope, nodes)) = kube_common::scope_with_nodes("overload", 3).await? else {
         return Ok(());
     };
-    let chart = kube_common::chart::Chart::install(env, &scope, serde_json::json!({})).await?;
+    let chart = Chart::install(env, &scope, json!({})).await?;
     let admin = scope.client();
     let overload = Overload::start(env, &scope, chart.namespace()).await?;
     let mut kubeconfigs = Vec::new();
     for node in &nodes {
-        let pod = chart.agent_pod_on(&admin, node).await?;
-        let token = rota_e2e::tokens::pod_token(&admin, &pod).await?;
-        let kubeconfig = tempfile::NamedTempFile::new()?;
-        env.write_kubeconfig_with_token(&token, kubeconfig.path())?;
-        kubeconfigs.push(kubeconfig);
+        kubeconfigs.push(agent_kubeconfig(env, &chart, node).await?);
     }
     // The agents' first request waits until the level rejects theirs: a client of their own
     // service account, without kube's retries, is refused with 429.
-    let mut config = env.config().await?;
-    config.auth_info = kube::config::Kubeconfig::read_from(kubeconfigs[0].path())?
-        .auth_infos
-        .into_iter()
-        .find_map(|named| named.auth_info)
-        .context("the agent's credentials")?;
-    let probe: kube::Api<ConfigMap> =
-        kube::Api::namespaced(rota_kube_client::client(config)?, chart.namespace());
-    rota_e2e::testenv::wait_for(
-        "the agents' level to reject",
-        kube_common::PATIENCE,
-        || async {
-            Ok(match probe.list(&Default::default()).await {
-                Err(kube::Error::Api(status)) if status.code == 429 => Some(()),
-                _ => None,
-            })
-        },
-    )
+    let probe: Api<ConfigMap> = Api::namespaced(
+        agent_client(env, kubeconfigs[0].path()).await?,
+        chart.namespace(),
+    );
+    wait_for("the agents' level to reject", PATIENCE, || async {
+        Ok(match probe.list(&Default::default()).await {
+            Err(kube::Error::Api(status)) if status.code == 429 => Some(()),
+            _ => None,
+        })
+    })
     .await?;
     let before = overload.rejected().await?;
 
     let agents = nodes
         .iter()
         .zip(&kubeconfigs)
-        .map(|(node, kubeconfig)| KubeAgent::start(node, kubeconfig.path(), chart.namespace()))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+        .map(|(node, kubeconfig)| {
+            KubeAgent::start(node, kubeconfig.path(), chart.namespace(), "0s")
+        })
+        .collect::<Result<Vec<_>>>()?;
     for agent in &agents {
-        wait_log(
-            &agent.log(),
-            "four rejections",
-            kube_common::PATIENCE,
-            |lines| logged(lines, API_REFUSED).len() >= 4,
-        )
+        wait_log(&agent.log(), "four rejections", PATIENCE, |lines| {
+            logged(lines, API_REFUSED).len() >= 4
+        })
         .await;
     }
     let mut refused = 0;
@@ -645,9 +672,9 @@ async fn three_agents_ask_an_api_server_that_rejects_them_less_and_less_often() 
     );
 
     overload.lift().await?;
-    let store = rota_store_kube::KubeStore::connect(
+    let store = KubeStore::connect(
         admin.clone(),
-        rota_store_kube::KubeStoreConfig {
+        KubeStoreConfig {
             namespace: chart.namespace().into(),
             ..Default::default()
         },
@@ -655,9 +682,9 @@ async fn three_agents_ask_an_api_server_that_rejects_them_less_and_less_often() 
     .await?;
     for agent in &agents {
         let node = NodeName::new(&agent.node)?;
-        let started = rota_e2e::testenv::wait_for(
+        let started = wait_for(
             &format!("the agent of {} to start", agent.node),
-            kube_common::PATIENCE,
+            PATIENCE,
             || async { Ok(store.node(&node).await?.map(|_| ())) },
         )
         .await;
@@ -665,11 +692,62 @@ async fn three_agents_ask_an_api_server_that_rejects_them_less_and_less_often() 
     }
     for agent in agents {
         terminate(agent.agent);
-        kube::Api::<rota_store_kube::RotaNode>::all(admin.clone())
+        Api::<RotaNode>::all(admin.clone())
             .delete(&agent.node, &Default::default())
             .await?;
     }
     overload.end(&scope).await?;
+    chart.uninstall()?;
+    scope.cleanup().await
+}
+
+/// An agent on Kubernetes with `--start-jitter 1000h` has sent the API server no request once
+/// it says it waits, by the API server's own count of its service account's requests (a flow
+/// schema of its own, served as usual), and a SIGTERM ends it with status 0, still without one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_on_kubernetes_sends_no_request_during_its_start_jitter() -> Result<()> {
+    let Some((env, scope, nodes)) = kube_common::scope_with_nodes("jitter", 1).await? else {
+        return Ok(());
+    };
+    let chart = Chart::install(env, &scope, json!({})).await?;
+    let admin = scope.client();
+    let kubeconfig = agent_kubeconfig(env, &chart, &nodes[0]).await?;
+    let schema = format!("{}-counted", scope.id());
+    let counted = flow_schema(&schema, "rota-agent", chart.namespace(), "workload-low")?;
+    let schemas = Api::<FlowSchema>::all(admin.clone());
+    schemas.create(&Default::default(), &counted).await?;
+    // The count starts once the API server serves the agents' requests under that schema.
+    let dispatched = "apiserver_flowcontrol_dispatched_requests_total";
+    let probe: Api<ConfigMap> = Api::namespaced(
+        agent_client(env, kubeconfig.path()).await?,
+        chart.namespace(),
+    );
+    wait_for("the schema to count", PATIENCE, || async {
+        let _ = probe.list(&Default::default()).await;
+        Ok((flow_count(&admin, dispatched, &schema).await? > 0).then_some(()))
+    })
+    .await?;
+    let before = flow_count(&admin, dispatched, &schema).await?;
+
+    let agent = KubeAgent::start(&nodes[0], kubeconfig.path(), chart.namespace(), "1000h")?;
+    wait_log(&agent.log(), "the start's wait", PATIENCE, |lines| {
+        !logged(lines, WAITING).is_empty()
+    })
+    .await;
+    let waiting = flow_count(&admin, dispatched, &schema).await?;
+    ensure!(
+        waiting == before,
+        "{} requests while it waited",
+        waiting - before
+    );
+    let log = agent.log();
+    terminate(agent.agent);
+    let lines = log_lines(&log);
+    ensure!(logged(&lines, STOPPED_EARLY).len() == 1, "{lines:?}");
+    let after = flow_count(&admin, dispatched, &schema).await?;
+    ensure!(after == before, "{} requests in all", after - before);
+
+    schemas.delete(&schema, &Default::default()).await?;
     chart.uninstall()?;
     scope.cleanup().await
 }
