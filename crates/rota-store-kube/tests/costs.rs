@@ -51,7 +51,7 @@ impl Sent {
             request.method(),
             request.uri().path(),
             if has("watch=true") { "?watch" } else { "" },
-            if has("resourceVersion=0") {
+            if has("resourceVersionMatch=NotOlderThan") {
                 " (cache)"
             } else {
                 ""

@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::ListParams;
+use kube::api::{ListParams, VersionMatch};
 use rota_core::NodeName;
 use rota_store::{Acquire, Millis, Result, Session, now_millis};
 
@@ -18,6 +18,7 @@ use super::slot_leases::held_by;
 use super::{KubeStore, ROTA_NODES, STATE_LABEL, fenced};
 use crate::crd::RotaNodeStatus;
 use crate::error::Context;
+use crate::view::revision;
 use crate::{queue_labels, slots};
 
 /// What one look at the queue read.
@@ -246,12 +247,15 @@ impl KubeStore {
     /// Without `from_cache`, the list is consistent: it holds every queueing the API server had
     /// taken when it was asked, so the queue order is the written one. A list from a lagging
     /// cache could miss a node ahead of this one and grant out of order. But a consistent list
-    /// (or one that must hold a given revision) waits for the API server's cache to catch up
-    /// with etcd, and fails after 3 s when it does not: at a 1,000-node fleet's start, a
-    /// thousand such lists made the busy API server time out nearly all of them. So a look
-    /// that only tells a waiter to wait reads the cache as it is: what it may lack or still
-    /// show moves the waiter a few places, and its answer stands for seconds (see
-    /// `cache_wait`); a look that may grant reads again, consistently.
+    /// waits for the API server's cache to catch up with etcd (its newest revision, which every
+    /// write of the fleet moves), and reads etcd itself when that takes seconds: at a
+    /// 1,000-node fleet's start, a thousand such lists made the busy API server time out nearly
+    /// all of them. So a look that only tells a waiter to wait reads the cache holding at least
+    /// what this handle wrote or saw (its own writes, an operator's through it, the slot
+    /// Leases of its watch), which the cache has nearly always caught up with, or, after a
+    /// 504, the cache as it is: what a list from it lacks or still shows moves the waiter a
+    /// few places, and its answer stands for seconds (see `cache_wait`); a look that may grant
+    /// reads again, consistently.
     ///
     /// A handle with several agents answers such a look from its watch of every RotaNode
     /// instead (see `queue_view`), while that has listed them.
@@ -265,17 +269,48 @@ impl KubeStore {
         }
         let selector = &self.queue_selector(place);
         let params = ListParams::default().labels(selector);
-        let params = if from_cache {
-            params.match_any()
+        let list = if from_cache {
+            let newest = self.newest_seen().max(self.leases_seen());
+            let at_least = newest.map(|revision| {
+                params
+                    .clone()
+                    .matching(VersionMatch::NotOlderThan)
+                    .at(&revision.to_string())
+            });
+            match at_least {
+                Some(at_least) => match self.inner.rota_nodes.list_metadata(&at_least).await {
+                    // The API server's cache is seconds behind (a busy API server): as it is,
+                    // it still tells a waiter far back that it waits.
+                    Err(kube::Error::Api(status)) if status.code == 504 => {
+                        self.inner
+                            .rota_nodes
+                            .list_metadata(&params.match_any())
+                            .await
+                    }
+                    listed => listed,
+                },
+                None => {
+                    self.inner
+                        .rota_nodes
+                        .list_metadata(&params.match_any())
+                        .await
+                }
+            }
         } else {
-            params
-        };
-        let list = self.inner.rota_nodes.list_metadata(&params).await.context(
-            "list",
-            ROTA_NODES,
-            format!("with labels {selector}"),
-        )?;
+            self.inner.rota_nodes.list_metadata(&params).await
+        }
+        .context("list", ROTA_NODES, format!("with labels {selector}"))?;
         Ok(list.items.into_iter().map(|o| o.metadata).collect())
+    }
+
+    /// The newest revision among the slot Leases this handle's watch shows.
+    fn leases_seen(&self) -> Option<u64> {
+        self.inner
+            .changes
+            .leases()?
+            .iter()
+            .filter_map(|l| revision(&l.metadata))
+            .max()
     }
 }
 

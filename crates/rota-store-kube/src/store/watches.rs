@@ -152,6 +152,11 @@ impl KubeStore {
         self.watch_tasks().queue.queued(place)
     }
 
+    /// The newest revision of a RotaNode this handle wrote, read or was shown.
+    pub(super) fn newest_seen(&self) -> Option<u64> {
+        self.watch_tasks().queue.newest()
+    }
+
     /// Runs `f` on the queue's view, for the watch of every RotaNode.
     pub(super) fn view_queue(&self, f: impl FnOnce(&mut QueueView)) {
         f(&mut self.watch_tasks().queue);
