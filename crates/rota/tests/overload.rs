@@ -342,6 +342,8 @@ async fn three_agents_ask_a_database_that_refuses_them_less_and_less_often() {
     }
 }
 
+/// What an agent logs when its store refused a step of its loop.
+const LOOP_REFUSED: &str = "the store is unavailable; retrying";
 /// What an agent logs when the API server refused its start-up check.
 const API_REFUSED: &str = "the API server is unavailable; checking the cluster again";
 /// The label of the ConfigMaps whose creation holds the overloaded priority level's one seat.
@@ -361,7 +363,7 @@ struct Overload {
 }
 
 impl Overload {
-    async fn start(env: &TestEnv, scope: &Scope, agents_namespace: &str) -> Result<Overload> {
+    async fn start(env: &TestEnv, scope: &Scope) -> Result<Overload> {
         let admin = scope.client();
         let name = format!("{}-overload", scope.id());
         // A webhook that never answers: a listener that accepts and says nothing.
@@ -409,15 +411,16 @@ impl Overload {
         let granted = scope
             .grant("hold", "holder", "configmaps", &["create"])
             .await?;
-        for (schema, account, namespace) in [
-            (format!("{name}-agents"), "rota-agent", agents_namespace),
-            (format!("{name}-holder"), "holder", scope.namespace()),
-        ] {
-            Api::<FlowSchema>::all(admin.clone())
-                .create(&post, &flow_schema(&schema, account, namespace, &name)?)
-                .await
-                .context("creating a flow schema")?;
-        }
+        let holder_schema = flow_schema(
+            &format!("{name}-holder"),
+            "holder",
+            scope.namespace(),
+            &name,
+        )?;
+        Api::<FlowSchema>::all(admin.clone())
+            .create(&post, &holder_schema)
+            .await
+            .context("creating the holder's flow schema")?;
         // Two holders: while one's creation holds the seat, the other's are refused, and it
         // takes the seat within a tenth of a second once the first lets it go.
         let holders = (0..2)
@@ -462,6 +465,23 @@ impl Overload {
             "apiserver_flowcontrol_rejected_requests_total",
             &self.agents_schema(),
         )
+        .await
+    }
+
+    /// Puts the requests of the agents' service account (`rota-agent` in `namespace`) in the
+    /// overloaded level, and waits until `probe`, a list with their credentials, is rejected.
+    async fn impose(&self, namespace: &str, probe: &Api<ConfigMap>) -> Result<()> {
+        let schema = flow_schema(&self.agents_schema(), "rota-agent", namespace, &self.name)?;
+        Api::<FlowSchema>::all(self.admin.clone())
+            .create(&PostParams::default(), &schema)
+            .await
+            .context("creating the agents' flow schema")?;
+        wait_for("the agents' level to reject", PATIENCE, || async {
+            Ok(match probe.list(&Default::default()).await {
+                Err(kube::Error::Api(status)) if status.code == 429 => Some(()),
+                _ => None,
+            })
+        })
         .await
     }
 
@@ -580,6 +600,7 @@ impl KubeAgent {
                 "--reboot-command=true",
             ])
             .arg(format!("--start-jitter={jitter}"))
+            .arg("--procedure-poll=5s")
             .arg("--log-format=json")
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg(format!("--namespace={namespace}"))
@@ -608,7 +629,10 @@ impl KubeAgent {
 
 /// Three agents whose service account the API server's priority and fairness rejects with 429
 /// try again after growing pauses, as their logs say and the API server's own count of the
-/// requests it rejected confirms, and start once the rejections end.
+/// requests it rejected confirms, and start once the rejections end. Rejected again in their
+/// loop, with a reboot to record and their look at the procedures due, they pause as long
+/// (before, a look already due ended every pause at once: 291 attempts in 4.5 s from one
+/// agent), and record it once the rejections end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_agents_ask_an_api_server_that_rejects_them_less_and_less_often() -> Result<()> {
     let Some((env, scope, nodes)) = kube_common::scope_with_nodes("overload", 3).await? else {
@@ -616,7 +640,7 @@ async fn three_agents_ask_an_api_server_that_rejects_them_less_and_less_often() 
     };
     let chart = Chart::install(env, &scope, json!({})).await?;
     let admin = scope.client();
-    let overload = Overload::start(env, &scope, chart.namespace()).await?;
+    let overload = Overload::start(env, &scope).await?;
     let mut kubeconfigs = Vec::new();
     for node in &nodes {
         kubeconfigs.push(agent_kubeconfig(env, &chart, node).await?);
@@ -627,13 +651,7 @@ async fn three_agents_ask_an_api_server_that_rejects_them_less_and_less_often() 
         agent_client(env, kubeconfigs[0].path()).await?,
         chart.namespace(),
     );
-    wait_for("the agents' level to reject", PATIENCE, || async {
-        Ok(match probe.list(&Default::default()).await {
-            Err(kube::Error::Api(status)) if status.code == 429 => Some(()),
-            _ => None,
-        })
-    })
-    .await?;
+    overload.impose(chart.namespace(), &probe).await?;
     let before = overload.rejected().await?;
 
     let agents = nodes
@@ -689,6 +707,50 @@ async fn three_agents_ask_an_api_server_that_rejects_them_less_and_less_often() 
         )
         .await;
         started.with_context(|| std::fs::read_to_string(agent.log()).unwrap_or_default())?;
+    }
+
+    // In their loop: rejected again while each has work to record (a reboot asked for), and
+    // past the time to look at the procedures again (`--procedure-poll 5s`).
+    overload.impose(chart.namespace(), &probe).await?;
+    let rejected_before = overload.rejected().await?;
+    let at = Instant::now();
+    for agent in &agents {
+        std::fs::write(agent.dir.path().join("root/run/reboot-needed"), b"")?;
+    }
+    for agent in &agents {
+        wait_log(
+            &agent.log(),
+            "four rejections in the loop",
+            PATIENCE,
+            |lines| logged(lines, LOOP_REFUSED).len() >= 4,
+        )
+        .await;
+    }
+    let mut refused = 0;
+    for agent in &agents {
+        let lines = log_lines(&agent.log());
+        let refusals = logged(&lines, LOOP_REFUSED);
+        assert_backed_off(&agent.node, &refusals, at.elapsed());
+        refused += refusals.len();
+    }
+    let rejected = overload.rejected().await? - rejected_before;
+    ensure!(
+        usize::try_from(rejected)? >= refused,
+        "the API server rejected {rejected} requests; the agents logged {refused} rejections"
+    );
+    overload.lift().await?;
+    for agent in &agents {
+        let node = NodeName::new(&agent.node)?;
+        let queued = wait_for(
+            &format!("the agent of {} to record its reboot", agent.node),
+            PATIENCE,
+            || async {
+                let record = store.node(&node).await?;
+                Ok(record.filter(|r| r.state != NodeState::Idle).map(|_| ()))
+            },
+        )
+        .await;
+        queued.with_context(|| std::fs::read_to_string(agent.log()).unwrap_or_default())?;
     }
     for agent in agents {
         terminate(agent.agent);

@@ -44,9 +44,16 @@ impl Agent {
     ) -> Result<()> {
         running.fenced = None;
         running.health_ahead = None;
+        // A look at the procedures already due ends no wait: the idle and queued steps look
+        // before they wait, so it is due only when a step failed before its look, or in a state
+        // that never looks. A wait ended by it would end at once, again and again: after a
+        // failure, a retry storm instead of a pause (test
+        // three_agents_ask_an_api_server_that_rejects_them_less_and_less_often).
+        let now = Instant::now();
         let procedures = running
             .procedures_due
-            .unwrap_or_else(|| Instant::now() + self.config.procedure_poll);
+            .filter(|due| *due > now)
+            .unwrap_or_else(|| now + self.config.procedure_poll);
         // An idle node waits for a request, and every way one comes wakes it (a sentinel, an
         // operator's command, a new procedure): it re-reads the store only with the procedures'
         // slow safety poll. A node with work also re-reads for what no write announces.
