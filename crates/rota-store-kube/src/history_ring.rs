@@ -109,14 +109,33 @@ pub fn may_overwrite(
 /// Where the ring of a RotaNode without `historyRing` stands, by its RotaWindows: a rota
 /// from before the ring, which does not know the field, drops it when it writes the RotaNode
 /// (an operator's older `rota unlock`, an agent during a rolling upgrade). Every chunk counts as
-/// committed then; the next chunk follows the newest. `None` without any.
+/// committed then; the next chunk follows the newest. But a node's first chunk whose writer
+/// died (or lost its write of the RotaNode) before the RotaNode counted it also leaves a
+/// RotaNode without the field: that chunk's entries are still in the RotaNode (`inline`), so a
+/// newest chunk that shares an entry with it is not committed, and its place is the next.
+/// `None` without any chunk.
 pub fn recovered<'a>(
     windows: impl IntoIterator<Item = &'a RotaWindowSpec>,
+    inline: &[HistoryStatus],
 ) -> Option<HistoryRingStatus> {
-    let newest = windows.into_iter().max_by_key(|w| w.sequence)?;
-    Some(HistoryRingStatus {
-        written: newest.sequence + 1,
-        last_id: newest.entries.iter().map(|h| h.id).max().unwrap_or(0),
+    let mut windows: Vec<&RotaWindowSpec> = windows.into_iter().collect();
+    windows.sort_by_key(|w| w.sequence);
+    let newest = windows.pop()?;
+    let last_id = |w: &RotaWindowSpec| w.entries.iter().map(|h| h.id).max().unwrap_or(0);
+    let uncommitted = newest
+        .entries
+        .iter()
+        .any(|h| inline.iter().any(|i| i.id == h.id));
+    Some(if uncommitted {
+        HistoryRingStatus {
+            written: newest.sequence,
+            last_id: windows.last().map_or(0, |w| last_id(w)),
+        }
+    } else {
+        HistoryRingStatus {
+            written: newest.sequence + 1,
+            last_id: last_id(newest),
+        }
     })
 }
 
@@ -135,7 +154,9 @@ pub fn merged<'a>(
     windows: impl IntoIterator<Item = &'a RotaWindowSpec> + Clone,
 ) -> Vec<HistoryEntry> {
     let mut entries = BTreeMap::new();
-    let ring = status.history_ring.or_else(|| recovered(windows.clone()));
+    let ring = status
+        .history_ring
+        .or_else(|| recovered(windows.clone(), &status.history));
     let chunks = windows.into_iter().filter(|w| committed(w, ring));
     for h in chunks.flat_map(|w| &w.entries).chain(&status.history) {
         entries
@@ -254,7 +275,7 @@ mod tests {
             window(6, vec![entry(1, false, None), entry(2, true, None)]),
         ];
         assert_eq!(
-            recovered(&chunks),
+            recovered(&chunks, &[]),
             Some(HistoryRingStatus {
                 written: 8,
                 last_id: entry(4, true, None).id
@@ -265,7 +286,41 @@ mod tests {
             ..RotaNodeStatus::default()
         };
         assert_eq!(merged(&node, &status, &chunks).len(), 5);
-        assert_eq!(recovered(&[]), None);
+        assert_eq!(recovered(&[], &[]), None);
+    }
+
+    /// The soak on Kubernetes found this: a node's first chunk written, then the agent killed
+    /// (or its RotaNode write lost) before the RotaNode counted it; the retry's entries went to
+    /// a second chunk, both read as committed, and the node had two finished reboots.
+    #[test]
+    fn a_first_chunk_the_rota_node_never_counted_is_not_read_and_its_place_is_reused() {
+        let node = NodeName::new("a").expect("a name");
+        let started = entry(1, false, None);
+        let lost = HistoryStatus {
+            event: HistoryEvent::Finished,
+            ..entry(2, true, None)
+        };
+        let retried = HistoryStatus {
+            event: HistoryEvent::Finished,
+            ..entry(3, true, None)
+        };
+        let chunks = [window(0, vec![started.clone(), lost])];
+        let status = RotaNodeStatus {
+            history: vec![started.clone(), retried.clone()],
+            ..RotaNodeStatus::default()
+        };
+        assert_eq!(
+            recovered(&chunks, &status.history),
+            Some(HistoryRingStatus {
+                written: 0,
+                last_id: 0
+            })
+        );
+        let ids: Vec<i64> = merged(&node, &status, &chunks)
+            .iter()
+            .map(|e| e.id)
+            .collect();
+        assert_eq!(ids, vec![started.id, retried.id]);
     }
 
     #[test]

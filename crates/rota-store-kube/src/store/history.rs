@@ -49,7 +49,7 @@ impl KubeStore {
             let selector = format!("{},{NODE_TAG_LABEL}={}", self.selector(), status.tag);
             let windows = self.list_windows(&selector).await?;
             let own = windows.iter().filter(|w| owned_by(w, &uid));
-            status.history_ring = history_ring::recovered(own.map(|w| &w.spec));
+            status.history_ring = history_ring::recovered(own.map(|w| &w.spec), &status.history);
         }
         let Some((sequence, entries)) = history_ring::due(status) else {
             return Ok(());
