@@ -6,6 +6,7 @@
 //! path of the chart points into a directory of the test; nothing can reboot or change this
 //! machine.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -19,7 +20,7 @@ use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
 use kube::{Client, ResourceExt};
 use rota_e2e::real_node::RealNode;
 use rota_e2e::testenv::{Scope, api_error_code, pod_is_running, run, tool, wait_for};
-use rota_store_kube::RotaNode;
+use rota_store_kube::{RotaNode, RotaWindow};
 use serde_json::json;
 
 const IMAGE_ENV: &str = "ROTA_TEST_IMAGE";
@@ -423,14 +424,28 @@ fn agent_rss() -> Result<String> {
     Ok(found.join(", "))
 }
 
+/// The node's `finished` history entries, in its RotaNode and in the RotaWindows its windows'
+/// history moved to as they ended, each once.
 async fn finished_entries(client: &Client, node: &str) -> Result<usize> {
     let status = rota_node(client, node).await?.and_then(|r| r.status);
-    Ok(status.map_or(0, |s| {
-        s.history
-            .iter()
-            .filter(|h| h.event.to_string() == "finished")
-            .count()
-    }))
+    let windows = Api::<RotaWindow>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("list the RotaWindows")?;
+    let moved = windows
+        .items
+        .into_iter()
+        .filter(|w| w.spec.node == node)
+        .flat_map(|w| w.spec.entries);
+    let ids: BTreeSet<i64> = status
+        .map(|s| s.history)
+        .unwrap_or_default()
+        .into_iter()
+        .chain(moved)
+        .filter(|h| h.event.to_string() == "finished")
+        .map(|h| h.id)
+        .collect();
+    Ok(ids.len())
 }
 
 #[tokio::test(flavor = "multi_thread")]
