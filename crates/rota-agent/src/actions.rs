@@ -5,11 +5,12 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use rota_core::NodeName;
+use rota_core::{Millis, NodeName};
 use tokio::sync::oneshot;
 
-use crate::commands::{run_command, spawn_reboot};
+use crate::commands::run_command;
 use crate::error::ActionError;
+use crate::reboot::Reboot;
 
 /// Resolves when the reboot command exits: `Ok` if it exited successfully. A successful exit
 /// does not mean the node rebooted; only a new boot id says that.
@@ -19,10 +20,34 @@ pub type RebootHandle = oneshot::Receiver<Result<(), ActionError>>;
 pub trait NodeActions: Send + Sync {
     /// Whether someone already cordoned the node (rota then leaves the cordon in place).
     async fn is_cordoned(&self) -> Result<bool, ActionError>;
+    /// Cordons the node without evicting anything, for a drain delay; the drain that follows
+    /// cordons too. Idempotent. Where the drain is one command (a standalone host's
+    /// `--drain-command`) there is nothing to do apart from it.
+    async fn cordon(&self) -> Result<(), ActionError> {
+        Ok(())
+    }
     /// Cordons the node and evicts its workloads. Must be idempotent: it is repeated after a
     /// restart in the middle of a drain.
     async fn drain(&self) -> Result<(), ActionError>;
     async fn uncordon(&self) -> Result<(), ActionError>;
+    /// Returns the node to service at the end of a window it passed (healthy after its work):
+    /// uncordons it when rota cordoned it (`uncordon`), and ends whatever the platform records
+    /// on the node about its reboot (Kubernetes' `--annotate-nodes`), in the same write where
+    /// it can. Idempotent: it is repeated until it works.
+    async fn return_to_service(&self, uncordon: bool) -> Result<(), ActionError> {
+        if uncordon {
+            self.uncordon().await
+        } else {
+            Ok(())
+        }
+    }
+    /// Records on the node, for other tools, that its reboot starts (recorded in the store
+    /// at `started_at`, in milliseconds since the epoch): Kubernetes' `--annotate-nodes`.
+    /// Called right before the reboot, once the slot is proven; a failure postpones the
+    /// reboot to the next step. Idempotent.
+    async fn reboot_starting(&self, _started_at: Millis) -> Result<(), ActionError> {
+        Ok(())
+    }
     /// Starts the reboot as a child process and returns at once; the agent stays alive.
     async fn reboot(&self) -> Result<RebootHandle, ActionError>;
     async fn health(&self) -> Result<(), ActionError>;
@@ -46,7 +71,7 @@ pub struct CommandActions {
     pub node: Option<NodeName>,
     pub drain: Option<String>,
     pub uncordon: Option<String>,
-    pub reboot: Option<String>,
+    pub reboot: Option<Reboot>,
     pub health: Option<String>,
 }
 
@@ -75,7 +100,7 @@ impl NodeActions for CommandActions {
 
     async fn reboot(&self) -> Result<RebootHandle, ActionError> {
         match &self.reboot {
-            Some(script) => spawn_reboot(script, self.node.as_ref()),
+            Some(reboot) => reboot.start(self.node.as_ref()),
             None => {
                 let (done, handle) = oneshot::channel();
                 let _ = done.send(Err(ActionError {

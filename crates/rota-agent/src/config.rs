@@ -27,6 +27,11 @@ pub const REBOOT_TIMEOUT: Duration = Duration::from_secs(900);
 pub const VERIFY_TIMEOUT: Duration = Duration::from_secs(600);
 pub const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
 pub const RELEASE_DELAY: Duration = Duration::ZERO;
+/// How long a cordoned node waits before its pods are evicted (kured's `--drain-delay`).
+pub const DRAIN_DELAY: Duration = Duration::ZERO;
+/// How long a drained node waits, once its procedures are done, before its reboot starts
+/// (kured's `--reboot-delay`).
+pub const REBOOT_DELAY: Duration = Duration::ZERO;
 pub const SESSION_TTL: Duration = Duration::from_secs(30);
 /// The slow re-check of the sentinels in case an inotify event was missed.
 pub const SAFETY_RECHECK: Duration = Duration::from_secs(60);
@@ -72,6 +77,12 @@ pub struct AgentConfig {
     /// How long a node stays healthy in `verifying`, still holding its slot, before it hands
     /// the slot on (time for the workloads it moved to settle).
     pub release_delay: Duration,
+    /// How long the node stays cordoned before its pods are evicted, for workloads that
+    /// notice the cordon and leave by themselves. Not persisted: a restart waits it again.
+    pub drain_delay: Duration,
+    /// How long the node waits after its drain and procedures before the reboot starts. Not
+    /// persisted: a restart waits it again.
+    pub reboot_delay: Duration,
     pub session_ttl: Duration,
     /// The longer TTL an idle node's session is renewed with (see [`IDLE_SESSION_TTL`]);
     /// `None`: always `session_ttl` (the Kubernetes store renews an idle session in memory).
@@ -121,6 +132,8 @@ impl AgentConfig {
             verify_timeout: VERIFY_TIMEOUT,
             health_interval: HEALTH_INTERVAL,
             release_delay: RELEASE_DELAY,
+            drain_delay: DRAIN_DELAY,
+            reboot_delay: REBOOT_DELAY,
             session_ttl: SESSION_TTL,
             idle_session_ttl: None,
             backoff: BackoffPolicy::DEFAULT,

@@ -15,6 +15,7 @@
 //! - `crash_points`: where the tests' `ROTA_CRASH_AT` may abort the agent (feature `failpoints`);
 //! - `observer`: [`AgentObserver`], what the agent tells metrics and notifications;
 //! - `procedures`: running procedure scripts so that a run outlives the agent that started it;
+//! - `reboot`: [`Reboot`], how the reboot starts: a command, or systemd's reboot signal;
 //! - `reboot_marker`: the host's record that this boot's reboot command ran;
 //! - `sentinel_command`: kured's `--reboot-sentinel-command` as one more sentinel file;
 //! - `window_marker`: the host's record that its node is in its window, which spares an agent
@@ -29,6 +30,7 @@ mod crash_points;
 mod error;
 mod observer;
 mod procedures;
+mod reboot;
 mod reboot_marker;
 mod sentinel_command;
 mod window_marker;
@@ -38,12 +40,13 @@ pub use agent::{Agent, read_boot_id};
 pub use commands::{run_command, spawn_reboot};
 pub use config::{
     AgentConfig, BLOCKER_INTERVAL, DEFAULT_BOOT_ID_FILE, DEFAULT_REBOOT_SENTINELS,
-    DEFAULT_STATE_DIR, DRAIN_TIMEOUT, HEALTH_INTERVAL, IDLE_SESSION_TTL, MAINTENANCE_IN_PROGRESS,
-    MAINTENANCE_REQUIRED, MARKER_DIR, PROCEDURE_POLL, REBOOT_TIMEOUT, RELEASE_DELAY,
-    SAFETY_RECHECK, SENTINEL_COMMAND_INTERVAL, SESSION_TTL, START_JITTER, STORE_POLL,
-    VERIFY_TIMEOUT,
+    DEFAULT_STATE_DIR, DRAIN_DELAY, DRAIN_TIMEOUT, HEALTH_INTERVAL, IDLE_SESSION_TTL,
+    MAINTENANCE_IN_PROGRESS, MAINTENANCE_REQUIRED, MARKER_DIR, PROCEDURE_POLL, REBOOT_DELAY,
+    REBOOT_TIMEOUT, RELEASE_DELAY, SAFETY_RECHECK, SENTINEL_COMMAND_INTERVAL, SESSION_TTL,
+    START_JITTER, STORE_POLL, VERIFY_TIMEOUT,
 };
 pub use error::{ActionError, Error, Result};
 pub use observer::{AgentObserver, StoreWrite, WorkOutcome};
+pub use reboot::{Reboot, SYSTEMD_REBOOT_SIGNAL};
 pub use sentinel_command::SentinelCommand;
 pub use window_marker::WindowMarker;

@@ -4,7 +4,7 @@
 //!
 //! - `blocker`: the [`Blocker`] trait, [`Block`] and [`BlockKind`];
 //! - `pods`: [`PodBlocker`], pods matching a blocking selector on the node (kured's
-//!   `--blocking-pod-selector`), and [`parse_selector`];
+//!   `--blocking-pod-selector`), and [`parse_selector`] (also for `--drain-pod-selector`);
 //! - `annotation`: [`AnnotationBlocker`], the [`PAUSE_ANNOTATION`] on the node's Node;
 //! - `prometheus`: [`PrometheusBlocker`], active Prometheus alerts (kured's `--prometheus-url`),
 //!   and its [`AlertFilter`];
@@ -19,5 +19,5 @@ mod prometheus;
 pub use annotation::{AnnotationBlocker, PAUSE_ANNOTATION};
 pub use blocker::{Block, BlockKind, Blocker};
 pub use error::{ConfigError, QueryError};
-pub use pods::{PodBlocker, parse_selector};
+pub use pods::{PodBlocker, parse_selector, parse_selector_for};
 pub use prometheus::{AlertFilter, PrometheusBlocker};

@@ -15,8 +15,13 @@ use crate::error::{ConfigError, QueryError};
 /// comma-separated requirements `key`, `!key`, `key=value`, `key==value`, `key!=value`,
 /// `key in (v1,v2)`, `key notin (v1,v2)`. Returns it trimmed.
 pub fn parse_selector(value: &str) -> Result<String, ConfigError> {
+    parse_selector_for("--blocking-pod-selector", value)
+}
+
+/// [`parse_selector`] for the selector of another `flag`, which its error names.
+pub fn parse_selector_for(flag: &'static str, value: &str) -> Result<String, ConfigError> {
     let fail = |reason: String| ConfigError::Invalid {
-        flag: "--blocking-pod-selector",
+        flag,
         value: value.to_string(),
         reason: format!(
             "{reason} (give a label selector such as `app=backup`, `tier in (db,cache)`, \

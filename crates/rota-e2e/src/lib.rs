@@ -7,12 +7,13 @@
 //! database of its own on a throwaway PostgreSQL. [`proxy`] stands between a test and one of
 //! those servers, to cut it off as an outage would, and [`disrupt`] times such disruptions by
 //! a rollout's progress. [`real_node`] is the control plane with a real kubelet node, where
-//! rota's image and chart are installed as users install them; [`tokens`] gives a test the
-//! token of a pod, as the kubelet mounts it. [`control_plane`] is a control plane of a test's
-//! own, whose etcd and API server the test crashes and restarts. Without Kubernetes, [`host`] is
-//! one simulated host on this machine with a SQLite store, for the agent's tests in-process and
-//! as a process.
+//! rota's image and chart are installed as users install them; [`chart`] renders that chart
+//! with `helm template`, and [`tokens`] gives a test the token of a pod, as the kubelet mounts
+//! it. [`control_plane`] is a control plane of a test's own, whose etcd and API server the test
+//! crashes and restarts. Without Kubernetes, [`host`] is one simulated host on this machine with
+//! a SQLite store, for the agent's tests in-process and as a process.
 
+pub mod chart;
 pub mod control_plane;
 pub mod disrupt;
 pub mod fleet;

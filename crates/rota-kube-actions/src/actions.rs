@@ -1,48 +1,55 @@
 //! [`KubeActions`]: the agent's node actions in a Kubernetes cluster.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use backon::Retryable as _;
-use kube::Client;
-use rota_agent::{ActionError, NodeActions, RebootHandle, run_command, spawn_reboot};
-use rota_core::NodeName;
+use kube::{Client, ResourceExt as _};
+use rota_agent::{ActionError, NodeActions, Reboot, RebootHandle, run_command};
+use rota_core::{Millis, NodeName};
 use rota_store::retry_pauses;
 use tokio::sync::watch;
 use tracing::warn;
 
+use crate::annotations::REBOOT_IN_PROGRESS_ANNOTATION;
 use crate::drain::{DrainOptions, Progress, drain_with_progress};
 use crate::error::Error;
-use crate::{health_gate, node};
+use crate::{annotations, health_gate, node};
 
 /// Reboots the host from a pod with `hostPID: true`: enter PID 1's namespaces and ask systemd.
 pub const DEFAULT_REBOOT_COMMAND: &str = "nsenter -t 1 -m -u -i -n -p -- systemctl reboot";
 
-/// Cordon, drain and uncordon through the Kubernetes API; reboot and the optional health
-/// command as child processes, run as on a standalone host ([`run_command`],
-/// [`spawn_reboot`]).
+/// Cordon, drain and uncordon through the Kubernetes API; the reboot ([`Reboot`]) and the
+/// optional health command ([`run_command`]) as on a standalone host.
 pub struct KubeActions {
     client: Client,
     node: NodeName,
     drain: DrainOptions,
     progress: watch::Sender<Progress>,
-    reboot: String,
+    reboot: Reboot,
     health: Option<String>,
     health_pdbs: bool,
     pending_taint: Option<String>,
+    annotate: bool,
+    /// Whether the Node, as the last health check read it, carries
+    /// [`REBOOT_IN_PROGRESS_ANNOTATION`]: the verification that precedes every return to
+    /// service reads it, so the return knows without a read of its own whether the window
+    /// rebooted the node.
+    reboot_in_progress: AtomicBool,
 }
 
 impl KubeActions {
     /// Node actions for `node`. `client` must not retry 429s by itself (see
     /// [`rota_kube_client::client`]): the drain retries refused evictions with its own
-    /// backoff, and a client that retries them too hides every refusal for minutes. `reboot` is
-    /// run with `sh -c`; `health`, when given, must also succeed for the node to count as
-    /// healthy.
+    /// backoff, and a client that retries them too hides every refusal for minutes. `reboot`
+    /// starts the reboot (a command run with `sh -c`, or systemd's reboot signal); `health`,
+    /// when given, must also succeed for the node to count as healthy.
     pub fn new(
         client: Client,
         node: NodeName,
         drain: DrainOptions,
-        reboot: String,
+        reboot: Reboot,
         health: Option<String>,
     ) -> KubeActions {
         KubeActions {
@@ -54,6 +61,8 @@ impl KubeActions {
             health,
             health_pdbs: false,
             pending_taint: None,
+            annotate: false,
+            reboot_in_progress: AtomicBool::new(false),
         }
     }
 
@@ -62,6 +71,14 @@ impl KubeActions {
     /// evicted from the nodes out now, on nodes that will not be drained soon.
     pub fn pending_taint(mut self, key: Option<String>) -> KubeActions {
         self.pending_taint = key;
+        self
+    }
+
+    /// With `annotate` (kured's `--annotate-nodes`), the Node carries
+    /// [`REBOOT_IN_PROGRESS_ANNOTATION`] from the reboot's start until it is back in service,
+    /// and [`LAST_REBOOT_STARTED_ANNOTATION`] and [`LAST_REBOOT_FINISHED_ANNOTATION`] after.
+    pub fn annotate_nodes(mut self, annotate: bool) -> KubeActions {
+        self.annotate = annotate;
         self
     }
 
@@ -94,6 +111,14 @@ impl NodeActions for KubeActions {
             .map_err(|e| failed("reading the cordon", e))
     }
 
+    /// The drain's own cordon, with its labels, for a drain delay before the evictions.
+    async fn cordon(&self) -> Result<(), ActionError> {
+        node::cordon(&self.client, self.node.as_str(), &self.drain.labels)
+            .await
+            .map(drop)
+            .map_err(|e| failed("cordon", e))
+    }
+
     /// A drain that meets an API server it cannot reach, or one that cannot serve it for now,
     /// starts again after a pause, where the cluster is (the drain is idempotent), instead of
     /// failing the window: the agent's drain timeout bounds the whole.
@@ -116,14 +141,54 @@ impl NodeActions for KubeActions {
             .map_err(|e| failed("drain", e))
     }
 
+    /// With annotations, every uncordon of rota's ends a reboot in progress: the node is
+    /// back in service (an operator's unlock of a failed reboot included).
     async fn uncordon(&self) -> Result<(), ActionError> {
-        node::uncordon(&self.client, self.node.as_str(), &self.drain.labels)
+        let mut patch = node::uncordon_patch(&self.drain.labels);
+        if self.annotate {
+            annotations::add_to(&mut patch, annotations::on_return(false));
+        }
+        node::patch_node(&self.client, self.node.as_str(), patch)
             .await
+            .map(drop)
             .map_err(|e| failed("uncordon", e))
     }
 
+    /// With annotations, one write: the uncordon's, carrying them, or theirs alone for a node
+    /// rota did not cordon. Without, or for a window without a reboot and nothing to
+    /// uncordon, no request.
+    async fn return_to_service(&self, uncordon: bool) -> Result<(), ActionError> {
+        let rebooted = self.annotate && self.reboot_in_progress.load(Ordering::Relaxed);
+        if !uncordon && !rebooted {
+            return Ok(());
+        }
+        let mut patch = if uncordon {
+            node::uncordon_patch(&self.drain.labels)
+        } else {
+            serde_json::json!({})
+        };
+        if self.annotate {
+            annotations::add_to(&mut patch, annotations::on_return(rebooted));
+        }
+        node::patch_node(&self.client, self.node.as_str(), patch)
+            .await
+            .map(drop)
+            .map_err(|e| failed("returning the node to service", e))
+    }
+
+    async fn reboot_starting(&self, started_at: Millis) -> Result<(), ActionError> {
+        if !self.annotate {
+            return Ok(());
+        }
+        let patch = annotations::on_reboot_start(started_at);
+        node::patch_node(&self.client, self.node.as_str(), patch)
+            .await
+            .map(drop)
+            .map_err(|e| failed("annotating the node's reboot", e))
+    }
+
     async fn reboot(&self) -> Result<RebootHandle, ActionError> {
-        spawn_reboot(&self.reboot, Some(&self.node))
+        self.reboot.start(Some(&self.node))
     }
 
     /// The node's Ready condition first: a health command on a node that Kubernetes does not
@@ -135,6 +200,12 @@ impl NodeActions for KubeActions {
         let object = node::check_ready(&self.client, self.node.as_str())
             .await
             .map_err(|e| failed("health check", e))?;
+        if self.annotate {
+            let marked = object
+                .annotations()
+                .contains_key(REBOOT_IN_PROGRESS_ANNOTATION);
+            self.reboot_in_progress.store(marked, Ordering::Relaxed);
+        }
         health_gate::check_gate(&self.client, &object, self.health_pdbs)
             .await
             .map_err(|e| failed("health check", e))?;

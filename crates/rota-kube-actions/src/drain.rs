@@ -57,6 +57,10 @@ pub struct DrainOptions {
     /// stop it, then no longer keeps the node from the reboot that may well free it. `None`
     /// waits for every pod.
     pub skip_wait_for_delete: Option<Duration>,
+    /// A label selector (kured's `--drain-pod-selector`): only the node's pods that match it
+    /// are evicted and waited for; the others stay. The API server evaluates it, so it must
+    /// be one it accepts. `None`: every pod the rules above allow.
+    pub pod_selector: Option<String>,
 }
 
 impl Default for DrainOptions {
@@ -71,6 +75,7 @@ impl Default for DrainOptions {
             poll_interval: Duration::from_secs(1),
             labels: NodeLabels::default(),
             skip_wait_for_delete: None,
+            pod_selector: None,
         }
     }
 }
@@ -180,9 +185,17 @@ fn on_node(node: &str) -> String {
     format!("spec.nodeName={node}")
 }
 
-/// The pods on `node`, and the resourceVersion of the list (for a watch that starts there).
-async fn pods_on(client: &Client, node: &str) -> Result<(Vec<Pod>, Option<String>)> {
-    let params = ListParams::default().fields(&on_node(node));
+/// The pods on `node` that the drain concerns (those matching its pod selector, if any), and
+/// the resourceVersion of the list (for a watch that starts there).
+async fn pods_on(
+    client: &Client,
+    node: &str,
+    selector: Option<&str>,
+) -> Result<(Vec<Pod>, Option<String>)> {
+    let mut params = ListParams::default().fields(&on_node(node));
+    if let Some(selector) = selector {
+        params = params.labels(selector);
+    }
     let list = Api::<Pod>::all(client.clone())
         .list(&params)
         .await
@@ -213,7 +226,7 @@ pub async fn drain_with_progress(
     let mut wait = Vec::new();
     let mut refusals = Vec::new();
     let mut leaving = Vec::new();
-    let (pods, version) = pods_on(client, node).await?;
+    let (pods, version) = pods_on(client, node, options.pod_selector.as_deref()).await?;
     for pod in pods {
         let pod_ref = pod_ref(&pod);
         let planned = plan(&pod, options);
@@ -436,7 +449,7 @@ async fn wait_gone(
         {
             continue;
         }
-        let (present, listed) = pods_on(client, node).await?;
+        let (present, listed) = pods_on(client, node, options.pod_selector.as_deref()).await?;
         let present: HashSet<PodRef> = present
             .iter()
             .filter(|pod| {

@@ -3,6 +3,8 @@
 //! the agent together with the reboot and health commands.
 //!
 //! - `actions`: [`KubeActions`], the agent's node actions in a cluster;
+//! - `annotations`: the annotations of `--annotate-nodes` (the reboot in progress, the last
+//!   reboot's start and end);
 //! - `drain`: cordon, evict, and wait until the evicted pods are gone;
 //! - `health_gate`: the health gate before the slot goes back (the evicted workloads whole
 //!   again, and optionally every PodDisruptionBudget satisfied);
@@ -10,6 +12,7 @@
 //! - `node_labels`: the labels rota sets in its cordon and its uncordon, and the pending taint;
 //! - `error`: the crate's error type, which names the call and the object.
 mod actions;
+mod annotations;
 mod drain;
 mod error;
 mod health_gate;
@@ -17,6 +20,9 @@ mod node;
 mod node_labels;
 
 pub use actions::{DEFAULT_REBOOT_COMMAND, KubeActions};
+pub use annotations::{
+    LAST_REBOOT_FINISHED_ANNOTATION, LAST_REBOOT_STARTED_ANNOTATION, REBOOT_IN_PROGRESS_ANNOTATION,
+};
 pub use drain::{DrainOptions, MIRROR_ANNOTATION, Progress, drain, drain_with_progress};
 pub use error::{Error, Refusal, RefusalReason, Result};
 pub use health_gate::{

@@ -22,7 +22,11 @@ async fn get(client: &Client, node: &str) -> Result<Node> {
 /// Merge patches only the fields concerned: it cannot overwrite a concurrent change to anything
 /// else on the Node, and setting the value a field already has is a no-op, so repeating one is
 /// safe.
-async fn patch_node(client: &Client, node: &str, patch: serde_json::Value) -> Result<Node> {
+pub(crate) async fn patch_node(
+    client: &Client,
+    node: &str,
+    patch: serde_json::Value,
+) -> Result<Node> {
     match Api::<Node>::all(client.clone())
         .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
         .await
@@ -49,14 +53,20 @@ pub async fn cordon(client: &Client, node: &str, labels: &NodeLabels) -> Result<
 /// what rota's drain evicted ([`EVICTED_ANNOTATION`]; rota uncordons when a window ends) and
 /// sets the uncordon's `labels`, removing the cordon's others.
 pub async fn uncordon(client: &Client, node: &str, labels: &NodeLabels) -> Result<()> {
-    let patch = json!({
+    patch_node(client, node, uncordon_patch(labels))
+        .await
+        .map(drop)
+}
+
+/// The merge patch of [`uncordon`].
+pub(crate) fn uncordon_patch(labels: &NodeLabels) -> serde_json::Value {
+    json!({
         "metadata": {
             "annotations": { EVICTED_ANNOTATION: null },
             "labels": labels.on_uncordon(),
         },
         "spec": { "unschedulable": false },
-    });
-    patch_node(client, node, patch).await.map(drop)
+    })
 }
 
 /// The effect of the taint of [`set_prefer_no_schedule`].

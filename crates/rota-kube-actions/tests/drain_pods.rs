@@ -383,3 +383,44 @@ async fn the_drain_hears_of_each_deletion_without_listing_again() -> Result<()> 
     ensure!(left.items.is_empty(), "pods left: {:?}", left.items.len());
     scope.cleanup().await
 }
+
+/// kured's `--drain-pod-selector`: only the pods matching the selector are evicted (and
+/// waited for); the others stay on the cordoned node.
+#[tokio::test]
+async fn only_the_pods_matching_the_drain_pod_selector_are_evicted() -> Result<()> {
+    let Some(env) = TestEnv::get()? else {
+        return Ok(());
+    };
+    let scope = env.scope("drain-selector").await?;
+    let node = scope.create_ready_nodes(1).await?.remove(0);
+    let web = bare_pods(&scope, "web", &node, 2).await?;
+    let db = bare_pods(&scope, "db", &node, 1).await?;
+    let selecting = DrainOptions {
+        pod_selector: Some("app in (web)".into()),
+        ..forced()
+    };
+    tokio::time::timeout(
+        TIMEOUT,
+        rota_kube_actions::drain(&scope.client(), &node, &selecting),
+    )
+    .await
+    .context("the drain did not finish")??;
+    for pod in &web {
+        ensure!(
+            !same_pod_exists(&scope, pod).await?,
+            "{} matches the selector and was not evicted",
+            pod.name_any()
+        );
+    }
+    let kept = scope.pods().get(&db[0].name_any()).await?;
+    ensure!(
+        kept.uid() == db[0].uid() && kept.metadata.deletion_timestamp.is_none(),
+        "db-0 does not match the selector and was disturbed: {:?}",
+        kept.metadata
+    );
+    ensure!(
+        rota_kube_actions::is_cordoned(&scope.client(), &node).await?,
+        "the node is not cordoned"
+    );
+    scope.cleanup().await
+}

@@ -232,3 +232,107 @@ async fn a_node_marked_pending_carries_a_prefer_no_schedule_taint_until_unmarked
     plain.mark_pending(true).await?;
     scope.cleanup().await
 }
+
+/// With `--annotate-nodes` the Node carries `rota.dev/reboot-in-progress` from the reboot's
+/// start until it is back in service, and the last reboot's start and end after; a window
+/// without a reboot leaves them as they were, an unlock's uncordon ends the reboot in progress
+/// without an end, and a node rota did not cordon gets them in a write of their own.
+#[tokio::test]
+async fn annotated_nodes_carry_the_reboot_in_progress_until_they_are_back_in_service() -> Result<()>
+{
+    let Some(env) = TestEnv::get()? else {
+        return Ok(());
+    };
+    let scope = env.scope("drain-annotations").await?;
+    let node = scope.create_ready_nodes(1).await?.remove(0);
+    let nodes = kube::Api::<k8s_openapi::api::core::v1::Node>::all(scope.client());
+    let annotation = |key: &'static str| {
+        let nodes = nodes.clone();
+        let node = node.clone();
+        async move { anyhow::Ok(nodes.get(&node).await?.annotations().get(key).cloned()) }
+    };
+    let name = NodeName::new(node.clone())?;
+    let actions = || KubeActions::new(scope.client(), name.clone(), options(), "true".into(), None);
+    let annotated = actions().annotate_nodes(true);
+    const IN_PROGRESS: &str = rota_kube_actions::REBOOT_IN_PROGRESS_ANNOTATION;
+    const STARTED: &str = rota_kube_actions::LAST_REBOOT_STARTED_ANNOTATION;
+    const FINISHED: &str = rota_kube_actions::LAST_REBOOT_FINISHED_ANNOTATION;
+
+    // A window with a reboot: nothing at the cordon, the start right before the reboot...
+    tokio::time::timeout(TIMEOUT, annotated.drain())
+        .await
+        .context("the drain did not finish")??;
+    for key in [IN_PROGRESS, STARTED, FINISHED] {
+        ensure!(annotation(key).await?.is_none(), "{key} after the drain");
+    }
+    // 2024-06-01T12:34:56.789Z, as the store records it.
+    annotated.reboot_starting(1_717_245_296_789).await?;
+    let at = "2024-06-01T12:34:56Z";
+    ensure!(annotation(IN_PROGRESS).await?.as_deref() == Some(at));
+    ensure!(annotation(STARTED).await?.as_deref() == Some(at));
+    ensure!(annotation(FINISHED).await?.is_none());
+    // ...and the end with the uncordon, once healthy.
+    annotated.health().await?;
+    let before = jiff::Timestamp::now().as_second();
+    annotated.return_to_service(true).await?;
+    ensure!(!annotated.is_cordoned().await?, "not uncordoned");
+    ensure!(
+        annotation(IN_PROGRESS).await?.is_none(),
+        "still in progress"
+    );
+    ensure!(annotation(STARTED).await?.as_deref() == Some(at));
+    let finished = annotation(FINISHED).await?.context("no end")?;
+    ensure!(
+        finished.parse::<jiff::Timestamp>()?.as_second() >= before,
+        "the end {finished} is before the return to service"
+    );
+
+    // A window without a reboot changes none of them.
+    tokio::time::timeout(TIMEOUT, annotated.drain())
+        .await
+        .context("the second drain did not finish")??;
+    annotated.health().await?;
+    annotated.return_to_service(true).await?;
+    ensure!(!annotated.is_cordoned().await?, "not uncordoned");
+    ensure!(annotation(FINISHED).await?.as_deref() == Some(finished.as_str()));
+    ensure!(annotation(IN_PROGRESS).await?.is_none());
+
+    // A failed reboot that an operator unlocks: the uncordon ends it, without an end.
+    annotated.reboot_starting(1_717_300_000_000).await?;
+    ensure!(annotation(IN_PROGRESS).await?.is_some());
+    annotated.uncordon().await?;
+    ensure!(
+        annotation(IN_PROGRESS).await?.is_none(),
+        "the unlock kept it"
+    );
+    ensure!(annotation(FINISHED).await?.as_deref() == Some(finished.as_str()));
+
+    // A node that rota did not cordon: the end is a write of its own, and it stays as it is.
+    nodes
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "unschedulable": true } })),
+        )
+        .await?;
+    annotated.reboot_starting(1_717_400_000_000).await?;
+    annotated.health().await?;
+    annotated.return_to_service(false).await?;
+    ensure!(
+        annotated.is_cordoned().await?,
+        "uncordoned a node rota did not cordon"
+    );
+    ensure!(annotation(IN_PROGRESS).await?.is_none());
+    let again = annotation(FINISHED).await?.context("no end")?;
+    ensure!(again.parse::<jiff::Timestamp>()?.as_second() >= before);
+
+    // Without --annotate-nodes: no annotation, also not at the reboot's start (the last
+    // start stays the annotated one's).
+    let plain = actions();
+    plain.reboot_starting(1_717_500_000_000).await?;
+    plain.health().await?;
+    plain.return_to_service(true).await?;
+    ensure!(annotation(IN_PROGRESS).await?.is_none());
+    ensure!(annotation(STARTED).await?.as_deref() == Some("2024-06-03T07:33:20Z"));
+    scope.cleanup().await
+}

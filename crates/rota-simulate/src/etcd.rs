@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::{Error, Result};
+use crate::{Error, Result, error_chain};
 
 /// The baseline's length when the run has no idle phase.
 pub(crate) const BASELINE_WITHOUT_IDLE: Duration = Duration::from_secs(10);
@@ -106,7 +106,7 @@ impl Etcd {
             .get(self.url.clone())
             .send()
             .await
-            .map_err(|e| failed(format!("reading {}: {}", self.url, with_sources(&e))))?;
+            .map_err(|e| failed(format!("reading {}: {}", self.url, error_chain(&e))))?;
         if !response.status().is_success() {
             return Err(failed(format!(
                 "{} answered {}",
@@ -117,7 +117,7 @@ impl Etcd {
         let text = response
             .text()
             .await
-            .map_err(|e| failed(format!("reading {}: {}", self.url, with_sources(&e))))?;
+            .map_err(|e| failed(format!("reading {}: {}", self.url, error_chain(&e))))?;
         let at = Instant::now();
         let wal_bytes = metric(&text, WAL_BYTES).ok_or_else(|| {
             failed(format!(
@@ -132,18 +132,6 @@ impl Etcd {
             put_bytes: metric(&text, PUT_BYTES),
         })
     }
-}
-
-/// `e` with its sources: reqwest's own message says only that a request failed.
-fn with_sources(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut message = e.to_string();
-    let mut source = e.source();
-    while let Some(e) = source {
-        message.push_str(": ");
-        message.push_str(&e.to_string());
-        source = e.source();
-    }
-    message
 }
 
 /// The sum of every series of `name` in Prometheus's text format, if it has any.

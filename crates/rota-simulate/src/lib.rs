@@ -15,6 +15,7 @@
 mod actions;
 mod cluster;
 mod counters;
+mod error_chain;
 mod etcd;
 mod handles;
 pub mod metrics;
@@ -39,6 +40,7 @@ use tracing::{info, warn};
 use crate::actions::SimulatedActions;
 use crate::cluster::Cluster;
 use crate::counters::StoreCounters;
+pub use crate::error_chain::error_chain;
 use crate::etcd::Etcd;
 pub use crate::etcd::{EtcdPhase, EtcdSummary};
 use crate::handles::{Handles, Opener};

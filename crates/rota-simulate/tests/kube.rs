@@ -30,6 +30,14 @@ async fn test_client() -> Option<kube::Client> {
     Some(rota_kube_client::client(config).expect("a client"))
 }
 
+/// The run's store: the test control plane, in `namespace`.
+fn kube_store(client: &kube::Client, namespace: &str) -> StoreChoice {
+    StoreChoice::Kube(KubeTarget {
+        client: client.clone(),
+        namespace: Some(namespace.to_owned()),
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_rollout_reboots_every_node_once_never_more_than_k_at_once() {
     let Some(client) = test_client().await else {
@@ -37,19 +45,7 @@ async fn kube_rollout_reboots_every_node_once_never_more_than_k_at_once() {
     };
     let namespace = format!("rota-simulate-test-{}", std::process::id());
     let summary = run(
-        Options {
-            nodes: 6,
-            concurrency: 2,
-            maintenance_time: Duration::from_millis(300),
-            store: StoreChoice::Kube(KubeTarget {
-                client: client.clone(),
-                namespace: Some(namespace.clone()),
-            }),
-            session_ttl: None,
-            handle_per_agent: false,
-            idle: Duration::ZERO,
-            etcd_metrics: None,
-        },
+        common::options(kube_store(&client, &namespace), 6, 2),
         &CancellationToken::new(),
         |_, _| {},
     )
@@ -73,17 +69,9 @@ async fn a_kube_run_with_a_handle_per_agent_counts_what_its_agents_send() {
     let nodes = 4;
     let summary = run(
         Options {
-            nodes,
-            concurrency: 2,
-            maintenance_time: Duration::from_millis(300),
-            store: StoreChoice::Kube(KubeTarget {
-                client: client.clone(),
-                namespace: Some(namespace.clone()),
-            }),
-            session_ttl: None,
             handle_per_agent: true,
             idle: Duration::from_secs(5),
-            etcd_metrics: None,
+            ..common::options(kube_store(&client, &namespace), nodes, 2)
         },
         &CancellationToken::new(),
         |_, _| {},
@@ -128,17 +116,10 @@ fn etcd_url(env: &TestEnv) -> String {
 
 fn options_with_etcd(client: &kube::Client, namespace: &str, etcd: &str) -> Options {
     Options {
-        nodes: 3,
-        concurrency: 2,
-        maintenance_time: Duration::from_millis(300),
-        store: StoreChoice::Kube(KubeTarget {
-            client: client.clone(),
-            namespace: Some(namespace.to_owned()),
-        }),
-        session_ttl: None,
         handle_per_agent: true,
         idle: Duration::from_secs(3),
         etcd_metrics: Some(etcd.to_owned()),
+        ..common::options(kube_store(client, namespace), 3, 2)
     }
 }
 
@@ -239,18 +220,9 @@ async fn an_interrupted_kube_run_deletes_what_it_created() {
     let namespace = format!("rota-interrupted-test-{}", std::process::id());
     let cancel = CancellationToken::new();
     let options = Options {
-        nodes: 4,
-        concurrency: 1,
         // No node finishes before the interruption.
         maintenance_time: Duration::from_secs(120),
-        store: StoreChoice::Kube(KubeTarget {
-            client: client.clone(),
-            namespace: Some(namespace.clone()),
-        }),
-        session_ttl: None,
-        handle_per_agent: false,
-        idle: Duration::ZERO,
-        etcd_metrics: None,
+        ..common::options(kube_store(&client, &namespace), 4, 1)
     };
     // Interrupted once a node is out: its RotaNode shows the reboot.
     let rota_nodes: Api<RotaNode> = Api::all(client.clone());
@@ -337,19 +309,11 @@ async fn rollout_with_outages(prefix: &str, length: Duration, session_ttl: Optio
     let nodes = 6;
     let namespace = format!("{prefix}-{}", std::process::id());
     let options = Options {
-        nodes,
-        concurrency: 2,
         // Windows longer than the harness's 1 s look at the store: the outages come while
         // nodes are still to go, not after the last one finished.
         maintenance_time: Duration::from_secs(2),
-        store: StoreChoice::Kube(KubeTarget {
-            client: client.clone(),
-            namespace: Some(namespace.clone()),
-        }),
         session_ttl,
-        handle_per_agent: false,
-        idle: Duration::ZERO,
-        etcd_metrics: None,
+        ..common::options(kube_store(&client, &namespace), nodes, 2)
     };
     // The test keeps the proxy up until the run has cleaned up after itself.
     let (summary, cut) = common::disrupted_rollout(options, |done| {

@@ -14,7 +14,7 @@ mod common;
 use rota_e2e::disrupt::at_thresholds;
 use rota_e2e::postgres::{database_with_own_role, end_connections, execute, fresh_database};
 use rota_e2e::proxy::{Proxy, outages};
-use rota_simulate::{Options, StoreChoice, run};
+use rota_simulate::{Options, StoreChoice, error_chain, run};
 use rota_store::{HistoryFilter, PostgresStore, ReadStore, StoreUrl};
 use tokio_util::sync::CancellationToken;
 
@@ -27,16 +27,7 @@ async fn a_rollout_rides_out_database_restarts_and_reboots_every_node_once() {
         return;
     };
     let nodes = 8;
-    let options = Options {
-        nodes,
-        concurrency: 2,
-        maintenance_time: Duration::from_millis(300),
-        store: StoreChoice::Url(StoreUrl::from_str(&url).expect("the database's URL")),
-        session_ttl: None,
-        handle_per_agent: false,
-        idle: Duration::ZERO,
-        etcd_metrics: None,
-    };
+    let options = common::options(sql_store(&url), nodes, 2);
     let (summary, ended) = common::disrupted_rollout(options, |done| {
         let url = url.clone();
         at_thresholds(vec![1, nodes / 2], done, move || {
@@ -79,14 +70,9 @@ async fn a_postgres_run_with_a_handle_per_agent_reports_the_servers_own_counts()
     };
     let nodes = 3;
     let options = Options {
-        nodes,
-        concurrency: 2,
-        maintenance_time: Duration::from_millis(300),
-        store: StoreChoice::Url(StoreUrl::from_str(&url).expect("the database's URL")),
-        session_ttl: None,
         handle_per_agent: true,
         idle: Duration::from_secs(3),
-        etcd_metrics: None,
+        ..common::options(sql_store(&url), nodes, 2)
     };
     let summary = run(options, &CancellationToken::new(), |_, _| {})
         .await
@@ -138,16 +124,7 @@ async fn an_agent_that_stops_before_the_rollout_ends_the_simulation_with_its_err
         &["REVOKE EXECUTE ON FUNCTION rota_open_session FROM PUBLIC, CURRENT_USER".to_string()],
     )
     .await;
-    let options = Options {
-        nodes: 3,
-        concurrency: 1,
-        maintenance_time: Duration::from_millis(300),
-        store: StoreChoice::Url(StoreUrl::from_str(&url).expect("the database's URL")),
-        session_ttl: None,
-        handle_per_agent: false,
-        idle: Duration::ZERO,
-        etcd_metrics: None,
-    };
+    let options = common::options(sql_store(&url), 3, 1);
     let ended = tokio::time::timeout(
         Duration::from_secs(60),
         run(options, &CancellationToken::new(), |_, _| {}),
@@ -164,18 +141,6 @@ async fn an_agent_that_stops_before_the_rollout_ends_the_simulation_with_its_err
     }
 }
 
-/// The error with its sources, as `rota` prints it.
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut message = e.to_string();
-    let mut source = e.source();
-    while let Some(e) = source {
-        message.push_str(": ");
-        message.push_str(&e.to_string());
-        source = e.source();
-    }
-    message
-}
-
 async fn rollout_with_outages(length: Duration, session_ttl: Option<Duration>) {
     let Some(url) = fresh_database().await else {
         return;
@@ -184,14 +149,8 @@ async fn rollout_with_outages(length: Duration, session_ttl: Option<Duration>) {
     let proxy = Arc::new(proxy);
     let nodes = 8;
     let options = Options {
-        nodes,
-        concurrency: 2,
-        maintenance_time: Duration::from_millis(300),
-        store: StoreChoice::Url(StoreUrl::from_str(&proxied).expect("the proxy's URL")),
         session_ttl,
-        handle_per_agent: false,
-        idle: Duration::ZERO,
-        etcd_metrics: None,
+        ..common::options(sql_store(&proxied), nodes, 2)
     };
     let (summary, cut) = common::disrupted_rollout(options, |done| {
         outages(proxy.clone(), vec![1, nodes / 2], length, done)
@@ -216,14 +175,8 @@ async fn the_summary_waits_out_an_unreachable_database_at_the_end_of_the_rollout
     let nodes = 3;
     let summary = run(
         Options {
-            nodes,
-            concurrency: 2,
             maintenance_time: Duration::from_millis(200),
-            store: StoreChoice::Url(StoreUrl::from_str(&proxied).expect("the proxy's URL")),
-            session_ttl: None,
-            handle_per_agent: false,
-            idle: Duration::ZERO,
-            etcd_metrics: None,
+            ..common::options(sql_store(&proxied), nodes, 2)
         },
         &CancellationToken::new(),
         {
@@ -246,6 +199,11 @@ async fn the_summary_waits_out_an_unreachable_database_at_the_end_of_the_rollout
     assert!(proxy.refused() > 0, "the summary met the outage");
     common::assert_clean_rollout(&summary, nodes, 2);
     assert_one_window_per_node(&url).await;
+}
+
+/// The run's store: the database at `url`.
+fn sql_store(url: &str) -> StoreChoice {
+    StoreChoice::Url(StoreUrl::from_str(url).expect("the database's URL"))
 }
 
 /// A proxy in front of the server of `url`, and the URL that goes through it.

@@ -102,9 +102,44 @@ pub struct RotaNodeStatus {
     pub history_ring: Option<HistoryRingStatus>,
     /// Closed procedure requests that no longer fit in `requests`: a procedure runs at most
     /// once per node, ever, so its request is remembered for as long as the node's RotaNode
-    /// lives (one small entry per procedure the node ever had).
+    /// lives. Past a few, they move to the node's procedure ledger (see `procedure_ledger`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub procedure_requests: Vec<ArchivedRequest>,
+    /// How many times closed procedure requests moved to the node's procedure ledger, the
+    /// RotaWindow `<rotanode>-procedures`: a reader looking for a procedure's request that is
+    /// not here reads a ledger of at least this many moves (none while 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub procedure_ledger: u64,
+    /// The states the node entered since its history last moved to a RotaWindow, and when
+    /// (at most [`STEP_LIMIT`]): they move with the history's chunk (see `history_ring`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepStatus>,
+    /// The version of this status's schema its writer knew ([`SCHEMA`]): the answer to a
+    /// write that lacks it was cut down by an older CRD, which drops every field it does not
+    /// know (see `store::cas`).
+    #[serde(default)]
+    pub schema: u32,
+}
+
+/// The schema of the status this rota writes. Raised with every field whose loss would lose
+/// more than a record (`procedureLedger`: which procedures a node ran).
+pub const SCHEMA: u32 = 1;
+
+/// Steps a RotaNode keeps between two moves of its history: a window takes about 6; more
+/// only when the node queues and leaves the queue again and again without a window.
+pub const STEP_LIMIT: usize = 16;
+
+/// One step of the node's lifecycle: the state it entered, and when.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct StepStatus {
+    #[schemars(schema_with = "node_state_schema")]
+    pub state: NodeState,
+    pub at: Timestamp,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Where the node's history ring stands. A `RotaWindow` whose `sequence` is below `written`
@@ -176,6 +211,9 @@ impl Default for RotaNodeStatus {
             history: Vec::new(),
             history_ring: None,
             procedure_requests: Vec::new(),
+            procedure_ledger: 0,
+            steps: Vec::new(),
+            schema: 0,
         }
     }
 }

@@ -22,9 +22,9 @@
 use std::collections::BTreeMap;
 
 use rota_core::NodeName;
-use rota_store::{HistoryEntry, Millis};
+use rota_store::{HistoryEntry, Millis, StepRecord};
 
-use crate::crd::{HistoryRingStatus, HistoryStatus, RotaNodeStatus};
+use crate::crd::{HistoryRingStatus, HistoryStatus, RotaNodeStatus, STEP_LIMIT, StepStatus};
 use crate::ids::{self, Stamp};
 use crate::status;
 use crate::window::{RING_SIZE, RotaWindowSpec};
@@ -72,6 +72,7 @@ pub fn commit(status: &mut RotaNodeStatus) {
     ring.written += 1;
     ring.last_id = last.id;
     status.history.clear();
+    status.steps.clear();
 }
 
 /// The stamp of the node's newest entry, in the RotaNode or moved to the ring: the next one's
@@ -166,6 +167,35 @@ pub fn merged<'a>(
     entries.into_values().collect()
 }
 
+/// The node's steps: the committed RotaWindows' in the order of the ring, then the
+/// RotaNode's own, each once (a chunk may still be in both).
+pub fn merged_steps<'a>(
+    node: &NodeName,
+    status: &'a RotaNodeStatus,
+    windows: impl IntoIterator<Item = &'a RotaWindowSpec> + Clone,
+) -> Vec<StepRecord> {
+    let ring = status
+        .history_ring
+        .or_else(|| recovered(windows.clone(), &status.history));
+    let mut chunks: Vec<&RotaWindowSpec> =
+        windows.into_iter().filter(|w| committed(w, ring)).collect();
+    chunks.sort_by_key(|w| w.sequence);
+    let mut steps: Vec<&StepStatus> = Vec::new();
+    for step in chunks.iter().flat_map(|w| &w.steps).chain(&status.steps) {
+        if !steps.iter().rev().take(STEP_LIMIT).any(|s| *s == step) {
+            steps.push(step);
+        }
+    }
+    steps
+        .into_iter()
+        .map(|s| StepRecord {
+            node: node.clone(),
+            state: s.state,
+            at: s.at.0,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use rota_core::{HistoryEvent, Process};
@@ -193,6 +223,8 @@ mod tests {
             sequence,
             cut_at_generation: 1,
             entries,
+            procedure_requests: Vec::new(),
+            steps: Vec::new(),
         }
     }
 

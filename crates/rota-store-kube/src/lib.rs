@@ -52,7 +52,9 @@
 //! - **Procedures**: a cluster-scoped [`Procedure`] per maintenance procedure, named after it
 //!   (see [`procedure`]); a `scriptConfigMap` names a ConfigMap of the rota namespace. A
 //!   procedure runs at most once per node, ever: its requests stay in the RotaNode (closed
-//!   ones in `status.procedureRequests` once they leave the bounded `requests`). The agents'
+//!   ones in `status.procedureRequests` once they leave the bounded `requests`), and past 4
+//!   closed ones they move to the node's procedure ledger, the [`RotaWindow`]
+//!   `<rotanode>-procedures` (see `procedure_ledger`). The agents'
 //!   stores write each Procedure's status (per-node state, counts, `Complete`) in the
 //!   background, by compare-and-swap (see `procedure_status`).
 //! - **Operator actions**: a [`RotaAction`] in the rota namespace per unlock, retry, request,
@@ -161,6 +163,8 @@ mod changes;
 mod config_view;
 mod error;
 mod history_ring;
+mod node_requests;
+mod procedure_ledger;
 mod procedure_status;
 mod procedure_view;
 mod procedures;

@@ -10,11 +10,15 @@ use rota_store::{
 };
 
 use crate::crd::{
-    ArchivedRequest, BackoffStatus, CLOSED_REQUEST_LIMIT, HISTORY_LIMIT, HistoryStatus,
-    RequestStateName, RequestStatus, RotaNodeStatus, Timestamp,
+    BackoffStatus, HISTORY_LIMIT, HistoryStatus, RequestStateName, RequestStatus, RotaNodeStatus,
+    SCHEMA, STEP_LIMIT, StepStatus, Timestamp,
 };
 use crate::history_ring::{bounded, last_stamp};
 use crate::ids::{self, Stamp};
+use crate::node_requests::trim_requests;
+pub use crate::node_requests::{add_request, cancel_request, every_request, open_requests};
+#[cfg(test)]
+use crate::procedure_ledger::Ledger;
 
 impl From<RequestStateName> for RequestState {
     fn from(state: RequestStateName) -> RequestState {
@@ -28,7 +32,7 @@ impl From<RequestStateName> for RequestState {
 }
 
 impl RequestStateName {
-    fn is_open(self) -> bool {
+    pub(crate) fn is_open(self) -> bool {
         matches!(self, RequestStateName::Pending | RequestStateName::Active)
     }
 }
@@ -39,6 +43,7 @@ pub fn new_status(now: Millis, tag: u32) -> RotaNodeStatus {
         state: NodeState::Idle,
         since: Timestamp(now),
         tag,
+        schema: SCHEMA,
         ..RotaNodeStatus::default()
     }
 }
@@ -99,55 +104,6 @@ pub fn backoff_record(node: &NodeName, b: &BackoffStatus) -> BackoffRecord {
     }
 }
 
-/// The node's open (pending or active) requests, oldest first.
-pub fn open_requests(status: &RotaNodeStatus) -> impl Iterator<Item = &RequestStatus> {
-    status.requests.iter().filter(|r| r.state.is_open())
-}
-
-/// Records a pending request for `process` unless an open one exists; returns the open
-/// request and whether it is new.
-pub fn add_request(
-    status: &mut RotaNodeStatus,
-    process: &Process,
-    source: &str,
-    now: Millis,
-) -> (RequestStatus, bool) {
-    if let Some(open) = open_requests(status).find(|r| &r.process == process) {
-        return (open.clone(), false);
-    }
-    if let Some(once) = procedure_request(status, process) {
-        return (once, false);
-    }
-    let last = status
-        .requests
-        .iter()
-        .max_by_key(|r| r.id)
-        .map(|r| ids::stamp_of(r.id, r.created_at.0));
-    let stamp = ids::next(last, now);
-    let request = RequestStatus::pending(
-        stamp.id(status.tag),
-        process.clone(),
-        source,
-        Timestamp(stamp.at),
-    );
-    status.requests.push(request.clone());
-    (request, true)
-}
-
-/// Cancels the pending request for `process`; returns whether there was one.
-pub fn cancel_request(status: &mut RotaNodeStatus, process: &Process, now: Millis) -> bool {
-    let mut canceled = false;
-    for r in &mut status.requests {
-        if r.state == RequestStateName::Pending && &r.process == process {
-            r.state = RequestStateName::Canceled;
-            r.finished_at = Some(Timestamp(now));
-            canceled = true;
-        }
-    }
-    trim_requests(status);
-    canceled
-}
-
 /// Applies `transition` to a status in `transition.from` (the caller checked): its window
 /// change, then the node fields, as one write. `slot` is the slot the node holds now.
 pub fn apply_transition(
@@ -158,8 +114,7 @@ pub fn apply_transition(
 ) {
     apply_window(status, &transition.window, slot, now);
     let clears_process = matches!(transition.to, NodeState::Idle | NodeState::Queued);
-    status.state = transition.to;
-    status.since = Timestamp(now);
+    enter(status, transition.to, now);
     if clears_process {
         status.process = None;
     } else if let Some(process) = &transition.process {
@@ -197,13 +152,27 @@ pub fn apply_transition(
     };
 }
 
+/// The node enters `state` at `now`: a step, recorded unless the state stays the same (the
+/// oldest dropped past [`STEP_LIMIT`]).
+pub fn enter(status: &mut RotaNodeStatus, state: NodeState, now: Millis) {
+    if status.state != state {
+        status.steps.push(StepStatus {
+            state,
+            at: Timestamp(now),
+        });
+        let over = status.steps.len().saturating_sub(STEP_LIMIT);
+        status.steps.drain(..over);
+    }
+    status.state = state;
+    status.since = Timestamp(now);
+}
+
 /// An operator's unlock: cancels the window (its active requests and the slot) and returns the
 /// node to idle. The cordon flags stay, so that the agent uncordons what it cordoned.
 pub fn apply_unlock(status: &mut RotaNodeStatus, reason: &str, slot: Option<u32>, now: Millis) {
     let cause = format!("unlocked by an operator: {reason}");
     apply_window(status, &WindowChange::Cancel { reason: cause }, slot, now);
-    status.state = NodeState::Idle;
-    status.since = Timestamp(now);
+    enter(status, NodeState::Idle, now);
     status.process = None;
     status.queued_at = None;
     status.slot = None;
@@ -419,60 +388,6 @@ fn record_backoff(
     }
 }
 
-/// Keeps every open request and the most recent closed ones; a procedure's request that goes
-/// is kept in `procedure_requests` instead, in short (see [`procedure_request`]).
-fn trim_requests(status: &mut RotaNodeStatus) {
-    let closed = status
-        .requests
-        .iter()
-        .filter(|r| !r.state.is_open())
-        .count();
-    let mut drop = closed.saturating_sub(CLOSED_REQUEST_LIMIT);
-    let mut archived = Vec::new();
-    status.requests.retain(|r| {
-        if drop > 0 && !r.state.is_open() {
-            drop -= 1;
-            if matches!(r.process, Process::Mop(_)) {
-                archived.push(ArchivedRequest {
-                    id: r.id,
-                    process: r.process.clone(),
-                    source: r.source.clone(),
-                    state: r.state,
-                });
-            }
-            false
-        } else {
-            true
-        }
-    });
-    status.procedure_requests.extend(archived);
-}
-
-/// The node's request for a procedure in any state, if it ever had one: a procedure runs at
-/// most once per node, so a closed one is returned as it is instead of making a new one.
-fn procedure_request(status: &RotaNodeStatus, process: &Process) -> Option<RequestStatus> {
-    if !matches!(process, Process::Mop(_)) {
-        return None;
-    }
-    every_request(status)
-        .filter(|r| &r.process == process)
-        .max_by_key(|r| r.id)
-}
-
-/// Every request the node ever had that it still knows: the kept ones and the archived
-/// procedure requests (dated by their ids).
-pub fn every_request(status: &RotaNodeStatus) -> impl Iterator<Item = RequestStatus> + '_ {
-    let archived = status.procedure_requests.iter().map(|r| RequestStatus {
-        id: r.id,
-        process: r.process.clone(),
-        source: r.source.clone(),
-        created_at: Timestamp(ids::at_of(r.id)),
-        state: r.state,
-        finished_at: None,
-    });
-    status.requests.iter().cloned().chain(archived)
-}
-
 /// Ends the active request for `process` without closing the window (see
 /// `Store::complete_request`): a success closes it as done, records `finished` with the detail
 /// and clears its backoff; a failure records `failed`, backs it off and keeps it active.
@@ -541,7 +456,13 @@ mod tests {
 
     fn queued_with_request() -> RotaNodeStatus {
         let mut status = new_status(T, 3);
-        add_request(&mut status, &Process::Reboot, "/run/reboot-needed", T);
+        add_request(
+            &mut status,
+            &Process::Reboot,
+            "/run/reboot-needed",
+            T,
+            &Ledger::default(),
+        );
         apply_transition(
             &mut status,
             &Transition::new(NodeState::Idle, NodeState::Queued)
@@ -681,7 +602,13 @@ mod tests {
         let join =
             Transition::new(NodeState::Draining, NodeState::Draining).window(WindowChange::Join);
         for i in 0..60 {
-            add_request(&mut status, &Process::Mop(format!("m{i}")), "test", T);
+            add_request(
+                &mut status,
+                &Process::Mop(format!("m{i}")),
+                "test",
+                T,
+                &Ledger::default(),
+            );
             apply_transition(&mut status, &join, Some(0), T);
         }
         assert_eq!(status.history.len(), HISTORY_LIMIT);
@@ -690,57 +617,12 @@ mod tests {
     }
 
     #[test]
-    fn closed_requests_are_bounded_and_open_ones_kept() {
-        let mut status = new_status(T, 0);
-        for i in 0..40 {
-            let process = Process::Mop(format!("m{i}"));
-            add_request(&mut status, &process, "test", T + i);
-            cancel_request(&mut status, &process, T + i);
-        }
-        add_request(&mut status, &Process::Reboot, "test", T + 100);
-        assert_eq!(status.requests.len(), CLOSED_REQUEST_LIMIT + 1);
-        assert_eq!(open_requests(&status).count(), 1);
-        let (again, created) = add_request(&mut status, &Process::Reboot, "other", T + 200);
-        assert!(!created);
-        assert_eq!(again.source, "test");
-    }
-
-    #[test]
-    fn a_procedure_is_requested_once_even_after_its_request_left_the_list() {
-        let mut status = new_status(T, 0);
-        let kernel = Process::Mop("kernel".into());
-        let (first, created) = add_request(&mut status, &kernel, "procedure", T);
-        assert!(created);
-        cancel_request(&mut status, &kernel, T + 1);
-        for i in 0..CLOSED_REQUEST_LIMIT {
-            let process = Process::Mop(format!("other{i}"));
-            add_request(&mut status, &process, "procedure", T + 2);
-            cancel_request(&mut status, &process, T + 2);
-        }
-        assert!(status.requests.iter().all(|r| r.process != kernel));
-        assert_eq!(status.procedure_requests.len(), 1);
-        let (again, created) = add_request(&mut status, &kernel, "procedure", T + 3);
-        assert!(!created);
-        assert_eq!(again.id, first.id);
-        assert_eq!(again.state, RequestStateName::Canceled);
-        assert_eq!(every_request(&status).count(), CLOSED_REQUEST_LIMIT + 1);
-        for _ in 0..CLOSED_REQUEST_LIMIT + 1 {
-            add_request(&mut status, &Process::Reboot, "sentinel", T + 4);
-            cancel_request(&mut status, &Process::Reboot, T + 4);
-        }
-        assert!(
-            status.procedure_requests.len() == CLOSED_REQUEST_LIMIT + 1,
-            "closed reboots are forgotten, procedures are not"
-        );
-    }
-
-    #[test]
     fn completing_a_request_ends_only_that_one() {
         let mut status = new_status(T, 2);
         let first = Process::Mop("first".into());
         let second = Process::Mop("second".into());
-        add_request(&mut status, &first, "procedure", T);
-        add_request(&mut status, &second, "procedure", T);
+        add_request(&mut status, &first, "procedure", T, &Ledger::default());
+        add_request(&mut status, &second, "procedure", T, &Ledger::default());
         apply_transition(
             &mut status,
             &Transition::new(NodeState::Queued, NodeState::Draining).window(WindowChange::Open),

@@ -47,6 +47,13 @@ pub(crate) struct View<K> {
     synced: bool,
     /// The names listed since the watch began a (re)list; the others were deleted meanwhile.
     listing: Option<HashSet<String>>,
+    /// The names this process read or wrote itself while the watch was listing: the list may
+    /// have been taken before the write (a slot Lease taken a moment after the watch began),
+    /// so its not holding them says nothing; the watch brings the write next.
+    recorded_while_listing: HashSet<String>,
+    /// The newest revision among the objects listed: the list was taken at it or later, so an
+    /// own write no newer than it that the list lacks was deleted since.
+    listed_newest: u64,
 }
 
 impl<K> Default for View<K> {
@@ -55,6 +62,8 @@ impl<K> Default for View<K> {
             objects: HashMap::new(),
             synced: false,
             listing: None,
+            recorded_while_listing: HashSet::new(),
+            listed_newest: 0,
         }
     }
 }
@@ -76,9 +85,19 @@ impl<K: Resource + Clone> View<K> {
             .then(|| self.objects.get(name).and_then(|s| s.object.clone()))
     }
 
-    /// Records `object` as read or written (or its deletion), unless the same or a newer
-    /// version was seen.
+    /// Records `object` as read or written by this process (or its deletion), unless the same
+    /// or a newer version was seen.
     pub fn record(&mut self, object: &K, deleted: bool) -> Option<Step<K>> {
+        if self.listing.is_some()
+            && let Some(name) = object.meta().name.clone()
+        {
+            self.recorded_while_listing.insert(name);
+        }
+        self.seen(object, deleted)
+    }
+
+    /// Takes `object` (or its deletion) unless the same or a newer version was seen.
+    fn seen(&mut self, object: &K, deleted: bool) -> Option<Step<K>> {
         let name = object.meta().name.clone().unwrap_or_default();
         let version = version_of(object);
         let before = match self.objects.get(&name) {
@@ -105,6 +124,8 @@ impl<K: Resource + Clone> View<K> {
         match event {
             watcher::Event::Init => {
                 self.listing = Some(HashSet::new());
+                self.recorded_while_listing.clear();
+                self.listed_newest = 0;
                 Vec::new()
             }
             watcher::Event::InitApply(object) => {
@@ -113,13 +134,19 @@ impl<K: Resource + Clone> View<K> {
                 {
                     listing.insert(name);
                 }
-                self.record(&object, false).into_iter().collect()
+                if let Some(revision) = revision(object.meta()) {
+                    self.listed_newest = self.listed_newest.max(revision);
+                }
+                self.seen(&object, false).into_iter().collect()
             }
             watcher::Event::InitDone => {
                 let mut steps = Vec::new();
                 if let Some(listed) = self.listing.take() {
+                    let recorded = std::mem::take(&mut self.recorded_while_listing);
+                    let newest = self.listed_newest;
                     for (name, seen) in &mut self.objects {
-                        if !listed.contains(name) && seen.object.is_some() {
+                        let maybe_after_list = recorded.contains(name) && seen.version > newest;
+                        if !listed.contains(name) && !maybe_after_list && seen.object.is_some() {
                             steps.push(Step {
                                 name: name.clone(),
                                 before: Some(seen.object.take()),
@@ -133,11 +160,11 @@ impl<K: Resource + Clone> View<K> {
             }
             watcher::Event::Apply(object) => {
                 self.synced = true;
-                self.record(&object, false).into_iter().collect()
+                self.seen(&object, false).into_iter().collect()
             }
             watcher::Event::Delete(object) => {
                 self.synced = true;
-                self.record(&object, true).into_iter().collect()
+                self.seen(&object, true).into_iter().collect()
             }
         }
     }
@@ -168,5 +195,64 @@ pub(crate) async fn watch<K>(
                 warn!(error = %e, "watching {what} failed; retrying");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::coordination::v1::Lease;
+
+    use super::*;
+
+    fn lease(name: &str, version: u64) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                resource_version: Some(version.to_string()),
+                ..ObjectMeta::default()
+            },
+            ..Lease::default()
+        }
+    }
+
+    #[test]
+    fn what_this_process_wrote_while_the_watch_listed_is_not_taken_for_deleted() {
+        let mut view = View::default();
+        view.record(&lease("slot-1", 3), false);
+        view.apply(watcher::Event::Init);
+        // Taken right after the list was read: the list does not hold it.
+        view.record(&lease("slot-0", 10), false);
+        view.apply(watcher::Event::InitApply(lease("other", 5)));
+        let steps = view.apply(watcher::Event::InitDone);
+        assert!(
+            view.get("slot-0").flatten().is_some(),
+            "the own write stays"
+        );
+        assert_eq!(
+            view.get("slot-1"),
+            Some(None),
+            "an object seen before the list and not in it was deleted"
+        );
+        assert_eq!(steps.len(), 1);
+        // The next list holds it, or it was deleted since: the ordinary rule again.
+        view.apply(watcher::Event::Init);
+        view.apply(watcher::Event::InitDone);
+        assert_eq!(view.get("slot-0"), Some(None));
+    }
+
+    #[test]
+    fn an_own_write_older_than_the_list_and_missing_from_it_was_deleted() {
+        let mut view = View::default();
+        view.apply(watcher::Event::Init);
+        // Written, then deleted by another process before the list was taken at 20 or later.
+        view.record(&lease("slot-0", 10), false);
+        view.apply(watcher::Event::InitApply(lease("other", 20)));
+        let steps = view.apply(watcher::Event::InitDone);
+        assert_eq!(
+            view.get("slot-0"),
+            Some(None),
+            "the list is newer than the write"
+        );
+        assert_eq!(steps.len(), 1);
     }
 }

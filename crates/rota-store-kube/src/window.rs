@@ -11,7 +11,7 @@ use kube::CustomResourceExt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::crd::HistoryStatus;
+use crate::crd::{ArchivedRequest, HistoryStatus, StepStatus};
 
 /// How many `RotaWindow`s a node keeps: its last 50 chunks of history.
 pub const RING_SIZE: u64 = 50;
@@ -48,6 +48,15 @@ pub struct RotaWindowSpec {
     pub cut_at_generation: i64,
     /// The history entries, oldest first, with their causes whole.
     pub entries: Vec<HistoryStatus>,
+    /// In the node's procedure ledger only (`<rotanode>-procedures`, outside the ring, its
+    /// `sequence` the count of moves into it): the closed procedure requests that left the
+    /// RotaNode, one per procedure the node ever had (see `procedure_ledger`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub procedure_requests: Vec<ArchivedRequest>,
+    /// The states the node entered up to the chunk's last entry, and when: the steps inside
+    /// the window (the RotaNode's `steps` as the chunk was cut).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepStatus>,
 }
 
 /// The CustomResourceDefinition as installed.
@@ -59,15 +68,26 @@ pub fn rota_window_crd() -> CustomResourceDefinition {
 /// for an owner name too long to take the suffix within the 253 characters of a name, its
 /// first 230 characters and a hash of the whole.
 pub fn ring_name(owner: &str, sequence: u64) -> String {
-    let place = sequence % RING_SIZE;
-    if owner.len() + 3 <= 253 {
-        return format!("{owner}-{place}");
+    owned_name(owner, &(sequence % RING_SIZE).to_string())
+}
+
+/// The name of the procedure ledger of the RotaNode `owner`: `<owner>-procedures`, shortened
+/// as [`ring_name`] shortens. No ring place ends in letters, so the two never meet.
+pub fn ledger_name(owner: &str) -> String {
+    owned_name(owner, "procedures")
+}
+
+/// `<owner>-<suffix>`, or, past the 253 characters of a name, the owner's first 230
+/// characters and a hash of the whole before the suffix.
+fn owned_name(owner: &str, suffix: &str) -> String {
+    if owner.len() + 1 + suffix.len() <= 253 {
+        return format!("{owner}-{suffix}");
     }
     let hash = owner.bytes().fold(0x811c_9dc5_u32, |h, b| {
         (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
     });
     let head = owner.get(..230).unwrap_or(owner);
-    format!("{head}x{hash:08x}-{place}")
+    format!("{head}x{hash:08x}-{suffix}")
 }
 
 #[cfg(test)]
@@ -89,5 +109,14 @@ mod tests {
         assert!(name.len() <= 253, "{}", name.len());
         assert!(name.ends_with("-7"));
         assert_ne!(name, ring_name(&format!("{}.c", "a".repeat(250)), 7));
+        let ledger = ledger_name(&owner);
+        assert!(ledger.len() <= 253, "{}", ledger.len());
+        assert!(ledger.ends_with("-procedures"));
+    }
+
+    #[test]
+    fn the_ledger_is_named_apart_from_every_ring_place() {
+        assert_eq!(ledger_name("node-a"), "node-a-procedures");
+        assert!((0..RING_SIZE).all(|n| ring_name("node-a", n) != ledger_name("node-a")));
     }
 }

@@ -10,6 +10,8 @@
 //! an hour); near the front it renews as usual, and one that died far back is passed over as
 //! soon as it comes near, not when its long deadline runs out. A look at the queue that tells
 //! a node to wait reads the API server's cache; only one that may grant reads consistently.
+//!
+//! Status: `rota status` reads the whole fleet in two lists, whatever its size.
 
 mod common;
 
@@ -172,6 +174,18 @@ async fn an_idle_agent_sends_nothing_but_its_three_watches() {
         .await
         .expect("enqueue");
     assert_eq!(store.watches(), 4, "watches of a queued agent");
+    // The watch lists the Leases before it watches them; leaving the queue at once could end
+    // it between the two, so wait until the watch request went out.
+    let mut queued_sent = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !watched(&queued_sent).contains("leases") && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        queued_sent.extend(sent.take());
+    }
+    assert!(
+        watched(&queued_sent).contains("leases"),
+        "the queued agent watched the Leases: {queued_sent:?}"
+    );
     let canceled = Lifecycle::idle()
         .apply(&Event::Requested { eligible_at: 0 })
         .and_then(|queued| queued.next.apply(&Event::Canceled { granted: false }))
@@ -185,11 +199,50 @@ async fn an_idle_agent_sends_nothing_but_its_three_watches() {
         .await
         .expect("leave the queue");
     assert_eq!(store.watches(), 3, "watches of an idle agent again");
-    let all = sent.take();
-    assert!(
-        watched(&all).contains("leases"),
-        "the queued agent watched the Leases: {all:?}"
-    );
+    scope.cleanup().await.expect("clean up");
+}
+
+/// The overview `rota status` reads at every refresh is two lists (the RotaNodes and the slot
+/// Leases), for two nodes as for eight: no request per node.
+#[tokio::test]
+async fn the_fleet_overview_costs_two_lists_whatever_its_size() {
+    let Some((scope, store, _)) = counted_store("overview").await else {
+        return;
+    };
+    let env = common::env().expect("the test environment");
+    let (operator, sent) = counted_handle(env, &scope).await;
+    let mut costs = Vec::new();
+    for count in [2, 8] {
+        while operator.overview().await.expect("overview").len() < count {
+            let name = format!("n{}", operator.nodes().await.expect("nodes").len());
+            let node = NodeName::new(name).expect("a name");
+            let session = store.open_session(&node, TTL).await.expect("open");
+            store
+                .add_request(&session, &Process::Reboot, "test")
+                .await
+                .expect("request");
+        }
+        sent.take();
+        let overview = operator.overview().await.expect("overview");
+        assert_eq!(overview.len(), count);
+        assert!(overview.iter().all(|o| o.open_requests.len() == 1));
+        costs.push(sent.take());
+    }
+    for cost in &costs {
+        let mut cost = cost.clone();
+        cost.sort();
+        assert_eq!(
+            cost,
+            vec![
+                format!(
+                    "GET /apis/coordination.k8s.io/v1/namespaces/{}/leases",
+                    scope.namespace()
+                ),
+                "GET /apis/rota.dev/v1alpha1/rotanodes".to_string(),
+            ],
+            "the requests of one overview"
+        );
+    }
     scope.cleanup().await.expect("clean up");
 }
 

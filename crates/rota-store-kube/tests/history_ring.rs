@@ -12,8 +12,8 @@ use kube::{Api, Resource, ResourceExt};
 use rota_core::{BackoffPolicy, HistoryEvent, NodeName, NodeState, Process};
 use rota_e2e::testenv::Scope;
 use rota_store::{
-    AgentStore, HistoryEntry, HistoryFilter, OperatorStore, ReadStore, Session, Transition,
-    WindowChange, now_millis,
+    AgentStore, HistoryEntry, HistoryFilter, OperatorStore, ReadStore, Session, StepRecord,
+    Transition, WindowChange, now_millis,
 };
 use rota_store_kube::crd::{HistoryStatus, Timestamp};
 use rota_store_kube::window::{NODE_TAG_LABEL, RING_SIZE, ring_name};
@@ -222,6 +222,23 @@ async fn a_rota_node_stays_small_through_many_windows_and_the_ring_keeps_the_las
             assert_eq!(pair[1].event, HistoryEvent::Finished, "window {n}");
         }
     }
+    let steps = store
+        .steps(&HistoryFilter {
+            node: Some(node.clone()),
+            ..HistoryFilter::default()
+        })
+        .await
+        .expect("steps");
+    let first_kept = history.first().map_or(0, |e| e.at);
+    let kept: Vec<&StepRecord> = steps.iter().filter(|s| s.at >= first_kept).collect();
+    assert_eq!(
+        kept.iter()
+            .filter(|s| s.state == NodeState::Draining)
+            .count(),
+        RING_SIZE as usize,
+        "each window kept in the ring keeps its steps: {steps:?}"
+    );
+    assert!(steps.windows(2).all(|w| w[0].at <= w[1].at));
     let windows = Api::<RotaWindow>::all(scope.client())
         .list(&ListParams::default().labels(&format!("{NAMESPACE_LABEL}={}", scope.namespace())))
         .await
@@ -290,6 +307,8 @@ async fn dead_writer(scope_name: &str, windows: usize) {
             sequence: written,
             cut_at_generation: object.meta().generation.expect("a generation"),
             entries: vec![copy.clone(), phantom],
+            procedure_requests: Vec::new(),
+            steps: Vec::new(),
         },
     );
     dead.metadata.labels = Some(
@@ -457,6 +476,8 @@ async fn a_chunk_another_writer_may_still_commit_is_left_and_the_entries_wait() 
             sequence: 1,
             cut_at_generation: object.meta().generation.expect("a generation"),
             entries: Vec::new(),
+            procedure_requests: Vec::new(),
+            steps: Vec::new(),
         },
     );
     rival.metadata.labels = Some(

@@ -29,9 +29,9 @@ pub mod conformance;
 pub use actions::{Action, ActionRecord, NewAction, UnknownAction, os_actor};
 pub use error::{Error, Result};
 pub use model::{
-    Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeFields, NodeRecord,
-    Outcome, Pause, ProcedureRecord, RequestRecord, RequestState, Session, SlotHolder, Transition,
-    WindowChange, decode_resumed_at, now_millis,
+    Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeFields, NodeOverview,
+    NodeRecord, Outcome, Pause, ProcedureRecord, RequestRecord, RequestState, Session, SlotHolder,
+    StepRecord, Transition, WindowChange, decode_resumed_at, now_millis,
 };
 pub use postgres::PostgresStore;
 pub use retry_pauses::{FIRST_RETRY_PAUSE, LONGEST_RETRY_PAUSE, RetryPauses, retry_pauses};

@@ -1,3 +1,4 @@
+use std::collections::HashMap;
 use std::time::Duration;
 
 use rota_core::{
@@ -126,6 +127,63 @@ pub struct HistoryEntry {
     pub slot: Option<u32>,
     /// Whether this event gave the slot back.
     pub released: bool,
+}
+
+/// One step of a node's lifecycle: the state it entered, and when. The stores record one at
+/// every change of a node's state, in the write that changes it; together with the history
+/// entries they tell where each window's time went (`rota history --steps`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StepRecord {
+    pub node: NodeName,
+    pub state: NodeState,
+    pub at: Millis,
+}
+
+/// A node with its open requests (oldest first) and its backoffs (by process): one row of
+/// `rota status`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct NodeOverview {
+    pub record: NodeRecord,
+    pub open_requests: Vec<RequestRecord>,
+    pub backoffs: Vec<BackoffRecord>,
+}
+
+impl NodeOverview {
+    /// Each of `nodes` with the open requests and backoffs that name it, in the order given.
+    pub fn group(
+        nodes: Vec<NodeRecord>,
+        open_requests: Vec<RequestRecord>,
+        backoffs: Vec<BackoffRecord>,
+    ) -> Vec<NodeOverview> {
+        let mut requests_of: HashMap<NodeName, Vec<RequestRecord>> = HashMap::new();
+        for request in open_requests {
+            requests_of
+                .entry(request.node.clone())
+                .or_default()
+                .push(request);
+        }
+        let mut backoffs_of: HashMap<NodeName, Vec<BackoffRecord>> = HashMap::new();
+        for backoff in backoffs {
+            backoffs_of
+                .entry(backoff.node.clone())
+                .or_default()
+                .push(backoff);
+        }
+        nodes
+            .into_iter()
+            .map(|record| {
+                let mut open_requests = requests_of.remove(&record.node).unwrap_or_default();
+                open_requests.sort_by_key(|r| r.id);
+                let mut backoffs = backoffs_of.remove(&record.node).unwrap_or_default();
+                backoffs.sort_by_key(|b| b.process.to_string());
+                NodeOverview {
+                    record,
+                    open_requests,
+                    backoffs,
+                }
+            })
+            .collect()
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

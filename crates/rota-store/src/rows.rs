@@ -11,8 +11,8 @@ use sqlx::{Decode, Postgres, Row, Sqlite, Type};
 use crate::actions::ActionRecord;
 use crate::error::{Error, Result};
 use crate::model::{
-    BackoffRecord, Blocked, HistoryEntry, NodeRecord, ProcedureRecord, RequestRecord, RequestState,
-    SlotHolder,
+    BackoffRecord, Blocked, HistoryEntry, NodeOverview, NodeRecord, ProcedureRecord, RequestRecord,
+    RequestState, SlotHolder, StepRecord,
 };
 
 /// A value that both databases decode.
@@ -108,6 +108,35 @@ pub(crate) const NODE_COLUMNS: &str = "n.node, n.state, n.since, n.process, n.pr
     n.cordoned_by_rota, n.boot_id, n.reboot_started_at, n.reboot_deadline, n.last_reboot_at, \
     n.queued_at, n.last_result, n.blocked_reason, n.blocked_since, s.slot";
 
+/// Every node with its slot, by name; `rota status`'s three reads (SQLite's and PostgreSQL's
+/// SQL alike).
+pub(crate) fn all_nodes_sql() -> String {
+    format!(
+        "SELECT {NODE_COLUMNS} FROM nodes n LEFT JOIN slots s ON s.holder = n.node ORDER BY n.node"
+    )
+}
+
+/// Every open request, oldest first.
+pub(crate) const ALL_OPEN_REQUESTS_SQL: &str = "SELECT id, node, process, source, created_at, state \
+     FROM requests WHERE state IN ('pending', 'active') ORDER BY id";
+
+/// Every backoff.
+pub(crate) const ALL_BACKOFFS_SQL: &str =
+    "SELECT node, process, until, last_interval_s, cause FROM backoff ORDER BY node, process";
+
+/// The rows of the three reads above as `ReadStore::overview`'s answer.
+pub(crate) fn overview<R: SqlRow>(
+    nodes: &[R],
+    requests: &[R],
+    backoffs: &[R],
+) -> Result<Vec<NodeOverview>> {
+    Ok(NodeOverview::group(
+        nodes.iter().map(node_record).collect::<Result<_>>()?,
+        requests.iter().map(request_record).collect::<Result<_>>()?,
+        backoffs.iter().map(backoff_record).collect::<Result<_>>()?,
+    ))
+}
+
 /// A node's row with its slot, as [`NODE_COLUMNS`] selects them.
 pub(crate) fn node_record(row: &impl SqlRow) -> Result<NodeRecord> {
     let get = getter("reading a node");
@@ -199,6 +228,16 @@ pub(crate) fn history_entry(row: &impl SqlRow) -> Result<HistoryEntry> {
         cause: row.column("cause").map_err(&get)?,
         slot: stored_slot_if_any("history.slot", row.column("slot").map_err(&get)?)?,
         released: row.column("released").map_err(&get)?,
+    })
+}
+
+/// A row of `steps`.
+pub(crate) fn step_record(row: &impl SqlRow) -> Result<StepRecord> {
+    let get = getter("reading steps");
+    Ok(StepRecord {
+        node: parse("steps.node", row.column("node").map_err(&get)?)?,
+        state: parse("steps.state", row.column("state").map_err(&get)?)?,
+        at: row.column("at").map_err(&get)?,
     })
 }
 

@@ -7,8 +7,8 @@ use tokio::sync::watch;
 use crate::actions::{ActionRecord, NewAction};
 use crate::error::Result;
 use crate::model::{
-    Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome,
-    Pause, ProcedureRecord, RequestRecord, Session, SlotHolder, Transition,
+    Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeOverview, NodeRecord,
+    Outcome, Pause, ProcedureRecord, RequestRecord, Session, SlotHolder, StepRecord, Transition,
 };
 
 /// rota's state, on any substrate: the five parts below, by who uses them. Callers hold an
@@ -176,8 +176,17 @@ pub trait ReadStore: Send + Sync {
 
     async fn backoffs(&self, node: &NodeName) -> Result<Vec<BackoffRecord>>;
 
+    /// Every node with its open requests and backoffs, read at once: a fixed number of
+    /// requests or statements whatever the fleet's size (`rota status` at every refresh).
+    async fn overview(&self) -> Result<Vec<NodeOverview>>;
+
     /// History entries matching `filter`, oldest first.
     async fn history(&self, filter: &HistoryFilter) -> Result<Vec<HistoryEntry>>;
+
+    /// The steps of `filter.node` (every node's when `None`) between `filter.since` and
+    /// `filter.until`, oldest first, each node's in the order they were taken. Bounded: a node
+    /// keeps its steps for about as many windows as its history.
+    async fn steps(&self, filter: &HistoryFilter) -> Result<Vec<StepRecord>>;
 
     /// When the fleet was last resumed (the start of the current rollout), if ever.
     async fn resumed_at(&self) -> Result<Option<Millis>>;

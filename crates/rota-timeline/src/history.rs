@@ -4,7 +4,9 @@
 //! gave the slot back. That gives each node's maintenance windows (slot taken to slot
 //! released) but not the drain, maintenance, reboot and verify steps inside them, so each
 //! window becomes one [`SegmentKind::Window`] segment; failures, cancellations and windows
-//! postponed by a closing maintenance window become markers.
+//! postponed by a closing maintenance window become markers. A window with no release yet
+//! is open-ended. A failure that kept the slot (fail closed) is not drawn as a stretch of its
+//! own: an operator's retry leaves no history entry, so its end is not known.
 
 use std::collections::BTreeMap;
 
@@ -63,28 +65,29 @@ pub fn from_history(entries: &[HistoryEntry], until: Millis) -> Timeline {
                 None => None,
             };
             if let Some(start) = start {
-                segments.push(window(&entry.node, start, entry.at));
+                segments.push(Segment::new(
+                    entry.node.clone(),
+                    SegmentKind::Window,
+                    start,
+                    entry.at,
+                ));
             }
             lane.seen_window = true;
         }
     }
     for (node, lane) in lanes {
         if let Some(start) = lane.open {
-            segments.push(window(node, start, until.max(start)));
+            segments.push(Segment::open(
+                node.clone(),
+                SegmentKind::Window,
+                start,
+                until,
+            ));
         }
     }
     // Every window here ends at or after its start (entries are sorted, and an open one ends
     // no earlier than it began), so the check cannot fail.
     Timeline::new(segments, markers).unwrap_or_default()
-}
-
-fn window(node: &NodeName, start: Millis, end: Millis) -> Segment {
-    Segment {
-        node: node.clone(),
-        kind: SegmentKind::Window,
-        start,
-        end,
-    }
 }
 
 #[cfg(test)]
@@ -114,6 +117,15 @@ mod tests {
                 assert_eq!(s.kind, SegmentKind::Window);
                 (s.node.as_str(), s.start, s.end)
             })
+            .collect()
+    }
+
+    fn open(timeline: &Timeline) -> Vec<(&str, SegmentKind)> {
+        timeline
+            .segments()
+            .iter()
+            .filter(|s| s.open)
+            .map(|s| (s.node.as_str(), s.kind))
             .collect()
     }
 
@@ -165,6 +177,7 @@ mod tests {
             spans(&timeline),
             [("a", 100, 150), ("a", 300, 900), ("b", 800, 1000)]
         );
+        assert_eq!(open(&timeline), [("b", SegmentKind::Window)]);
         assert_eq!(
             marks(&timeline),
             [
@@ -216,6 +229,7 @@ mod tests {
     fn an_open_window_ends_no_earlier_than_it_starts() {
         let timeline = from_history(&[entry(1, "a", Started, 500, false)], 100);
         assert_eq!(spans(&timeline), [("a", 500, 500)]);
+        assert_eq!(open(&timeline), [("a", SegmentKind::Window)]);
         assert_eq!(from_history(&[], 100), Timeline::default());
     }
 }

@@ -1,5 +1,7 @@
 //! What a timeline is made of.
 
+use std::collections::BTreeMap;
+
 use rota_core::NodeName;
 pub use rota_store::Millis;
 
@@ -15,17 +17,20 @@ pub enum SegmentKind {
     Maintenance,
     Reboot,
     Verify,
+    /// Failed and holding its slot until an operator retries or unlocks (fail closed).
+    Failed,
 }
 
 impl SegmentKind {
     /// Every kind, in legend order.
-    pub const ALL: [SegmentKind; 6] = [
+    pub const ALL: [SegmentKind; 7] = [
         SegmentKind::Window,
         SegmentKind::Wait,
         SegmentKind::Drain,
         SegmentKind::Maintenance,
         SegmentKind::Reboot,
         SegmentKind::Verify,
+        SegmentKind::Failed,
     ];
 
     /// The lowercase name used in the legend and in SVG classes.
@@ -37,7 +42,13 @@ impl SegmentKind {
             SegmentKind::Maintenance => "maintenance",
             SegmentKind::Reboot => "reboot",
             SegmentKind::Verify => "verify",
+            SegmentKind::Failed => "failed",
         }
+    }
+
+    /// Whether the node holds a slot during a segment of this kind.
+    pub fn holds_slot(self) -> bool {
+        self != SegmentKind::Wait
     }
 }
 
@@ -48,6 +59,30 @@ pub struct Segment {
     pub kind: SegmentKind,
     pub start: Millis,
     pub end: Millis,
+    /// No end was recorded (the window is still open, or its agent was killed): `end` is only
+    /// where the known part stops, and the segment is drawn open-ended.
+    pub open: bool,
+}
+
+impl Segment {
+    /// A closed segment.
+    pub fn new(node: NodeName, kind: SegmentKind, start: Millis, end: Millis) -> Segment {
+        Segment {
+            node,
+            kind,
+            start,
+            end,
+            open: false,
+        }
+    }
+
+    /// A segment with no recorded end, known up to `until`.
+    pub fn open(node: NodeName, kind: SegmentKind, start: Millis, until: Millis) -> Segment {
+        Segment {
+            open: true,
+            ..Segment::new(node, kind, start, until.max(start))
+        }
+    }
 }
 
 /// What a point marker stands for.
@@ -130,19 +165,51 @@ impl Timeline {
         &self.markers
     }
 
-    /// The lanes, in order of each node's first segment or marker (so a rollout reads as a
-    /// staircase), ties by name.
+    /// This timeline with `other`'s segments and markers added: a node's steps (see
+    /// [`crate::steps`]) drawn over the windows that history gives.
+    /// A window in which one of `other`'s slot-holding steps starts is drawn as its steps
+    /// alone: "steps unknown" is left for the windows whose steps are no longer kept.
+    pub fn merged(mut self, other: Timeline) -> Timeline {
+        let mut starts: BTreeMap<&NodeName, Vec<Millis>> = BTreeMap::new();
+        for step in other.segments.iter().filter(|s| s.kind.holds_slot()) {
+            starts.entry(&step.node).or_default().push(step.start);
+        }
+        for node_starts in starts.values_mut() {
+            node_starts.sort_unstable();
+        }
+        let known = |w: &Segment| {
+            starts.get(&w.node).is_some_and(|s| {
+                let from = s.partition_point(|&at| at < w.start);
+                s.get(from).is_some_and(|&at| at <= w.end)
+            })
+        };
+        let windows: Vec<bool> = self
+            .segments
+            .iter()
+            .map(|w| w.kind == SegmentKind::Window && known(w))
+            .collect();
+        let mut drop = windows.into_iter();
+        self.segments.retain(|_| !drop.next().unwrap_or(false));
+        self.segments.extend(other.segments);
+        self.markers.extend(other.markers);
+        self
+    }
+
+    /// The lanes, in order of the moment each node first held a slot (so a rollout reads as a
+    /// staircase, however long its nodes waited in the queue), then the nodes that never did
+    /// (still waiting, or only a marker) in order of their first segment or marker; ties by
+    /// name.
     pub fn nodes(&self) -> Vec<&NodeName> {
-        let mut first: Vec<(Millis, &NodeName)> = Vec::new();
+        let mut first: Vec<((bool, Millis), &NodeName)> = Vec::new();
         let times = self
             .segments
             .iter()
-            .map(|s| (s.start, &s.node))
-            .chain(self.markers.iter().map(|m| (m.at, &m.node)));
-        for (at, node) in times {
+            .map(|s| ((!s.kind.holds_slot(), s.start), &s.node))
+            .chain(self.markers.iter().map(|m| ((true, m.at), &m.node)));
+        for (key, node) in times {
             match first.iter_mut().find(|(_, n)| *n == node) {
-                Some(entry) => entry.0 = entry.0.min(at),
-                None => first.push((at, node)),
+                Some(entry) => entry.0 = entry.0.min(key),
+                None => first.push((key, node)),
             }
         }
         first.sort();
@@ -175,12 +242,7 @@ mod tests {
     }
 
     fn segment(name: &str, start: Millis, end: Millis) -> Segment {
-        Segment {
-            node: node(name),
-            kind: SegmentKind::Drain,
-            start,
-            end,
-        }
+        Segment::new(node(name), SegmentKind::Drain, start, end)
     }
 
     #[test]
@@ -208,13 +270,20 @@ mod tests {
                 segment("a", 10, 20),
                 segment("b", 0, 1),
                 segment("d", 10, 11),
+                Segment::new(node("e"), SegmentKind::Wait, 0, 50),
+                Segment::new(node("e"), SegmentKind::Drain, 50, 60),
+                Segment::new(node("f"), SegmentKind::Wait, 1, 70),
             ],
             vec![marker],
         )
         .unwrap();
         let names: Vec<&str> = timeline.nodes().into_iter().map(NodeName::as_str).collect();
-        assert_eq!(names, ["b", "c", "a", "d"]);
-        assert_eq!(timeline.span(), Some((0, 40)));
+        assert_eq!(
+            names,
+            ["b", "a", "d", "e", "f", "c"],
+            "by the slot taken, however long the wait; then those that never took one"
+        );
+        assert_eq!(timeline.span(), Some((0, 70)));
         assert_eq!(Timeline::default().span(), None);
     }
 }

@@ -1,40 +1,84 @@
-//! The SVG renderer: a title, one lane per node, a time axis in UTC and a legend.
+//! The SVG renderer: a heading, a strip of the slots in use, one lane per node, a time axis in
+//! UTC fitted to the rollout, and a legend.
 
 use std::fmt::{self, Write};
 
-use jiff::Timestamp;
-
 use crate::axis::ticks;
-use crate::{MarkerKind, Millis, SegmentKind, Timeline};
+use crate::format::{duration, escape, time};
+use crate::legend::{CHAR_WIDTH, defs, fill, height_share, legend, marker, open_end};
+use crate::usage::slots_in_use;
+use crate::{Millis, SegmentKind, Timeline};
 
 /// Width of the time axis, in pixels.
 const PLOT_WIDTH: f64 = 900.0;
-const LANE_HEIGHT: f64 = 22.0;
-const LANE_PITCH: f64 = 28.0;
-const TOP: f64 = 36.0;
-/// Room for half of a dated tick label at the axis's right end.
+const HEADING_HEIGHT: f64 = 34.0;
+const STRIP_HEIGHT: f64 = 44.0;
+/// Room for half of a tick label and an open end's chevron at the axis's right end.
 const RIGHT_MARGIN: f64 = 64.0;
-/// Rough width of one character of a node name at the font size used.
-const CHAR_WIDTH: f64 = 7.0;
-const MAX_TICKS: u32 = 10;
 /// The span drawn around a timeline whose events all happen at one instant.
-const MIN_SPAN: Millis = 60_000;
+const MIN_SPAN: Millis = 1000;
+/// The share of the span left empty at each end of the axis, so nothing sits on its edge.
+const PAD: f64 = 0.02;
 
-/// Okabe–Ito colours, told apart by colour-blind readers too.
-fn colour(kind: SegmentKind) -> &'static str {
-    match kind {
-        SegmentKind::Window => "#56b4e9",
-        SegmentKind::Wait => "#bbbbbb",
-        SegmentKind::Drain => "#e69f00",
-        SegmentKind::Maintenance => "#0072b2",
-        SegmentKind::Reboot => "#cc79a7",
-        SegmentKind::Verify => "#009e73",
-    }
+/// Where things go: the axis's time range, and the sizes that depend on the fleet's size.
+struct Frame {
+    start: Millis,
+    end: Millis,
+    left: f64,
+    /// Distance between two lanes' tops, and a lane's bar height.
+    pitch: f64,
+    bar: f64,
+    /// A node name on every `label_every`-th lane only, when lanes are too thin for all.
+    label_every: usize,
+    font: f64,
 }
 
-const FAILED_COLOUR: &str = "#d62728";
-const CANCELED_COLOUR: &str = "#444444";
-const POSTPONED_COLOUR: &str = "#e6a700";
+impl Frame {
+    fn new(timeline: &Timeline) -> Option<Frame> {
+        let (first, last) = timeline.span()?;
+        // Saturating, so that absurd times from a damaged store draw oddly instead of
+        // panicking.
+        let span = last.saturating_sub(first);
+        let (start, end) = if span == 0 {
+            (
+                first.saturating_sub(MIN_SPAN / 2),
+                first.saturating_add(MIN_SPAN / 2),
+            )
+        } else {
+            let pad = ((span as f64 * PAD) as Millis).max(1);
+            (first.saturating_sub(pad), last.saturating_add(pad))
+        };
+        let lanes = timeline.nodes().len();
+        // Large fleets get thinner lanes, so that a thousand nodes stay one page to scroll.
+        let (pitch, font): (f64, f64) = match lanes {
+            0..=40 => (28.0, 12.0),
+            41..=150 => (14.0, 10.0),
+            _ => (6.0, 9.0),
+        };
+        let label_every = ((font + 2.0) / pitch).ceil().max(1.0) as usize;
+        let longest = timeline
+            .nodes()
+            .iter()
+            .map(|n| n.as_str().len())
+            .max()
+            .unwrap_or(0);
+        Some(Frame {
+            start,
+            end,
+            left: (longest as f64 * CHAR_WIDTH * font / 12.0 + 20.0).max(100.0),
+            pitch,
+            bar: pitch * 0.8,
+            label_every,
+            font,
+        })
+    }
+
+    /// The x of instant `t`.
+    fn x(&self, t: Millis) -> f64 {
+        let span = self.end.saturating_sub(self.start).max(1) as f64;
+        self.left + t.saturating_sub(self.start) as f64 / span * PLOT_WIDTH
+    }
+}
 
 /// The timeline as a standalone SVG document. Segments and markers carry a `<title>` with
 /// their times (and a failure's cause), which viewers show on hover.
@@ -46,117 +90,215 @@ pub fn render_svg(timeline: &Timeline) -> String {
 }
 
 fn draw(svg: &mut String, timeline: &Timeline) -> fmt::Result {
-    let Some((first, last)) = timeline.span() else {
+    let Some(frame) = Frame::new(timeline) else {
         return draw_empty(svg);
     };
-    // Saturating, so that absurd times from a damaged store draw oddly instead of panicking.
-    let (start, end) = if last.saturating_sub(first) < MIN_SPAN {
-        (
-            first.saturating_sub(MIN_SPAN / 2),
-            first.saturating_add(MIN_SPAN / 2),
-        )
-    } else {
-        (first, last)
-    };
     let nodes = timeline.nodes();
-    let longest = nodes.iter().map(|n| n.as_str().len()).max().unwrap_or(0);
-    let left = (longest as f64 * CHAR_WIDTH + 20.0).max(80.0);
-    let x = |t: Millis| {
-        left + t.saturating_sub(start) as f64 / end.saturating_sub(start) as f64 * PLOT_WIDTH
+    let usage = slots_in_use(timeline);
+    let strip_top = HEADING_HEIGHT;
+    let lanes_top = if usage.is_empty() {
+        strip_top
+    } else {
+        strip_top + STRIP_HEIGHT + 14.0
     };
-    let lanes_bottom = TOP + nodes.len() as f64 * LANE_PITCH;
-    let axis_y = lanes_bottom + 4.0;
-    let legend_y = axis_y + 40.0;
-    let width = left + PLOT_WIDTH + RIGHT_MARGIN;
-    let height = legend_y + 24.0;
+    let axis_y = lanes_top + nodes.len() as f64 * frame.pitch + 4.0;
+    let legend_y = axis_y + 52.0;
+    let width = frame.left + PLOT_WIDTH + RIGHT_MARGIN;
+    // The legend's height is known once drawn: draw it aside first.
+    let mut legend_svg = String::new();
+    let legend_height = legend(&mut legend_svg, timeline, frame.left, legend_y, PLOT_WIDTH)?;
+    let height = legend_y + legend_height + 4.0;
 
     writeln!(
         svg,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" font-family="sans-serif" font-size="12">"#
     )?;
     writeln!(svg, "<title>rota rollout timeline</title>")?;
+    defs(svg)?;
     writeln!(
         svg,
         r##"<rect class="background" x="0" y="0" width="{width:.0}" height="{height:.0}" fill="#ffffff"/>"##
     )?;
+    let (first, last) = timeline.span().unwrap_or((frame.start, frame.end));
     writeln!(
         svg,
-        r#"<text class="heading" x="{left:.1}" y="20" font-size="14" font-weight="bold">rota rollout, {} to {} UTC</text>"#,
-        format_time(first),
-        format_time(last)
+        r#"<text class="heading" x="{:.1}" y="20" font-size="14" font-weight="bold">rota rollout, {} to {} UTC ({}, {} nodes)</text>"#,
+        frame.left,
+        time(first),
+        time(last),
+        duration(last.saturating_sub(first)),
+        nodes.len()
     )?;
 
-    let ticks = ticks(start, end, MAX_TICKS);
+    let ticks = ticks(frame.start, frame.end, (PLOT_WIDTH / CHAR_WIDTH) as usize);
     writeln!(svg, r##"<g class="grid" stroke="#dddddd">"##)?;
     for tick in &ticks {
-        let tx = x(tick.at);
+        let tx = frame.x(tick.at);
         writeln!(
             svg,
-            r#"<line x1="{tx:.1}" y1="{TOP:.1}" x2="{tx:.1}" y2="{axis_y:.1}"/>"#
+            r#"<line x1="{tx:.1}" y1="{strip_top:.1}" x2="{tx:.1}" y2="{axis_y:.1}"/>"#
         )?;
     }
     writeln!(svg, "</g>")?;
 
+    if !usage.is_empty() {
+        strip(svg, &frame, &usage, strip_top)?;
+    }
     for (i, node) in nodes.iter().enumerate() {
-        let y = TOP + i as f64 * LANE_PITCH;
-        let mid = y + LANE_HEIGHT / 2.0;
-        let name = escape(node.as_str());
-        writeln!(svg, r#"<g class="lane" data-node="{name}">"#)?;
-        if i % 2 == 0 {
-            writeln!(
-                svg,
-                r##"<rect class="lane-background" x="{left:.1}" y="{y:.1}" width="{PLOT_WIDTH:.1}" height="{LANE_HEIGHT:.1}" fill="#f4f4f4"/>"##
-            )?;
+        lane(svg, &frame, timeline, node, i, lanes_top)?;
+    }
+    axis(svg, &frame, &ticks, axis_y)?;
+    svg.push_str(&legend_svg);
+    writeln!(svg, "</svg>")
+}
+
+/// The summary strip: how many slots were in use over time, as a stepped area.
+fn strip(svg: &mut String, frame: &Frame, usage: &[(Millis, u32)], top: f64) -> fmt::Result {
+    let most = usage.iter().map(|&(_, n)| n).max().unwrap_or(0).max(1);
+    let bottom = top + STRIP_HEIGHT;
+    let y = |n: u32| bottom - f64::from(n) / f64::from(most) * (STRIP_HEIGHT - 4.0);
+    writeln!(
+        svg,
+        r#"<g class="slots" data-most="{most}"><title>slots in use: at most {most} at once</title>"#
+    )?;
+    writeln!(
+        svg,
+        r##"<rect x="{:.1}" y="{top:.1}" width="{PLOT_WIDTH:.1}" height="{STRIP_HEIGHT:.1}" fill="#f7f7f7"/>"##,
+        frame.left
+    )?;
+    for pair in usage.windows(2) {
+        let [(from, n), (to, _)] = [pair[0], pair[1]];
+        if n == 0 {
+            continue;
         }
+        let (x0, x1) = (frame.x(from), frame.x(to));
         writeln!(
             svg,
-            r#"<text class="node" x="{:.1}" y="{:.1}" text-anchor="end">{name}</text>"#,
-            left - 8.0,
-            mid + 4.0
+            r##"<rect class="in-use" x="{x0:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="#999999"><title>{n} in use from {} to {}</title></rect>"##,
+            y(n),
+            (x1 - x0).max(0.5),
+            bottom - y(n),
+            time(from),
+            time(to)
         )?;
-        // Whole windows first, so that finer segments given for the same time lie on top.
-        let mut segments: Vec<_> = timeline
-            .segments()
-            .iter()
-            .filter(|s| &s.node == *node)
-            .collect();
-        segments.sort_by_key(|s| (s.kind != SegmentKind::Window, s.start));
-        for s in segments {
-            let sx = x(s.start);
-            // Even an instant's segment stays visible.
-            let sw = (x(s.end) - sx).max(1.0);
-            writeln!(
-                svg,
-                r#"<rect class="segment {kind}" x="{sx:.1}" y="{:.1}" width="{sw:.1}" height="{:.1}" fill="{}"><title>{kind} {} to {} ({})</title></rect>"#,
-                y + 2.0,
-                LANE_HEIGHT - 4.0,
-                colour(s.kind),
-                format_time(s.start),
-                format_time(s.end),
-                format_duration(s.end.saturating_sub(s.start)),
-                kind = s.kind.as_str(),
-            )?;
-        }
-        for m in timeline.markers().iter().filter(|m| &m.node == *node) {
-            let cause = m
-                .cause
-                .as_deref()
-                .map(|c| format!(": {}", escape(c)))
-                .unwrap_or_default();
-            let title = format!("{} at {}{cause}", m.kind.as_str(), format_time(m.at));
-            writeln!(svg, "{}", marker(m.kind, x(m.at), mid, &title))?;
-        }
-        writeln!(svg, "</g>")?;
     }
+    if let Some(&(from, n)) = usage.last().filter(|&&(_, n)| n > 0) {
+        // Still in use at the end: open segments.
+        let x0 = frame.x(from);
+        writeln!(
+            svg,
+            r##"<rect class="in-use" x="{x0:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="#999999"/>"##,
+            y(n),
+            (frame.x(frame.end) - x0).max(0.5),
+            bottom - y(n),
+        )?;
+    }
+    let label_x = frame.left - 8.0;
+    writeln!(
+        svg,
+        r#"<text x="{label_x:.1}" y="{:.1}" text-anchor="end">slots in use</text>"#,
+        top + STRIP_HEIGHT / 2.0 + 4.0
+    )?;
+    writeln!(
+        svg,
+        r##"<text x="{:.1}" y="{:.1}" font-size="10" fill="#333333">{most}</text>"##,
+        frame.left + PLOT_WIDTH + 4.0,
+        y(most) + 8.0
+    )?;
+    writeln!(svg, "</g>")
+}
 
+fn lane(
+    svg: &mut String,
+    frame: &Frame,
+    timeline: &Timeline,
+    node: &rota_core::NodeName,
+    i: usize,
+    lanes_top: f64,
+) -> fmt::Result {
+    let y = lanes_top + i as f64 * frame.pitch;
+    let mid = y + frame.bar / 2.0;
+    let name = escape(node.as_str());
+    writeln!(svg, r#"<g class="lane" data-node="{name}">"#)?;
+    if i.is_multiple_of(2) {
+        writeln!(
+            svg,
+            r##"<rect class="lane-background" x="{:.1}" y="{y:.1}" width="{PLOT_WIDTH:.1}" height="{:.1}" fill="#f4f4f4"/>"##,
+            frame.left, frame.bar
+        )?;
+    }
+    if i.is_multiple_of(frame.label_every) {
+        writeln!(
+            svg,
+            r#"<text class="node" x="{:.1}" y="{:.1}" text-anchor="end" font-size="{}">{name}</text>"#,
+            frame.left - 8.0,
+            mid + frame.font / 3.0,
+            frame.font
+        )?;
+    }
+    // Whole windows first, so that finer segments given for the same time lie on top.
+    let mut segments: Vec<_> = timeline
+        .segments()
+        .iter()
+        .filter(|s| &s.node == node)
+        .collect();
+    segments.sort_by_key(|s| (s.kind != SegmentKind::Window, s.start));
+    for s in &segments {
+        let sx = frame.x(s.start);
+        // Even an instant's segment stays visible.
+        let sw = (frame.x(s.end) - sx).max(1.0);
+        let h = frame.bar * height_share(s.kind);
+        let end = if s.open {
+            format!("{} (no end recorded)", time(s.end))
+        } else {
+            time(s.end)
+        };
+        writeln!(
+            svg,
+            r#"<rect class="segment {kind}{open}" x="{sx:.1}" y="{:.1}" width="{sw:.1}" height="{h:.1}" fill="{}"><title>{name}: {kind} {} to {end} ({})</title></rect>"#,
+            mid - h / 2.0,
+            fill(s.kind),
+            time(s.start),
+            duration(s.end.saturating_sub(s.start)),
+            kind = s.kind.as_str(),
+            open = if s.open { " open" } else { "" },
+        )?;
+    }
+    for s in segments.iter().filter(|s| s.open) {
+        let title = format!(
+            "{name}: {} since {}, no end recorded",
+            s.kind.as_str(),
+            time(s.start)
+        );
+        writeln!(
+            svg,
+            "{}",
+            open_end(frame.x(s.end), mid - frame.bar / 2.0, frame.bar, &title)
+        )?;
+    }
+    let size = (frame.bar / 2.0 + 1.0).min(7.0);
+    for m in timeline.markers().iter().filter(|m| &m.node == node) {
+        let cause = m
+            .cause
+            .as_deref()
+            .map(|c| format!(": {}", escape(c)))
+            .unwrap_or_default();
+        let title = format!("{name}: {} at {}{cause}", m.kind.as_str(), time(m.at));
+        writeln!(svg, "{}", marker(m.kind, frame.x(m.at), mid, size, &title))?;
+    }
+    writeln!(svg, "</g>")
+}
+
+fn axis(svg: &mut String, frame: &Frame, ticks: &[crate::axis::Tick], axis_y: f64) -> fmt::Result {
     writeln!(svg, r##"<g class="axis" stroke="#333333">"##)?;
     writeln!(
         svg,
-        r#"<line x1="{left:.1}" y1="{axis_y:.1}" x2="{:.1}" y2="{axis_y:.1}"/>"#,
-        left + PLOT_WIDTH
+        r#"<line x1="{:.1}" y1="{axis_y:.1}" x2="{:.1}" y2="{axis_y:.1}"/>"#,
+        frame.left,
+        frame.left + PLOT_WIDTH
     )?;
-    for tick in &ticks {
-        let tx = x(tick.at);
+    for tick in ticks {
+        let tx = frame.x(tick.at);
         writeln!(
             svg,
             r#"<line x1="{tx:.1}" y1="{axis_y:.1}" x2="{tx:.1}" y2="{:.1}"/>"#,
@@ -168,90 +310,22 @@ fn draw(svg: &mut String, timeline: &Timeline) -> fmt::Result {
             axis_y + 18.0,
             escape(&tick.label)
         )?;
+        if let Some(date) = &tick.date {
+            writeln!(
+                svg,
+                r##"<text class="date" x="{tx:.1}" y="{:.1}" text-anchor="middle" stroke="none" fill="#666666" font-size="10">{}</text>"##,
+                axis_y + 31.0,
+                escape(date)
+            )?;
+        }
     }
     writeln!(
         svg,
         r##"<text x="{:.1}" y="{:.1}" text-anchor="end" stroke="none" fill="#333333">UTC</text>"##,
-        left + PLOT_WIDTH,
-        axis_y + 32.0
+        frame.left - 8.0,
+        axis_y + 18.0
     )?;
-    writeln!(svg, "</g>")?;
-
-    legend(svg, timeline, left, legend_y)?;
-    writeln!(svg, "</svg>")
-}
-
-/// One entry per segment and marker kind that the timeline uses.
-fn legend(svg: &mut String, timeline: &Timeline, left: f64, y: f64) -> fmt::Result {
-    writeln!(svg, r#"<g class="legend">"#)?;
-    let mut lx = left;
-    for kind in SegmentKind::ALL {
-        if timeline.segments().iter().any(|s| s.kind == kind) {
-            writeln!(
-                svg,
-                r#"<rect x="{lx:.1}" y="{:.1}" width="12" height="12" fill="{}"/>"#,
-                y - 10.0,
-                colour(kind)
-            )?;
-            writeln!(
-                svg,
-                r#"<text x="{:.1}" y="{y:.1}">{}</text>"#,
-                lx + 16.0,
-                legend_label(kind)
-            )?;
-            lx += legend_width(legend_label(kind));
-        }
-    }
-    for kind in MarkerKind::ALL {
-        if timeline.markers().iter().any(|m| m.kind == kind) {
-            writeln!(svg, "{}", marker(kind, lx + 6.0, y - 4.0, kind.as_str()))?;
-            writeln!(
-                svg,
-                r#"<text x="{:.1}" y="{y:.1}">{}</text>"#,
-                lx + 16.0,
-                kind.as_str()
-            )?;
-            lx += legend_width(kind.as_str());
-        }
-    }
     writeln!(svg, "</g>")
-}
-
-/// The room one legend entry takes: its symbol, its label and a gap.
-fn legend_width(label: &str) -> f64 {
-    16.0 + label.len() as f64 * CHAR_WIDTH + 24.0
-}
-
-fn legend_label(kind: SegmentKind) -> &'static str {
-    match kind {
-        SegmentKind::Window => "window (slot held)",
-        other => other.as_str(),
-    }
-}
-
-/// A failure is a red diamond, a cancellation a dark circle, a postponement an amber triangle;
-/// `title` must be escaped.
-fn marker(kind: MarkerKind, x: f64, y: f64, title: &str) -> String {
-    match kind {
-        MarkerKind::Failed => format!(
-            r##"<path class="marker failed" d="M {x:.1} {:.1} L {:.1} {y:.1} L {x:.1} {:.1} L {:.1} {y:.1} Z" fill="{FAILED_COLOUR}" stroke="#ffffff"><title>{title}</title></path>"##,
-            y - 7.0,
-            x + 7.0,
-            y + 7.0,
-            x - 7.0,
-        ),
-        MarkerKind::Canceled => format!(
-            r##"<circle class="marker canceled" cx="{x:.1}" cy="{y:.1}" r="5" fill="{CANCELED_COLOUR}" stroke="#ffffff"><title>{title}</title></circle>"##
-        ),
-        MarkerKind::Postponed => format!(
-            r##"<path class="marker postponed" d="M {x:.1} {:.1} L {:.1} {:.1} L {:.1} {:.1} Z" fill="{POSTPONED_COLOUR}" stroke="#ffffff"><title>{title}</title></path>"##,
-            y - 6.0,
-            x + 6.0,
-            y + 5.0,
-            x - 6.0,
-            y + 5.0,
-        ),
-    }
 }
 
 fn draw_empty(svg: &mut String) -> fmt::Result {
@@ -262,68 +336,4 @@ fn draw_empty(svg: &mut String) -> fmt::Result {
     writeln!(svg, "<title>rota rollout timeline</title>")?;
     writeln!(svg, r#"<text x="10" y="24">no history to draw</text>"#)?;
     writeln!(svg, "</svg>")
-}
-
-/// `2026-11-29 10:00:00`, in UTC.
-fn format_time(at: Millis) -> String {
-    match Timestamp::from_millisecond(at) {
-        Ok(t) => t.strftime("%Y-%m-%d %H:%M:%S").to_string(),
-        Err(_) => format!("{at} ms"),
-    }
-}
-
-/// `1h 5m`, `5m 30s`, `30s`, `250ms`: the two largest units.
-fn format_duration(millis: Millis) -> String {
-    let seconds = millis / 1000;
-    let (d, h, m, s) = (
-        seconds / 86_400,
-        seconds / 3600 % 24,
-        seconds / 60 % 60,
-        seconds % 60,
-    );
-    match (d, h, m) {
-        (0, 0, 0) if s == 0 => format!("{millis}ms"),
-        (0, 0, 0) => format!("{s}s"),
-        (0, 0, _) => format!("{m}m {s}s"),
-        (0, _, _) => format!("{h}h {m}m"),
-        _ => format!("{d}d {h}h"),
-    }
-}
-
-/// Text and attribute values with XML's special characters escaped.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            other => out.push(other),
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_show_their_two_largest_units() {
-        assert_eq!(format_duration(250), "250ms");
-        assert_eq!(format_duration(30_000), "30s");
-        assert_eq!(format_duration(330_000), "5m 30s");
-        assert_eq!(format_duration(3_900_000), "1h 5m");
-        assert_eq!(format_duration(90_000_000), "1d 1h");
-    }
-
-    #[test]
-    fn escapes_xml_specials() {
-        assert_eq!(
-            escape(r#"a<b>&"c" 'd'"#),
-            "a&lt;b&gt;&amp;&quot;c&quot; &apos;d&apos;"
-        );
-    }
 }

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 use backon::Retryable as _;
-use rota_agent::{Agent, AgentConfig, CommandActions, NodeActions, SentinelCommand, WindowMarker};
+use rota_agent::{
+    Agent, AgentConfig, CommandActions, NodeActions, Reboot, SentinelCommand, WindowMarker,
+};
 use rota_blockers::{AlertFilter, AnnotationBlocker, Blocker, PodBlocker, PrometheusBlocker};
 use rota_kube_actions::{DrainOptions, KubeActions, NodeLabels};
 use rota_metrics::{Metrics, MetricsServer};
@@ -16,7 +18,7 @@ use rota_store_kube::{permissions, preflight};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::cli::{AgentArgs, NodeActionsKind, NodeLabelArg};
+use crate::cli::{AgentArgs, NodeActionsKind, NodeLabelArg, RebootMethod};
 use crate::store::{Cluster, StoreLocation};
 
 /// The one conversion of the command line into the agent's configuration: every default
@@ -70,6 +72,8 @@ fn config(args: AgentArgs) -> AgentConfig {
     config.verify_timeout = timing.verify_timeout.into();
     config.health_interval = timing.health_interval.into();
     config.release_delay = timing.release_delay.into();
+    config.drain_delay = timing.drain_delay.into();
+    config.reboot_delay = timing.reboot_delay.into();
     config.session_ttl = timing.session_ttl.into();
     // The Kubernetes store renews an idle node's session without a request already.
     config.idle_session_ttl = (!kube).then(|| timing.idle_session_ttl.into());
@@ -90,6 +94,10 @@ async fn actions(
     cluster: &Cluster,
 ) -> Result<Arc<dyn NodeActions>> {
     let command = |c: &Option<String>| c.clone().filter(|c| !c.trim().is_empty());
+    let reboot = match args.commands.reboot_method {
+        RebootMethod::Command => Reboot::Command(args.commands.reboot_command.clone()),
+        RebootMethod::Signal => Reboot::HOST_SYSTEMD,
+    };
     Ok(match args.node_actions {
         NodeActionsKind::Command => {
             let kube_only = [
@@ -110,6 +118,10 @@ async fn actions(
                     "--drain-skip-wait-for-delete-timeout",
                     args.kube_drain.drain_skip_wait_for_delete_timeout.is_some(),
                 ),
+                (
+                    "--drain-pod-selector",
+                    args.kube_drain.drain_pod_selector.is_some(),
+                ),
                 ("--health-pdbs", args.kube_drain.health_pdbs),
                 ("--cordon-label", !args.kube_drain.cordon_labels.is_empty()),
                 (
@@ -120,6 +132,7 @@ async fn actions(
                     "--prefer-no-schedule-taint",
                     args.kube_drain.prefer_no_schedule_taint.is_some(),
                 ),
+                ("--annotate-nodes", args.kube_drain.annotate_nodes),
             ];
             if let Some((flag, _)) = kube_only.iter().find(|(_, given)| *given) {
                 bail!(
@@ -131,7 +144,10 @@ async fn actions(
                 node: Some(args.node.clone()),
                 drain: command(&args.commands.drain_command),
                 uncordon: command(&args.commands.uncordon_command),
-                reboot: command(&Some(args.commands.reboot_command.clone())),
+                reboot: match reboot {
+                    Reboot::Command(c) if c.trim().is_empty() => None,
+                    reboot => Some(reboot),
+                },
                 health: command(&args.commands.health_command),
             })
         }
@@ -156,14 +172,16 @@ async fn actions(
                         delete_emptydir_data: args.kube_drain.drain_delete_emptydir_data,
                         grace_period: args.kube_drain.drain_grace_period,
                         skip_wait_for_delete: args.kube_drain.drain_skip_wait_for_delete_timeout,
+                        pod_selector: args.kube_drain.drain_pod_selector.clone(),
                         labels,
                         ..DrainOptions::default()
                     },
-                    args.commands.reboot_command.clone(),
+                    reboot,
                     command(&args.commands.health_command),
                 )
                 .health_pdbs(args.kube_drain.health_pdbs)
-                .pending_taint(args.kube_drain.prefer_no_schedule_taint.clone()),
+                .pending_taint(args.kube_drain.prefer_no_schedule_taint.clone())
+                .annotate_nodes(args.kube_drain.annotate_nodes),
             )
         }
     })
@@ -350,6 +368,9 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         label_map("--cordon-label", &args.kube_drain.cordon_labels)?,
         label_map("--uncordon-label", &args.kube_drain.uncordon_labels)?,
     );
+    if let Some(selector) = &args.kube_drain.drain_pod_selector {
+        rota_blockers::parse_selector_for("--drain-pod-selector", selector)?;
+    }
     let cluster = Cluster::new(args.store.kubeconfig.clone());
     let blockers = blockers(&args, &cluster).await?;
     let actions = actions(&args, labels, &cluster).await?;
@@ -478,6 +499,8 @@ mod tests {
         assert_eq!(parsed.verify_timeout, built.verify_timeout);
         assert_eq!(parsed.health_interval, built.health_interval);
         assert_eq!(parsed.release_delay, built.release_delay);
+        assert_eq!(parsed.drain_delay, built.drain_delay);
+        assert_eq!(parsed.reboot_delay, built.reboot_delay);
         assert_eq!(parsed.session_ttl, built.session_ttl);
         assert_eq!(parsed.backoff, built.backoff);
         assert_eq!(parsed.safety_recheck, built.safety_recheck);
@@ -543,7 +566,13 @@ mod tests {
             "true",
             "--reboot-sentinel-command-interval",
             "42s",
+            "--drain-delay",
+            "90s",
+            "--reboot-delay",
+            "2m",
         ]));
+        assert_eq!(parsed.drain_delay, Duration::from_secs(90));
+        assert_eq!(parsed.reboot_delay, Duration::from_secs(120));
         assert_eq!(parsed.drain_timeout, Duration::from_secs(180));
         assert_eq!(parsed.backoff.initial, Duration::from_secs(10));
         assert!((parsed.backoff.exponent - 1.5).abs() < f64::EPSILON);

@@ -1,7 +1,7 @@
 //! `rota history`: the append-only record of work events, with the operators' actions (who did
 //! what, and why) among them.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use backon::Retryable;
 use rota_core::{NodeName, Process};
 use rota_store::{ActionRecord, HistoryEntry, HistoryFilter, Millis, now_millis};
@@ -9,6 +9,8 @@ use serde::Serialize;
 
 use crate::cli::{Format, HistoryArgs};
 use crate::output;
+use crate::report_file::ReportFile;
+use crate::steps;
 
 /// One history entry or operator action as `rota history` shows it; also the JSON output's
 /// element type.
@@ -117,9 +119,34 @@ pub fn filter(args: &HistoryArgs, now: Millis) -> Result<HistoryFilter> {
     })
 }
 
+/// The files `--svg` and `--html` name, checked before the store is opened, so that a typo
+/// in a path costs no query.
+fn report_files(args: &HistoryArgs) -> Result<(Option<ReportFile>, Option<ReportFile>)> {
+    if let (Some(svg), Some(html)) = (&args.svg, &args.html)
+        && svg == html
+    {
+        bail!(
+            "--svg and --html both name {}: expected two different files",
+            svg.display()
+        );
+    }
+    let svg = args
+        .svg
+        .as_deref()
+        .map(|path| ReportFile::prepare("--svg", path))
+        .transpose()?;
+    let html = args
+        .html
+        .as_deref()
+        .map(|path| ReportFile::prepare("--html", path))
+        .transpose()?;
+    Ok((svg, html))
+}
+
 pub async fn run(args: HistoryArgs) -> Result<()> {
     let now = now_millis();
     let filter = filter(&args, now)?;
+    let (svg, html) = report_files(&args)?;
     let store = crate::open_store(&args.store).await?;
     let entries = store.history(&filter).await?;
     // A RotaAction CRD installed a moment ago answers 429 until its storage is ready: a few
@@ -128,17 +155,40 @@ pub async fn run(args: HistoryArgs) -> Result<()> {
         .retry(rota_store::retry_pauses().with_max_times(6))
         .when(rota_store::Error::is_unavailable)
         .await?;
-    if let Some(path) = &args.svg {
-        // A window still open is drawn up to the end of the filtered range.
-        let until = filter.until.map_or(now, |until| until.min(now));
-        let svg = rota_timeline::render_svg(&rota_timeline::from_history(&entries, until));
-        std::fs::write(path, svg)
-            .with_context(|| format!("--svg {}: writing the timeline", path.display()))?;
+    // A window or step still under way is drawn (and measured) up to the end of the range.
+    let until = filter.until.map_or(now, |until| until.min(now));
+    let drawn = svg.is_some() || html.is_some();
+    let steps = if drawn || args.steps {
+        store.steps(&filter).await?
+    } else {
+        Vec::new()
+    };
+    if drawn {
+        let timeline = rota_timeline::from_history(&entries, until).merged(
+            rota_timeline::from_steps(steps.iter().map(|s| (&s.node, s.state, s.at)), until),
+        );
+        if let Some(file) = svg {
+            file.write(&rota_timeline::render_svg(&timeline))?;
+        }
+        if let Some(file) = html {
+            file.write(&rota_timeline::render_html(
+                &timeline,
+                "rota rollout timeline",
+            ))?;
+        }
     }
-    let rows = merged(&entries, &actions);
-    let text = match args.output {
-        Format::Table => render_table(&rows),
-        Format::Json => output::json(&rows)?,
+    let text = if args.steps {
+        let report = steps::report(&steps, &entries, until);
+        match args.output {
+            Format::Table => steps::render_table(&report),
+            Format::Json => output::json(&report)?,
+        }
+    } else {
+        let rows = merged(&entries, &actions);
+        match args.output {
+            Format::Table => render_table(&rows),
+            Format::Json => output::json(&rows)?,
+        }
     };
     output::emit(&text)
 }

@@ -10,9 +10,13 @@ mod mop;
 mod notify;
 mod operator;
 mod output;
+#[cfg(test)]
+mod reference;
+mod report_file;
 mod signals;
 mod simulate;
 mod status;
+mod steps;
 mod store;
 mod systemd;
 mod watch;

@@ -177,19 +177,21 @@ pub async fn run(args: StatusArgs) -> Result<()> {
     output::emit(&text)
 }
 
+/// The fleet as `rota status` shows it, read at once: a fixed number of requests or statements
+/// whatever the fleet's size.
 pub async fn gather(store: &dyn Store) -> Result<(Vec<NodeFacts>, Summary)> {
     let concurrency = store.concurrency().await?;
     let holders = store.slot_holders().await?;
-    let mut facts = Vec::new();
-    for record in store.nodes().await? {
-        let open_requests = store.open_requests(&record.node).await?.len();
-        let backoffs = store.backoffs(&record.node).await?;
-        facts.push(NodeFacts {
-            record,
-            open_requests,
-            backoffs,
-        });
-    }
+    let facts = store
+        .overview()
+        .await?
+        .into_iter()
+        .map(|node| NodeFacts {
+            record: node.record,
+            open_requests: node.open_requests.len(),
+            backoffs: node.backoffs,
+        })
+        .collect();
     Ok((
         facts,
         Summary {

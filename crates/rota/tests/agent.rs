@@ -206,6 +206,10 @@ fn bad_input_is_refused_with_one_clear_line() {
             "--health-pdbs needs --node-actions kube",
         ),
         (
+            vec!["--node".into(), "n".into(), "--annotate-nodes".into()],
+            "--annotate-nodes needs --node-actions kube",
+        ),
+        (
             vec![
                 "--node".into(),
                 "n".into(),
@@ -267,6 +271,26 @@ fn bad_input_is_refused_with_one_clear_line() {
             vec![
                 "--node".into(),
                 "n".into(),
+                "--drain-pod-selector".into(),
+                "app=web".into(),
+            ],
+            "--drain-pod-selector needs --node-actions kube",
+        ),
+        (
+            vec![
+                "--node".into(),
+                "n".into(),
+                "--node-actions".into(),
+                "kube".into(),
+                "--drain-pod-selector".into(),
+                "tier in (web".into(),
+            ],
+            "--drain-pod-selector \"tier in (web\": unbalanced parentheses",
+        ),
+        (
+            vec![
+                "--node".into(),
+                "n".into(),
                 "--prefer-no-schedule-taint".into(),
                 "Rota.dev/pending".into(),
             ],
@@ -280,6 +304,33 @@ fn bad_input_is_refused_with_one_clear_line() {
                 "a while".into(),
             ],
             "a while",
+        ),
+        (
+            vec![
+                "--node".into(),
+                "n".into(),
+                "--reboot-method".into(),
+                "kexec".into(),
+            ],
+            "invalid value 'kexec' for '--reboot-method <METHOD>'",
+        ),
+        (
+            vec![
+                "--node".into(),
+                "n".into(),
+                "--drain-delay".into(),
+                "soon".into(),
+            ],
+            "invalid value 'soon' for '--drain-delay <DURATION>'",
+        ),
+        (
+            vec![
+                "--node".into(),
+                "n".into(),
+                "--reboot-delay".into(),
+                "5 fortnights".into(),
+            ],
+            "invalid value '5 fortnights' for '--reboot-delay <DURATION>'",
         ),
         (
             vec![
@@ -346,14 +397,22 @@ async fn a_paused_fleet_takes_no_slot_until_resumed() {
 
 #[tokio::test]
 async fn log_format_json_writes_one_json_object_per_line() {
-    use std::io::Read;
+    use std::io::{BufRead, Read};
 
     let host = Host::new();
     let mut agent = host.agent(&["--log-format", "json"]);
-    let mut stderr = agent.child.stderr.take().expect("piped stderr");
-    host.wait_for("registered", |_| true).await;
-    assert!(agent.terminate().success(), "SIGTERM is a clean shutdown");
+    let mut stderr = std::io::BufReader::new(agent.child.stderr.take().expect("piped stderr"));
+    // Stopped once it said it started: a SIGTERM right after its session is written, before
+    // the session's opening returned, ends the agent before that line (a clean stop, but no
+    // line to check).
     let mut text = String::new();
+    while !text.contains("agent started") {
+        let mut line = String::new();
+        let read = stderr.read_line(&mut line).expect("read stderr");
+        assert!(read > 0, "the agent ended before it started: {text}");
+        text.push_str(&line);
+    }
+    assert!(agent.terminate().success(), "SIGTERM is a clean shutdown");
     stderr.read_to_string(&mut text).expect("read stderr");
 
     let lines: Vec<serde_json::Value> = text

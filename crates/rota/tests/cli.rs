@@ -279,8 +279,15 @@ async fn history_svg_draws_one_lane_per_node_of_the_filtered_history() {
     );
     let mut lanes = svg_lanes(&all);
     lanes.sort();
-    // node-2 is only queued: it has no history, so no lane.
-    assert_eq!(lanes, ["node-1", "node-3", "node-4"]);
+    // node-2 is only queued: no history, but its step draws its wait.
+    assert_eq!(lanes, ["node-1", "node-2", "node-3", "node-4"]);
+    let drawn = std::fs::read_to_string(&all).expect("the SVG file was written");
+    for kind in ["wait", "drain", "maintenance"] {
+        assert!(
+            drawn.contains(&format!("class=\"segment {kind}")),
+            "the steps draw {kind}: {drawn}"
+        );
+    }
 
     let one = dir.path().join("node-3.svg");
     ok(
@@ -294,22 +301,113 @@ async fn history_svg_draws_one_lane_per_node_of_the_filtered_history() {
     );
     assert_eq!(svg_lanes(&one), ["node-3"]);
 
-    let missing = dir.path().join("no/such/dir/t.svg");
-    let url = store_url(&db);
-    let err = fails(
+    // The page beside the SVG: the timeline inline, and the failure's cause in its table.
+    let page = dir.path().join("all.html");
+    ok(
+        &db,
         &[
             "history",
             "--svg",
-            missing.to_str().expect("utf-8 path"),
-            "--store",
-            &url,
+            all.to_str().expect("utf-8 path"),
+            "--html",
+            page.to_str().expect("utf-8 path"),
         ],
+    );
+    let html = std::fs::read_to_string(&page).expect("the HTML file was written");
+    assert!(html.starts_with("<!DOCTYPE html>"), "{html}");
+    assert_eq!(html.matches("<svg").count(), 1);
+    assert!(html.contains("script exited 3"), "{html}");
+}
+
+/// `--steps`: every state each node entered, how long it stayed, and where the time went;
+/// filtered by node, as a table and as JSON.
+#[tokio::test]
+async fn history_steps_show_each_state_and_where_the_time_went() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = fleet(dir.path()).await;
+
+    let report: Value =
+        serde_json::from_str(&ok(&db, &["history", "--steps", "-o", "json"])).expect("JSON");
+    let steps = report["steps"].as_array().expect("steps");
+    let of = |node: &str| -> Vec<&str> {
+        steps
+            .iter()
+            .filter(|s| s["node"] == node)
+            .filter_map(|s| s["state"].as_str())
+            .collect()
+    };
+    assert_eq!(
+        of("node-3"),
+        ["queued", "draining", "maintaining", "failed"]
+    );
+    assert_eq!(of("node-1"), ["queued", "draining"]);
+    assert_eq!(of("node-2"), ["queued"]);
+    let last = steps
+        .iter()
+        .rfind(|s| s["node"] == "node-2")
+        .expect("node-2's step");
+    assert_eq!(last["ongoing"], true, "node-2 still waits: {last}");
+    let summary: Vec<&str> = report["summary"]
+        .as_array()
+        .expect("summary")
+        .iter()
+        .filter_map(|p| p["step"].as_str())
+        .collect();
+    assert_eq!(summary, ["wait", "drain", "maintenance"]);
+    let wait = &report["summary"][0];
+    assert_eq!(wait["count"], 3, "three nodes got their slot: {wait}");
+    assert!(
+        wait["p50_ms"].as_i64() <= wait["p99_ms"].as_i64()
+            && wait["slowest"].as_array().is_some_and(|s| !s.is_empty()),
+        "{wait}"
+    );
+
+    let one: Value =
+        serde_json::from_str(&ok(&db, &["history", "node-1", "--steps", "-o", "json"]))
+            .expect("JSON");
+    assert!(
+        one["steps"]
+            .as_array()
+            .expect("steps")
+            .iter()
+            .all(|s| s["node"] == "node-1")
+    );
+    let table = ok(&db, &["history", "--steps"]);
+    assert!(table.contains("where the time went"), "{table}");
+    assert!(table.contains("ongoing"), "{table}");
+}
+
+/// A report path that cannot be written is refused before the store is opened: here the
+/// store does not exist, and the error is the path's, not the store's.
+#[test]
+fn unwritable_report_paths_are_refused_before_the_store_is_opened() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = store_url(&dir.path().join("never-opened.db"));
+    let missing = dir.path().join("no/such/dir/t.out");
+    let missing = missing.to_str().expect("utf-8 path");
+    let a_dir = dir.path().to_str().expect("utf-8 path");
+    for (flag, path, why) in [
+        ("--svg", missing, "does not exist"),
+        ("--html", missing, "does not exist"),
+        ("--html", a_dir, "is a directory"),
+    ] {
+        let err = fails(&["history", flag, path, "--store", &url], 1);
+        assert!(
+            err.contains(&format!("{flag} {path}:")) && err.contains(why),
+            "{err}"
+        );
+        assert!(
+            !err.contains("never-opened.db"),
+            "the store was opened: {err}"
+        );
+    }
+    let same = dir.path().join("t.out");
+    let same = same.to_str().expect("utf-8 path");
+    let err = fails(
+        &["history", "--svg", same, "--html", same, "--store", &url],
         1,
     );
-    assert!(
-        err.contains("--svg") && err.contains("no/such/dir/t.svg"),
-        "{err}"
-    );
+    assert!(err.contains("--svg and --html"), "{err}");
 }
 
 #[tokio::test]

@@ -5,7 +5,7 @@
 //! the same service account that is bound to no pod may write none of them; every refusal
 //! names the policy. And a real `rota agent` with
 //! its pod's token goes through a whole window (session, slot, cordon with labels and a taint,
-//! drain, reboot, uncordon, release) without one refusal, after waiting for the garbage
+//! drain, the reboot's annotations, reboot, uncordon, release) without one refusal, after waiting for the garbage
 //! collector to free the slot of a deleted Node, which it may not free itself.
 
 use std::path::{Path, PathBuf};
@@ -114,6 +114,8 @@ fn rota_window(name: &str, node: &str) -> RotaWindow {
             sequence: 0,
             cut_at_generation: 1,
             entries: Vec::new(),
+            procedure_requests: Vec::new(),
+            steps: Vec::new(),
         },
     )
 }
@@ -456,6 +458,7 @@ impl AgentHost {
             "--cordon-label=rota.dev/maintenance=out",
             "--uncordon-label=rota.dev/maintenance=in",
             "--prefer-no-schedule-taint=rota.dev/pending",
+            "--annotate-nodes",
             "--reboot-sentinel=/run/reboot-needed",
             "--start-jitter=0s",
         ]
@@ -541,6 +544,17 @@ async fn marks(scope: &Scope, node: &str) -> Result<(Vec<String>, Option<String>
     let label = node.labels().get("rota.dev/maintenance").cloned();
     let taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
     Ok((taints.into_iter().map(|t| t.key).collect(), label))
+}
+
+/// Which of `--annotate-nodes`' annotations the Node carries.
+async fn reboot_annotations(scope: &Scope, node: &str) -> Result<Vec<String>> {
+    let node = scope.nodes().get(node).await?;
+    Ok(node
+        .annotations()
+        .keys()
+        .filter(|k| k.contains("reboot"))
+        .cloned()
+        .collect())
 }
 
 /// A real agent, with the token of its pod, through a whole window under the policy.
@@ -648,6 +662,15 @@ async fn a_real_agent_with_its_pods_token_goes_through_a_whole_window_under_the_
         "taints {taints:?}, label {label:?}"
     );
     scope.wait_pod_gone("workload", PATIENCE).await?;
+    let annotations = reboot_annotations(&scope, node).await?;
+    ensure!(
+        annotations
+            == [
+                "rota.dev/last-reboot-started",
+                "rota.dev/reboot-in-progress"
+            ],
+        "rebooting with the annotations {annotations:?}"
+    );
 
     host.reboot()?;
     let waited = wait_for("the window to end", PATIENCE, || async {
@@ -655,7 +678,10 @@ async fn a_real_agent_with_its_pods_token_goes_through_a_whole_window_under_the_
             .node(&name)
             .await?
             .is_some_and(|r| r.state == NodeState::Idle && r.slot.is_none());
-        Ok((idle && store.slot_holders().await?.is_empty()).then_some(()))
+        // The pending taint goes in the agent's next step after the window's end.
+        let (taints, _) = marks(&scope, node).await?;
+        let untainted = !taints.iter().any(|t| t == "rota.dev/pending");
+        Ok((idle && untainted && store.slot_holders().await?.is_empty()).then_some(()))
     })
     .await;
     waited.with_context(|| in_log(&host, "the window did not end"))?;
@@ -675,6 +701,15 @@ async fn a_real_agent_with_its_pods_token_goes_through_a_whole_window_under_the_
     ensure!(
         !taints.iter().any(|t| t == "rota.dev/pending") && label.as_deref() == Some("in"),
         "taints {taints:?}, label {label:?}"
+    );
+    let annotations = reboot_annotations(&scope, node).await?;
+    ensure!(
+        annotations
+            == [
+                "rota.dev/last-reboot-finished",
+                "rota.dev/last-reboot-started"
+            ],
+        "back in service with the annotations {annotations:?}"
     );
     // Not one of its requests was refused on the way.
     let log = host.log()?;

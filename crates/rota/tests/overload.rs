@@ -7,13 +7,12 @@
 mod common;
 mod kube_common;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
-use common::{Agent, Host};
+use common::{Agent, Host, server_of};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
@@ -249,14 +248,6 @@ async fn an_agent_back_in_its_window_starts_at_once_and_one_out_of_it_waits() {
     .await;
     terminate(agent);
     assert_eq!(host.count("reboot"), 1);
-}
-
-/// `host:port` of a PostgreSQL URL (`scheme://[user@]host:port/…`).
-fn server_of(url: &str) -> SocketAddr {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = rest.split(['/', '?']).next().unwrap_or(rest);
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
-    host_port.parse().expect("the test server's address")
 }
 
 /// Three agents started against a database whose role may open no connection (SQLSTATE 53300,

@@ -176,6 +176,16 @@ fn has_interpreter(bytes: &[u8]) -> bool {
     })
 }
 
+/// The man pages committed in packaging/man/, by file name.
+fn man_pages() -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/man");
+    std::fs::read_dir(&dir)
+        .expect("packaging/man")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
 #[test]
 fn the_package_holds_the_static_binary_the_unit_and_its_conffile() {
     let deb = deb();
@@ -204,7 +214,18 @@ fn the_package_holds_the_static_binary_the_unit_and_its_conffile() {
     ]
     .into_iter()
     .map(|(p, m)| (p.to_owned(), m.to_owned()))
+    // One man page per command, generated into packaging/man/ and gzipped by cargo-deb.
+    .chain(man_pages().into_iter().map(|name| {
+        (
+            format!("/usr/share/man/man1/{name}.gz"),
+            "-rw-r--r-- 0/0".to_owned(),
+        )
+    }))
     .collect();
+    assert!(
+        expected.contains_key("/usr/share/man/man1/rota-agent.1.gz"),
+        "rota agent's man page"
+    );
     assert_eq!(files, expected);
 
     let dir = tempfile::tempdir().expect("tempdir");

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
-use common::{Agent, Host};
+use common::{Agent, Host, server_of};
 use kube::config::Kubeconfig;
 use rota_core::NodeName;
 use rota_e2e::postgres::fresh_database;
@@ -41,14 +41,6 @@ async fn refused_while_running(proxy: &Proxy, agent: &mut Agent, count: u64) {
 fn stop(agent: Agent) -> String {
     agent.signal("TERM");
     String::from_utf8_lossy(&agent.output().stderr).into_owned()
-}
-
-/// `host:port` of a PostgreSQL URL (`scheme://[user@]host:port/…`).
-fn server_of(url: &str) -> SocketAddr {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = rest.split(['/', '?']).next().unwrap_or(rest);
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
-    host_port.parse().expect("the test server's address")
 }
 
 // Two workers: the proxy forwards on one while the test waits for the agent on the other.

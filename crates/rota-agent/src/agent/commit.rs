@@ -7,7 +7,7 @@ use tracing::{info, warn};
 
 use super::{Agent, Running};
 use crate::crash_points;
-use crate::error::Result;
+use crate::error::{ActionError, Result};
 use crate::observer::{StoreWrite, WorkOutcome};
 
 impl Agent {
@@ -129,7 +129,10 @@ impl Agent {
         fenced: bool,
     ) -> Result<NodeRecord> {
         let step = record.lifecycle().apply(&event)?;
-        if step.uncordon {
+        if matches!(event, Event::Healthy) {
+            self.return_to_service(running, record, step.uncordon)
+                .await?;
+        } else if step.uncordon {
             self.uncordon(running, record).await?;
         }
         let mut transition = Transition::of(step);
@@ -173,14 +176,54 @@ impl Agent {
     /// still cordoned would let one more node out than `concurrency` allows. Each attempt is
     /// fenced, the first by the transition that led to `record` if that one proved the slot.
     pub(super) async fn uncordon(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
+        self.until_done(running, record, true, "uncordon", || {
+            self.actions.uncordon()
+        })
+        .await
+    }
+
+    /// Returns the node to service at the end of a window it passed, retrying until it works
+    /// as [`Agent::uncordon`] does; fenced only when it uncordons (the platform's record of the
+    /// reboot alone is no disruptive step).
+    async fn return_to_service(
+        &self,
+        running: &mut Running,
+        record: &NodeRecord,
+        uncordon: bool,
+    ) -> Result<()> {
+        self.until_done(
+            running,
+            record,
+            uncordon,
+            "returning the node to service",
+            || self.actions.return_to_service(uncordon),
+        )
+        .await
+    }
+
+    /// Runs `action` until it succeeds or the agent stops, pausing between attempts; with
+    /// `fenced`, each attempt proves the slot first.
+    async fn until_done<'a, F>(
+        &'a self,
+        running: &mut Running,
+        record: &NodeRecord,
+        fenced: bool,
+        what: &str,
+        action: impl Fn() -> F,
+    ) -> Result<()>
+    where
+        F: Future<Output = std::result::Result<(), ActionError>> + 'a,
+    {
         let mut pauses = RetryPauses::new();
         loop {
-            self.fence(running, record).await?;
-            let pause = match self.actions.uncordon().await {
+            if fenced {
+                self.fence(running, record).await?;
+            }
+            let pause = match action().await {
                 Ok(()) => return Ok(()),
                 Err(e) => {
                     let pause = pauses.next_pause();
-                    warn!(node = %self.config.node, error = %e, pause = ?pause, "uncordon failed; retrying");
+                    warn!(node = %self.config.node, error = %e, pause = ?pause, "{what} failed; retrying");
                     pause
                 }
             };

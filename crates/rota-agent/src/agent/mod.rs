@@ -99,6 +99,13 @@ struct Running {
     /// When the node's current verification (by its start) was first found healthy, for the
     /// release delay. Not persisted: a restart starts the delay again, the safe direction.
     healthy_since: Option<(Millis, Instant)>,
+    /// When the drain delay of the node's drain (by the start of its `draining`) ends, once
+    /// this incarnation has cordoned it. Not persisted: a restart waits again, the safe
+    /// direction.
+    drain_delay: Option<(Millis, Instant)>,
+    /// When the reboot delay of the node's window (by the start of its `maintaining`) ends.
+    /// Not persisted, like the drain delay.
+    reboot_delay: Option<(Millis, Instant)>,
     /// The pauses while the store is unavailable; a step that goes through resets them.
     unavailable: RetryPauses,
     /// Whether the maintenance window was open at the last check, so that each opening and

@@ -89,6 +89,8 @@ impl Agent {
             fenced: None,
             health_ahead: None,
             healthy_since: None,
+            drain_delay: None,
+            reboot_delay: None,
             window_seen: None,
             pending: None,
             in_window: None,

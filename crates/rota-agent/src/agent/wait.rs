@@ -23,6 +23,11 @@ impl Agent {
     }
 
     /// Waits before asking a store that is unavailable again, longer after each failure in a row.
+    /// Only shutdown ends the pause early: a wake (a sentinel's events, a change the handle's
+    /// watches report as they list again) would only send the next refused request at once,
+    /// and a burst of them is the retry storm the pauses are there to prevent (test
+    /// three_agents_ask_an_api_server_that_rejects_them_less_and_less_often). What woke it is
+    /// still there after the pause.
     pub(super) async fn pause_unavailable(
         &self,
         running: &mut Running,
@@ -30,7 +35,11 @@ impl Agent {
     ) -> Result<()> {
         let pause = running.unavailable.next_pause();
         self.unavailable(e, pause);
-        self.wait(running, Some(Instant::now() + pause), None).await
+        tokio::select! {
+            () = running.cancel.cancelled() => {}
+            () = tokio::time::sleep(pause) => self.store.refresh(&self.config.node),
+        }
+        Ok(())
     }
 
     /// Waits for anything that may change what the next step is: a sentinel, the deadline,

@@ -34,6 +34,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 #[derive(Default)]
 pub struct LoggingActions {
     log: Mutex<Vec<String>>,
+    /// The log with when each action was taken (store time), for tests that order actions.
+    stamped: Mutex<Vec<(String, Millis)>>,
     /// When each health check was made (store time), for tests that order it against history.
     health_checks: Mutex<Vec<Millis>>,
     /// What every drain fails with, once set.
@@ -45,6 +47,12 @@ pub struct LoggingActions {
 impl LoggingActions {
     fn note(&self, action: &str) {
         lock(&self.log).push(action.to_string());
+        lock(&self.stamped).push((action.to_string(), now_millis()));
+    }
+
+    /// When each logged action was taken, in order.
+    pub fn stamped(&self) -> Vec<(String, Millis)> {
+        lock(&self.stamped).clone()
     }
 
     /// Every drain from now on logs itself and then fails with `cause`.
@@ -66,6 +74,11 @@ impl LoggingActions {
 impl NodeActions for LoggingActions {
     async fn is_cordoned(&self) -> Result<bool, ActionError> {
         Ok(false)
+    }
+
+    async fn cordon(&self) -> Result<(), ActionError> {
+        self.note("cordon");
+        Ok(())
     }
 
     async fn drain(&self) -> Result<(), ActionError> {

@@ -2,8 +2,9 @@
 
 use std::fmt::Debug;
 use std::future::Future;
+use std::time::Duration;
 
-use rota_simulate::{Options, Summary, run};
+use rota_simulate::{Options, StoreChoice, Summary, run};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -51,4 +52,19 @@ pub fn assert_mid_rollout<T: Debug + Default + PartialOrd>(done: &[(usize, T)], 
             .all(|(completed, hit)| *completed < nodes && *hit > T::default()),
         "each came mid-rollout and hit connections: {done:?}"
     );
+}
+
+/// A run of `nodes` agents on `store`, `concurrency` of them at once, with reboots of 300 ms and
+/// the rest as `rota simulate` leaves it: a test sets what it is about beside it.
+pub fn options(store: StoreChoice, nodes: usize, concurrency: u32) -> Options {
+    Options {
+        nodes,
+        concurrency,
+        maintenance_time: Duration::from_millis(300),
+        store,
+        session_ttl: None,
+        handle_per_agent: false,
+        idle: Duration::ZERO,
+        etcd_metrics: None,
+    }
 }

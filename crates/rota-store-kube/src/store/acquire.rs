@@ -100,13 +100,10 @@ impl KubeStore {
                 None => changes,
             };
             if changes > 0 {
-                let valid = if places >= far {
-                    far_wait_valid()
-                } else {
-                    WAIT_CACHE
-                };
+                let near = places < far;
+                let valid = if near { WAIT_CACHE } else { far_wait_valid() };
                 return Ok(if queued_at.is_some_and(|q| q <= now) {
-                    self.cache_wait(session, counter, now, changes, valid)
+                    self.cache_wait(session, counter, now, changes, valid, near)
                 } else {
                     Acquire::Wait { changes }
                 });
@@ -122,7 +119,7 @@ impl KubeStore {
                 if self.free_orphaned(&look.leases).await? > 0 {
                     continue;
                 }
-                return Ok(self.cache_wait(session, counter, now, 1, WAIT_CACHE));
+                return Ok(self.cache_wait(session, counter, now, 1, WAIT_CACHE, true));
             };
             let owner = match look.owner {
                 Some(owner) => owner,

@@ -1,8 +1,10 @@
 //! What this process remembers of each node between requests (the sessions it opened, the
-//! RotaNodes and slot Leases it last read or wrote, the `Wait` answers it gave), and the
-//! agent's reads answered from it. Every lock of the four caches is taken here.
+//! RotaNodes and slot Leases it last read or wrote, the newest RotaNode revision it saw, the
+//! `Wait` answers it gave), and the agent's reads answered from it. Every lock of these caches
+//! is taken here.
 
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use rota_core::{NodeName, NodeState};
 use rota_store::{Acquire, Millis, Result, Session, now_millis};
 
@@ -46,6 +48,9 @@ pub(super) struct CachedWait {
     changes: u64,
     /// How long it stands while the counter stands still.
     valid: Millis,
+    /// The session stood fewer than `far` places back when told to wait: its answer stood
+    /// `WAIT_CACHE`, and its next look may find its turn come (see `acquire_slot`).
+    near: bool,
 }
 
 /// A session as this process last saw it.
@@ -161,9 +166,24 @@ impl KubeStore {
         };
         objects.insert(node.as_str().into(), known);
         drop(objects);
+        self.saw_revision(&object.metadata);
         // A look right after this handle's write (a node leaving the queue) must not wait
         // for the write's echo through the watch.
         self.view_queue(|view| view.apply(&object.metadata));
+    }
+
+    /// Takes the revision of a RotaNode this handle wrote, read or was shown (see
+    /// `newest_seen`).
+    pub(super) fn saw_revision(&self, meta: &ObjectMeta) {
+        if let Some(this) = revision(meta) {
+            let mut newest = self.inner.newest.lock().unwrap_or_else(|e| e.into_inner());
+            *newest = (*newest).max(Some(this));
+        }
+    }
+
+    /// The newest revision of a RotaNode this handle wrote, read or was shown.
+    pub(super) fn newest_seen(&self) -> Option<u64> {
+        *self.inner.newest.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The RotaNode of a node whose agent runs in this process, for its reads between steps.
@@ -222,7 +242,7 @@ impl KubeStore {
         let waits = self.inner.waits.lock().unwrap_or_else(|e| e.into_inner());
         waits
             .get(session.node.as_str())
-            .is_some_and(|w| w.session == session.id && w.valid <= WAIT_CACHE)
+            .is_some_and(|w| w.session == session.id && w.near)
     }
 
     pub(super) fn cache_wait(
@@ -232,6 +252,7 @@ impl KubeStore {
         now: Millis,
         changes: u64,
         valid: Millis,
+        near: bool,
     ) -> Acquire {
         let mut waits = self.inner.waits.lock().unwrap_or_else(|e| e.into_inner());
         waits.insert(
@@ -242,6 +263,7 @@ impl KubeStore {
                 at: now,
                 changes,
                 valid,
+                near,
             },
         );
         Acquire::Wait { changes }

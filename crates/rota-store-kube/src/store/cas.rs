@@ -3,6 +3,7 @@
 //! of a lost compare-and-swap.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -12,7 +13,7 @@ use rota_kube_client::is_conflict;
 use rota_store::{Error, Millis, Result, Session, now_millis};
 
 use super::{KubeStore, ROTA_NODES, fenced, node_name};
-use crate::crd::{RotaNode, RotaNodeStatus, Timestamp};
+use crate::crd::{RotaNode, RotaNodeStatus, SCHEMA, Timestamp};
 use crate::error::{Context, KubeError};
 use crate::{queue_labels, slots};
 
@@ -54,6 +55,14 @@ impl KubeStore {
         let name = object.metadata.name.clone().unwrap_or_default();
         let node = node_name(&object).ok();
         self.move_history(&mut object).await?;
+        // A move makes the RotaNode forget what it moved: it waits until an answer has shown
+        // that the CRD keeps `procedureLedger` (an older one drops it, and the requests with it).
+        if self.inner.schema_kept.load(Ordering::Relaxed) {
+            self.move_procedure_requests(&mut object).await?;
+        }
+        if let Some(status) = object.status.as_mut() {
+            status.schema = SCHEMA;
+        }
         // The own RotaNodes' watch may bring this write before its answer does.
         let _writing = node.as_ref().map(|node| self.writing(node));
         let state = object.status.as_ref().map_or(NodeState::Idle, |s| s.state);
@@ -75,6 +84,7 @@ impl KubeStore {
             .await
         {
             Ok(written) => {
+                self.schema_kept(&written)?;
                 self.inner.reporter.observe(&written);
                 if let Some(node) = &node {
                     self.cache(node, &written, with_lease);
@@ -84,6 +94,16 @@ impl KubeStore {
             Err(e) if is_conflict(&e) => Ok(None),
             Err(e) => Err(e).context("update", ROTA_NODES, name),
         }
+    }
+
+    /// Whether the answer to a write of a RotaNode kept its `schema`: an older CRD drops the
+    /// fields it does not know, and rota stops rather than lose them.
+    pub(super) fn schema_kept(&self, written: &RotaNode) -> Result<()> {
+        if let Some(outdated) = outdated(written) {
+            return Err(outdated.into());
+        }
+        self.inner.schema_kept.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     /// The fenced compare-and-swap behind every write of a node's agent: reads the RotaNode
@@ -180,6 +200,15 @@ impl KubeStore {
     }
 }
 
+/// The error for the answer to a write of a RotaNode that lacks the `schema` it was sent
+/// with: an older CRD's pruning.
+fn outdated(written: &RotaNode) -> Option<KubeError> {
+    (written.status.as_ref().map_or(0, |s| s.schema) != SCHEMA).then_some(KubeError::CrdOutdated {
+        resource: ROTA_NODES,
+        field: "status.schema",
+    })
+}
+
 /// A pause of up to 10 ms × 2^attempt (at most 1 s), random enough to break up a herd: the
 /// clock's nanoseconds differ between the racers.
 pub(crate) fn jitter(attempt: u32) -> Duration {
@@ -188,4 +217,39 @@ pub(crate) fn jitter(attempt: u32) -> Duration {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::from(d.subsec_nanos()));
     Duration::from_millis(nanos % ceiling + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The answer an older CRD gives: the status without the fields it does not know.
+    fn answered(status: serde_json::Value) -> RotaNode {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "rota.dev/v1alpha1",
+            "kind": "RotaNode",
+            "metadata": { "name": "node-a" },
+            "spec": { "node": "node-a" },
+            "status": status,
+        }))
+        .expect("a RotaNode")
+    }
+
+    #[test]
+    fn an_answer_cut_down_by_an_older_crd_stops_rota_with_what_to_do() {
+        let pruned =
+            answered(serde_json::json!({ "state": "idle", "since": "2026-12-03T10:00:00Z" }));
+        let text = outdated(&pruned).expect("refused").to_string();
+        assert!(text.contains("rotanodes.rota.dev"), "{text}");
+        assert!(
+            text.contains("kubectl apply -f charts/rota/crds/"),
+            "{text}"
+        );
+        let kept = answered(serde_json::json!({
+            "state": "idle",
+            "since": "2026-12-03T10:00:00Z",
+            "schema": SCHEMA,
+        }));
+        assert!(outdated(&kept).is_none());
+    }
 }

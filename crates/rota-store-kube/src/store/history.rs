@@ -4,24 +4,27 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
+use rota_core::NodeName;
 use rota_kube_client::is_conflict;
-use rota_store::{HistoryEntry, HistoryFilter, Result};
+use rota_store::{HistoryEntry, HistoryFilter, Result, StepRecord};
 use serde_json::json;
 
+use super::ledger::LEDGER_LABEL;
 use super::{KubeStore, NAMESPACE_LABEL, node_name};
-use crate::crd::RotaNode;
+use crate::crd::{ArchivedRequest, HistoryStatus, RotaNode, RotaNodeStatus, StepStatus};
 use crate::error::Context;
 use crate::history_ring;
 use crate::window::{NODE_TAG_LABEL, RotaWindow, RotaWindowSpec, ring_name};
 
-const ROTA_WINDOWS: &str = "rotawindows.rota.dev";
+pub(super) const ROTA_WINDOWS: &str = "rotawindows.rota.dev";
 /// RotaWindows listed per request when reading every node's history.
 const PAGE: u32 = 500;
 
 impl KubeStore {
-    fn rota_windows(&self) -> Api<RotaWindow> {
+    pub(super) fn rota_windows(&self) -> Api<RotaWindow> {
         Api::all(self.inner.rota_nodes.clone().into_client())
     }
 
@@ -30,13 +33,9 @@ impl KubeStore {
     /// commit). Leaves them where they are when the ring place holds a chunk that another
     /// writer of the same generation may still commit.
     pub(super) async fn move_history(&self, object: &mut RotaNode) -> Result<()> {
-        let (Some(owner), Some(uid)) = (object.meta().name.clone(), object.meta().uid.clone())
-        else {
+        let Some(owner) = Owner::of(object) else {
             return Ok(());
         };
-        let generation = object.meta().generation.unwrap_or(0);
-        let owner_ref = object.owner_ref(&());
-        let node = object.spec.node.clone();
         let Some(status) = object.status.as_mut() else {
             return Ok(());
         };
@@ -48,27 +47,26 @@ impl KubeStore {
         if status.history_ring.is_none() {
             let selector = format!("{},{NODE_TAG_LABEL}={}", self.selector(), status.tag);
             let windows = self.list_windows(&selector).await?;
-            let own = windows.iter().filter(|w| owned_by(w, &uid));
+            let own = windows.iter().filter(|w| owned_by(w, &owner.uid));
             status.history_ring = history_ring::recovered(own.map(|w| &w.spec), &status.history);
         }
         let Some((sequence, entries)) = history_ring::due(status) else {
             return Ok(());
         };
-        let mut window = RotaWindow::new(
-            &ring_name(&owner, sequence),
-            RotaWindowSpec {
-                node,
-                sequence,
-                cut_at_generation: generation,
+        let window = owner.window(
+            &ring_name(&owner.name, sequence),
+            &self.inner.config.namespace,
+            (NODE_TAG_LABEL, status.tag),
+            sequence,
+            Chunk::History {
                 entries: entries.to_vec(),
+                steps: status.steps.clone(),
             },
         );
-        window.metadata.labels = Some(BTreeMap::from([
-            (NAMESPACE_LABEL.into(), self.inner.config.namespace.clone()),
-            (NODE_TAG_LABEL.into(), status.tag.to_string()),
-        ]));
-        window.metadata.owner_references = owner_ref.map(|o| vec![o]);
-        if self.write_window(window, &uid, generation).await? {
+        if self
+            .write_window(window, &owner.uid, owner.generation)
+            .await?
+        {
             history_ring::commit(status);
         }
         Ok(())
@@ -155,6 +153,46 @@ impl KubeStore {
     /// `Store::history`: the RotaNodes' entries and their committed RotaWindows', filtered,
     /// each once, by id.
     pub(super) async fn read_history(&self, filter: &HistoryFilter) -> Result<Vec<HistoryEntry>> {
+        let mut entries = Vec::new();
+        for (node, status, chunks) in self.read_rings(filter).await? {
+            entries.extend(
+                history_ring::merged(&node, &status, &chunks)
+                    .into_iter()
+                    .filter(|e| {
+                        filter.process.as_ref().is_none_or(|p| &e.process == p)
+                            && filter.event.is_none_or(|ev| e.event == ev)
+                            && filter.since.is_none_or(|s| e.at >= s)
+                            && filter.until.is_none_or(|u| e.at <= u)
+                    }),
+            );
+        }
+        entries.sort_by_key(|e| e.id);
+        Ok(entries)
+    }
+
+    /// `Store::steps`: the RotaNodes' steps and their committed RotaWindows', each node's in
+    /// order, the nodes by name.
+    pub(super) async fn read_steps(&self, filter: &HistoryFilter) -> Result<Vec<StepRecord>> {
+        let mut steps = Vec::new();
+        for (node, status, chunks) in self.read_rings(filter).await? {
+            steps.extend(
+                history_ring::merged_steps(&node, &status, &chunks)
+                    .into_iter()
+                    .filter(|s| {
+                        filter.since.is_none_or(|since| s.at >= since)
+                            && filter.until.is_none_or(|until| s.at <= until)
+                    }),
+            );
+        }
+        Ok(steps)
+    }
+
+    /// The RotaNodes `filter` names (one, or all), each with its status and its ring's
+    /// RotaWindows: two requests.
+    async fn read_rings(
+        &self,
+        filter: &HistoryFilter,
+    ) -> Result<Vec<(NodeName, RotaNodeStatus, Vec<RotaWindowSpec>)>> {
         let objects = match &filter.node {
             Some(node) => self.get_rota_node(node).await?.into_iter().collect(),
             None => self.list_rota_nodes(&self.selector()).await?,
@@ -169,34 +207,27 @@ impl KubeStore {
         };
         let mut windows: BTreeMap<String, Vec<RotaWindowSpec>> = BTreeMap::new();
         for window in self.list_windows(&selector).await? {
+            if window.labels().contains_key(LEDGER_LABEL) {
+                continue;
+            }
             let Some(owner) = owner_uid(&window).map(str::to_owned) else {
                 continue;
             };
             windows.entry(owner).or_default().push(window.spec);
         }
-        let mut entries = Vec::new();
+        let mut rings = Vec::new();
         for object in objects {
             let node = node_name(&object)?;
             let uid = object.uid().unwrap_or_default();
-            let status = object.status.unwrap_or_default();
-            let chunks = windows.get(&uid).into_iter().flatten();
-            entries.extend(
-                history_ring::merged(&node, &status, chunks)
-                    .into_iter()
-                    .filter(|e| {
-                        filter.process.as_ref().is_none_or(|p| &e.process == p)
-                            && filter.event.is_none_or(|ev| e.event == ev)
-                            && filter.since.is_none_or(|s| e.at >= s)
-                            && filter.until.is_none_or(|u| e.at <= u)
-                    }),
-            );
+            let chunks = windows.remove(&uid).unwrap_or_default();
+            rings.push((node, object.status.unwrap_or_default(), chunks));
         }
-        entries.sort_by_key(|e| e.id);
-        Ok(entries)
+        rings.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(rings)
     }
 
     /// The RotaWindows `selector` picks, a page at a time.
-    async fn list_windows(&self, selector: &str) -> Result<Vec<RotaWindow>> {
+    pub(super) async fn list_windows(&self, selector: &str) -> Result<Vec<RotaWindow>> {
         let api = self.rota_windows();
         let mut params = ListParams::default().labels(selector).limit(PAGE);
         let mut all = Vec::new();
@@ -215,8 +246,75 @@ impl KubeStore {
     }
 }
 
+/// What a RotaWindow written for a RotaNode takes from it: its name (the RotaWindow's is made
+/// from it), its uid and an owner reference (the garbage collector deletes the RotaWindow with
+/// it), the generation it was read at, and its node.
+pub(super) struct Owner {
+    pub(super) name: String,
+    pub(super) uid: String,
+    pub(super) generation: i64,
+    pub(super) owner_ref: Option<OwnerReference>,
+    pub(super) node: String,
+}
+
+/// What a RotaWindow of a node holds: a chunk of its history ring, or its procedure ledger.
+pub(super) enum Chunk {
+    History {
+        entries: Vec<HistoryStatus>,
+        steps: Vec<StepStatus>,
+    },
+    Ledger(Vec<ArchivedRequest>),
+}
+
+impl Owner {
+    /// `None` for a RotaNode not yet created (without a name or uid).
+    pub(super) fn of(object: &RotaNode) -> Option<Owner> {
+        Some(Owner {
+            name: object.meta().name.clone()?,
+            uid: object.meta().uid.clone()?,
+            generation: object.meta().generation.unwrap_or(0),
+            owner_ref: object.owner_ref(&()),
+            node: object.spec.node.clone(),
+        })
+    }
+
+    /// The RotaWindow `name` of this RotaNode holding `chunk` as number `sequence`, cut from
+    /// its current generation, owned by it (so that it goes with it), and labelled with rota's
+    /// `namespace` and `label`, the node's tag under the key that tells what it holds.
+    pub(super) fn window(
+        &self,
+        name: &str,
+        namespace: &str,
+        label: (&str, u32),
+        sequence: u64,
+        chunk: Chunk,
+    ) -> RotaWindow {
+        let (entries, steps, procedure_requests) = match chunk {
+            Chunk::History { entries, steps } => (entries, steps, Vec::new()),
+            Chunk::Ledger(requests) => (Vec::new(), Vec::new(), requests),
+        };
+        let mut window = RotaWindow::new(
+            name,
+            RotaWindowSpec {
+                node: self.node.clone(),
+                sequence,
+                cut_at_generation: self.generation,
+                entries,
+                procedure_requests,
+                steps,
+            },
+        );
+        window.metadata.labels = Some(BTreeMap::from([
+            (NAMESPACE_LABEL.into(), namespace.to_owned()),
+            (label.0.into(), label.1.to_string()),
+        ]));
+        window.metadata.owner_references = self.owner_ref.clone().map(|o| vec![o]);
+        window
+    }
+}
+
 /// The uid of the RotaNode that owns `window`.
-fn owner_uid(window: &RotaWindow) -> Option<&str> {
+pub(super) fn owner_uid(window: &RotaWindow) -> Option<&str> {
     window.owner_references().first().map(|o| o.uid.as_str())
 }
 

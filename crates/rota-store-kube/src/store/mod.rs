@@ -38,6 +38,7 @@ use crate::config_view::{ConfigView, watch_config_maps};
 use crate::crd::RotaNode;
 use crate::error::Context;
 use crate::preflight;
+use crate::procedure_ledger::Ledger;
 use crate::procedure_status::{self, StatusReporter};
 use crate::procedure_view::ProcedureView;
 use crate::procedures::Procedures;
@@ -50,6 +51,7 @@ mod caches;
 mod cas;
 mod events;
 mod history;
+mod ledger;
 mod operator;
 mod queue;
 mod queue_view;
@@ -127,6 +129,13 @@ struct Inner {
     /// a write tries it without reading again (see `edit`), and an agent's reads of its own
     /// node are answered from it for a moment (see `own_object`).
     objects: Mutex<HashMap<String, Known>>,
+    /// The newest revision of any RotaNode this handle wrote, read or was shown (by `cache`,
+    /// and by the watch of every RotaNode): a list from the API server's cache asks for at
+    /// least it (see `acquire`).
+    newest: Mutex<Option<u64>>,
+    /// Each node's procedure ledger as this process last read or wrote it, by RotaNode name
+    /// (see `ledger`).
+    ledgers: Mutex<HashMap<String, Ledger>>,
     /// The slot Lease each node holds as this process last read or wrote it: steps that only
     /// need to know which slot the node holds, and the fence's compare-and-swap, start from it
     /// without listing the Leases again (see `lease_of`).
@@ -140,6 +149,9 @@ struct Inner {
     procedures: Procedures,
     /// The watches started as this handle's agents need them (see `watches`).
     watches: Mutex<Watches>,
+    /// Whether an answer to this handle's write of a RotaNode kept its `schema`, so the CRD
+    /// keeps every field this rota writes (see `cas::schema_kept`).
+    schema_kept: AtomicBool,
     /// Whether the own RotaNodes' watch has listed them and not failed since.
     own_synced: AtomicBool,
     /// The writes of RotaNodes under way, by node, each with the newest event of the own
@@ -227,11 +239,14 @@ impl KubeStore {
                 changes,
                 sessions: Mutex::new(HashMap::new()),
                 objects: Mutex::new(HashMap::new()),
+                newest: Mutex::new(None),
                 held: Mutex::new(HashMap::new()),
+                ledgers: Mutex::new(HashMap::new()),
                 waits: Mutex::new(HashMap::new()),
                 settings: config_view,
                 watches: Mutex::default(),
                 own_synced: AtomicBool::new(false),
+                schema_kept: AtomicBool::new(false),
                 writing: Mutex::default(),
                 config_watch,
                 config,

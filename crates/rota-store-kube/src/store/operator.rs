@@ -7,8 +7,7 @@ use rota_store::{Error, NodeRecord, RequestRecord, Result, now_millis};
 
 use super::KubeStore;
 use super::cas::{CAS_ATTEMPTS, Seen};
-use crate::crd::Timestamp;
-use crate::{history_ring, status};
+use crate::{history_ring, procedure_ledger, status};
 
 impl KubeStore {
     /// `Store::unlock`: ends the node's window and gives its slot back.
@@ -75,8 +74,7 @@ impl KubeStore {
                     needs: "is failed",
                 });
             }
-            status.state = NodeState::Maintaining;
-            status.since = Timestamp(now_millis());
+            status::enter(&mut status, NodeState::Maintaining, now_millis());
             object.status = Some(status);
             let Some(written) = self.replace(object, false).await? else {
                 continue;
@@ -107,8 +105,16 @@ impl KubeStore {
                 return Err(Error::NoSuchNode { node: node.clone() });
             };
             let mut status = object.status.take().unwrap_or_default();
+            let owner = self.object_name(node);
+            let mut ledger = self.known_ledger(&owner);
+            if procedure_ledger::stale(&status, process, &ledger) {
+                let uid = object.metadata.uid.clone().unwrap_or_default();
+                ledger = self
+                    .current_ledger(&owner, &uid, status.procedure_ledger)
+                    .await?;
+            }
             let (request, created) =
-                status::add_request(&mut status, process, source, now_millis());
+                status::add_request(&mut status, process, source, now_millis(), &ledger);
             if !created {
                 return Ok((status::request_record(node, &request), false));
             }

@@ -23,9 +23,6 @@ pub(super) struct QueueView {
     /// The newest revision taken of each RotaNode: the handle's own writes come in both
     /// through their answers and through the watch, in either order.
     revisions: HashMap<String, u64>,
-    /// The newest revision of any RotaNode this handle wrote, read or was shown, kept across
-    /// restarts of the watch: a list from the API server's cache asks for at least it.
-    newest: Option<u64>,
 }
 
 impl QueueView {
@@ -51,7 +48,6 @@ impl QueueView {
             return;
         };
         if let Some(this) = revision(meta) {
-            self.newest = self.newest.max(Some(this));
             match self.revisions.get(&name) {
                 Some(newest) if *newest > this => return,
                 _ => self.revisions.insert(name.clone(), this),
@@ -74,10 +70,6 @@ impl QueueView {
             self.queued.remove(name);
             self.revisions.remove(name);
         }
-    }
-
-    pub(super) fn newest(&self) -> Option<u64> {
-        self.newest
     }
 
     /// The queued nodes that took a place no later than `place` (all of them without it), as a
@@ -178,11 +170,5 @@ mod tests {
         view.apply(&at("b", "queued", Some(10), 9));
         view.apply(&at("b", "idle", None, 8));
         assert_eq!(names(&view, None), Some(vec!["b".to_owned()]));
-        view.restart();
-        assert_eq!(
-            view.newest(),
-            Some(9),
-            "the newest revision outlives a restart"
-        );
     }
 }

@@ -171,6 +171,7 @@ impl KubeStore {
             .await
         {
             Ok(written) => {
+                self.schema_kept(&written)?;
                 self.cache(node, &written, true);
                 if let Some(claim) = claim {
                     self.own_tag(&written, tag, claim).await;

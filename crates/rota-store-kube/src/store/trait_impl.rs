@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use rota_core::{NodeName, NodeState, ProcedureSpec, Process};
 use rota_store::{
     Acquire, AgentStore, BackoffRecord, Blocked, Error, HistoryEntry, HistoryFilter, Millis,
-    NodeRecord, OperatorStore, Outcome, Pause, ProcedureRecord, ProcedureStore, ReadStore,
-    RequestRecord, Result, Session, SlotHolder, Transition, now_millis,
+    NodeOverview, NodeRecord, OperatorStore, Outcome, Pause, ProcedureRecord, ProcedureStore,
+    ReadStore, RequestRecord, Result, Session, SlotHolder, StepRecord, Transition, now_millis,
 };
 use tokio::sync::watch;
 
@@ -62,8 +62,9 @@ impl AgentStore for KubeStore {
         source: &str,
     ) -> Result<(RequestRecord, bool)> {
         let ((request, created), _, _) = self
-            .edit(session, false, |status, seen| {
-                let (request, created) = status::add_request(status, process, source, seen.now);
+            .edit_with_ledger(session, false, &[process], |status, seen, ledger| {
+                let (request, created) =
+                    status::add_request(status, process, source, seen.now, ledger);
                 Ok(if created {
                     Edit::Write((request, created))
                 } else {
@@ -132,8 +133,7 @@ impl AgentStore for KubeStore {
                 if fails {
                     // Fail closed in the same write: a failure recorded without it would let
                     // a restarted agent start the next attempt instead of waiting.
-                    status.state = NodeState::Failed;
-                    status.since = Timestamp(seen.now);
+                    status::enter(status, NodeState::Failed, seen.now);
                 }
                 Ok(Edit::Write(request))
             })
@@ -297,10 +297,22 @@ impl ReadStore for KubeStore {
 
     async fn all_requests(&self) -> Result<Vec<RequestRecord>> {
         let mut all = Vec::new();
-        for object in self.list_rota_nodes(&self.selector()).await? {
+        let selector = self.selector();
+        let (objects, ledgers) =
+            tokio::try_join!(self.list_rota_nodes(&selector), self.all_ledgers())?;
+        for object in objects {
             let node = node_name(&object)?;
+            let ledger = object
+                .metadata
+                .uid
+                .as_ref()
+                .and_then(|uid| ledgers.get(uid))
+                .cloned()
+                .unwrap_or_default();
             let status = object.status.unwrap_or_default();
-            all.extend(status::every_request(&status).map(|r| status::request_record(&node, &r)));
+            all.extend(
+                status::every_request(&status, &ledger).map(|r| status::request_record(&node, &r)),
+            );
         }
         all.sort_by_key(|r| r.id);
         Ok(all)
@@ -357,8 +369,36 @@ impl ReadStore for KubeStore {
         Ok(backoffs)
     }
 
+    async fn overview(&self) -> Result<Vec<NodeOverview>> {
+        let selector = self.selector();
+        let (objects, leases) =
+            tokio::try_join!(self.list_rota_nodes(&selector), self.list_leases())?;
+        let (mut nodes, mut open, mut backoffs) = (Vec::new(), Vec::new(), Vec::new());
+        for object in &objects {
+            let record = self.record_of(object, &leases)?;
+            if let Some(status) = &object.status {
+                open.extend(
+                    status::open_requests(status).map(|r| status::request_record(&record.node, r)),
+                );
+                backoffs.extend(
+                    status
+                        .backoff
+                        .iter()
+                        .map(|b| status::backoff_record(&record.node, b)),
+                );
+            }
+            nodes.push(record);
+        }
+        nodes.sort_by(|a, b| a.node.cmp(&b.node));
+        Ok(NodeOverview::group(nodes, open, backoffs))
+    }
+
     async fn history(&self, filter: &HistoryFilter) -> Result<Vec<HistoryEntry>> {
         self.read_history(filter).await
+    }
+
+    async fn steps(&self, filter: &HistoryFilter) -> Result<Vec<StepRecord>> {
+        self.read_steps(filter).await
     }
 
     async fn paused(&self) -> Result<Option<Pause>> {

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use rota_core::Process;
 use rota_store::{Error, NodeRecord, Result, Session, Transition, WindowChange};
 
 use super::KubeStore;
@@ -27,8 +28,9 @@ impl KubeStore {
         // date the history after it was taken) when the window opens. Other steps keep the
         // slot recorded at the opening.
         let with_lease = releases || transition.window == WindowChange::Open;
+        let processes: Vec<&Process> = transition.requests.iter().map(|(p, _)| p).collect();
         let (slot, status, seen) = self
-            .edit(session, with_lease, |status, seen| {
+            .edit_with_ledger(session, with_lease, &processes, |status, seen, ledger| {
                 if status.state != transition.from {
                     return Err(Error::Conflict {
                         node: session.node.clone(),
@@ -39,7 +41,7 @@ impl KubeStore {
                 let slot = if with_lease { seen.slot() } else { status.slot };
                 status::apply_transition(status, &transition, slot, seen.history_time());
                 for (process, source) in &transition.requests {
-                    status::add_request(status, process, source, seen.now);
+                    status::add_request(status, process, source, seen.now, ledger);
                 }
                 if let (Some(ttl), Some(current)) = (fence, status.session.as_mut()) {
                     let deadline = seen.now.saturating_add(ttl);

@@ -152,11 +152,6 @@ impl KubeStore {
         self.watch_tasks().queue.queued(place)
     }
 
-    /// The newest revision of a RotaNode this handle wrote, read or was shown.
-    pub(super) fn newest_seen(&self) -> Option<u64> {
-        self.watch_tasks().queue.newest()
-    }
-
     /// Runs `f` on the queue's view, for the watch of every RotaNode.
     pub(super) fn view_queue(&self, f: impl FnOnce(&mut QueueView)) {
         f(&mut self.watch_tasks().queue);
@@ -267,6 +262,7 @@ async fn watch_own(api: Api<RotaNode>, config: watcher::Config, all: bool, store
             watcher::Event::InitApply(object) | watcher::Event::Apply(object) => {
                 with(&mut |store| {
                     if all {
+                        store.saw_revision(&object.metadata);
                         store.view_queue(|view| view.apply(&object.metadata));
                     }
                     store.observe_own(&object);

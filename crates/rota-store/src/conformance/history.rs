@@ -1,8 +1,8 @@
-//! History: ordered, and filtered by node, event and time.
+//! History: ordered, and filtered by node, event and time; and the steps inside the windows.
 
 use std::sync::Arc;
 
-use rota_core::HistoryEvent;
+use rota_core::{HistoryEvent, NodeState};
 
 use super::{enqueue, fail_closed, finish_window, node, open_window, session};
 use crate::model::{HistoryFilter, now_millis};
@@ -82,4 +82,80 @@ pub async fn history_is_ordered_and_filterable(store: Arc<dyn Store>) {
         .await
         .expect("filter by time");
     assert!(none.is_empty());
+}
+
+/// Every state a node enters is a step, in order, with its time: an agent's transitions, a
+/// failed window, an operator's retry and unlock; filtered by node and by time.
+pub async fn steps_record_every_state_a_node_enters(store: Arc<dyn Store>) {
+    store.set_concurrency(2).await.expect("set concurrency");
+    let before = now_millis();
+    let a = session(&*store, "a").await;
+    let b = session(&*store, "b").await;
+    enqueue(&*store, &a, now_millis() - 2000).await;
+    enqueue(&*store, &b, now_millis() - 1000).await;
+    for s in [&a, &b] {
+        let granted = store.try_acquire_slot(s).await.expect("grant");
+        assert!(granted.slot().is_some());
+        open_window(&*store, s).await;
+    }
+    finish_window(&*store, &a).await;
+    fail_closed(&*store, &b).await;
+    store.retry(&node("b")).await.expect("retry");
+    store
+        .unlock(&node("b"), "done by hand")
+        .await
+        .expect("unlock");
+
+    let steps = |name: &str| {
+        let store = store.clone();
+        let name = name.to_owned();
+        async move {
+            store
+                .steps(&HistoryFilter {
+                    node: Some(node(&name)),
+                    ..HistoryFilter::default()
+                })
+                .await
+                .expect("steps")
+        }
+    };
+    let of_a = steps("a").await;
+    let states: Vec<NodeState> = of_a.iter().map(|s| s.state).collect();
+    assert_eq!(
+        states,
+        [
+            NodeState::Queued,
+            NodeState::Draining,
+            NodeState::Maintaining,
+            NodeState::Verifying,
+            NodeState::Idle,
+        ]
+    );
+    assert!(of_a.iter().all(|s| s.node == node("a") && s.at >= before));
+    assert!(of_a.windows(2).all(|w| w[0].at <= w[1].at));
+    let of_b: Vec<NodeState> = steps("b").await.iter().map(|s| s.state).collect();
+    assert_eq!(
+        of_b,
+        [
+            NodeState::Queued,
+            NodeState::Draining,
+            NodeState::Maintaining,
+            NodeState::Failed,
+            NodeState::Maintaining,
+            NodeState::Idle,
+        ]
+    );
+    let all = store
+        .steps(&HistoryFilter::default())
+        .await
+        .expect("every node's steps");
+    assert_eq!(all.len(), 11);
+    let later = store
+        .steps(&HistoryFilter {
+            since: Some(now_millis() + 60_000),
+            ..HistoryFilter::default()
+        })
+        .await
+        .expect("filter by time");
+    assert!(later.is_empty());
 }

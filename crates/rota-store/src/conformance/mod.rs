@@ -30,7 +30,9 @@ pub use self::failures::{
     drain_failure_releases_slot_and_requeues_requests, retry_resumes_a_failed_node,
     unlock_frees_a_failed_node,
 };
-pub use self::history::history_is_ordered_and_filterable;
+pub use self::history::{
+    history_is_ordered_and_filterable, steps_record_every_state_a_node_enters,
+};
 pub use self::pause::{
     pause_is_recorded_and_resume_wakes_every_waiter, resume_starts_a_new_rollout,
 };
@@ -41,7 +43,7 @@ pub use self::procedures::{
 pub use self::requests::{
     a_transition_records_its_requests_only_when_written,
     an_operator_requests_and_cancels_without_a_session, open_request_is_unique_per_process,
-    racing_requests_create_one_open_request,
+    racing_requests_create_one_open_request, the_overview_is_what_each_node_reads,
 };
 pub use self::sessions::{
     a_fenced_transition_needs_the_slot_and_the_session,

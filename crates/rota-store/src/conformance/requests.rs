@@ -1,13 +1,14 @@
 //! Requests: one open request per process and node, also under a race, recorded with a
-//! transition only when it is written, and an operator's request and cancel.
+//! transition only when it is written, an operator's request and cancel, and the fleet's
+//! overview of them.
 
 use std::sync::Arc;
 
 use rota_core::{NodeState, Process};
 
-use super::{TTL, node, session};
+use super::{TTL, enqueue, finish_window, node, open_window, policy, session};
 use crate::error::Error;
-use crate::model::{RequestState, Transition, WindowChange, now_millis};
+use crate::model::{NodeOverview, RequestState, Transition, WindowChange, now_millis};
 use crate::store::Store;
 
 pub async fn open_request_is_unique_per_process(store: Arc<dyn Store>) {
@@ -195,5 +196,66 @@ pub async fn an_operator_requests_and_cancels_without_a_session(store: Arc<dyn S
             .await
             .expect("open")
             .is_empty()
+    );
+}
+
+/// The overview `rota status` reads at once is what each node's own reads give: its record,
+/// its open requests (not its closed ones) and its backoffs.
+pub async fn the_overview_is_what_each_node_reads(store: Arc<dyn Store>) {
+    store.set_concurrency(1).await.expect("set concurrency");
+    let failed = session(&*store, "failed").await;
+    enqueue(&*store, &failed, now_millis() - 2000).await;
+    store.try_acquire_slot(&failed).await.expect("acquire");
+    open_window(&*store, &failed).await;
+    store
+        .transition(
+            &failed,
+            Transition::new(NodeState::Draining, NodeState::Queued).window(WindowChange::Fail {
+                cause: "drain timed out".into(),
+                policy: policy(),
+                keep_slot: false,
+            }),
+        )
+        .await
+        .expect("drain failed");
+    let done = session(&*store, "done").await;
+    enqueue(&*store, &done, now_millis() - 1000).await;
+    store.try_acquire_slot(&done).await.expect("acquire");
+    open_window(&*store, &done).await;
+    finish_window(&*store, &done).await;
+    let queued = session(&*store, "queued").await;
+    enqueue(&*store, &queued, now_millis()).await;
+    store
+        .add_request(&queued, &Process::Maintenance, "conformance")
+        .await
+        .expect("a second request");
+    session(&*store, "idle").await;
+
+    let mut expected = Vec::new();
+    for record in store.nodes().await.expect("nodes") {
+        expected.push(NodeOverview {
+            open_requests: store.open_requests(&record.node).await.expect("requests"),
+            backoffs: store.backoffs(&record.node).await.expect("backoffs"),
+            record,
+        });
+    }
+    let overview = store.overview().await.expect("overview");
+    assert_eq!(overview, expected);
+    let count = |name: &str, what: fn(&NodeOverview) -> usize| {
+        overview
+            .iter()
+            .find(|o| o.record.node == node(name))
+            .map(what)
+    };
+    assert_eq!(count("queued", |o| o.open_requests.len()), Some(2));
+    assert_eq!(
+        count("done", |o| o.open_requests.len()),
+        Some(0),
+        "closed requests are left out"
+    );
+    assert_eq!(count("failed", |o| o.backoffs.len()), Some(1));
+    assert_eq!(
+        count("idle", |o| o.open_requests.len() + o.backoffs.len()),
+        Some(0)
     );
 }

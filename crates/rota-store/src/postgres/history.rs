@@ -4,8 +4,8 @@ use rota_core::{HistoryEvent, NodeName};
 
 use super::PostgresStore;
 use crate::error::{Context, Result};
-use crate::model::{BackoffRecord, HistoryEntry, HistoryFilter};
-use crate::rows::{backoff_record, history_entry};
+use crate::model::{BackoffRecord, HistoryEntry, HistoryFilter, StepRecord};
+use crate::rows::{backoff_record, history_entry, step_record};
 
 pub(super) async fn backoffs(store: &PostgresStore, node: &NodeName) -> Result<Vec<BackoffRecord>> {
     let mut conn = store.connections.checkout("reading backoff").await?;
@@ -19,6 +19,25 @@ pub(super) async fn backoffs(store: &PostgresStore, node: &NodeName) -> Result<V
     .context("reading backoff")?;
     conn.finish();
     rows.iter().map(backoff_record).collect()
+}
+
+pub(super) async fn steps(
+    store: &PostgresStore,
+    filter: &HistoryFilter,
+) -> Result<Vec<StepRecord>> {
+    let mut conn = store.connections.checkout("reading steps").await?;
+    let rows = sqlx::query(
+        "SELECT node, state, at FROM steps WHERE ($1::TEXT IS NULL OR node = $1) \
+         AND ($2::BIGINT IS NULL OR at >= $2) AND ($3::BIGINT IS NULL OR at <= $3) ORDER BY id",
+    )
+    .bind(filter.node.as_ref().map(NodeName::as_str))
+    .bind(filter.since)
+    .bind(filter.until)
+    .fetch_all(&mut *conn)
+    .await
+    .context("reading steps")?;
+    conn.finish();
+    rows.iter().map(step_record).collect()
 }
 
 pub(super) async fn history(

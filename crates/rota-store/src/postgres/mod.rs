@@ -52,8 +52,8 @@ pub(crate) use self::open::redact;
 use crate::actions::{ActionRecord, NewAction, os_actor};
 use crate::error::Result;
 use crate::model::{
-    Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome,
-    Pause, ProcedureRecord, RequestRecord, Session, SlotHolder, Transition,
+    Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeOverview, NodeRecord,
+    Outcome, Pause, ProcedureRecord, RequestRecord, Session, SlotHolder, StepRecord, Transition,
 };
 use crate::{AgentStore, AuditStore, OperatorStore, ProcedureStore, ReadStore};
 
@@ -208,8 +208,16 @@ impl ReadStore for PostgresStore {
         history::backoffs(self, node).await
     }
 
+    async fn overview(&self) -> Result<Vec<NodeOverview>> {
+        nodes::overview(self).await
+    }
+
     async fn history(&self, filter: &HistoryFilter) -> Result<Vec<HistoryEntry>> {
         history::history(self, filter).await
+    }
+
+    async fn steps(&self, filter: &HistoryFilter) -> Result<Vec<StepRecord>> {
+        history::steps(self, filter).await
     }
 
     async fn paused(&self) -> Result<Option<Pause>> {

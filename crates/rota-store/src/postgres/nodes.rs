@@ -9,8 +9,10 @@ use super::changes::CHANNEL;
 use super::queries::{Written, fetch_node, written};
 use super::windows::{window_result, window_write};
 use crate::error::{Context, Error, Result};
-use crate::model::{Blocked, NodeRecord, RequestState, Session, Transition, WindowChange};
-use crate::rows::{NODE_COLUMNS, getter, node_record};
+use crate::model::{
+    Blocked, NodeOverview, NodeRecord, RequestState, Session, Transition, WindowChange,
+};
+use crate::rows::{ALL_BACKOFFS_SQL, ALL_OPEN_REQUESTS_SQL, all_nodes_sql, getter, node_record};
 
 pub(super) async fn set_blocked(
     store: &PostgresStore,
@@ -154,15 +156,30 @@ pub(super) async fn node(store: &PostgresStore, node: &NodeName) -> Result<Optio
 }
 
 pub(super) async fn nodes(store: &PostgresStore) -> Result<Vec<NodeRecord>> {
-    let sql = format!(
-        "SELECT {NODE_COLUMNS} FROM nodes n LEFT JOIN slots s ON s.holder = n.node \
-         ORDER BY n.node"
-    );
     let mut conn = store.connections.checkout("reading nodes").await?;
-    let rows = sqlx::query(&sql)
+    let rows = sqlx::query(&all_nodes_sql())
         .fetch_all(&mut *conn)
         .await
         .context("reading nodes")?;
     conn.finish();
     rows.iter().map(node_record).collect()
+}
+
+/// `ReadStore::overview`: three statements on one connection.
+pub(super) async fn overview(store: &PostgresStore) -> Result<Vec<NodeOverview>> {
+    let mut conn = store.connections.checkout("reading the fleet").await?;
+    let nodes = sqlx::query(&all_nodes_sql())
+        .fetch_all(&mut *conn)
+        .await
+        .context("reading nodes")?;
+    let requests = sqlx::query(ALL_OPEN_REQUESTS_SQL)
+        .fetch_all(&mut *conn)
+        .await
+        .context("reading requests")?;
+    let backoffs = sqlx::query(ALL_BACKOFFS_SQL)
+        .fetch_all(&mut *conn)
+        .await
+        .context("reading backoff")?;
+    conn.finish();
+    crate::rows::overview(&nodes, &requests, &backoffs)
 }

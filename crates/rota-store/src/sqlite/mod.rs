@@ -29,13 +29,14 @@ use self::writer::{Op, Reply};
 use crate::actions::{ActionRecord, NewAction, os_actor};
 use crate::error::{Context, Error, Result};
 use crate::model::{
-    Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeRecord, Outcome,
-    Pause, ProcedureRecord, RequestRecord, Session, SlotHolder, Transition, decode_resumed_at,
-    now_millis,
+    Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeOverview, NodeRecord,
+    Outcome, Pause, ProcedureRecord, RequestRecord, Session, SlotHolder, StepRecord, Transition,
+    decode_resumed_at, now_millis,
 };
 use crate::rows::{
-    NODE_COLUMNS, action_record, backoff_record, concurrency as stored_concurrency, history_entry,
-    node_record, procedure_record, request_record, slot_holder, slot_index,
+    ALL_BACKOFFS_SQL, ALL_OPEN_REQUESTS_SQL, action_record, all_nodes_sql, backoff_record,
+    concurrency as stored_concurrency, history_entry, node_record, procedure_record,
+    request_record, slot_holder, slot_index, step_record,
 };
 use crate::{AgentStore, AuditStore, OperatorStore, ProcedureStore, ReadStore};
 
@@ -548,15 +549,28 @@ impl ReadStore for SqliteStore {
     }
 
     async fn nodes(&self) -> Result<Vec<NodeRecord>> {
-        let sql = format!(
-            "SELECT {NODE_COLUMNS} FROM nodes n LEFT JOIN slots s ON s.holder = n.node \
-             ORDER BY n.node"
-        );
-        let rows = sqlx::query(&sql)
+        let rows = sqlx::query(&all_nodes_sql())
             .fetch_all(&self.pool)
             .await
             .context("reading nodes")?;
         rows.iter().map(node_record).collect()
+    }
+
+    async fn overview(&self) -> Result<Vec<NodeOverview>> {
+        let mut conn = self.pool.acquire().await.context("reading the fleet")?;
+        let nodes = sqlx::query(&all_nodes_sql())
+            .fetch_all(&mut *conn)
+            .await
+            .context("reading nodes")?;
+        let requests = sqlx::query(ALL_OPEN_REQUESTS_SQL)
+            .fetch_all(&mut *conn)
+            .await
+            .context("reading requests")?;
+        let backoffs = sqlx::query(ALL_BACKOFFS_SQL)
+            .fetch_all(&mut *conn)
+            .await
+            .context("reading backoff")?;
+        crate::rows::overview(&nodes, &requests, &backoffs)
     }
 
     async fn backoffs(&self, node: &NodeName) -> Result<Vec<BackoffRecord>> {
@@ -587,6 +601,20 @@ impl ReadStore for SqliteStore {
         .await
         .context("reading history")?;
         rows.iter().map(history_entry).collect()
+    }
+
+    async fn steps(&self, filter: &HistoryFilter) -> Result<Vec<StepRecord>> {
+        let rows = sqlx::query(
+            "SELECT node, state, at FROM steps WHERE (?1 IS NULL OR node = ?1) \
+             AND (?2 IS NULL OR at >= ?2) AND (?3 IS NULL OR at <= ?3) ORDER BY id",
+        )
+        .bind(filter.node.as_ref().map(NodeName::as_str))
+        .bind(filter.since)
+        .bind(filter.until)
+        .fetch_all(&self.pool)
+        .await
+        .context("reading steps")?;
+        rows.iter().map(step_record).collect()
     }
 
     async fn paused(&self) -> Result<Option<Pause>> {

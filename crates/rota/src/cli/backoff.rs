@@ -11,6 +11,9 @@ use super::parse::{exponent, span};
 #[command(next_help_heading = "Backoff")]
 pub struct BackoffArgs {
     /// Backoff after the first failure of a process on a node.
+    ///
+    /// Each later failure backs off min(--backoff-max, previous × --backoff-exponent), rounded up
+    /// to whole seconds; only a success clears it.
     #[arg(long, value_name = "DURATION", value_parser = span,
           default_value_t = HumanDuration::from(BackoffPolicy::DEFAULT.initial))]
     pub backoff_initial: HumanDuration,

@@ -25,7 +25,7 @@ mod operator;
 mod parse;
 mod simulate;
 
-pub use agent::AgentArgs;
+pub use agent::{AgentArgs, RebootMethod};
 pub use backoff::BackoffArgs;
 pub use bench::{BenchArgs, Workload};
 pub use mop::{MopCommand, MopListArgs, MopSubmitArgs};
@@ -48,8 +48,9 @@ pub const DEFAULT_STORE: &str = "sqlite:///var/lib/rota/rota.db";
                   Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=debug) for more."
 )]
 pub struct Cli {
-    /// How log lines on stderr look: text for people, json (one object a line) for log
-    /// collectors.
+    /// How log lines on stderr look: text for people, json (one object a line) for log collectors.
+    ///
+    /// A JSON line holds timestamp, level, message, the event's fields and target.
     #[arg(long, value_enum, global = true, env = "ROTA_LOG_FORMAT", default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     #[command(subcommand)]
@@ -134,10 +135,12 @@ pub struct StoreArgs {
     /// (in a cluster: slot Leases and RotaNode resources).
     #[arg(long, value_name = "URL", env = "ROTA_STORE", default_value = DEFAULT_STORE)]
     pub store: StoreLocation,
-    /// With --store kube: the kubeconfig (default: in-cluster config, KUBECONFIG, ~/.kube/config).
+    /// With --store kube (and, for rota agent, --node-actions kube): the kubeconfig (default:
+    /// in-cluster config, KUBECONFIG, ~/.kube/config).
     #[arg(long, value_name = "PATH", env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
-    /// With --store kube: the namespace of the slot Leases and rota's configuration.
+    /// With --store kube: the namespace of the slot Leases (rota-slot-0, rota-slot-1, …) and of
+    /// rota's configuration (the ConfigMap rota-config).
     #[arg(
         long,
         value_name = "NAME",

@@ -48,9 +48,25 @@ pub struct HistoryArgs {
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = Format::Table)]
     pub output: Format,
-    /// Also draw the entries as a rollout timeline (one lane per node) into this SVG file.
+    /// Also draw the entries as a rollout timeline (one lane per node, a strip of the slots in
+    /// use, failures and postponements with their causes) into this SVG file.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+    /// Also write the timeline as a self-contained HTML page (the SVG inline, then a table of
+    /// every window with its duration and of every failure, cancellation and postponement
+    /// with its cause) into this file.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// Show each node's steps instead of the entries: every state it entered (queued, draining,
+    /// maintaining, rebooting, verifying, failed, idle), when, and how long it stayed; each
+    /// procedure's run inside its node's maintenance; then where the time went: wait, drain,
+    /// maintenance, reboot and verify as p50 and p99 across the nodes, with the slowest ones.
+    ///
+    /// With `-o json`: `{"steps": [...], "procedures": [...], "summary": [...]}`. Only --since, --until and NODE
+    /// filter steps. Steps are kept for about as many windows as the history (the last 500
+    /// per node in the SQL stores, the ring's 50 windows in Kubernetes).
+    #[arg(long)]
+    pub steps: bool,
 }
 
 #[derive(Debug, Clone, Args)]

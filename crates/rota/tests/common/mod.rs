@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 use std::fmt::Debug;
+use std::net::SocketAddr;
 use std::ops::Deref;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -174,6 +175,14 @@ impl Deref for Host {
     fn deref(&self) -> &HostDir {
         &self.host
     }
+}
+
+/// `host:port` of a PostgreSQL URL (`scheme://[user@]host:port/…`).
+pub fn server_of(url: &str) -> SocketAddr {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?']).next().unwrap_or(rest);
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    host_port.parse().expect("the test server's address")
 }
 
 /// Asserts that `rota` refused `args`, as `output` says, with one line on stderr that

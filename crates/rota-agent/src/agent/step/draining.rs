@@ -1,7 +1,9 @@
-//! `draining`: cordon the node and evict its pods (or skip that for work that needs no drain).
+//! `draining`: cordon the node and evict its pods (or skip that for work that needs no drain),
+//! after the drain delay when there is one.
 
 use rota_core::{Event, Failure, Process};
 use rota_store::{NodeRecord, RequestRecord, RequestState};
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::agent::{Agent, Running, needs_drain};
@@ -13,15 +15,32 @@ impl Agent {
             return self.postpone(running, record, "the drain").await;
         }
         let record = self.join_pending(running, record).await?;
-        // A node cordoned beforehand is always drained: afterwards, rota could not tell
-        // whether its window drained it.
-        if !record.pre_cordoned && self.drain_skippable().await? {
-            info!(node = %self.config.node, "no work of this window needs a drain");
-            self.commit(running, &record, Event::DrainSkipped).await?;
-            return Ok(());
+        let delayed = running
+            .drain_delay
+            .filter(|(since, _)| *since == record.since)
+            .map(|(_, until)| until);
+        match delayed {
+            // Cordoned by this incarnation; the delay still runs.
+            Some(until) if Instant::now() < until => {
+                return self.wait(running, Some(until), None).await;
+            }
+            // The delay is over. The wait dropped the fence; the eviction needs it again.
+            Some(_) => self.fence(running, &record).await?,
+            None => {
+                // A node cordoned beforehand is always drained: afterwards, rota could not
+                // tell whether its window drained it.
+                if !record.pre_cordoned && self.drain_skippable().await? {
+                    info!(node = %self.config.node, "no work of this window needs a drain");
+                    self.commit(running, &record, Event::DrainSkipped).await?;
+                    return Ok(());
+                }
+                self.fence(running, &record).await?;
+                self.tell(|o| o.drain_started(&record));
+                if !self.config.drain_delay.is_zero() {
+                    return self.cordon_for_delay(running, &record).await;
+                }
+            }
         }
-        self.fence(running, &record).await?;
-        self.tell(|o| o.drain_started(&record));
         let drained = tokio::select! {
             () = running.cancel.cancelled() => return Ok(()),
             drained = tokio::time::timeout(self.config.drain_timeout, self.actions.drain()) => drained,
@@ -37,9 +56,43 @@ impl Agent {
                 self.config.drain_timeout.as_secs()
             ),
         };
+        self.drain_failed(running, &record, cause).await
+    }
+
+    /// Cordons the node and starts the drain delay (kured's `--drain-delay`): its pods are
+    /// evicted once the delay has passed, a wait that shutdown, the window's end and the loss
+    /// of the slot end like any other.
+    async fn cordon_for_delay(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
+        let cordoned = tokio::select! {
+            () = running.cancel.cancelled() => return Ok(()),
+            cordoned = tokio::time::timeout(self.config.drain_timeout, self.actions.cordon()) => cordoned,
+        };
+        let cause = match cordoned {
+            Ok(Ok(())) => {
+                let delay = self.config.drain_delay;
+                let until = Instant::now() + delay;
+                running.drain_delay = Some((record.since, until));
+                info!(node = %self.config.node, delay_s = delay.as_secs_f64(), "cordoned; the pods are evicted after the drain delay");
+                return self.wait(running, Some(until), None).await;
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!(
+                "the cordon did not finish within the drain timeout of {}s",
+                self.config.drain_timeout.as_secs()
+            ),
+        };
+        self.drain_failed(running, record, cause).await
+    }
+
+    async fn drain_failed(
+        &self,
+        running: &mut Running,
+        record: &NodeRecord,
+        cause: String,
+    ) -> Result<()> {
         warn!(node = %self.config.node, cause, "drain failed; giving the slot back");
         let failed = Event::DrainFailed(Failure::new(cause, self.config.backoff));
-        self.commit(running, &record, failed).await?;
+        self.commit(running, record, failed).await?;
         Ok(())
     }
 

@@ -3,7 +3,8 @@
 
 use rota_core::{Event, Process};
 use rota_store::{NodeRecord, RequestRecord, RequestState, now_millis};
-use tracing::info;
+use tokio::time::Instant;
+use tracing::{info, warn};
 
 use crate::agent::{Agent, Running, ms};
 use crate::crash_points;
@@ -46,6 +47,9 @@ impl Agent {
             self.commit(running, &record, Event::WorkDone).await?;
             return Ok(());
         }
+        if let Some(until) = self.reboot_delayed(running, &record) {
+            return self.wait(running, Some(until), None).await;
+        }
         if !self.window_open(running) {
             return self.postpone(running, &record, "the reboot").await;
         }
@@ -72,6 +76,27 @@ impl Agent {
         self.start_reboot(running, &record).await
     }
 
+    /// While the reboot delay (kured's `--reboot-delay`) runs, when it ends: from the first
+    /// time this incarnation found the window's work done but its reboot. `None` once it has
+    /// passed, or without one. The window check, the blockers and the fenced write of the
+    /// reboot's start come after it.
+    fn reboot_delayed(&self, running: &mut Running, record: &NodeRecord) -> Option<Instant> {
+        let delay = self.config.reboot_delay;
+        if delay.is_zero() {
+            return None;
+        }
+        let until = match running.reboot_delay {
+            Some((since, until)) if since == record.since => until,
+            _ => {
+                info!(node = %self.config.node, delay_s = delay.as_secs_f64(), "drained and done; the reboot starts after the reboot delay");
+                let until = Instant::now() + delay;
+                running.reboot_delay = Some((record.since, until));
+                until
+            }
+        };
+        (Instant::now() < until).then_some(until)
+    }
+
     /// Starts the reboot that `record` (in `rebooting`) recorded, once it has proven the slot.
     pub(super) async fn start_reboot(
         &self,
@@ -79,6 +104,12 @@ impl Agent {
         record: &NodeRecord,
     ) -> Result<()> {
         self.fence(running, record).await?;
+        let started_at = record.reboot_started_at.unwrap_or_else(now_millis);
+        if let Err(e) = self.actions.reboot_starting(started_at).await {
+            // The step repeats: a restarted agent, too, finds the reboot's command not run.
+            warn!(node = %self.config.node, error = %e, "cannot record the reboot's start on the node; the reboot waits, trying again");
+            return self.pause(running).await;
+        }
         crash_points::reached(crash_points::BEFORE_REBOOT_COMMAND);
         info!(node = %self.config.node, "rebooting");
         self.tell(|o| o.reboot_started(record));
