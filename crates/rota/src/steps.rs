@@ -111,12 +111,19 @@ pub fn procedures(records: &[StepRecord], entries: &[HistoryEntry]) -> Vec<Proce
     rows
 }
 
-/// The report of `records` (each node's in the order they were taken) and of the procedures'
-/// ends in `entries`, a step still under way measured up to `until`.
+/// The report of `records` (oldest first, as the stores give them: the nodes' steps
+/// interleaved, each node's in the order they were taken) and of the procedures' ends in
+/// `entries`, a step still under way measured up to `until`.
 pub fn report(records: &[StepRecord], entries: &[HistoryEntry], until: Millis) -> StepsReport {
+    // Each record's next of the same node, found in one pass from the end.
+    let mut next_of = vec![None; records.len()];
+    let mut later: BTreeMap<&NodeName, usize> = BTreeMap::new();
+    for (i, record) in records.iter().enumerate().rev() {
+        next_of[i] = later.insert(&record.node, i);
+    }
     let mut steps = Vec::with_capacity(records.len());
-    for (i, record) in records.iter().enumerate() {
-        let next = records.get(i + 1).filter(|n| n.node == record.node);
+    for (record, next) in records.iter().zip(next_of) {
+        let next = next.map(|j| &records[j]);
         let ongoing = next.is_none() && record.state != NodeState::Idle;
         steps.push(StepRow {
             node: record.node.clone(),
@@ -339,6 +346,27 @@ mod tests {
         assert_eq!(a[5], (None, false), "idle ends the window");
         let b_last = report.steps.last().expect("a step");
         assert_eq!((b_last.duration_ms, b_last.ongoing), (None, true));
+    }
+
+    /// The stores give every node's steps oldest first, interleaved; a step lasts until its
+    /// own node's next, not until the next record (which showed every step of a fleet's
+    /// rollout as `ongoing`).
+    #[test]
+    fn interleaved_nodes_steps_last_until_their_own_nodes_next() {
+        let mut interleaved = records();
+        interleaved.sort_by_key(|r| r.at);
+        let grouped = report(&records(), &entries(), T + 200_000);
+        let mut grouped_steps = grouped.steps;
+        grouped_steps.sort_by_key(|s| s.at_millis);
+        let from_interleaved = report(&interleaved, &entries(), T + 200_000);
+        assert_eq!(from_interleaved.steps, grouped_steps);
+        let ongoing: Vec<(&str, NodeState)> = from_interleaved
+            .steps
+            .iter()
+            .filter(|s| s.ongoing)
+            .map(|s| (s.node.as_str(), s.state))
+            .collect();
+        assert_eq!(ongoing, [("node-b", NodeState::Rebooting)]);
     }
 
     #[test]
