@@ -5,11 +5,13 @@
 //! (a missing CRD answers `404 page not found`, not even a Status; a missing namespace lets
 //! every list and watch answer an empty collection and only the first create fail).
 //!
-//! Four requests, sent at once: a list of one item of each custom resource, which answers
-//! 404 exactly when the API server does not serve it (API discovery lags a moment behind a CRD
-//! that just became established, so it is only asked when the client may not list), and a
-//! dry-run create of a Lease, which the API server refuses with a 404 on `namespaces` when the
-//! namespace does not exist, and which writes nothing.
+//! Four requests: a list of one item of each custom resource, which answers 404 exactly when
+//! the API server does not serve it (API discovery lags a moment behind a CRD that just became
+//! established, so it is only asked when the client may not list), and a dry-run create of a
+//! Lease, which the API server refuses with a 404 on `namespaces` when the namespace does not
+//! exist, and which writes nothing. The first list goes alone and the other three together
+//! once it answered: an API server that turns the client away (overloaded, unavailable) is
+//! asked once per attempt, not four times, while a fleet that started together retries.
 
 use futures::future::join_all;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -67,11 +69,17 @@ const PROBE_LEASE: &str = "rota-preflight";
 /// Checks that the client's credentials are accepted, that rota's custom resources are
 /// installed and that `namespace` exists, in that order: the first that fails is the error.
 pub async fn check(client: &Client, namespace: &str) -> Result<(), KubeError> {
-    let (resources, namespace) = tokio::join!(
-        check_resources(client, &ROTA_RESOURCES),
+    let [first, rest @ ..] = &ROTA_RESOURCES;
+    let first = match served(client, first).await {
+        Err(e) if e.is_unavailable() => return Err(e),
+        answer => answer,
+    };
+    let (rest, namespace) = tokio::join!(
+        join_all(rest.iter().map(|r| served(client, r))),
         check_namespace(client, namespace)
     );
-    match (resources, namespace) {
+    let answers = std::iter::once(first).chain(rest).collect();
+    match (verdict(&ROTA_RESOURCES, answers), namespace) {
         (_, Err(e @ KubeError::Unauthorized)) | (Err(e), _) | (Ok(()), Err(e)) => Err(e),
         (Ok(()), Ok(())) => Ok(()),
     }
@@ -85,6 +93,15 @@ pub async fn check_resources(
     resources: &[ServedResource],
 ) -> Result<(), KubeError> {
     let answers = join_all(resources.iter().map(|r| served(client, r))).await;
+    verdict(resources, answers)
+}
+
+/// What `answers`, one for each of `resources` in order, say together (see
+/// [`check_resources`]).
+fn verdict(
+    resources: &[ServedResource],
+    answers: Vec<Result<bool, KubeError>>,
+) -> Result<(), KubeError> {
     let mut missing = Vec::new();
     let mut failed = None;
     for (resource, answer) in resources.iter().zip(answers) {

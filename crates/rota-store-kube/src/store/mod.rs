@@ -185,7 +185,7 @@ impl KubeStore {
 
     /// [`KubeStore::connect`] without the check, for a caller that has just made it (the
     /// agent checks the cluster and its permissions before it opens the store): the check
-    /// costs four requests.
+    /// costs four requests, the first alone.
     pub fn open(client: Client, config: KubeStoreConfig) -> KubeStore {
         let rota_nodes: Api<RotaNode> = Api::all(client.clone());
         let rota_node_objects = Api::all_with(client.clone(), &ApiResource::erase::<RotaNode>(&()));
