@@ -11,6 +11,9 @@
 //! - [`lifecycle`]: the node lifecycle state machine (§3);
 //! - [`step`]: what a lifecycle step does besides the state: the window change, the uncordon,
 //!   and whether it wakes waiting nodes (§3, §4);
+//! - [`record`]: a node's record, and what every write does to it: requests, backoff,
+//!   history, the slot given back (§3, §6);
+//! - [`schedule`]: who takes a slot next, the queue's one rule (§3, §4);
 //! - [`window`]: maintenance windows, the days and hours in which new maintenance may start
 //!   (§2).
 
@@ -21,6 +24,8 @@ pub mod names;
 pub mod ordering;
 pub mod priority;
 pub mod procedure;
+pub mod record;
+pub mod schedule;
 pub mod step;
 pub mod window;
 
@@ -33,5 +38,10 @@ pub use names::{HistoryEvent, NameError, NodeName, Process};
 pub use ordering::{ProcedureEntry, may_start, startable};
 pub use priority::{Priority, PriorityError};
 pub use procedure::{BackoffSpec, ConfigMapKey, ProcedureError, ProcedureSpec, sha256_hex};
+pub use record::{
+    Applied, BackoffRecord, Blocked, Entry, NewRequest, NodeFields, NodeOverview, NodeRecord,
+    Outcome, RecordError, RequestRecord, RequestState, Transition, Write, window_result,
+};
+pub use schedule::{Grant, Held, Limits, Schedule, Turn, Waiter, schedule};
 pub use step::{Millis, Step, WindowChange, wakes};
 pub use window::{MaintenanceWindow, MaintenanceWindows, WindowError, WindowProblem};

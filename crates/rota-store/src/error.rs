@@ -129,3 +129,32 @@ impl<T> Context<T> for std::result::Result<T, sqlx::Error> {
         self.map_err(|source| Error::Database { context, source })
     }
 }
+
+impl From<rota_core::RecordError> for Error {
+    fn from(e: rota_core::RecordError) -> Error {
+        use rota_core::RecordError as R;
+        match e {
+            R::Conflict {
+                node,
+                expected,
+                actual,
+            } => Error::Conflict {
+                node,
+                expected,
+                actual: actual.to_string(),
+            },
+            R::NotAllowed {
+                node,
+                state,
+                action,
+                needs,
+            } => Error::NotAllowed {
+                node,
+                state,
+                action,
+                needs,
+            },
+            R::NotActive { node, process } => Error::NotActive { node, process },
+        }
+    }
+}

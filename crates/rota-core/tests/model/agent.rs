@@ -7,7 +7,7 @@
 //! | state | steps, in order | mirrors |
 //! |---|---|---|
 //! | idle | commit `requested` with the sentinel's request | `step/idle.rs` |
-//! | queued | read the lowest free slot; compare-and-swap it; commit `slot_acquired` (a slot already held is re-adopted) | `step/queued.rs` |
+//! | queued | read the slot `schedule` grants (the lowest free); compare-and-swap it; commit `slot_acquired` (a slot already held is re-adopted) | `step/queued.rs` |
 //! | draining | fence; cordon (the drain's first step: its evictions change nothing the model keeps); commit `drained` | `step/draining.rs` |
 //! | maintaining | fence; commit `reboot_started` with the boot id (the agent goes on to `start_reboot` at once; the model reads `rebooting` first, and takes the same step) | `step/maintaining.rs` |
 //! | rebooting | new boot id: fence, commit `boot_changed`. Else without a marker of this boot: fence, then the reboot's steps of [`RebootProtocol`]. Else wait for the deadline, then commit `reboot_timed_out` | `step/rebooting.rs`, `start_reboot` in `step/maintaining.rs` |
@@ -15,15 +15,16 @@
 //! | failed | nothing: an operator's turn | `step/mod.rs` |
 //!
 //! Every commit is `Lifecycle::apply` of the event on the record's lifecycle, written by the
-//! store (`commit_as` in `commit.rs`). A fence that fails takes no step: the agent pauses and
+//! store as the `Transition` of that step (`commit_as` in `commit.rs`, [`transition`]), which
+//! `NodeOverview::apply` carries out. A fence that fails takes no step: the agent pauses and
 //! reads again, which the model leaves out, since nothing would change.
 
 use std::fmt;
 
-use rota_core::{BackoffPolicy, Event, Failure, NodeState};
+use rota_core::{BackoffPolicy, Event, Failure, NodeState, Process, Step, Transition};
 
 use crate::host::Host;
-use crate::store::{Request, Store};
+use crate::store::{NOW, Store};
 
 /// The order of the reboot's persisted steps on the host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,7 +88,7 @@ pub struct Agent {
 pub enum Does {
     /// Applies the event to the record's lifecycle and writes the step the core decided.
     Commit(Event),
-    /// Reads the slots and finds this one free.
+    /// Reads the slots and finds this one free, granted by `schedule`.
     ReadSlot(u8),
     /// The compare-and-swap on the slot read free.
     TakeSlot(u8),
@@ -127,6 +128,26 @@ pub fn timed_out() -> Event {
     ))
 }
 
+/// Where the reboot sentinel's request comes from (its path, as the agent records it).
+pub const SENTINEL: &str = "/var/run/reboot-required";
+
+/// The write of `step`, which the core decided on `event`, with what the agent adds to it
+/// (`commit_with` and its callers): the sentinel's request recorded with `requested`
+/// (`step/idle.rs`), the process and the boot id with `reboot_started` (`step/maintaining.rs`;
+/// its times are left out, as the model has no time).
+pub fn transition(step: Step, event: &Event, host: &Host) -> Transition {
+    let mut transition = Transition::of(step);
+    match event {
+        Event::Requested { .. } => transition = transition.request(Process::Reboot, SENTINEL),
+        Event::RebootStarted => {
+            transition.process = Some(Process::Reboot);
+            transition.fields.boot_id = Some(Some(host.boot_id()));
+        }
+        _ => {}
+    }
+    transition
+}
+
 /// What the agent of `node` does next, or `None` while it waits for something another node
 /// or the machine does.
 ///
@@ -146,20 +167,17 @@ pub fn next(
     // A disruptive step, or a write that one follows at once, comes after the fence.
     let fence = |does: Does| holds_slot.then_some(does);
     match agent.pc {
-        Pc::Top => match record.lifecycle.state {
-            NodeState::Idle => {
-                let open = matches!(record.request, Some(Request::Pending | Request::Active));
-                (host.sentinel && !open)
-                    .then_some(Does::Commit(Event::Requested { eligible_at: 0 }))
-            }
+        Pc::Top => match record.state() {
+            NodeState::Idle => (host.sentinel && !record.open_request())
+                .then_some(Does::Commit(Event::Requested { eligible_at: NOW })),
             NodeState::Queued if holds_slot => Some(Does::Commit(Event::SlotAcquired {
                 pre_cordoned: host.cordoned,
             })),
-            NodeState::Queued => store.free_slot().map(Does::ReadSlot),
+            NodeState::Queued => store.turn(node).map(Does::ReadSlot),
             NodeState::Draining => fence(Does::Cordon),
             NodeState::Maintaining if flaw == Some(Flaw::SpawnBeforeRecord) => fence(Does::Spawn),
             NodeState::Maintaining => fence(Does::Commit(Event::RebootStarted)),
-            NodeState::Rebooting if record.boot_id != Some(host.boot) => {
+            NodeState::Rebooting if record.boot_id() != Some(host.boot_id().as_str()) => {
                 fence(Does::Commit(Event::BootChanged))
             }
             NodeState::Rebooting if !host.marked() => fence(match protocol {
@@ -169,7 +187,7 @@ pub fn next(
             NodeState::Rebooting => Some(Does::Wait),
             NodeState::Verifying => {
                 let step = record
-                    .lifecycle
+                    .lifecycle()
                     .apply(&Event::Healthy)
                     .expect("verifying allows healthy");
                 if step.uncordon {

@@ -29,6 +29,11 @@ impl Host {
         }
     }
 
+    /// The boot id as the agent reads it (`/proc/sys/kernel/random/boot_id`) and records it.
+    pub fn boot_id(&self) -> String {
+        format!("boot-{}", self.boot)
+    }
+
     /// Whether the marker names this boot (`RebootMarker::started`).
     pub fn marked(&self) -> bool {
         self.marker == Some(self.boot)

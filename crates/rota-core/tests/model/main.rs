@@ -1,9 +1,11 @@
 //! rota's protocol, model-checked with stateright: `N` nodes take turns for a reboot through
 //! `K` slots of a store with compare-and-swap, and every agent may crash and restart at any
-//! persisted step. Every state decision is rota-core's own `Lifecycle::apply`; the model adds
-//! the store, the machines and the agents' programs around it (docs/design.md §10).
+//! persisted step. The rules are rota-core's own: `Lifecycle::apply` decides every step,
+//! `NodeOverview::apply` what its write does to the node's record, and `schedule` which slot a
+//! queued node may take; the model adds the store that keeps what they decide, the machines and
+//! the agents' programs around them (docs/design.md §10).
 //!
-//! - [`store`]: the node records and the slots, with their compare-and-swaps;
+//! - [`store`]: each node's `NodeOverview` and the slots, with their compare-and-swaps;
 //! - [`host`]: a machine: its boot id, the cordon, the sentinel, the reboot marker;
 //! - [`agent`]: the agent's program, one action per persisted step, and the two orders of the
 //!   reboot's steps ([`RebootProtocol`]);
@@ -101,7 +103,7 @@ fn the_marker_before_the_spawn_strands_a_node_whose_agent_dies_between_them() {
     let last = path.last_state();
     let Some(stranded) = (0..3u8).find(|&n| {
         let host = &last.hosts[usize::from(n)];
-        last.store.record(n).lifecycle.state == NodeState::Failed
+        last.store.record(n).state() == NodeState::Failed
             && host.boot == 0
             && host.marked()
             && last.store.holds_slot(n)

@@ -1,11 +1,10 @@
 //! What the checker checks in every reachable state (docs/design.md §4), and the measure that
 //! makes its liveness check complete.
 
-use rota_core::NodeState;
+use rota_core::{NodeState, RequestState};
 use stateright::{Model, Property};
 
 use crate::agent::Pc;
-use crate::store::Request;
 use crate::system::{Rota, State};
 
 /// Invariant 1.
@@ -53,8 +52,8 @@ pub fn disrupted(state: &State, node: u8) -> bool {
 
 fn finished(state: &State, node: u8) -> bool {
     let record = state.store.record(node);
-    record.lifecycle.state == NodeState::Idle
-        && record.request == Some(Request::Done)
+    record.state() == NodeState::Idle
+        && record.request() == Some(RequestState::Done)
         && !state.hosts[usize::from(node)].cordoned
         && !state.store.holds_slot(node)
 }
@@ -80,8 +79,8 @@ fn rank(state: &State) -> (u32, u32, u32) {
             .zip(&state.agents),
     ) {
         rank.0 += u32::from(agent.crashes) + u32::from(host.boot);
-        rank.1 += match record.lifecycle.state {
-            NodeState::Idle if record.request == Some(Request::Done) => 7,
+        rank.1 += match record.state() {
+            NodeState::Idle if record.request() == Some(RequestState::Done) => 7,
             NodeState::Idle => 0,
             NodeState::Queued => 1 + u32::from(state.store.holds_slot(node)),
             NodeState::Draining => 3,

@@ -3,13 +3,13 @@
 
 use std::fmt;
 
-use rota_core::{Event, NodeState};
+use rota_core::NodeState;
 use stateright::{Model, Property};
 
 use crate::agent::{self, Agent, Does, Flaw, Pc, RebootProtocol};
 use crate::host::Host;
 use crate::properties;
-use crate::store::{Store, With};
+use crate::store::Store;
 
 /// The model's parameters.
 #[derive(Clone, Debug)]
@@ -54,7 +54,7 @@ impl Rota {
                 let step = state
                     .store
                     .record(node)
-                    .lifecycle
+                    .lifecycle()
                     .apply(&event)
                     .unwrap_or_else(|e| panic!("node {node}: {e}"));
                 // commit.rs uncordons before the write that asks for it.
@@ -62,12 +62,15 @@ impl Rota {
                     !(step.uncordon && host.cordoned),
                     "node {node}: {event} written while still cordoned"
                 );
-                let with = match event {
-                    Event::Requested { .. } => With::Request,
-                    Event::RebootStarted => With::BootId(host.boot),
-                    _ => With::Nothing,
-                };
-                state.store.transition(node, &step, with);
+                let next = step.next;
+                state
+                    .store
+                    .transition(node, agent::transition(step, &event, host));
+                assert_eq!(
+                    state.store.record(node).lifecycle(),
+                    next,
+                    "node {node}: the record after {event} is not the lifecycle the core decided"
+                );
                 if agent.pc == Pc::SpawnedUnrecorded {
                     Pc::Running
                 } else {
@@ -100,7 +103,7 @@ impl Rota {
                     RebootProtocol::MarkerAfterCommand => Pc::Top,
                 }
             }
-            Does::Spawn if state.store.record(node).lifecycle.state == NodeState::Maintaining => {
+            Does::Spawn if state.store.record(node).state() == NodeState::Maintaining => {
                 Pc::SpawnedUnrecorded
             }
             Does::Spawn => Pc::Running,

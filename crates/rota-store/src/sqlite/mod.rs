@@ -24,7 +24,7 @@ use sqlx::sqlite::{
 };
 use tokio::sync::{mpsc, oneshot, watch};
 
-use self::queries::{changes_before_turn, fetch_node};
+use self::queries::{fetch_node, turn};
 use self::writer::{Op, Reply};
 use crate::actions::{ActionRecord, NewAction, os_actor};
 use crate::error::{Context, Error, Result};
@@ -294,11 +294,10 @@ impl AgentStore for SqliteStore {
                 .await
                 .context("acquiring a slot")?,
         );
-        if already.is_none() {
-            let changes = changes_before_turn(&mut conn, &session.node).await?;
-            if changes > 0 {
-                return Ok(Acquire::Wait { changes });
-            }
+        if already.is_none()
+            && let rota_core::Turn::Wait { changes } = turn(&mut conn, &session.node).await?
+        {
+            return Ok(Acquire::Wait { changes });
         }
         drop(conn);
         let session = session.clone();

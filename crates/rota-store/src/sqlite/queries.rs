@@ -1,12 +1,14 @@
-//! The queries both the readers and the writes need: a node, the concurrency, and the queue
-//! ahead of a node.
+//! The queries both the readers and the writes need: a node, its whole record, the
+//! concurrency, and a node's turn in the queue.
 
-use rota_core::NodeName;
+use rota_core::{Held, Limits, NodeName, Turn, Waiter, schedule};
 use sqlx::Row;
 
-use crate::error::{Context, Error, Result};
-use crate::model::{NodeRecord, now_millis};
-use crate::rows::{NODE_COLUMNS, concurrency, node_record};
+use crate::error::{Context, Result};
+use crate::model::{NodeOverview, NodeRecord, now_millis};
+use crate::rows::{
+    NODE_COLUMNS, backoff_record, concurrency, getter, node_record, parse, request_record,
+};
 
 pub(super) async fn fetch_node(
     conn: &mut sqlx::SqliteConnection,
@@ -35,45 +37,79 @@ pub(super) async fn read_concurrency(conn: &mut sqlx::SqliteConnection) -> Resul
         .unwrap_or(1))
 }
 
-/// How many wake-ups of `Store::changes` must happen at least before `node` can take a slot:
-/// 0 when it may take one now (queued, eligible, and fewer live waiters ahead of it than free
-/// slots). Queued nodes whose session has expired, or that are blocked, do not hold the queue
-/// up. A node that is not
-/// queued or still in backoff waits for its own timer, counted as one.
-pub(super) async fn changes_before_turn(
+/// The node's whole record: its row, its open requests and its backoffs.
+pub(super) async fn fetch_record(
     conn: &mut sqlx::SqliteConnection,
     node: &NodeName,
-) -> Result<u64> {
-    let concurrency = i64::from(read_concurrency(conn).await?);
-    let now = now_millis();
-    let row = sqlx::query(
-        "SELECT me.queued_at AS queued_at, \
-           (SELECT COUNT(*) FROM slots) AS held, \
-           (SELECT COUNT(*) FROM nodes n JOIN sessions s ON s.id = n.session_id \
-              WHERE n.state = 'queued' AND n.queued_at IS NOT NULL AND n.queued_at <= ?2 \
-                AND (n.queued_at < me.queued_at OR (n.queued_at = me.queued_at AND n.node < me.node)) \
-                AND s.superseded = 0 AND s.deadline > ?2 AND n.blocked_reason IS NULL \
-                AND n.node NOT IN (SELECT holder FROM slots)) AS ahead \
-         FROM nodes me WHERE me.node = ?1 AND me.state = 'queued'",
+) -> Result<Option<NodeOverview>> {
+    let Some(record) = fetch_node(conn, node).await? else {
+        return Ok(None);
+    };
+    let requests = sqlx::query(
+        "SELECT id, node, process, source, created_at, state FROM requests \
+         WHERE node = ? AND state IN ('pending', 'active') ORDER BY id",
     )
     .bind(node.as_str())
+    .fetch_all(&mut *conn)
+    .await
+    .context("reading requests")?;
+    let backoffs = sqlx::query(
+        "SELECT node, process, until, last_interval_s, cause FROM backoff WHERE node = ? \
+         ORDER BY process",
+    )
+    .bind(node.as_str())
+    .fetch_all(&mut *conn)
+    .await
+    .context("reading backoff")?;
+    Ok(Some(NodeOverview {
+        record,
+        open_requests: requests.iter().map(request_record).collect::<Result<_>>()?,
+        backoffs: backoffs.iter().map(backoff_record).collect::<Result<_>>()?,
+    }))
+}
+
+/// The turn of `node` in the queue as it stands, decided by [`rota_core::schedule`]: the
+/// queued nodes that hold no slot (alive when their session is current, blocked when they
+/// record a reason), the slots held, and the concurrency. A node that is not queued waits for
+/// its own change, counted as one.
+pub(super) async fn turn(conn: &mut sqlx::SqliteConnection, node: &NodeName) -> Result<Turn> {
+    let concurrency = read_concurrency(conn).await?;
+    let now = now_millis();
+    let held: Vec<i64> = sqlx::query_scalar("SELECT slot FROM slots")
+        .fetch_all(&mut *conn)
+        .await
+        .context("reading slots")?;
+    let rows = sqlx::query(
+        "SELECT n.node, n.queued_at, n.blocked_reason IS NOT NULL AS blocked, \
+           COALESCE(s.superseded = 0 AND s.deadline > ?1, 0) AS alive \
+         FROM nodes n LEFT JOIN sessions s ON s.id = n.session_id \
+         WHERE n.state = 'queued' AND n.queued_at IS NOT NULL \
+           AND n.node NOT IN (SELECT holder FROM slots)",
+    )
     .bind(now)
-    .fetch_optional(&mut *conn)
+    .fetch_all(&mut *conn)
     .await
     .context("reading the queue")?;
-    let Some(row) = row else {
-        return Ok(1);
-    };
-    let get = |e| Error::Database {
-        context: "reading the queue",
-        source: e,
-    };
-    let queued_at: Option<i64> = row.try_get("queued_at").map_err(get)?;
-    let held: i64 = row.try_get("held").map_err(get)?;
-    let ahead: i64 = row.try_get("ahead").map_err(get)?;
-    if queued_at.is_none_or(|q| q > now) {
-        return Ok(1);
-    }
-    let free = concurrency - held;
-    Ok(u64::try_from(ahead - free + 1).unwrap_or(0))
+    let get = getter("reading the queue");
+    let queue = rows
+        .iter()
+        .map(|row| {
+            Ok(Waiter {
+                node: parse("nodes.node", row.try_get("node").map_err(&get)?)?,
+                place: row.try_get("queued_at").map_err(&get)?,
+                blocked: row.try_get("blocked").map_err(&get)?,
+                alive: row.try_get("alive").map_err(&get)?,
+                group: None,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let held: Vec<Held> = held
+        .into_iter()
+        .map(|slot| Held {
+            slot: u32::try_from(slot).unwrap_or(u32::MAX),
+            group: None,
+        })
+        .collect();
+    let schedule = schedule(&queue, &held, &Limits::fleet(concurrency), now);
+    Ok(schedule.turn(node).unwrap_or(Turn::Wait { changes: 1 }))
 }

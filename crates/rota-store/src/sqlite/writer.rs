@@ -206,7 +206,8 @@ async fn execute(conn: &mut SqliteConnection, op: Op) -> (Done, u64) {
             source,
             reply,
         } => {
-            let result = writes::add_request(conn, &session, &process, &source).await;
+            let result =
+                writes::add_request(conn, &session.node, Some(&session), &process, &source).await;
             (done(reply, result), 0)
         }
         Op::CancelRequest {
@@ -214,7 +215,8 @@ async fn execute(conn: &mut SqliteConnection, op: Op) -> (Done, u64) {
             process,
             reply,
         } => {
-            let result = writes::cancel_request(conn, &session, &process).await;
+            let result =
+                writes::cancel_request(conn, &session.node, Some(&session), &process).await;
             (done(reply, result), 0)
         }
         Op::OperatorRequest {
@@ -223,17 +225,21 @@ async fn execute(conn: &mut SqliteConnection, op: Op) -> (Done, u64) {
             source,
             reply,
         } => {
-            let result = writes::operator_request(conn, &node, &process, &source).await;
+            let result = writes::add_request(conn, &node, None, &process, &source).await;
             (done(reply, result), 0)
         }
         Op::OperatorCancel {
             node,
             process,
             reply,
-        } => (
-            done(reply, writes::operator_cancel(conn, &node, &process).await),
-            0,
-        ),
+        } => {
+            // Withdrawing from a node the store does not know withdraws nothing.
+            let result = match writes::cancel_request(conn, &node, None, &process).await {
+                Err(Error::NoSuchNode { .. }) => Ok(false),
+                other => other,
+            };
+            (done(reply, result), 0)
+        }
         Op::CompleteRequest {
             session,
             process,

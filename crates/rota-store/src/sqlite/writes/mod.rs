@@ -2,15 +2,12 @@
 //! that the [writer](super::writer) opened. An operation of several statements runs in a
 //! savepoint of its own, so that its failure undoes it alone and not its batch.
 //!
-//! One module per concern; the shared steps (the session check, the savepoint, the refusal)
-//! are here.
+//! One module per concern; the shared steps (the session check, the savepoint) are here.
 
-use rota_core::{NodeName, NodeState};
 use sqlx::SqliteConnection;
 
 use crate::error::{Context, Error, Result};
-use crate::model::{NodeRecord, Session, now_millis};
-use crate::sqlite::queries::fetch_node;
+use crate::model::{Session, now_millis};
 
 fn typed<T>(result: Result<T>) -> Result<T> {
     result
@@ -49,20 +46,18 @@ macro_rules! atomically {
 }
 
 mod operator;
+mod record;
 mod requests;
 mod sessions;
 mod settings;
 mod slots;
-mod windows;
 
-pub(super) use operator::{
-    operator_cancel, operator_request, record_action, retry, submit_procedure, unlock,
-};
+pub(super) use operator::{record_action, retry, submit_procedure, unlock};
+pub(super) use record::transition;
 pub(super) use requests::{add_request, cancel_request, complete_request, set_blocked};
 pub(super) use sessions::{close_session, fence, heartbeat, open_session};
 pub(super) use settings::{set_concurrency, set_meta};
 pub(super) use slots::acquire_slot;
-pub(super) use windows::transition;
 
 /// Refuses the write unless `session` is its node's current, unexpired session.
 pub(super) async fn check_session(tx: &mut SqliteConnection, session: &Session) -> Result<()> {
@@ -83,46 +78,4 @@ pub(super) async fn check_session(tx: &mut SqliteConnection, session: &Session) 
             session: session.id,
         }),
     }
-}
-
-/// Why a fenced write matched nothing: the session is gone, or the node is elsewhere.
-pub(super) async fn refusal(
-    conn: &mut sqlx::SqliteConnection,
-    session: &Session,
-    expected: NodeState,
-) -> Error {
-    let current: std::result::Result<Option<i64>, sqlx::Error> = sqlx::query_scalar(
-        "SELECT 1 FROM nodes n JOIN sessions s ON s.id = n.session_id \
-         WHERE n.node = ? AND s.id = ? AND s.superseded = 0 AND s.deadline > ?",
-    )
-    .bind(session.node.as_str())
-    .bind(session.id)
-    .bind(now_millis())
-    .fetch_optional(&mut *conn)
-    .await;
-    match current {
-        Ok(None) => Error::Fenced {
-            node: session.node.clone(),
-            session: session.id,
-        },
-        Ok(Some(_)) => match fetch_node(conn, &session.node).await {
-            Ok(Some(record)) => Error::Conflict {
-                node: session.node.clone(),
-                expected,
-                actual: record.state.to_string(),
-            },
-            Ok(None) => Error::NoSuchNode {
-                node: session.node.clone(),
-            },
-            Err(e) => e,
-        },
-        Err(source) => Error::Database {
-            context: "checking the session",
-            source,
-        },
-    }
-}
-
-pub(super) fn expect_node(record: Option<NodeRecord>, node: &NodeName) -> Result<NodeRecord> {
-    record.ok_or_else(|| Error::NoSuchNode { node: node.clone() })
 }

@@ -1,18 +1,16 @@
-//! Slots: which one a node holds, and taking one by the queue's rule.
+//! Slots: which one a node holds, and taking one by the queue's rule (rota-core's
+//! [`schedule`](rota_core::schedule), read and applied under the writer's lock).
 
-use rota_core::NodeName;
+use rota_core::{NodeName, Turn};
 use sqlx::SqliteConnection;
 
 use super::check_session;
 use crate::error::{Context, Result};
 use crate::model::{Acquire, Session, now_millis};
 use crate::rows::slot_index;
-use crate::sqlite::queries::{changes_before_turn, read_concurrency};
+use crate::sqlite::queries::turn;
 
-pub(in crate::sqlite) async fn held_slot(
-    tx: &mut SqliteConnection,
-    node: &NodeName,
-) -> Result<Option<u32>> {
+async fn held_slot(tx: &mut SqliteConnection, node: &NodeName) -> Result<Option<u32>> {
     let slot: Option<i64> = sqlx::query_scalar("SELECT slot FROM slots WHERE holder = ?")
         .bind(node.as_str())
         .fetch_optional(&mut *tx)
@@ -30,17 +28,9 @@ pub(in crate::sqlite) async fn acquire_slot(
         if let Some(slot) = held_slot(tx, &session.node).await? {
             return Ok(Acquire::Granted(slot));
         }
-        let changes = changes_before_turn(tx, &session.node).await?;
-        if changes > 0 {
-            return Ok(Acquire::Wait { changes });
-        }
-        let concurrency = read_concurrency(tx).await?;
-        let held: Vec<i64> = sqlx::query_scalar("SELECT slot FROM slots ORDER BY slot")
-            .fetch_all(&mut *tx)
-            .await
-            .context("reading slots")?;
-        let Some(slot) = (0..concurrency).find(|i| !held.contains(&i64::from(*i))) else {
-            return Ok(Acquire::Wait { changes: 1 });
+        let slot = match turn(tx, &session.node).await? {
+            Turn::Granted(slot) => slot,
+            Turn::Wait { changes } => return Ok(Acquire::Wait { changes }),
         };
         sqlx::query("INSERT INTO slots (slot, holder, acquired_at) VALUES (?, ?, ?)")
             .bind(i64::from(slot))

@@ -1,0 +1,152 @@
+//! Who takes a slot next: the one statement of the queue's rule (docs/design.md §3, §4).
+//!
+//! The queue is first come, first served by place (the time a node became eligible, then its
+//! name). A node takes no slot while it is blocked (a blocker, the fleet's pause), before its
+//! place comes (its backoff runs until then), or while its agent's session is dead; such a
+//! node does not hold up the nodes behind it either, and keeps its place. Slots are numbered
+//! `0..concurrency`; each grant takes the lowest free one, and no more are granted than the
+//! concurrency less the slots held (a lowered concurrency takes no slot away: those held
+//! beyond it go back before anyone else takes one).
+//!
+//! A node may belong to a group, and a group may have a limit of its own beside the fleet's:
+//! a node is granted only when both allow it, and a node whose group is full does not hold up
+//! the nodes of other groups behind it.
+
+use std::collections::BTreeMap;
+
+use crate::names::NodeName;
+use crate::step::Millis;
+
+/// One queued node that holds no slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Waiter {
+    pub node: NodeName,
+    /// Its place in the queue: the time from which it may take a slot (`queued_at`).
+    pub place: Millis,
+    /// Something holds it back (its recorded blocked reason).
+    pub blocked: bool,
+    /// Its agent's session is current and unexpired.
+    pub alive: bool,
+    /// The group it belongs to, if any.
+    pub group: Option<String>,
+}
+
+/// One slot in use, and the group of the node that holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    pub slot: u32,
+    pub group: Option<String>,
+}
+
+/// How many nodes may hold a slot at once: the fleet's concurrency, and the groups' own limits.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    pub concurrency: u32,
+    pub groups: BTreeMap<String, u32>,
+}
+
+impl Limits {
+    /// The fleet's concurrency and no group limit.
+    pub fn fleet(concurrency: u32) -> Limits {
+        Limits {
+            concurrency,
+            groups: BTreeMap::new(),
+        }
+    }
+}
+
+/// A slot given to a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    pub node: NodeName,
+    pub slot: u32,
+}
+
+/// What [`schedule`] decided for one waiter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Turn {
+    /// It takes this slot now.
+    Granted(u32),
+    /// Not yet. At least this many wake-ups (a slot given back, a waiter leaving the queue)
+    /// must happen before its turn, since each moves a waiter at most one place forward; a
+    /// node that waits for its own place, its block or its session counts one.
+    Wait { changes: u64 },
+}
+
+/// The answer of [`schedule`]: the grants, in queue order, and every waiter's turn.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Schedule {
+    pub grants: Vec<Grant>,
+    pub turns: BTreeMap<NodeName, Turn>,
+}
+
+impl Schedule {
+    /// The turn of `node`, or `None` if it was not among the waiters.
+    pub fn turn(&self, node: &NodeName) -> Option<Turn> {
+        self.turns.get(node).copied()
+    }
+}
+
+/// Grants the free slots to the waiters in queue order, at `now`, and tells every other
+/// waiter how far its turn is.
+pub fn schedule(queue: &[Waiter], held: &[Held], limits: &Limits, now: Millis) -> Schedule {
+    let mut order: Vec<&Waiter> = queue.iter().collect();
+    order.sort_by(|a, b| (a.place, &a.node).cmp(&(b.place, &b.node)));
+    // Slots held beyond a lowered concurrency count against it: they must go back first.
+    let free_at_start =
+        i64::from(limits.concurrency) - i64::try_from(held.len()).unwrap_or(i64::MAX);
+    let mut free: Vec<u32> = (0..limits.concurrency)
+        .filter(|slot| !held.iter().any(|h| h.slot == *slot))
+        .take(usize::try_from(free_at_start).unwrap_or(0))
+        .collect();
+    free.reverse();
+    let mut in_group: BTreeMap<&str, u32> = BTreeMap::new();
+    for group in held.iter().filter_map(|h| h.group.as_deref()) {
+        *in_group.entry(group).or_default() += 1;
+    }
+    let mut schedule = Schedule::default();
+    // The eligible waiters ahead of the one at hand that were not granted.
+    let mut ahead: i64 = 0;
+    for waiter in order {
+        if waiter.blocked || !waiter.alive || waiter.place > now {
+            schedule
+                .turns
+                .insert(waiter.node.clone(), Turn::Wait { changes: 1 });
+            continue;
+        }
+        let group_full = waiter.group.as_deref().is_some_and(|group| {
+            limits
+                .groups
+                .get(group)
+                .is_some_and(|limit| in_group.get(group).copied().unwrap_or(0) >= *limit)
+        });
+        let turn = match free.last() {
+            Some(&slot) if !group_full => {
+                free.pop();
+                if let Some(group) = waiter.group.as_deref() {
+                    *in_group.entry(group).or_default() += 1;
+                }
+                schedule.grants.push(Grant {
+                    node: waiter.node.clone(),
+                    slot,
+                });
+                Turn::Granted(slot)
+            }
+            _ if group_full => Turn::Wait { changes: 1 },
+            _ => {
+                let granted = i64::try_from(schedule.grants.len()).unwrap_or(i64::MAX);
+                let changes = ahead + granted + 1 - free_at_start;
+                ahead += 1;
+                Turn::Wait {
+                    changes: u64::try_from(changes).unwrap_or(0).max(1),
+                }
+            }
+        };
+        schedule.turns.insert(waiter.node.clone(), turn);
+    }
+    schedule
+}
+
+#[cfg(test)]
+#[path = "schedule_tests.rs"]
+mod tests;

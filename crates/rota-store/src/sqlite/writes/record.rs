@@ -1,0 +1,206 @@
+//! Every write of a node's record: read it inside the writer's transaction (`BEGIN
+//! IMMEDIATE` holds SQLite's one write lock, so what is read stays current until the commit),
+//! let rota-core decide ([`NodeOverview::apply`]), and persist the answer.
+
+use rota_core::{Applied, NodeName, Write};
+use sqlx::SqliteConnection;
+
+use super::check_session;
+use crate::error::{Context, Error, Result};
+use crate::model::{
+    BackoffRecord, Millis, NodeOverview, NodeRecord, RequestRecord, Session, Transition, now_millis,
+};
+use crate::rows::request_record;
+use crate::sqlite::queries::fetch_record;
+
+/// A write as it was committed: the core's answer, and the requests it created as stored.
+pub(in crate::sqlite) struct Written {
+    pub(in crate::sqlite) applied: Applied,
+    pub(in crate::sqlite) opened: Vec<RequestRecord>,
+}
+
+/// Applies `write` to `node`'s record, fenced by `session` when an agent writes; refuses an
+/// unknown node. A refused write writes nothing.
+pub(in crate::sqlite) async fn write_node(
+    tx: &mut SqliteConnection,
+    node: &NodeName,
+    session: Option<&Session>,
+    write: &Write,
+) -> Result<Written> {
+    atomically!(tx, {
+        if let Some(session) = session {
+            check_session(tx, session).await?;
+        }
+        let before = fetch_record(tx, node)
+            .await?
+            .ok_or_else(|| Error::NoSuchNode { node: node.clone() })?;
+        let now = now_millis();
+        let applied = before.apply(write, now)?;
+        let opened = persist(tx, &before, &applied, now).await?;
+        Ok(Written { applied, opened })
+    })
+}
+
+pub(in crate::sqlite) async fn transition(
+    tx: &mut SqliteConnection,
+    session: &Session,
+    transition: &Transition,
+) -> Result<NodeRecord> {
+    let written = write_node(
+        tx,
+        &session.node,
+        Some(session),
+        &Write::Transition(transition.clone()),
+    )
+    .await?;
+    Ok(written.applied.after.record)
+}
+
+/// Writes what changed between `before` and the core's answer.
+async fn persist(
+    tx: &mut SqliteConnection,
+    before: &NodeOverview,
+    applied: &Applied,
+    now: Millis,
+) -> Result<Vec<RequestRecord>> {
+    let node = &before.record.node;
+    let after = &applied.after;
+    if after.record != before.record {
+        write_row(tx, &after.record).await?;
+    }
+    if before.record.slot.is_some() && after.record.slot.is_none() {
+        sqlx::query("DELETE FROM slots WHERE holder = ?")
+            .bind(node.as_str())
+            .execute(&mut *tx)
+            .await
+            .context("releasing the slot")?;
+    }
+    for request in &after.open_requests {
+        let moved = before
+            .open_requests
+            .iter()
+            .any(|r| r.id == request.id && r.state != request.state);
+        if moved {
+            set_request_state(tx, request, None).await?;
+        }
+    }
+    for request in &applied.closed {
+        set_request_state(tx, request, Some(now)).await?;
+    }
+    write_backoffs(tx, node, &before.backoffs, &after.backoffs).await?;
+    for entry in &applied.history {
+        sqlx::query(
+            "INSERT INTO history (node, process, event, at, cause, slot, released) \
+             VALUES (?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(node.as_str())
+        .bind(entry.process.to_string())
+        .bind(entry.event.to_string())
+        .bind(entry.at)
+        .bind(entry.cause.as_deref())
+        .bind(entry.slot.map(i64::from))
+        .bind(entry.released)
+        .execute(&mut *tx)
+        .await
+        .context("appending history")?;
+    }
+    let mut opened = Vec::new();
+    for request in &applied.opened {
+        // The keys refuse a second request of a procedure the node ever had: its request is
+        // made once per node.
+        let row = sqlx::query(
+            "INSERT INTO requests (node, process, source, created_at, state) \
+             VALUES (?, ?, ?, ?, 'pending') ON CONFLICT DO NOTHING RETURNING *",
+        )
+        .bind(node.as_str())
+        .bind(request.process.to_string())
+        .bind(&request.source)
+        .bind(request.created_at)
+        .fetch_optional(&mut *tx)
+        .await
+        .context("recording a request")?;
+        if let Some(row) = row {
+            opened.push(request_record(&row)?);
+        }
+    }
+    Ok(opened)
+}
+
+async fn write_row(tx: &mut SqliteConnection, record: &NodeRecord) -> Result<()> {
+    sqlx::query(
+        "UPDATE nodes SET state = ?, since = ?, process = ?, pre_cordoned = ?, \
+         cordoned_by_rota = ?, boot_id = ?, reboot_started_at = ?, reboot_deadline = ?, \
+         last_reboot_at = ?, queued_at = ?, last_result = ?, blocked_reason = ?, \
+         blocked_since = ? WHERE node = ?",
+    )
+    .bind(record.state.as_str())
+    .bind(record.since)
+    .bind(record.process.as_ref().map(ToString::to_string))
+    .bind(record.pre_cordoned)
+    .bind(record.cordoned_by_rota)
+    .bind(record.boot_id.as_deref())
+    .bind(record.reboot_started_at)
+    .bind(record.reboot_deadline)
+    .bind(record.last_reboot_at)
+    .bind(record.queued_at)
+    .bind(record.last_result.as_deref())
+    .bind(record.blocked.as_ref().map(|b| b.reason.as_str()))
+    .bind(record.blocked.as_ref().map(|b| b.since))
+    .bind(record.node.as_str())
+    .execute(&mut *tx)
+    .await
+    .context("updating the node")?;
+    Ok(())
+}
+
+async fn set_request_state(
+    tx: &mut SqliteConnection,
+    request: &RequestRecord,
+    finished_at: Option<Millis>,
+) -> Result<()> {
+    sqlx::query("UPDATE requests SET state = ?, finished_at = ? WHERE id = ?")
+        .bind(request.state.as_str())
+        .bind(finished_at)
+        .bind(request.id)
+        .execute(&mut *tx)
+        .await
+        .context("updating requests")?;
+    Ok(())
+}
+
+async fn write_backoffs(
+    tx: &mut SqliteConnection,
+    node: &NodeName,
+    before: &[BackoffRecord],
+    after: &[BackoffRecord],
+) -> Result<()> {
+    for gone in before
+        .iter()
+        .filter(|b| !after.iter().any(|a| a.process == b.process))
+    {
+        sqlx::query("DELETE FROM backoff WHERE node = ? AND process = ?")
+            .bind(node.as_str())
+            .bind(gone.process.to_string())
+            .execute(&mut *tx)
+            .await
+            .context("clearing backoff")?;
+    }
+    for backoff in after.iter().filter(|a| !before.contains(a)) {
+        let seconds = i64::try_from(backoff.last_interval.as_secs()).unwrap_or(i64::MAX);
+        sqlx::query(
+            "INSERT INTO backoff (node, process, until, last_interval_s, cause) \
+             VALUES (?, ?, ?, ?, ?) ON CONFLICT (node, process) DO UPDATE SET \
+             until = excluded.until, last_interval_s = excluded.last_interval_s, \
+             cause = excluded.cause",
+        )
+        .bind(node.as_str())
+        .bind(backoff.process.to_string())
+        .bind(backoff.until)
+        .bind(seconds)
+        .bind(&backoff.cause)
+        .execute(&mut *tx)
+        .await
+        .context("recording backoff")?;
+    }
+    Ok(())
+}
