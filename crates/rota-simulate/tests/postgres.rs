@@ -121,7 +121,7 @@ async fn an_agent_that_stops_before_the_rollout_ends_the_simulation_with_its_err
     PostgresStore::open(&url).await.expect("open");
     execute(
         &url,
-        &["REVOKE EXECUTE ON FUNCTION rota_open_session FROM PUBLIC, CURRENT_USER".to_string()],
+        &["REVOKE INSERT ON sessions FROM PUBLIC, CURRENT_USER".to_string()],
     )
     .await;
     let options = common::options(sql_store(&url), 3, 1);

@@ -4,6 +4,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use rota_core::NodeName;
 use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Decode, Postgres, Row, Sqlite, Type};
@@ -185,6 +186,67 @@ pub(crate) fn request_record(row: &impl SqlRow) -> Result<RequestRecord> {
     })
 }
 
+/// A node's open requests as one JSON array of `[id, process, source, created_at, state]`
+/// (SQLite's `json_group_array`), oldest first.
+pub(crate) fn stored_requests(node: &NodeName, json: &str) -> Result<Vec<RequestRecord>> {
+    let rows: Vec<(i64, String, String, i64, String)> =
+        serde_json::from_str(json).map_err(|e| Error::Corrupt {
+            column: "requests",
+            value: json.to_string(),
+            reason: e.to_string(),
+        })?;
+    let mut requests = rows
+        .into_iter()
+        .map(|(id, process, source, created_at, state)| {
+            Ok(RequestRecord {
+                id,
+                node: node.clone(),
+                process: parse("requests.process", process)?,
+                source,
+                created_at,
+                state: request_state(state)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    requests.sort_by_key(|r| r.id);
+    Ok(requests)
+}
+
+/// A node's backoffs as one JSON array of `[process, until, last_interval_s, cause]`, by
+/// process.
+pub(crate) fn stored_backoffs(node: &NodeName, json: &str) -> Result<Vec<BackoffRecord>> {
+    let rows: Vec<(String, i64, i64, String)> =
+        serde_json::from_str(json).map_err(|e| Error::Corrupt {
+            column: "backoff",
+            value: json.to_string(),
+            reason: e.to_string(),
+        })?;
+    let mut backoffs = rows
+        .into_iter()
+        .map(|(process, until, seconds, cause)| {
+            Ok(BackoffRecord {
+                node: node.clone(),
+                process: parse("backoff.process", process)?,
+                until,
+                last_interval: interval_seconds(seconds)?,
+                cause,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    backoffs.sort_by_key(|b| b.process.to_string());
+    Ok(backoffs)
+}
+
+fn interval_seconds(secs: i64) -> Result<Duration> {
+    u64::try_from(secs)
+        .map(Duration::from_secs)
+        .map_err(|_| Error::Corrupt {
+            column: "backoff.last_interval_s",
+            value: secs.to_string(),
+            reason: "expected a number of seconds, 0 or more".into(),
+        })
+}
+
 pub(crate) fn procedure_record(row: &impl SqlRow) -> Result<ProcedureRecord> {
     let get = getter("reading a procedure");
     let json: String = row.column("spec").map_err(&get)?;
@@ -203,16 +265,11 @@ pub(crate) fn slot_holder(row: &impl SqlRow) -> Result<SlotHolder> {
 pub(crate) fn backoff_record(row: &impl SqlRow) -> Result<BackoffRecord> {
     let get = getter("reading backoff");
     let secs: i64 = row.column("last_interval_s").map_err(&get)?;
-    let last_interval = u64::try_from(secs).map_err(|_| Error::Corrupt {
-        column: "backoff.last_interval_s",
-        value: secs.to_string(),
-        reason: "expected a number of seconds, 0 or more".into(),
-    })?;
     Ok(BackoffRecord {
         node: parse("backoff.node", row.column("node").map_err(&get)?)?,
         process: parse("backoff.process", row.column("process").map_err(&get)?)?,
         until: row.column("until").map_err(&get)?,
-        last_interval: Duration::from_secs(last_interval),
+        last_interval: interval_seconds(secs)?,
         cause: row.column("cause").map_err(&get)?,
     })
 }

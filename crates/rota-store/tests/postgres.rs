@@ -6,7 +6,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rota_core::{BackoffPolicy, NodeName, NodeState, ProcedureSpec, Process};
+use rota_core::{NodeName, NodeState, ProcedureSpec, Process};
 use rota_e2e::postgres::{end_connections, fresh_database};
 use rota_store::conformance::{Stress, stress};
 use rota_store::{
@@ -245,58 +245,91 @@ async fn an_operators_request_cancel_and_procedure_wake_every_agent() {
     );
 }
 
-/// A failure's backoff is computed by the server (`rota_backoff_next`), so that a failure is one
-/// call; it must agree with `BackoffPolicy::next` for every policy and previous wait, including
-/// the normalised, rounded, overflowing and floating-point edge cases.
-#[tokio::test]
-async fn the_servers_backoff_is_the_policys() {
+/// A write of a node that waited for another write's lock of the node's row reads the record
+/// that write left, not its statement's snapshot from before the wait: here a transition that
+/// opens the window while an operator's cancel of the node's pending request holds the lock
+/// does not make the canceled request active again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_waited_for_the_nodes_lock_reads_what_the_other_wrote() {
     let Some(url) = fresh_database().await else {
         return;
     };
-    drop(PostgresStore::open(&url).await.expect("create"));
-    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
-    let mut previous: Vec<Option<i64>> = vec![None, Some(-5), Some(i64::MAX), Some(1 << 53)];
-    previous.extend((0..400).map(Some));
-    previous.extend((1..40).map(|e| Some(3i64.pow(e / 2) * if e % 2 == 0 { 1 } else { 7 })));
-    let seconds = |s: f64| Duration::from_secs_f64(s);
-    let limits = [
-        (seconds(1.0), seconds(60.0)),
-        (seconds(0.0), seconds(0.0)),
-        (seconds(5.0), seconds(3.0)),
-        (seconds(1.5), seconds(90.25)),
-        (seconds(60.0), seconds(86_400.0)),
-        (seconds(1.0), Duration::from_secs(u64::MAX)),
-    ];
-    let exponents = [0.5, 1.0, 1.1, 1.5, 2.0, 3.7, 1e300, f64::NAN, f64::INFINITY];
-    for (initial, maximum) in limits {
-        for exponent in exponents {
-            let policy = BackoffPolicy {
-                initial,
-                maximum,
-                exponent,
-            };
-            let normalized = policy.normalized();
-            let whole = |d: Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
-            let server: Vec<i64> = sqlx::query_scalar(
-                "SELECT rota_backoff_next(p, $2, $3, $4) \
-                 FROM unnest($1::BIGINT[]) WITH ORDINALITY AS t (p, i) ORDER BY i",
-            )
-            .bind(&previous)
-            .bind(whole(normalized.initial))
-            .bind(whole(normalized.maximum))
-            .bind(normalized.exponent)
-            .fetch_all(&pool)
-            .await
-            .expect("rota_backoff_next");
-            for (prev, server) in previous.iter().zip(server) {
-                let expected = whole(
-                    policy.next(prev.map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(0)))),
-                );
-                assert_eq!(server, expected, "{policy:?} after {prev:?}");
-            }
-        }
+    let store = PostgresStore::open(&url).await.expect("open");
+    let node = NodeName::new("a").expect("name");
+    let s = store
+        .open_session(&node, Duration::from_secs(60))
+        .await
+        .expect("session");
+    store
+        .add_request(&s, &Process::Reboot, "test")
+        .await
+        .expect("request");
+    store
+        .transition(
+            &s,
+            Transition::new(NodeState::Idle, NodeState::Queued).window(WindowChange::Queue {
+                queued_at: Some(now_millis() - 1000),
+            }),
+        )
+        .await
+        .expect("enqueue");
+    assert_eq!(
+        store.try_acquire_slot(&s).await.expect("acquire").slot(),
+        Some(0)
+    );
+    // An operator's cancel as the store writes it: under the node's row lock, with a new
+    // version of the row.
+    let admin = sqlx::PgPool::connect(&url).await.expect("admin");
+    let mut cancel = admin.begin().await.expect("begin");
+    for sql in [
+        "SELECT 1 FROM nodes WHERE node = 'a' FOR UPDATE",
+        "UPDATE requests SET state = 'canceled', finished_at = rota_now_ms() WHERE node = 'a'",
+        "UPDATE nodes SET node = node WHERE node = 'a'",
+    ] {
+        sqlx::query(sql).execute(&mut *cancel).await.expect(sql);
     }
-    pool.close().await;
+    let opening = tokio::spawn({
+        let store = store.clone();
+        let s = s.clone();
+        async move {
+            store
+                .transition(
+                    &s,
+                    Transition::new(NodeState::Queued, NodeState::Draining)
+                        .window(WindowChange::Open),
+                )
+                .await
+        }
+    });
+    let waiting = async {
+        loop {
+            let blocked: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .fetch_one(&admin)
+            .await
+            .expect("count the waiting writes");
+            if blocked > 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the transition waits for the node's lock");
+    cancel.commit().await.expect("cancel");
+    admin.close().await;
+    let record = opening.await.expect("task").expect("the window opens");
+    assert_eq!(record.state, NodeState::Draining);
+    let requests = store.all_requests().await.expect("requests");
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(
+        requests[0].state,
+        rota_store::RequestState::Canceled,
+        "{requests:?}"
+    );
 }
 
 #[tokio::test]

@@ -1,22 +1,28 @@
 //! The store for bare-metal fleets: one PostgreSQL database shared by every host's agent.
 //!
-//! Exclusion comes from row locks and keys, never from a check followed by an insert: every
-//! write that reads a node's state before changing it first locks the node's row (`FOR
-//! UPDATE`), which is also what `open_session` locks to supersede a session, so a fenced write
-//! and a new session are strictly ordered. Slot grants share no lock: each slot is a row that a
-//! grant updates only while it has no holder, so grants that meet on a slot are ordered by its
-//! row lock, and a node takes and gives back its slot only under its own row lock, so it never
-//! holds two (migration `0011`; `rota_acquire_slot` in migration `0003` says why the queue order
-//! holds without a lock).
+//! The rules are rota-core's, as in the SQLite store: every write of a node's record (a
+//! transition, a request added, canceled or completed, a blocked reason, an operator's unlock,
+//! retry, request or cancel) is one transaction on the writer's connection (`record.rs`): one
+//! statement reads the node's whole record (its row, slot, open requests and backoffs), locks
+//! its row (`FOR UPDATE`), and says whether the writer's session is current and what time it
+//! is; [`NodeOverview::apply`](rota_core::NodeOverview::apply) decides; one statement persists
+//! the difference (with the write's NOTIFY); then COMMIT. A slot is granted in a transaction
+//! that locks the node's row, reads the queue and the slot rows (`FOR UPDATE`), and takes the
+//! slot [`schedule`](rota_core::schedule) names only while it is free (`slots.rs`); a waiter
+//! whose turn has not come learns it from one read-only statement and takes no lock.
 //!
-//! Every write is one statement, so one round trip: a call of one of the migrations' PL/pgSQL
-//! functions (`rota_transition`, `rota_acquire_slot`, `rota_open_session`, `rota_retry`) where
-//! it reads before it writes, which runs in the statement's own transaction and takes the locks
-//! above inside the server. Only `unlock` and `set_concurrency` are multi-statement transactions.
+//! Exclusion comes from row locks and keys, never from a check followed by an insert: every
+//! write of a node locks the node's row first, which is also what `open_session` locks to
+//! supersede a session, so a fenced write and a new session are strictly ordered. A node takes
+//! and gives back its slot only under its own row lock, so it never holds two; a grant updates
+//! a slot row only while it has no holder, so a slot never has two holders (migration `0011`).
+//! Every write that changes a node's record also makes a new version of its row, so that a
+//! write that waited for the lock sees it and reads the record again under the lock instead of
+//! deciding on its statement's older snapshot.
 //!
 //! "Now" is always the database's clock (`rota_now_ms()`), and session deadlines are checked
-//! inside the writing statement, so an agent whose session expired cannot write however far
-//! its own clock drifts.
+//! under the node's row lock in the writing transaction, so an agent whose session expired
+//! cannot write however far its own clock drifts.
 //!
 //! [`Store::changes`] follows `NOTIFY rota_changes` sent inside every wake-worthy write, so
 //! waiting agents on every host learn of a released slot when it commits, without polling.
@@ -34,10 +40,10 @@ mod operator;
 mod pause;
 mod procedures;
 mod queries;
+mod record;
 mod requests;
 mod sessions;
 mod slots;
-mod windows;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,15 +1,61 @@
-//! An agent's requests: added and canceled under its session, completed one by one inside
-//! its window.
+//! Requests: added and canceled by an agent under its session or by an operator, completed
+//! one by one inside the window; each a node write ([`write_node`]) that rota-core decides.
 
-use rota_core::{HistoryEvent, NodeName, NodeState, Process};
-use sqlx::{Acquire as _, Row};
+use rota_core::{NodeName, Process, Write};
 
 use super::PostgresStore;
-use super::queries::{REQUEST_COLUMNS, existing_request, lock_node, refusal};
-use super::windows::whole_seconds;
+use super::queries::{REQUEST_COLUMNS, existing_request};
+use super::record::{Wakes, write_node};
 use crate::error::{Context, Error, Result};
 use crate::model::{Outcome, RequestRecord, Session};
-use crate::rows::{getter, request_record};
+use crate::rows::request_record;
+
+/// Records a request for `process` unless one stands for it; fenced by `session` when an
+/// agent asks, for a known node when an operator does. `wakes` is what a new request sends.
+pub(super) async fn add(
+    store: &PostgresStore,
+    node: &NodeName,
+    session: Option<&Session>,
+    process: &Process,
+    source: &str,
+    wakes: u64,
+) -> Result<(RequestRecord, bool)> {
+    const CONTEXT: &str = "recording a request";
+    let write = Write::AddRequest {
+        process: process.clone(),
+        source: source.to_string(),
+    };
+    let written = write_node(
+        store,
+        node,
+        session,
+        &write,
+        |_| Wakes::IfOpened(wakes),
+        CONTEXT,
+    )
+    .await?;
+    if let Some(request) = written.opened.into_iter().next() {
+        return Ok((request, true));
+    }
+    if let Some(open) = written
+        .applied
+        .after
+        .open_requests
+        .into_iter()
+        .find(|r| &r.process == process)
+    {
+        return Ok((open, false));
+    }
+    // A procedure's request is made once per node: the one made before stands for it.
+    let mut conn = store.connections.checkout(CONTEXT).await?;
+    let existing =
+        existing_request(conn.connection().await.context(CONTEXT)?, node, process).await?;
+    conn.finish();
+    match existing {
+        Some(row) => Ok((request_record(&row)?, false)),
+        None => Err(Error::NoSuchNode { node: node.clone() }),
+    }
+}
 
 pub(super) async fn add_request(
     store: &PostgresStore,
@@ -17,40 +63,31 @@ pub(super) async fn add_request(
     process: &Process,
     source: &str,
 ) -> Result<(RequestRecord, bool)> {
-    // One statement: fenced by the session, and a no-op when the node already has an open
-    // request for the process (the partial unique index decides, also between racers).
-    let sql = format!(
-        "INSERT INTO requests (node, process, source, created_at, state) \
-         SELECT $1, $2, $3, rota_now_ms(), 'pending' WHERE EXISTS ( \
-           SELECT 1 FROM nodes n JOIN sessions s ON s.id = n.session_id \
-           WHERE n.node = $1 AND s.id = $4 AND NOT s.superseded \
-             AND s.deadline > rota_now_ms()) \
-         ON CONFLICT DO NOTHING RETURNING {REQUEST_COLUMNS}"
-    );
-    let mut conn = store.connections.checkout("recording a request").await?;
-    let inserted = sqlx::query(&sql)
-        .bind(session.node.as_str())
-        .bind(process.to_string())
-        .bind(source)
-        .bind(session.id)
-        .fetch_optional(&mut *conn)
-        .await
-        .context("recording a request")?;
-    if let Some(row) = inserted {
-        conn.finish();
-        return Ok((request_record(&row)?, true));
-    }
-    let connection = conn.connection().await.context("recording a request")?;
-    let existing = existing_request(&mut *connection, &session.node, process).await?;
-    let refused = refusal(connection, session, NodeState::Idle).await;
-    if !matches!(refused, Error::Database { .. }) {
-        conn.finish();
-    }
-    match existing {
-        // Joining an open request still needs a current session.
-        Some(row) if !matches!(refused, Error::Fenced { .. }) => Ok((request_record(&row)?, false)),
-        _ => Err(refused),
-    }
+    add(store, &session.node, Some(session), process, source, 0).await
+}
+
+/// Withdraws the node's pending request for `process`; returns whether there was one.
+/// `wakes` is what a withdrawn request sends.
+pub(super) async fn cancel(
+    store: &PostgresStore,
+    node: &NodeName,
+    session: Option<&Session>,
+    process: &Process,
+    wakes: u64,
+) -> Result<bool> {
+    let write = Write::CancelRequest {
+        process: process.clone(),
+    };
+    let written = write_node(
+        store,
+        node,
+        session,
+        &write,
+        |applied| Wakes::Known(if applied.closed.is_empty() { 0 } else { wakes }),
+        "canceling a request",
+    )
+    .await?;
+    Ok(!written.applied.closed.is_empty())
 }
 
 pub(super) async fn cancel_request(
@@ -58,36 +95,7 @@ pub(super) async fn cancel_request(
     session: &Session,
     process: &Process,
 ) -> Result<bool> {
-    let mut conn = store.connections.checkout("canceling a request").await?;
-    let row = sqlx::query(
-        "WITH current AS ( \
-           SELECT 1 FROM nodes n JOIN sessions s ON s.id = n.session_id \
-           WHERE n.node = $1 AND s.id = $2 AND NOT s.superseded \
-             AND s.deadline > rota_now_ms() \
-         ), canceled AS ( \
-           UPDATE requests SET state = 'canceled', finished_at = rota_now_ms() \
-           WHERE node = $1 AND process = $3 AND state = 'pending' \
-             AND EXISTS (SELECT 1 FROM current) RETURNING id) \
-         SELECT EXISTS (SELECT 1 FROM current) AS current, \
-           (SELECT COUNT(*) FROM canceled) AS canceled",
-    )
-    .bind(session.node.as_str())
-    .bind(session.id)
-    .bind(process.to_string())
-    .fetch_one(&mut *conn)
-    .await
-    .context("canceling a request")?;
-    conn.finish();
-    let get = getter("canceling a request");
-    let current: bool = row.try_get("current").map_err(&get)?;
-    if !current {
-        return Err(Error::Fenced {
-            node: session.node.clone(),
-            session: session.id,
-        });
-    }
-    let canceled: i64 = row.try_get("canceled").map_err(&get)?;
-    Ok(canceled > 0)
+    cancel(store, &session.node, Some(session), process, 0).await
 }
 
 pub(super) async fn complete_request(
@@ -96,102 +104,29 @@ pub(super) async fn complete_request(
     process: &Process,
     outcome: &Outcome,
 ) -> Result<RequestRecord> {
-    const CONTEXT: &str = "completing a request";
-    let node = &session.node;
-    let mut conn = store.connections.checkout(CONTEXT).await?;
-    let mut tx = conn.begin().await.context(CONTEXT)?;
-    let locked = lock_node(&mut tx, node, Some(session)).await?;
-    if !locked.as_ref().is_some_and(|l| l.current) {
-        return Err(Error::Fenced {
-            node: node.clone(),
-            session: session.id,
-        });
-    }
-    if let (Outcome::Failed { .. }, Some(locked)) = (outcome, &locked)
-        && locked.record.state != NodeState::Maintaining
-    {
-        return Err(Error::Conflict {
-            node: node.clone(),
-            expected: NodeState::Maintaining,
-            actual: locked.record.state.to_string(),
-        });
-    }
-    let (state, event, cause) = match outcome {
-        Outcome::Succeeded { detail } => ("done", HistoryEvent::Finished, detail.as_deref()),
-        Outcome::Failed { cause, .. } => ("active", HistoryEvent::Failed, Some(cause.as_str())),
-    };
-    let row = sqlx::query(&format!(
-        "UPDATE requests SET state = $3, \
-           finished_at = CASE WHEN $3 = 'done' THEN rota_now_ms() END \
-         WHERE node = $1 AND process = $2 AND state = 'active' RETURNING {REQUEST_COLUMNS}"
-    ))
-    .bind(node.as_str())
-    .bind(process.to_string())
-    .bind(state)
-    .fetch_optional(&mut *tx)
-    .await
-    .context(CONTEXT)?
-    .ok_or_else(|| Error::NotActive {
-        node: node.clone(),
+    let write = Write::CompleteRequest {
         process: process.clone(),
-    })?;
-    match outcome {
-        Outcome::Succeeded { .. } => {
-            sqlx::query("DELETE FROM backoff WHERE node = $1 AND process = $2")
-                .bind(node.as_str())
-                .bind(process.to_string())
-                .execute(&mut *tx)
-                .await
-                .context(CONTEXT)?;
-        }
-        Outcome::Failed { cause, policy } => {
-            let policy = policy.normalized();
-            sqlx::query(
-                "INSERT INTO backoff (node, process, until, last_interval_s, cause) \
-                 SELECT $1, $2, rota_now_ms() + next * 1000, next, $3 FROM ( \
-                   SELECT rota_backoff_next( \
-                     (SELECT last_interval_s FROM backoff WHERE node = $1 AND process = $2), \
-                     $4, $5, $6) AS next) b \
-                 ON CONFLICT (node, process) DO UPDATE SET until = excluded.until, \
-                   last_interval_s = excluded.last_interval_s, cause = excluded.cause",
-            )
-            .bind(node.as_str())
-            .bind(process.to_string())
-            .bind(cause)
-            .bind(whole_seconds(policy.initial))
-            .bind(whole_seconds(policy.maximum))
-            .bind(policy.exponent)
-            .execute(&mut *tx)
-            .await
-            .context(CONTEXT)?;
-            // Fail closed in the same write: a failure recorded without it would let a
-            // restarted agent start the next attempt instead of waiting for an operator.
-            sqlx::query(
-                "UPDATE nodes SET last_result = $2, state = 'failed', since = rota_now_ms() \
-                 WHERE node = $1",
-            )
-            .bind(node.as_str())
-            .bind(format!("failed: {cause}"))
-            .execute(&mut *tx)
-            .await
-            .context(CONTEXT)?;
-        }
-    }
-    sqlx::query(
-        "INSERT INTO history (node, process, event, at, cause, slot, released) \
-         SELECT $1, $2, $3, rota_now_ms(), $4, (SELECT slot FROM slots WHERE holder = $1), \
-           FALSE",
+        outcome: outcome.clone(),
+    };
+    let written = write_node(
+        store,
+        &session.node,
+        Some(session),
+        &write,
+        |_| Wakes::Known(0),
+        "completing a request",
     )
-    .bind(node.as_str())
-    .bind(process.to_string())
-    .bind(event.to_string())
-    .bind(cause)
-    .execute(&mut *tx)
-    .await
-    .context(CONTEXT)?;
-    tx.commit().await.context(CONTEXT)?;
-    conn.finish();
-    request_record(&row)
+    .await?;
+    let applied = written.applied;
+    applied
+        .closed
+        .into_iter()
+        .chain(applied.after.open_requests)
+        .find(|r| &r.process == process)
+        .ok_or_else(|| Error::NotActive {
+            node: session.node.clone(),
+            process: process.clone(),
+        })
 }
 
 pub(super) async fn open_requests(

@@ -1,9 +1,10 @@
-//! Sessions: opened by `rota_open_session`, which supersedes the node's last one under its
-//! row lock, renewed only while current and unexpired.
+//! Sessions: opened in a transaction that supersedes the node's last one under its row lock,
+//! renewed only while current and unexpired.
 
 use std::time::Duration;
 
 use rota_core::NodeName;
+use sqlx::Acquire as _;
 
 use super::PostgresStore;
 use super::queries::millis;
@@ -15,13 +16,37 @@ pub(super) async fn open_session(
     node: &NodeName,
     ttl: Duration,
 ) -> Result<Session> {
-    let mut conn = store.connections.checkout("opening a session").await?;
-    let id: i64 = sqlx::query_scalar("SELECT rota_open_session($1, $2)")
+    const CONTEXT: &str = "opening a session";
+    let mut conn = store.connections.checkout(CONTEXT).await?;
+    let mut tx = conn.begin().await.context(CONTEXT)?;
+    // The node's row first, as every write of the node locks it, so that a write of the old
+    // session either commits before the new session exists or sees it and is refused; the
+    // next statement's snapshot, taken under the lock, sees every session opened before.
+    sqlx::query("SELECT 1 FROM nodes WHERE node = $1 FOR UPDATE")
         .bind(node.as_str())
-        .bind(millis(ttl))
-        .fetch_one(&mut *conn)
+        .execute(&mut *tx)
         .await
-        .context("opening a session")?;
+        .context(CONTEXT)?;
+    // Every earlier session is superseded, and the node (idle if new) points at the new one.
+    let id: i64 = sqlx::query_scalar(
+        "WITH superseded AS ( \
+           UPDATE sessions SET superseded = TRUE WHERE node = $1 AND NOT superseded \
+         ), opened AS ( \
+           INSERT INTO sessions (node, started_at, deadline) \
+           SELECT $1, t.now, t.now + $2 FROM (SELECT rota_now_ms() AS now) t \
+           RETURNING id, started_at \
+         ), pointed AS ( \
+           INSERT INTO nodes (node, session_id, state, since) \
+           SELECT $1, id, 'idle', started_at FROM opened \
+           ON CONFLICT (node) DO UPDATE SET session_id = excluded.session_id \
+         ) SELECT id FROM opened",
+    )
+    .bind(node.as_str())
+    .bind(millis(ttl))
+    .fetch_one(&mut *tx)
+    .await
+    .context(CONTEXT)?;
+    tx.commit().await.context(CONTEXT)?;
     conn.finish();
     Ok(Session {
         id,

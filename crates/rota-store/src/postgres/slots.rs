@@ -1,15 +1,17 @@
-//! Slots and the concurrency: a grant is one `rota_acquire_slot` call, a fence renews the
-//! session only while its node holds a slot.
+//! Slots and the concurrency: who takes a slot is rota-core's
+//! [`schedule`](rota_core::schedule), read and applied in a transaction that locks the slot
+//! rows; a fence renews the session only while its node holds a slot.
 
 use std::time::Duration;
 
-use sqlx::Acquire as _;
+use rota_core::{Held, Limits, NodeName, Turn, Waiter, schedule};
+use sqlx::{Acquire as _, PgConnection, Row};
 
 use super::PostgresStore;
 use super::queries::millis;
 use crate::error::{Context, Error, Result};
 use crate::model::{Acquire, Session, SlotHolder};
-use crate::rows::{concurrency as stored_concurrency, slot_holder, slot_index};
+use crate::rows::{concurrency as stored_concurrency, getter, parse, slot_holder, slot_index};
 use crate::store::WAKE_ALL;
 
 pub(super) async fn concurrency(store: &PostgresStore) -> Result<Option<u32>> {
@@ -52,32 +54,164 @@ pub(super) async fn set_concurrency(store: &PostgresStore, concurrency: u32) -> 
     Ok(())
 }
 
-pub(super) async fn try_acquire_slot(store: &PostgresStore, session: &Session) -> Result<Acquire> {
-    // One call: the queue look, and the grant only for the front.
-    let mut conn = store.connections.checkout("acquiring a slot").await?;
-    let granted: Option<i64> = sqlx::query_scalar("SELECT rota_acquire_slot($1, $2)")
-        .bind(session.node.as_str())
-        .bind(session.id)
+/// The queue as it stands and the slots, for [`schedule`]: the node's own slot, the slots
+/// held, the queued nodes that hold no slot (alive when their session is current, blocked when
+/// they record a reason), the concurrency, and the database's "now". `locked` reads the slot
+/// rows `FOR UPDATE`, their latest versions, until the transaction ends.
+fn queue_sql(locked: bool) -> String {
+    let rows = if locked {
+        "SELECT slot, holder FROM slot_rows ORDER BY slot FOR UPDATE"
+    } else {
+        "SELECT slot, holder FROM slots"
+    };
+    format!(
+        "WITH slot_list AS ({rows}), \
+           held AS (SELECT slot, holder FROM slot_list WHERE holder IS NOT NULL) \
+         SELECT x.now, \
+           COALESCE((SELECT value FROM rota_meta WHERE key = 'concurrency'), '1') AS concurrency, \
+           (SELECT slot FROM held WHERE holder = $1) AS own, \
+           ARRAY(SELECT slot FROM held ORDER BY slot) AS held, \
+           COALESCE(array_agg(n.node), '{{}}') AS nodes, \
+           COALESCE(array_agg(n.queued_at), '{{}}') AS places, \
+           COALESCE(array_agg(n.blocked_reason IS NOT NULL), '{{}}') AS blocked, \
+           COALESCE(array_agg(COALESCE(NOT s.superseded AND s.deadline > x.now, FALSE)), '{{}}') \
+             AS alive \
+         FROM (SELECT rota_now_ms() AS now) x \
+         LEFT JOIN nodes n ON n.state = 'queued' AND n.queued_at IS NOT NULL \
+           AND n.node <> ALL (ARRAY(SELECT holder FROM held)) \
+         LEFT JOIN sessions s ON s.id = n.session_id \
+         GROUP BY x.now"
+    )
+}
+
+/// What a node asking for a slot finds.
+enum Look {
+    /// It holds this slot already.
+    Holds(u32),
+    /// Its turn in the queue as [`schedule`] decides it.
+    Turn(Turn),
+}
+
+async fn look(conn: &mut PgConnection, node: &NodeName, locked: bool) -> Result<Look> {
+    const CONTEXT: &str = "reading the queue";
+    let row = sqlx::query(&queue_sql(locked))
+        .bind(node.as_str())
         .fetch_one(&mut *conn)
         .await
-        .context("acquiring a slot")?;
-    conn.finish();
-    match granted {
-        None => Err(Error::Fenced {
-            node: session.node.clone(),
-            session: session.id,
-        }),
-        Some(wait) if wait < 0 => Ok(Acquire::Wait {
-            changes: wait.unsigned_abs(),
-        }),
-        Some(slot) => u32::try_from(slot)
-            .map(Acquire::Granted)
-            .map_err(|e| Error::Corrupt {
-                column: "slots.slot",
-                value: slot.to_string(),
-                reason: e.to_string(),
-            }),
+        .context(CONTEXT)?;
+    let get = getter(CONTEXT);
+    let own: Option<i64> = row.try_get("own").map_err(&get)?;
+    if let Some(slot) = slot_index(own) {
+        return Ok(Look::Holds(slot));
     }
+    let now: i64 = row.try_get("now").map_err(&get)?;
+    let concurrency = stored_concurrency(
+        "rota_meta.concurrency",
+        row.try_get("concurrency").map_err(&get)?,
+    )?;
+    let held: Vec<i64> = row.try_get("held").map_err(&get)?;
+    let nodes: Vec<Option<String>> = row.try_get("nodes").map_err(&get)?;
+    let places: Vec<Option<i64>> = row.try_get("places").map_err(&get)?;
+    let blocked: Vec<Option<bool>> = row.try_get("blocked").map_err(&get)?;
+    let alive: Vec<Option<bool>> = row.try_get("alive").map_err(&get)?;
+    let mut queue = Vec::new();
+    for (((waiter, place), blocked), alive) in nodes.into_iter().zip(places).zip(blocked).zip(alive)
+    {
+        // No queued node at all: one row of the outer join, without a node.
+        let (Some(waiter), Some(place)) = (waiter, place) else {
+            continue;
+        };
+        queue.push(Waiter {
+            node: parse("nodes.node", waiter)?,
+            place,
+            blocked: blocked.unwrap_or(false),
+            alive: alive.unwrap_or(false),
+            group: None,
+        });
+    }
+    let held: Vec<Held> = held
+        .into_iter()
+        .map(|slot| Held {
+            slot: u32::try_from(slot).unwrap_or(u32::MAX),
+            group: None,
+        })
+        .collect();
+    let schedule = schedule(&queue, &held, &Limits::fleet(concurrency), now);
+    // A node that is not queued waits for its own change, counted as one.
+    Ok(Look::Turn(
+        schedule.turn(node).unwrap_or(Turn::Wait { changes: 1 }),
+    ))
+}
+
+pub(super) async fn try_acquire_slot(store: &PostgresStore, session: &Session) -> Result<Acquire> {
+    const CONTEXT: &str = "acquiring a slot";
+    let node = &session.node;
+    let mut conn = store.connections.checkout(CONTEXT).await?;
+    // A read-only look first, outside a transaction: waiters that are not at the front of the
+    // queue take no lock, so a release does not set off a stampede of locking transactions.
+    if let Look::Turn(Turn::Wait { changes }) =
+        look(conn.connection().await.context(CONTEXT)?, node, false).await?
+    {
+        conn.finish();
+        return Ok(Acquire::Wait { changes });
+    }
+    let mut tx = conn.begin().await.context(CONTEXT)?;
+    // The node's row first, as every write of the node locks it: under it no other grant or
+    // release of the node can happen, so it never holds two slots.
+    let current: Option<bool> = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM sessions s WHERE s.id = n.session_id AND s.id = $2 \
+           AND NOT s.superseded AND s.deadline > rota_now_ms()) \
+         FROM nodes n WHERE n.node = $1 FOR UPDATE OF n",
+    )
+    .bind(node.as_str())
+    .bind(session.id)
+    .fetch_optional(&mut *tx)
+    .await
+    .context(CONTEXT)?;
+    if current != Some(true) {
+        return Err(Error::Fenced {
+            node: node.clone(),
+            session: session.id,
+        });
+    }
+    // Then the queue and the slots, the slot rows locked: grants are decided one at a time.
+    let slot = match look(&mut tx, node, true).await? {
+        Look::Holds(slot) => {
+            tx.commit().await.context(CONTEXT)?;
+            conn.finish();
+            return Ok(Acquire::Granted(slot));
+        }
+        Look::Turn(Turn::Wait { changes }) => {
+            tx.commit().await.context(CONTEXT)?;
+            conn.finish();
+            return Ok(Acquire::Wait { changes });
+        }
+        Look::Turn(Turn::Granted(slot)) => slot,
+    };
+    // Taken only while free (a row not made yet is made); the node's row gets a new version,
+    // so that a write of the node that waited for its lock reads its record again.
+    let granted: Option<i64> = sqlx::query_scalar(
+        "WITH taken AS ( \
+           INSERT INTO slot_rows (slot, holder, acquired_at) VALUES ($1, $2, rota_now_ms()) \
+           ON CONFLICT (slot) DO UPDATE SET holder = excluded.holder, \
+             acquired_at = excluded.acquired_at \
+           WHERE slot_rows.holder IS NULL RETURNING slot \
+         ), touched AS ( \
+           UPDATE nodes SET node = node WHERE node = $2 AND EXISTS (SELECT 1 FROM taken) \
+           RETURNING node \
+         ) SELECT slot FROM taken",
+    )
+    .bind(i64::from(slot))
+    .bind(node.as_str())
+    .fetch_optional(&mut *tx)
+    .await
+    .context(CONTEXT)?;
+    tx.commit().await.context(CONTEXT)?;
+    conn.finish();
+    Ok(match granted {
+        Some(_) => Acquire::Granted(slot),
+        None => Acquire::Wait { changes: 1 },
+    })
 }
 
 pub(super) async fn fence(store: &PostgresStore, session: &Session, ttl: Duration) -> Result<u32> {

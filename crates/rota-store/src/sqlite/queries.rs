@@ -4,10 +4,10 @@
 use rota_core::{Held, Limits, NodeName, Turn, Waiter, schedule};
 use sqlx::Row;
 
-use crate::error::{Context, Result};
-use crate::model::{NodeOverview, NodeRecord, now_millis};
+use crate::error::{Context, Error, Result};
+use crate::model::{NodeOverview, NodeRecord, Session, now_millis};
 use crate::rows::{
-    NODE_COLUMNS, backoff_record, concurrency, getter, node_record, parse, request_record,
+    NODE_COLUMNS, concurrency, getter, node_record, parse, stored_backoffs, stored_requests,
 };
 
 pub(super) async fn fetch_node(
@@ -25,47 +25,46 @@ pub(super) async fn fetch_node(
     row.as_ref().map(node_record).transpose()
 }
 
-pub(super) async fn read_concurrency(conn: &mut sqlx::SqliteConnection) -> Result<u32> {
-    let value: Option<String> =
-        sqlx::query_scalar("SELECT value FROM rota_meta WHERE key = 'concurrency'")
-            .fetch_optional(&mut *conn)
-            .await
-            .context("reading the concurrency")?;
-    Ok(value
-        .map(|v| concurrency("rota_meta.concurrency", v))
-        .transpose()?
-        .unwrap_or(1))
-}
-
-/// The node's whole record: its row, its open requests and its backoffs.
+/// The node's whole record (its row, its open requests and its backoffs, read in one
+/// statement: each statement is a round trip to SQLite's thread), and whether `session` is its
+/// current unexpired session.
 pub(super) async fn fetch_record(
     conn: &mut sqlx::SqliteConnection,
     node: &NodeName,
-) -> Result<Option<NodeOverview>> {
-    let Some(record) = fetch_node(conn, node).await? else {
+    session: Option<&Session>,
+) -> Result<Option<(NodeOverview, bool)>> {
+    const CONTEXT: &str = "reading the node's record";
+    let sql = format!(
+        "SELECT {NODE_COLUMNS}, EXISTS ( \
+           SELECT 1 FROM sessions se WHERE se.id = n.session_id AND se.id = ?2 \
+             AND se.superseded = 0 AND se.deadline > ?3) AS current, \
+           (SELECT json_group_array(json_array(q.id, q.process, q.source, q.created_at, q.state)) \
+              FROM (SELECT * FROM requests WHERE node = n.node \
+                      AND state IN ('pending', 'active') ORDER BY id) q) AS requests, \
+           (SELECT json_group_array(json_array(k.process, k.until, k.last_interval_s, k.cause)) \
+              FROM (SELECT * FROM backoff WHERE node = n.node ORDER BY process) k) AS backoffs \
+         FROM nodes n LEFT JOIN slots s ON s.holder = n.node WHERE n.node = ?1"
+    );
+    let row = sqlx::query(&sql)
+        .bind(node.as_str())
+        .bind(session.map(|s| s.id))
+        .bind(now_millis())
+        .fetch_optional(&mut *conn)
+        .await
+        .context(CONTEXT)?;
+    let Some(row) = row else {
         return Ok(None);
     };
-    let requests = sqlx::query(
-        "SELECT id, node, process, source, created_at, state FROM requests \
-         WHERE node = ? AND state IN ('pending', 'active') ORDER BY id",
-    )
-    .bind(node.as_str())
-    .fetch_all(&mut *conn)
-    .await
-    .context("reading requests")?;
-    let backoffs = sqlx::query(
-        "SELECT node, process, until, last_interval_s, cause FROM backoff WHERE node = ? \
-         ORDER BY process",
-    )
-    .bind(node.as_str())
-    .fetch_all(&mut *conn)
-    .await
-    .context("reading backoff")?;
-    Ok(Some(NodeOverview {
+    let get = getter(CONTEXT);
+    let record = node_record(&row)?;
+    let requests: String = row.try_get("requests").map_err(&get)?;
+    let backoffs: String = row.try_get("backoffs").map_err(&get)?;
+    let overview = NodeOverview {
+        open_requests: stored_requests(&record.node, &requests)?,
+        backoffs: stored_backoffs(&record.node, &backoffs)?,
         record,
-        open_requests: requests.iter().map(request_record).collect::<Result<_>>()?,
-        backoffs: backoffs.iter().map(backoff_record).collect::<Result<_>>()?,
-    }))
+    };
+    Ok(Some((overview, row.try_get("current").map_err(&get)?)))
 }
 
 /// The turn of `node` in the queue as it stands, decided by [`rota_core::schedule`]: the
@@ -73,12 +72,23 @@ pub(super) async fn fetch_record(
 /// record a reason), the slots held, and the concurrency. A node that is not queued waits for
 /// its own change, counted as one.
 pub(super) async fn turn(conn: &mut sqlx::SqliteConnection, node: &NodeName) -> Result<Turn> {
-    let concurrency = read_concurrency(conn).await?;
     let now = now_millis();
-    let held: Vec<i64> = sqlx::query_scalar("SELECT slot FROM slots")
-        .fetch_all(&mut *conn)
-        .await
-        .context("reading slots")?;
+    let (stored, held): (Option<String>, String) = sqlx::query_as(
+        "SELECT (SELECT value FROM rota_meta WHERE key = 'concurrency'), \
+           (SELECT json_group_array(slot) FROM slots)",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .context("reading the slots")?;
+    let concurrency = stored
+        .map(|v| concurrency("rota_meta.concurrency", v))
+        .transpose()?
+        .unwrap_or(1);
+    let held: Vec<u32> = serde_json::from_str(&held).map_err(|e| Error::Corrupt {
+        column: "slots.slot",
+        value: held.clone(),
+        reason: e.to_string(),
+    })?;
     let rows = sqlx::query(
         "SELECT n.node, n.queued_at, n.blocked_reason IS NOT NULL AS blocked, \
            COALESCE(s.superseded = 0 AND s.deadline > ?1, 0) AS alive \
@@ -105,10 +115,7 @@ pub(super) async fn turn(conn: &mut sqlx::SqliteConnection, node: &NodeName) -> 
         .collect::<Result<Vec<_>>>()?;
     let held: Vec<Held> = held
         .into_iter()
-        .map(|slot| Held {
-            slot: u32::try_from(slot).unwrap_or(u32::MAX),
-            group: None,
-        })
+        .map(|slot| Held { slot, group: None })
         .collect();
     let schedule = schedule(&queue, &held, &Limits::fleet(concurrency), now);
     Ok(schedule.turn(node).unwrap_or(Turn::Wait { changes: 1 }))

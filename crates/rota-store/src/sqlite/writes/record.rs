@@ -1,11 +1,11 @@
 //! Every write of a node's record: read it inside the writer's transaction (`BEGIN
 //! IMMEDIATE` holds SQLite's one write lock, so what is read stays current until the commit),
-//! let rota-core decide ([`NodeOverview::apply`]), and persist the answer.
+//! let rota-core decide ([`NodeOverview::apply`]), and persist what changed. Each statement is a
+//! round trip to SQLite's own thread, so a write reads in one and writes no more than it must.
 
 use rota_core::{Applied, NodeName, Write};
 use sqlx::SqliteConnection;
 
-use super::check_session;
 use crate::error::{Context, Error, Result};
 use crate::model::{
     BackoffRecord, Millis, NodeOverview, NodeRecord, RequestRecord, Session, Transition, now_millis,
@@ -19,26 +19,49 @@ pub(in crate::sqlite) struct Written {
     pub(in crate::sqlite) opened: Vec<RequestRecord>,
 }
 
-/// Applies `write` to `node`'s record, fenced by `session` when an agent writes; refuses an
-/// unknown node. A refused write writes nothing.
+/// Applies `write` to `node`'s record, fenced by `session` when an agent writes (a node
+/// without a record is then fenced too); an operator's write of an unknown node is
+/// `NoSuchNode`. A refused write writes nothing.
 pub(in crate::sqlite) async fn write_node(
     tx: &mut SqliteConnection,
     node: &NodeName,
     session: Option<&Session>,
     write: &Write,
 ) -> Result<Written> {
-    atomically!(tx, {
-        if let Some(session) = session {
-            check_session(tx, session).await?;
-        }
-        let before = fetch_record(tx, node)
-            .await?
-            .ok_or_else(|| Error::NoSuchNode { node: node.clone() })?;
-        let now = now_millis();
-        let applied = before.apply(write, now)?;
-        let opened = persist(tx, &before, &applied, now).await?;
-        Ok(Written { applied, opened })
-    })
+    let read = fetch_record(tx, node, session).await?;
+    let Some((before, _)) = read.filter(|(_, current)| session.is_none() || *current) else {
+        return Err(match session {
+            Some(session) => Error::Fenced {
+                node: session.node.clone(),
+                session: session.id,
+            },
+            None => Error::NoSuchNode { node: node.clone() },
+        });
+    };
+    let now = now_millis();
+    let applied = before.apply(write, now)?;
+    if !applied.changed {
+        return Ok(Written {
+            applied,
+            opened: Vec::new(),
+        });
+    }
+    let row_only = applied.closed.is_empty()
+        && applied.opened.is_empty()
+        && applied.history.is_empty()
+        && applied.after.open_requests == before.open_requests
+        && applied.after.backoffs == before.backoffs
+        && applied.after.record.slot == before.record.slot;
+    if row_only {
+        // One statement needs no savepoint of its own.
+        write_row(tx, &applied.after.record).await?;
+        return Ok(Written {
+            applied,
+            opened: Vec::new(),
+        });
+    }
+    let opened = atomically!(tx, { persist(tx, &before, &applied, now).await })?;
+    Ok(Written { applied, opened })
 }
 
 pub(in crate::sqlite) async fn transition(
@@ -88,21 +111,26 @@ async fn persist(
         set_request_state(tx, request, Some(now)).await?;
     }
     write_backoffs(tx, node, &before.backoffs, &after.backoffs).await?;
-    for entry in &applied.history {
-        sqlx::query(
-            "INSERT INTO history (node, process, event, at, cause, slot, released) \
-             VALUES (?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(node.as_str())
-        .bind(entry.process.to_string())
-        .bind(entry.event.to_string())
-        .bind(entry.at)
-        .bind(entry.cause.as_deref())
-        .bind(entry.slot.map(i64::from))
-        .bind(entry.released)
-        .execute(&mut *tx)
-        .await
-        .context("appending history")?;
+    if !applied.history.is_empty() {
+        let values = vec!["(?, ?, ?, ?, ?, ?, ?)"; applied.history.len()].join(", ");
+        let sql = format!(
+            "INSERT INTO history (node, process, event, at, cause, slot, released) VALUES {values}"
+        );
+        let mut insert = sqlx::query(&sql);
+        for entry in &applied.history {
+            insert = insert
+                .bind(node.as_str())
+                .bind(entry.process.to_string())
+                .bind(entry.event.to_string())
+                .bind(entry.at)
+                .bind(entry.cause.clone())
+                .bind(entry.slot.map(i64::from))
+                .bind(entry.released);
+        }
+        insert
+            .execute(&mut *tx)
+            .await
+            .context("appending history")?;
     }
     let mut opened = Vec::new();
     for request in &applied.opened {
