@@ -2,27 +2,27 @@
 //!
 //! The rules are rota-core's, as in the SQLite store: every write of a node's record (a
 //! transition, a request added, canceled or completed, a blocked reason, an operator's unlock,
-//! retry, request or cancel) is one transaction on the writer's connection (`record.rs`): one
-//! statement reads the node's whole record (its row, slot, open requests and backoffs), locks
-//! its row (`FOR UPDATE`), and says whether the writer's session is current and what time it
-//! is; [`NodeOverview::apply`](rota_core::NodeOverview::apply) decides; one statement persists
-//! the difference (with the write's NOTIFY); then COMMIT. A slot is granted in a transaction
-//! that locks the node's row, reads the queue and the slot rows (`FOR UPDATE`), and takes the
-//! slot [`schedule`](rota_core::schedule) names only while it is free (`slots.rs`); a waiter
-//! whose turn has not come learns it from one read-only statement and takes no lock.
+//! retry, request or cancel) is two statements on the writer's connection (`record.rs`): one
+//! reads the node's whole record (its row, slot, open requests and backoffs) with its row's
+//! version (`xmin`), whether the writer's session is current and what time it is;
+//! [`NodeOverview::apply`](rota_core::NodeOverview::apply) decides; one statement persists the
+//! difference (with the write's NOTIFY) only if the row is still that version and the session
+//! still current, a compare-and-swap that commits all of it or nothing. A write that lost it
+//! reads and decides again. A slot is granted in a transaction that locks the node's row, reads
+//! the queue and the slot rows (`FOR UPDATE`), and takes the slot
+//! [`schedule`](rota_core::schedule) names only while it is free (`slots.rs`); a waiter whose
+//! turn has not come learns it from one read-only statement and takes no lock.
 //!
-//! Exclusion comes from row locks and keys, never from a check followed by an insert: every
-//! write of a node locks the node's row first, which is also what `open_session` locks to
-//! supersede a session, so a fenced write and a new session are strictly ordered. A node takes
-//! and gives back its slot only under its own row lock, so it never holds two; a grant updates
-//! a slot row only while it has no holder, so a slot never has two holders (migration `0011`).
-//! Every write that changes a node's record also makes a new version of its row, so that a
-//! write that waited for the lock sees it and reads the record again under the lock instead of
-//! deciding on its statement's older snapshot.
+//! Exclusion comes from compare-and-swaps, row locks and keys, never from a check followed by
+//! an insert: every write of a node's record writes its row, so two writes decided on the same
+//! version cannot both commit; `open_session` locks the row to supersede a session, so a fenced
+//! write and a new session are strictly ordered. A grant writes the node's row under its lock,
+//! so it never holds two slots; a grant updates a slot row only while it has no holder, so a
+//! slot never has two holders (migration `0011`).
 //!
 //! "Now" is always the database's clock (`rota_now_ms()`), and session deadlines are checked
-//! under the node's row lock in the writing transaction, so an agent whose session expired
-//! cannot write however far its own clock drifts.
+//! in the writing statement itself, so an agent whose session expired cannot write however far
+//! its own clock drifts.
 //!
 //! [`Store::changes`] follows `NOTIFY rota_changes` sent inside every wake-worthy write, so
 //! waiting agents on every host learn of a released slot when it commits, without polling.

@@ -1,16 +1,17 @@
-//! Every write of a node's record: one transaction on the writer's connection that reads the
-//! record under the node's row lock (one statement), lets rota-core decide
-//! ([`NodeOverview::apply`]), and persists the difference (one statement).
+//! Every write of a node's record, in two statements and no transaction of its own: one reads
+//! the whole record (its row, slot, open requests and backoffs) with its version, rota-core
+//! decides ([`NodeOverview::apply`]), and one persists the difference only if the node's row is
+//! still that version and the writer's session still current (a compare-and-swap; the
+//! statement is its own transaction, so it commits all of it or nothing). A write that lost its
+//! compare-and-swap reads again and decides again.
 //!
-//! A read that waited for the row lock reads the rest of the record from its statement's
-//! snapshot, taken before the wait: it would miss what the writer it waited for changed. Every
-//! write that changes a node's record therefore makes a new version of the node's row (its
-//! slot grant too, see `slots.rs`), and a read whose locked row is not the version its snapshot
-//! shows reads again, now that it holds the lock.
+//! The version is the row's `xmin`: every write that changes a node's record writes its row
+//! (a grant too, see `slots.rs`), so a record changed since it was read has a row of another
+//! transaction.
 
 use rota_core::{Applied, NodeName, Write};
 use sqlx::postgres::PgRow;
-use sqlx::{Acquire as _, PgConnection, Row};
+use sqlx::{PgConnection, Row};
 
 use super::PostgresStore;
 use super::changes::CHANNEL;
@@ -34,21 +35,20 @@ pub(super) enum Wakes {
     IfOpened(u64),
 }
 
-/// The node's record read under its row lock, whether `session` is its current unexpired
-/// session, and the database's "now" for every timestamp of the transaction.
-struct Locked {
+/// The node's record as read, with the version of its row, whether `session` is its current
+/// unexpired session, and the database's "now" for every timestamp of the write.
+struct Read {
     record: NodeOverview,
+    version: String,
     current: bool,
     now: Millis,
 }
 
 fn read_sql() -> String {
     format!(
-        "SELECT {NODE_COLUMNS}, rota_now_ms() AS now, EXISTS ( \
+        "SELECT {NODE_COLUMNS}, rota_now_ms() AS now, n.xmin::TEXT AS version, EXISTS ( \
            SELECT 1 FROM sessions se WHERE se.id = n.session_id AND se.id = $2 \
              AND NOT se.superseded AND se.deadline > rota_now_ms()) AS current, \
-           n.xmin::TEXT IS DISTINCT FROM ( \
-             SELECT x.xmin::TEXT FROM nodes x WHERE x.node = n.node) AS stale, \
            r.ids AS r_ids, r.processes AS r_processes, r.sources AS r_sources, \
            r.created AS r_created, r.states AS r_states, \
            b.processes AS b_processes, b.until AS b_until, b.intervals AS b_intervals, \
@@ -67,44 +67,33 @@ fn read_sql() -> String {
              COALESCE(array_agg(k.last_interval_s ORDER BY k.process), '{{}}') AS intervals, \
              COALESCE(array_agg(k.cause ORDER BY k.process), '{{}}') AS causes \
            FROM backoff k WHERE k.node = n.node) b \
-         WHERE n.node = $1 FOR UPDATE OF n"
+         WHERE n.node = $1"
     )
 }
 
-/// Reads `node`'s whole record and locks its row until the transaction ends.
+/// Reads `node`'s whole record in one statement (one snapshot).
 async fn read_record(
-    tx: &mut PgConnection,
+    conn: &mut PgConnection,
     node: &NodeName,
     session: Option<&Session>,
-) -> Result<Option<Locked>> {
+) -> Result<Option<Read>> {
     const CONTEXT: &str = "reading the node's record";
-    let sql = read_sql();
-    // The second read holds the lock from the first, so it is never stale.
-    for _ in 0..2 {
-        let row = sqlx::query(&sql)
-            .bind(node.as_str())
-            .bind(session.map(|s| s.id))
-            .fetch_optional(&mut *tx)
-            .await
-            .context(CONTEXT)?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let get = getter(CONTEXT);
-        if row.try_get::<bool, _>("stale").map_err(&get)? {
-            continue;
-        }
-        return Ok(Some(Locked {
-            record: overview(&row)?,
-            current: row.try_get("current").map_err(&get)?,
-            now: row.try_get("now").map_err(&get)?,
-        }));
-    }
-    Err(Error::Corrupt {
-        column: "nodes.xmin",
-        value: node.to_string(),
-        reason: "the node's row changed while this transaction held its lock".into(),
-    })
+    let row = sqlx::query(&read_sql())
+        .bind(node.as_str())
+        .bind(session.map(|s| s.id))
+        .fetch_optional(&mut *conn)
+        .await
+        .context(CONTEXT)?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let get = getter(CONTEXT);
+    Ok(Some(Read {
+        record: overview(&row)?,
+        version: row.try_get("version").map_err(&get)?,
+        current: row.try_get("current").map_err(&get)?,
+        now: row.try_get("now").map_err(&get)?,
+    }))
 }
 
 fn overview(row: &PgRow) -> Result<NodeOverview> {
@@ -163,75 +152,92 @@ fn overview(row: &PgRow) -> Result<NodeOverview> {
     })
 }
 
-/// Applies `write` to `node`'s record in one transaction, fenced by `session` when an agent
-/// writes (a missing node is then fenced too); an operator's write of an unknown node is
-/// `NoSuchNode`. `wakes` says which wake-ups the committed write sends. A refused write writes
-/// nothing and wakes no one.
+/// Applies `write` to `node`'s record, fenced by `session` when an agent writes (a missing node
+/// is then fenced too); an operator's write of an unknown node is `NoSuchNode`. `wakes` says
+/// which wake-ups the committed write sends. A refused write writes nothing and wakes no one.
 pub(super) async fn write_node(
     store: &PostgresStore,
     node: &NodeName,
     session: Option<&Session>,
     write: &Write,
-    wakes: impl FnOnce(&Applied) -> Wakes,
+    wakes: impl Fn(&Applied) -> Wakes,
     context: &'static str,
 ) -> Result<Written> {
     let mut conn = store.connections.checkout(context).await?;
-    let mut tx = conn.begin().await.context(context)?;
-    let locked = read_record(&mut tx, node, session).await?;
-    let Some(Locked {
-        record: before,
-        now,
-        ..
-    }) = locked.filter(|l| session.is_none() || l.current)
-    else {
-        return Err(match session {
-            Some(session) => Error::Fenced {
-                node: session.node.clone(),
-                session: session.id,
-            },
-            None => Error::NoSuchNode { node: node.clone() },
-        });
-    };
-    let applied = before.apply(write, now)?;
-    let opened = match wakes(&applied) {
-        Wakes::Known(wakes) if applied.changed => {
-            // The notification goes with the write's own statement.
-            let opened = persist(&mut tx, &before, &applied, now, store.payload(wakes)).await?;
-            tx.commit().await.context(context)?;
-            store.woke(wakes);
-            opened
+    loop {
+        let read = read_record(conn.connection().await.context(context)?, node, session).await?;
+        let Some(Read {
+            record: before,
+            version,
+            now,
+            ..
+        }) = read.filter(|r| session.is_none() || r.current)
+        else {
+            return Err(match session {
+                Some(session) => Error::Fenced {
+                    node: session.node.clone(),
+                    session: session.id,
+                },
+                None => Error::NoSuchNode { node: node.clone() },
+            });
+        };
+        let applied = before.apply(write, now)?;
+        if !applied.changed {
+            conn.finish();
+            return Ok(Written {
+                applied,
+                opened: Vec::new(),
+            });
         }
-        Wakes::Known(wakes) => {
-            store.commit(tx, wakes, context).await?;
-            Vec::new()
+        let (count, only_if_opened) = match wakes(&applied) {
+            Wakes::Known(count) => (count, false),
+            Wakes::IfOpened(count) => (count, true),
+        };
+        let guard = Guard {
+            version: &version,
+            session,
+            notify: store.payload(count),
+            only_if_opened,
+        };
+        let tx = conn.connection().await.context(context)?;
+        let Some(opened) = persist(tx, &before, &applied, now, &guard).await? else {
+            // Another write changed the record since it was read, or the session is no
+            // longer current: the next read tells which.
+            continue;
+        };
+        conn.finish();
+        if !only_if_opened || !opened.is_empty() {
+            store.woke(count);
         }
-        Wakes::IfOpened(wakes) => {
-            let opened = if applied.changed {
-                persist(&mut tx, &before, &applied, now, None).await?
-            } else {
-                Vec::new()
-            };
-            let wakes = if opened.is_empty() { 0 } else { wakes };
-            store.commit(tx, wakes, context).await?;
-            opened
-        }
-    };
-    conn.finish();
-    Ok(Written { applied, opened })
+        return Ok(Written { applied, opened });
+    }
+}
+
+/// What a persisting statement checks before it writes anything, and what it announces.
+struct Guard<'a> {
+    /// The version of the node's row the record was read from.
+    version: &'a str,
+    /// The writer's session, which must still be current.
+    session: Option<&'a Session>,
+    /// The notification of the write's wake-ups.
+    notify: Option<String>,
+    /// Notify only if a request was stored.
+    only_if_opened: bool,
 }
 
 /// Writes what changed between `before` and the core's answer in one statement, with the
-/// notification of its wake-ups: the node's row (always, so that a reader that waited for the
-/// lock sees a new version), the slot given back, the requests moved or closed, the backoffs,
-/// the history entries, and last the requests opened (after the ones closed, whose key they
-/// may take). Returns the requests opened as stored.
+/// notification of its wake-ups, if `guard` holds: the node's row (always, so that its version
+/// changes), the slot given back, the requests moved or closed, the backoffs, the history
+/// entries, and last the requests opened (after the ones closed, whose key they may take).
+/// Returns the requests opened as stored, or `None` when the guard failed and nothing was
+/// written.
 async fn persist(
-    tx: &mut PgConnection,
+    conn: &mut PgConnection,
     before: &NodeOverview,
     applied: &Applied,
     now: Millis,
-    notify: Option<String>,
-) -> Result<Vec<RequestRecord>> {
+    guard: &Guard<'_>,
+) -> Result<Option<Vec<RequestRecord>>> {
     let after = &applied.after;
     let r = &after.record;
     let releases = before.record.slot.is_some() && r.slot.is_none();
@@ -273,21 +279,28 @@ async fn persist(
            UPDATE nodes SET state = $2, since = $3, process = $4, pre_cordoned = $5, \
              cordoned_by_rota = $6, boot_id = $7, reboot_started_at = $8, reboot_deadline = $9, \
              last_reboot_at = $10, queued_at = $11, last_result = $12, blocked_reason = $13, \
-             blocked_since = $14 WHERE node = $1 RETURNING node \
+             blocked_since = $14 WHERE node = $1 AND xmin::TEXT = $35 AND ($36::BIGINT IS NULL \
+               OR EXISTS (SELECT 1 FROM sessions se WHERE se.id = $36 \
+                 AND se.id = nodes.session_id AND NOT se.superseded \
+                 AND se.deadline > rota_now_ms())) \
+           RETURNING node \
          ), released AS ( \
            UPDATE slot_rows SET holder = NULL, acquired_at = NULL WHERE $15 AND holder = $1 \
+             AND EXISTS (SELECT 1 FROM node_row) \
            RETURNING slot \
          ), moved AS ( \
            UPDATE requests r SET state = t.state, finished_at = t.finished \
            FROM unnest($16::BIGINT[], $17::TEXT[], $18::BIGINT[]) AS t (id, state, finished) \
-           WHERE r.id = t.id AND r.node = $1 RETURNING r.id \
+           WHERE r.id = t.id AND r.node = $1 AND EXISTS (SELECT 1 FROM node_row) \
+           RETURNING r.id \
          ), cleared AS ( \
-           DELETE FROM backoff WHERE node = $1 AND process = ANY ($19::TEXT[]) RETURNING process \
+           DELETE FROM backoff WHERE node = $1 AND process = ANY ($19::TEXT[]) \
+             AND EXISTS (SELECT 1 FROM node_row) RETURNING process \
          ), backed_off AS ( \
            INSERT INTO backoff (node, process, until, last_interval_s, cause) \
            SELECT $1, t.process, t.until, t.seconds, t.cause \
            FROM unnest($20::TEXT[], $21::BIGINT[], $22::BIGINT[], $23::TEXT[]) \
-             AS t (process, until, seconds, cause) \
+             AS t (process, until, seconds, cause) WHERE EXISTS (SELECT 1 FROM node_row) \
            ON CONFLICT (node, process) DO UPDATE SET until = excluded.until, \
              last_interval_s = excluded.last_interval_s, cause = excluded.cause \
            RETURNING process \
@@ -296,18 +309,20 @@ async fn persist(
            SELECT $1, t.process, t.event, t.at, t.cause, t.slot, t.released \
            FROM unnest($24::TEXT[], $25::TEXT[], $26::BIGINT[], $27::TEXT[], $28::BIGINT[], \
              $29::BOOLEAN[]) WITH ORDINALITY AS t (process, event, at, cause, slot, released, i) \
-           ORDER BY t.i RETURNING id \
+           WHERE EXISTS (SELECT 1 FROM node_row) ORDER BY t.i RETURNING id \
          ), opened AS ( \
            INSERT INTO requests (node, process, source, created_at, state) \
            SELECT $1, t.process, t.source, t.created_at, 'pending' \
            FROM unnest($30::TEXT[], $31::TEXT[], $32::BIGINT[]) WITH ORDINALITY \
              AS t (process, source, created_at, i) \
-           WHERE (SELECT count(*) FROM moved) >= 0 \
+           WHERE (SELECT count(*) FROM moved) >= 0 AND EXISTS (SELECT 1 FROM node_row) \
            ORDER BY t.i ON CONFLICT DO NOTHING RETURNING {REQUEST_COLUMNS} \
          ), notified AS ( \
-           SELECT pg_notify($33, $34) WHERE $34 IS NOT NULL \
+           SELECT pg_notify($33, $34) WHERE $34 IS NOT NULL AND EXISTS (SELECT 1 FROM node_row) \
+             AND (NOT $37 OR EXISTS (SELECT 1 FROM opened)) \
          ) \
-         SELECT o.*, (SELECT count(*) FROM notified) AS notified FROM ( \
+         SELECT o.*, (SELECT count(*) FROM notified) AS notified, \
+           EXISTS (SELECT 1 FROM node_row) AS written FROM ( \
            SELECT 1) one LEFT JOIN opened o ON TRUE ORDER BY o.id"
     );
     let rows = sqlx::query(&sql)
@@ -352,16 +367,26 @@ async fn persist(
         .bind(o.iter().map(|n| n.source.as_str()).collect::<Vec<_>>())
         .bind(o.iter().map(|n| n.created_at).collect::<Vec<_>>())
         .bind(CHANNEL)
-        .bind(notify)
-        .fetch_all(&mut *tx)
+        .bind(guard.notify.as_deref())
+        .bind(guard.version)
+        .bind(guard.session.map(|s| s.id))
+        .bind(guard.only_if_opened)
+        .fetch_all(&mut *conn)
         .await
         .context("writing the node's record")?;
     let get = getter("writing the node's record");
+    let written = match rows.first() {
+        Some(row) => row.try_get::<bool, _>("written").map_err(&get)?,
+        None => false,
+    };
+    if !written {
+        return Ok(None);
+    }
     let mut opened = Vec::new();
     for row in &rows {
         if row.try_get::<Option<i64>, _>("id").map_err(&get)?.is_some() {
             opened.push(crate::rows::request_record(row)?);
         }
     }
-    Ok(opened)
+    Ok(Some(opened))
 }
