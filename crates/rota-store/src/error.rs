@@ -59,6 +59,14 @@ pub enum Error {
         value: String,
         reason: String,
     },
+    /// A node's record that does not read (a value edited by hand, or written by a newer rota):
+    /// the node, then the field and the value.
+    #[error("the record of node {node} does not read: {source}")]
+    Record {
+        node: String,
+        #[source]
+        source: Box<Error>,
+    },
     /// A failure of a store implemented outside this crate (the Kubernetes store), which
     /// carries its own context (the verb and resource that failed).
     #[error(transparent)]
@@ -155,6 +163,19 @@ impl From<rota_core::RecordError> for Error {
                 needs,
             },
             R::NotActive { node, process } => Error::NotActive { node, process },
+        }
+    }
+}
+
+impl Error {
+    /// This error as part of `node`'s record.
+    pub(crate) fn of_node(self, node: &str) -> Error {
+        match self {
+            Error::Record { .. } => self,
+            source => Error::Record {
+                node: node.to_string(),
+                source: Box::new(source),
+            },
         }
     }
 }

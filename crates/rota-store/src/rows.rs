@@ -141,8 +141,14 @@ pub(crate) fn overview<R: SqlRow>(
 /// A node's row with its slot, as [`NODE_COLUMNS`] selects them.
 pub(crate) fn node_record(row: &impl SqlRow) -> Result<NodeRecord> {
     let get = getter("reading a node");
+    let name: String = row.column("node").map_err(&get)?;
+    node_fields(row, parse("nodes.node", name.clone())?).map_err(|e| e.of_node(&name))
+}
+
+fn node_fields(row: &impl SqlRow, node: NodeName) -> Result<NodeRecord> {
+    let get = getter("reading a node");
     Ok(NodeRecord {
-        node: parse("nodes.node", row.column("node").map_err(&get)?)?,
+        node,
         state: parse("nodes.state", row.column("state").map_err(&get)?)?,
         since: row.column("since").map_err(&get)?,
         process: row
@@ -189,6 +195,10 @@ pub(crate) fn request_record(row: &impl SqlRow) -> Result<RequestRecord> {
 /// A node's open requests as one JSON array of `[id, process, source, created_at, state]`
 /// (SQLite's `json_group_array`), oldest first.
 pub(crate) fn stored_requests(node: &NodeName, json: &str) -> Result<Vec<RequestRecord>> {
+    requests_of(node, json).map_err(|e| e.of_node(node.as_str()))
+}
+
+fn requests_of(node: &NodeName, json: &str) -> Result<Vec<RequestRecord>> {
     let rows: Vec<(i64, String, String, i64, String)> =
         serde_json::from_str(json).map_err(|e| Error::Corrupt {
             column: "requests",
@@ -215,6 +225,10 @@ pub(crate) fn stored_requests(node: &NodeName, json: &str) -> Result<Vec<Request
 /// A node's backoffs as one JSON array of `[process, until, last_interval_s, cause]`, by
 /// process.
 pub(crate) fn stored_backoffs(node: &NodeName, json: &str) -> Result<Vec<BackoffRecord>> {
+    backoffs_of(node, json).map_err(|e| e.of_node(node.as_str()))
+}
+
+fn backoffs_of(node: &NodeName, json: &str) -> Result<Vec<BackoffRecord>> {
     let rows: Vec<(String, i64, i64, String)> =
         serde_json::from_str(json).map_err(|e| Error::Corrupt {
             column: "backoff",

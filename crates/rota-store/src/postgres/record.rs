@@ -17,7 +17,7 @@ use super::PostgresStore;
 use super::changes::CHANNEL;
 use super::queries::REQUEST_COLUMNS;
 use crate::error::{Context, Error, Result};
-use crate::model::{BackoffRecord, Millis, NodeOverview, RequestRecord, Session};
+use crate::model::{BackoffRecord, Millis, NodeOverview, NodeRecord, RequestRecord, Session};
 use crate::rows::{NODE_COLUMNS, getter, node_record, parse, request_state};
 
 /// A write as it was committed: the core's answer, and the requests it created as stored.
@@ -97,8 +97,14 @@ async fn read_record(
 }
 
 fn overview(row: &PgRow) -> Result<NodeOverview> {
-    let get = getter("reading the node's record");
     let record = node_record(row)?;
+    let node = record.node.to_string();
+    work(row, record).map_err(|e| e.of_node(&node))
+}
+
+/// The node's open requests and backoffs beside its row.
+fn work(row: &PgRow, record: NodeRecord) -> Result<NodeOverview> {
+    let get = getter("reading the node's record");
     let ids: Vec<i64> = row.try_get("r_ids").map_err(&get)?;
     let processes: Vec<String> = row.try_get("r_processes").map_err(&get)?;
     let sources: Vec<String> = row.try_get("r_sources").map_err(&get)?;

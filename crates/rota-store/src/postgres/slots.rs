@@ -121,8 +121,17 @@ async fn look(conn: &mut PgConnection, node: &NodeName, locked: bool) -> Result<
         let (Some(waiter), Some(place)) = (waiter, place) else {
             continue;
         };
+        // A queued row that does not read (edited by hand, or written by a newer rota) holds
+        // no place: its own agent is refused when it reads its record, and the others go on.
+        let waiter = match parse("nodes.node", waiter) {
+            Ok(waiter) => waiter,
+            Err(e) => {
+                tracing::warn!(error = %e, "a queued node's row does not read; it holds no place");
+                continue;
+            }
+        };
         queue.push(Waiter {
-            node: parse("nodes.node", waiter)?,
+            node: waiter,
             place,
             blocked: blocked.unwrap_or(false),
             alive: alive.unwrap_or(false),

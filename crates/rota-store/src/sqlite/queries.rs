@@ -101,18 +101,25 @@ pub(super) async fn turn(conn: &mut sqlx::SqliteConnection, node: &NodeName) -> 
     .await
     .context("reading the queue")?;
     let get = getter("reading the queue");
-    let queue = rows
+    // A queued row that does not read (edited by hand, or written by a newer rota) holds no
+    // place: its own agent is refused when it reads its record, and the others go on.
+    let queue: Vec<Waiter> = rows
         .iter()
-        .map(|row| {
-            Ok(Waiter {
-                node: parse("nodes.node", row.try_get("node").map_err(&get)?)?,
-                place: row.try_get("queued_at").map_err(&get)?,
-                blocked: row.try_get("blocked").map_err(&get)?,
-                alive: row.try_get("alive").map_err(&get)?,
-                group: None,
-            })
+        .filter_map(|row| {
+            let waiter = (|| {
+                Ok::<_, Error>(Waiter {
+                    node: parse("nodes.node", row.try_get("node").map_err(&get)?)?,
+                    place: row.try_get("queued_at").map_err(&get)?,
+                    blocked: row.try_get("blocked").map_err(&get)?,
+                    alive: row.try_get("alive").map_err(&get)?,
+                    group: None,
+                })
+            })();
+            waiter
+                .inspect_err(|e| tracing::warn!(error = %e, "a queued node's row does not read; it holds no place"))
+                .ok()
         })
-        .collect::<Result<Vec<_>>>()?;
+        .collect();
     let held: Vec<Held> = held
         .into_iter()
         .map(|slot| Held { slot, group: None })
