@@ -2,14 +2,6 @@ use std::path::PathBuf;
 
 use rota_core::{NodeName, TransitionError};
 
-/// A node action (drain, uncordon, reboot, health check) that did not succeed.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{action} failed: {detail}")]
-pub struct ActionError {
-    pub action: &'static str,
-    pub detail: String,
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("reading the boot id from {path}: {source}")]

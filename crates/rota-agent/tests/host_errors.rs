@@ -11,9 +11,10 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use common::host::{Host, RunningAgent};
-use rota_agent::{AgentConfig, AgentObserver};
+use rota_agent::AgentConfig;
 use rota_core::{HistoryEvent, NodeState, ProcedureSpec, Process};
 use rota_e2e::host::touch;
+use rota_observer::AgentObserver;
 
 /// A tmpfs mounted over a directory for one test, unmounted when dropped.
 struct Tmpfs {

@@ -8,11 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{CountingActions, host_config};
-use rota_agent::{Agent, AgentObserver};
+use rota_agent::Agent;
 use rota_core::{NodeName, NodeState};
 use rota_e2e::postgres::{
     admit_role, database_with_own_role, end_connections, fresh_database, refuse_role,
 };
+use rota_observer::AgentObserver;
 use rota_store::{FIRST_RETRY_PAUSE, LONGEST_RETRY_PAUSE, PostgresStore, ReadStore, Store};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;

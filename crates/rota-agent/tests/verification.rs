@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use common::{WriteLog, host_config};
-use rota_agent::{ActionError, Agent, NodeActions, RebootHandle};
+use rota_actions::{ActionError, NodeActions, RebootHandle};
+use rota_agent::Agent;
 use rota_core::{HistoryEvent, NodeName, NodeState};
 use rota_store::{HistoryFilter, SqliteStore, Store};
 use tokio_util::sync::CancellationToken;

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use async_trait::async_trait;
 use backon::Retryable as _;
 use kube::{Client, ResourceExt as _};
-use rota_agent::{ActionError, NodeActions, Reboot, RebootHandle, run_command};
+use rota_actions::{ActionError, NodeActions, Reboot, RebootHandle, run_command};
 use rota_core::{Millis, NodeName};
 use rota_store::retry_pauses;
 use tokio::sync::watch;

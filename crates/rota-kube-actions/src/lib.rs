@@ -2,7 +2,8 @@
 //! Eviction API with kubectl's safety rules, uncordon, and [`KubeActions`], which gives them to
 //! the agent together with the reboot and health commands.
 //!
-//! - `actions`: [`KubeActions`], the agent's node actions in a cluster;
+//! - `actions`: [`KubeActions`], the agent's node actions in a cluster (a
+//!   [`rota_actions::NodeActions`]);
 //! - `annotations`: the annotations of `--annotate-nodes` (the reboot in progress, the last
 //!   reboot's start and end);
 //! - `drain`: cordon, evict, and wait until the evicted pods are gone;

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
-use rota_agent::NodeActions;
+use rota_actions::NodeActions;
 use rota_core::NodeName;
 use rota_e2e::proxy::Proxy;
 use rota_e2e::testenv::{TestEnv, wait_for};

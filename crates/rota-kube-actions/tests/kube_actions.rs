@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use anyhow::{Context as _, Result, ensure};
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams, PostParams};
-use rota_agent::NodeActions;
+use rota_actions::NodeActions;
 use rota_core::NodeName;
 use rota_e2e::testenv::TestEnv;
 use rota_kube_actions::KubeActions;

@@ -2,7 +2,7 @@
 //! durations in Prometheus text format, with the notification counters of rota-notify, served
 //! on `/metrics` beside `/healthz` and `/readyz`.
 //!
-//! - [`metrics`]: [`Metrics`], an [`rota_agent::AgentObserver`] that keeps the numbers;
+//! - [`metrics`]: [`Metrics`], an [`rota_observer::AgentObserver`] that keeps the numbers;
 //! - [`server`]: the HTTP endpoints.
 
 pub mod metrics;

@@ -10,10 +10,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
-use rota_agent::{AgentObserver, WorkOutcome};
 use rota_blockers::{Block, BlockKind};
 use rota_core::{Event, NodeName, NodeState, Process};
 use rota_notify::Counters;
+use rota_observer::{AgentObserver, WorkOutcome};
 use rota_store::{Millis, NodeRecord, RequestRecord};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -101,8 +101,8 @@ async fn ready(State(metrics): State<Arc<Metrics>>) -> Response {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, reason = "a failed unwrap is a failed test")]
 mod tests {
-    use rota_agent::AgentObserver;
     use rota_core::NodeName;
+    use rota_observer::AgentObserver;
 
     use super::*;
 

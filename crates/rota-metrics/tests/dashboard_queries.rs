@@ -13,11 +13,11 @@ use anyhow::{Context as _, Result, bail, ensure};
 use promql_parser::label::METRIC_NAME;
 use promql_parser::parser::{Expr, LabelModifier, VectorSelector};
 use promql_parser::util::{ExprVisitor, walk_expr};
-use rota_agent::{AgentObserver, WorkOutcome};
 use rota_blockers::{Block, BlockKind};
 use rota_core::{Event, NodeName, NodeState, Process};
 use rota_metrics::Metrics;
 use rota_notify::Counters;
+use rota_observer::{AgentObserver, WorkOutcome};
 use rota_store::{NodeRecord, RequestRecord, RequestState};
 use serde_json::Value;
 

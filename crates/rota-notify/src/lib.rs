@@ -10,7 +10,8 @@
 //! - [`template`]: message templates with `{node}`-style placeholders;
 //! - [`webhook`]: webhook targets, their URL validation and payloads;
 //! - [`notifier`]: the queue, the delivery task and its counters;
-//! - [`observer`]: [`NotifyObserver`], which turns what the agent reports into events.
+//! - [`observer`]: [`NotifyObserver`], the [`rota_observer::AgentObserver`] that turns what the
+//!   agent reports into events.
 
 pub mod error;
 pub mod event;

@@ -4,8 +4,8 @@
 
 use std::sync::Mutex;
 
-use rota_agent::{AgentObserver, WorkOutcome};
 use rota_core::{Event, NodeName, NodeState, Process};
+use rota_observer::{AgentObserver, WorkOutcome};
 use rota_store::NodeRecord;
 
 use crate::event::EventKind;

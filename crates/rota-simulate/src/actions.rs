@@ -1,7 +1,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use rota_agent::{ActionError, NodeActions, RebootHandle};
+use rota_actions::{ActionError, NodeActions, RebootHandle};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 

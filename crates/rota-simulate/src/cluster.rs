@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, Resource as _};
-use rota_agent::NodeActions;
+use rota_actions::NodeActions;
 use rota_core::NodeName;
 use rota_kube_actions::{DrainOptions, KubeActions};
 use rota_store_kube::{

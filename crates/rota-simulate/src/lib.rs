@@ -28,7 +28,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use rota_agent::{Agent, AgentConfig, NodeActions};
+use rota_actions::NodeActions;
+use rota_agent::{Agent, AgentConfig};
 use rota_core::NodeName;
 use rota_store::{Millis, SqliteStore, Store, StoreUrl, now_millis};
 use serde::Serialize;

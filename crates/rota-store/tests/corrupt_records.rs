@@ -95,7 +95,9 @@ async fn sqlite() -> (Arc<dyn Store>, Edit) {
 async fn postgres() -> Option<(Arc<dyn Store>, Edit)> {
     let url = fresh_database().await?;
     let store = PostgresStore::open(&url).await.expect("open");
-    let pool = sqlx::PgPool::connect(&url).await.expect("a second connection");
+    let pool = sqlx::PgPool::connect(&url)
+        .await
+        .expect("a second connection");
     let edit: Edit = Box::new(move |sql| {
         let pool = pool.clone();
         Box::pin(async move {

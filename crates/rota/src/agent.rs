@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 use backon::Retryable as _;
-use rota_agent::{
-    Agent, AgentConfig, CommandActions, NodeActions, Reboot, SentinelCommand, WindowMarker,
-};
+use rota_actions::{CommandActions, NodeActions, Reboot};
+use rota_agent::{Agent, AgentConfig, SentinelCommand, WindowMarker};
 use rota_blockers::{AlertFilter, AnnotationBlocker, Blocker, PodBlocker, PrometheusBlocker};
 use rota_kube_actions::{DrainOptions, KubeActions, NodeLabels};
 use rota_metrics::{Metrics, MetricsServer};

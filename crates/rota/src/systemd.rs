@@ -12,7 +12,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use rota_agent::AgentObserver;
+use rota_observer::AgentObserver;
 use sd_notify::NotifyState;
 use tokio::time::{Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;

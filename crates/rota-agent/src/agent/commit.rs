@@ -1,14 +1,15 @@
 //! Every persisted transition goes through here: the lifecycle check, the fenced write, the
 //! observers, and the effects (uncordon, the pending mark) that follow a write.
 
+use rota_actions::ActionError;
 use rota_core::{Event, NodeState, Process};
+use rota_observer::{StoreWrite, WorkOutcome};
 use rota_store::{NodeRecord, RequestState, RetryPauses, Transition, WindowChange};
 use tracing::{info, warn};
 
 use super::{Agent, Running};
 use crate::crash_points;
-use crate::error::{ActionError, Result};
-use crate::observer::{StoreWrite, WorkOutcome};
+use crate::error::Result;
 
 impl Agent {
     /// Marks the node as waiting for maintenance from the moment it has work until it is idle

@@ -7,8 +7,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use rota_actions::{ActionError, NodeActions, RebootHandle};
 use rota_blockers::{Block, Blocker};
 use rota_core::{NodeState, Process};
+use rota_observer::AgentObserver;
 use rota_sentinel::{SentinelWatcher, Snapshot, WatcherOptions};
 use rota_store::{
     Millis, NodeRecord, ProcedureRecord, RequestRecord, RetryPauses, Session, Store, now_millis,
@@ -18,10 +20,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::actions::{NodeActions, RebootHandle};
 use crate::config::AgentConfig;
-use crate::error::{ActionError, Error, Result};
-use crate::observer::AgentObserver;
+use crate::error::{Error, Result};
 use crate::procedures::Runner;
 use crate::reboot_marker::RebootMarker;
 use crate::sentinel_command;

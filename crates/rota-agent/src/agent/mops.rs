@@ -3,6 +3,7 @@
 //! gone.
 
 use rota_core::{ProcedureEntry, Process};
+use rota_observer::WorkOutcome;
 use rota_store::{NodeRecord, Outcome, ProcedureRecord, RequestRecord};
 use tokio::time::Instant;
 use tracing::{info, warn};
@@ -10,7 +11,6 @@ use tracing::{info, warn};
 use super::{Agent, Running};
 use crate::crash_points;
 use crate::error::Result;
-use crate::observer::WorkOutcome;
 use crate::procedures::{ORPHAN_POLL, RunState, attempt_run};
 
 impl Agent {

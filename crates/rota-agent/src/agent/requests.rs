@@ -4,13 +4,13 @@
 use std::collections::BTreeMap;
 
 use rota_core::Process;
+use rota_observer::WorkOutcome;
 use rota_store::{Millis, NodeRecord, ProcedureRecord, RequestRecord, RequestState, now_millis};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::{Agent, Procedures, Running, jittered, millis};
 use crate::error::Result;
-use crate::observer::WorkOutcome;
 
 impl Agent {
     /// Turns present sentinels into requests and withdraws pending sentinel requests whose

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use backon::Retryable as _;
+use rota_observer::AgentObserver;
 use rota_sentinel::SentinelWatcher;
 use rota_store::{RetryPauses, Session, Store, retry_pauses};
 use tokio::sync::Notify;
@@ -15,7 +16,6 @@ use tracing::warn;
 
 use super::{Agent, Ended, Running, SessionLost};
 use crate::error::{Error, Result};
-use crate::observer::AgentObserver;
 use crate::procedures::Runner;
 
 impl Agent {

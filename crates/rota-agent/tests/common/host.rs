@@ -15,9 +15,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rota_agent::{ActionError, Agent, AgentConfig, AgentObserver, NodeActions, RebootHandle};
+use rota_actions::{ActionError, NodeActions, RebootHandle};
+use rota_agent::{Agent, AgentConfig};
 use rota_core::{HistoryEvent, ProcedureSpec, Process};
 use rota_e2e::host::{self, HostDir};
+use rota_observer::AgentObserver;
 use rota_store::{
     HistoryFilter, Millis, NodeRecord, ProcedureStore, ReadStore, SqliteStore, Store, now_millis,
 };

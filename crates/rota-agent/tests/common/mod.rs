@@ -6,8 +6,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
-use rota_agent::{ActionError, AgentConfig, AgentObserver, NodeActions, RebootHandle, StoreWrite};
+use rota_actions::{ActionError, NodeActions, RebootHandle};
+use rota_agent::AgentConfig;
 use rota_core::NodeName;
+use rota_observer::{AgentObserver, StoreWrite};
 use rota_store::Result;
 
 /// An agent's configuration for `node` on a host under `dir`: `dir/host` as the host root,

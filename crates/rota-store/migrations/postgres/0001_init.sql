@@ -1,12 +1,23 @@
 -- rota's schema: the tables and meaning of migrations/sqlite/0001_init.sql. Times are unix
 -- milliseconds; every "now" the store writes or compares comes from the database's clock
--- (rota_now_ms), so that session deadlines hold across hosts whose clocks disagree.
+-- (rota_now_ms), so that session deadlines hold across hosts whose clocks disagree. The rules
+-- are rota-core's; the SQL here is the schema and the one trigger that records steps.
 CREATE FUNCTION rota_now_ms() RETURNS BIGINT LANGUAGE sql VOLATILE AS
 $$ SELECT (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT $$;
 
+-- The schema's marker, and the fleet's settings (`concurrency`, the pause).
 CREATE TABLE rota_meta (
     key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
+    value TEXT NOT NULL,
+    -- A concurrency no fleet can have (0, above 1000, not a number), written by hand, is
+    -- refused by the database, naming this constraint, instead of no node ever taking a slot.
+    CONSTRAINT rota_meta_concurrency_1_to_1000 CHECK (
+        CASE
+            WHEN key <> 'concurrency' THEN TRUE
+            WHEN value ~ '^[0-9]{1,4}$' THEN value::INT BETWEEN 1 AND 1000
+            ELSE FALSE
+        END
+    )
 );
 INSERT INTO rota_meta (key, value) VALUES ('schema', 'rota');
 
@@ -20,6 +31,15 @@ CREATE TABLE sessions (
 );
 CREATE INDEX sessions_node ON sessions (node);
 
+-- One row per node: its lifecycle state and the record of its current window.
+--
+-- No index but the key: an update of columns no index covers is HOT (the new version goes on
+-- the same page, the next reader prunes the old one, no new index entries), and a node's row
+-- is updated several times per window. An index on `queued_at` made every queue entry and exit
+-- a non-HOT update whose dead line pointer only VACUUM reclaims, and the table and index grew
+-- by a page per few hundred transitions between autovacuum runs (`rota bench`, issue 6). The
+-- queue count reads the whole table instead, but only for a queued node. Half of each page is
+-- left free (fillfactor 50) so that the new versions fit on the same page.
 CREATE TABLE nodes (
     node              TEXT PRIMARY KEY,
     session_id        BIGINT  NOT NULL REFERENCES sessions (id),
@@ -33,16 +53,31 @@ CREATE TABLE nodes (
     reboot_deadline   BIGINT,
     last_reboot_at    BIGINT,
     queued_at         BIGINT,
-    last_result       TEXT
-);
-CREATE INDEX nodes_queue ON nodes (queued_at, node) WHERE state = 'queued';
+    last_result       TEXT,
+    -- Why the node's agent holds back (a blocker, the fleet's pause), and since when; NULL
+    -- while nothing does.
+    blocked_reason    TEXT,
+    blocked_since     BIGINT
+) WITH (fillfactor = 50);
 
--- A row exists only while the slot is held; the keys make a double grant impossible.
-CREATE TABLE slots (
+-- The slots as fixed rows that a grant and a release update (holder and acquired_at NULL while
+-- free), made when a grant first needs them, so a new concurrency needs no other write. Rows
+-- inserted by a grant and deleted by a release left a dead row and two dead index entries
+-- each until VACUUM: after 10 s of `rota bench` the table had about 150 pages for at most 4
+-- live rows, which every look at the queue read. An update of `holder`, which no index covers,
+-- is HOT, and with 90% of each page left free (fillfactor 10) the table stays one page.
+--
+-- "One node per slot" rests on the row: a grant updates only a row without a holder, and two
+-- grants that pick the same row are ordered by its row lock, the second finding it taken.
+-- "One slot per node" rests on the node's row lock, which every grant and release takes (a
+-- unique key on the holder would make every grant non-HOT).
+CREATE TABLE slot_rows (
     slot        BIGINT PRIMARY KEY,
-    holder      TEXT   NOT NULL UNIQUE,
-    acquired_at BIGINT NOT NULL
-);
+    holder      TEXT,
+    acquired_at BIGINT
+) WITH (fillfactor = 10);
+-- The slots that are held, one row each: what every read of "the slots" means.
+CREATE VIEW slots AS SELECT slot, holder, acquired_at FROM slot_rows WHERE holder IS NOT NULL;
 
 CREATE TABLE requests (
     id          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -53,9 +88,16 @@ CREATE TABLE requests (
     state       TEXT   NOT NULL,
     finished_at BIGINT
 );
--- An open request is the node's work on that process: at most one per (node, process).
+-- An open request is the node's work on that process: at most one per (node, process). Reads
+-- of a node's open requests use this index too (their statements say `state IN ('pending',
+-- 'active')`, so that a generic plan may): an update of a request's state keeps its key here,
+-- where an index on (node, state) gained a dead entry per update that every lookup walked
+-- until VACUUM.
 CREATE UNIQUE INDEX requests_open ON requests (node, process) WHERE state IN ('pending', 'active');
+-- A procedure runs at most once per node, ever: its request is unique in every state.
+CREATE UNIQUE INDEX requests_procedure_once ON requests (node, process) WHERE process LIKE 'mop/%';
 
+-- A failed (node, process)'s backoff: when it may try again, and the interval that got it there.
 CREATE TABLE backoff (
     node            TEXT   NOT NULL,
     process         TEXT   NOT NULL,
@@ -65,6 +107,7 @@ CREATE TABLE backoff (
     PRIMARY KEY (node, process)
 );
 
+-- The work events of each node (started, finished, failed, canceled, postponed, released).
 CREATE TABLE history (
     id      BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     node    TEXT   NOT NULL,
@@ -79,62 +122,51 @@ CREATE TABLE history (
 );
 CREATE INDEX history_node ON history (node, id);
 
--- How many wake-ups of the change counter must happen at least before p_node can take a slot:
--- 0 when it may take one now (queued, due, and fewer live waiters without a slot ahead of it
--- than free slots). Queued nodes whose session has expired do not hold the queue up; a node
--- that is not queued or still in backoff waits for its own timer, counted as one. The SQLite
--- store's rule (changes_before_turn), in one place for both the read-only look and the grant.
-CREATE FUNCTION rota_changes_before_turn(p_node TEXT, p_now BIGINT) RETURNS BIGINT
-LANGUAGE sql STABLE AS $$
-    SELECT CASE
-        WHEN me.state <> 'queued' OR me.queued_at IS NULL OR me.queued_at > p_now THEN 1
-        ELSE GREATEST(0,
-            (SELECT COUNT(*) FROM nodes n JOIN sessions s ON s.id = n.session_id
-              WHERE n.state = 'queued' AND n.queued_at IS NOT NULL AND n.queued_at <= p_now
-                AND (n.queued_at < me.queued_at
-                     OR (n.queued_at = me.queued_at AND n.node < me.node))
-                AND NOT s.superseded AND s.deadline > p_now
-                AND NOT EXISTS (SELECT 1 FROM slots h WHERE h.holder = n.node))
-            - (COALESCE((SELECT value FROM rota_meta WHERE key = 'concurrency'), '1')::BIGINT
-               - (SELECT COUNT(*) FROM slots))
-            + 1)
-    END
-    FROM nodes me WHERE me.node = p_node
-$$;
+-- Procedures (MOPs), stored as submitted: the spec is rota-core's JSON form, immutable.
+CREATE TABLE procedures (
+    seq          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name         TEXT   NOT NULL UNIQUE,
+    spec         TEXT   NOT NULL,
+    submitted_at BIGINT NOT NULL
+);
 
--- Grants p_node a slot for session p_session in one statement, so that the lock ordering all
--- grants (p_lock, transaction-scoped) is held only while the server runs this, never across
--- round trips. Returns the slot (taken now or already held), -N to wait for N changes, or NULL
--- when the session is not current (fenced).
-CREATE FUNCTION rota_grant_slot(p_node TEXT, p_session BIGINT, p_lock BIGINT) RETURNS BIGINT
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_now  BIGINT;
-    v_slot BIGINT;
-    v_wait BIGINT;
+-- The operators' audit trail: who did which operator action (unlock, retry, request, cancel,
+-- pause, resume, submit), to which node and process, when and why. Written once per action,
+-- never read by agents.
+CREATE TABLE operator_actions (
+    id      BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at      BIGINT NOT NULL,
+    action  TEXT   NOT NULL,
+    -- NULL for the fleet (pause, resume, a procedure's submission)
+    node    TEXT,
+    process TEXT,
+    by      TEXT   NOT NULL,
+    reason  TEXT
+);
+
+-- The steps of each node's lifecycle: every state it entered, and when (`rota history
+-- --steps`, the timeline's drain, maintenance, reboot and verify segments). Written by a
+-- trigger in the same transaction as the state change, so every write that moves a node (a
+-- transition, an operator's unlock or retry, a failed procedure) records its step with no
+-- statement or round trip of its own. Bounded: a node keeps its last 500 steps (about 80
+-- windows).
+CREATE TABLE steps (
+    id    BIGSERIAL PRIMARY KEY,
+    node  TEXT   NOT NULL,
+    state TEXT   NOT NULL,
+    at    BIGINT NOT NULL
+);
+CREATE INDEX steps_node ON steps (node, id);
+
+CREATE FUNCTION rota_record_step() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_advisory_xact_lock(p_lock);
-    v_now := rota_now_ms();
-    PERFORM 1 FROM nodes n JOIN sessions s ON s.id = n.session_id
-      WHERE n.node = p_node AND s.id = p_session AND NOT s.superseded AND s.deadline > v_now
-      FOR UPDATE OF n;
-    IF NOT FOUND THEN
-        RETURN NULL;
-    END IF;
-    SELECT slot INTO v_slot FROM slots WHERE holder = p_node;
-    IF FOUND THEN
-        RETURN v_slot;
-    END IF;
-    v_wait := rota_changes_before_turn(p_node, v_now);
-    IF v_wait > 0 THEN
-        RETURN -v_wait;
-    END IF;
-    INSERT INTO slots (slot, holder, acquired_at)
-      SELECT g, p_node, v_now
-      FROM generate_series(0,
-          COALESCE((SELECT value FROM rota_meta WHERE key = 'concurrency'), '1')::BIGINT - 1) g
-      WHERE NOT EXISTS (SELECT 1 FROM slots WHERE slot = g) ORDER BY g LIMIT 1
-      RETURNING slot INTO v_slot;
-    RETURN COALESCE(v_slot, -1);
-END
-$$;
+    INSERT INTO steps (node, state, at) VALUES (NEW.node, NEW.state, NEW.since);
+    DELETE FROM steps WHERE node = NEW.node AND id <= (
+        SELECT s.id FROM steps s WHERE s.node = NEW.node ORDER BY s.id DESC OFFSET 500 LIMIT 1
+    );
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER steps_record AFTER UPDATE OF state ON nodes
+FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state)
+EXECUTE FUNCTION rota_record_step();

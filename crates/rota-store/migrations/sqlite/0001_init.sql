@@ -1,4 +1,7 @@
 -- rota's schema. Times are unix milliseconds.
+
+-- The schema's marker, the fleet's settings (`concurrency`, the pause) and `wake`, which every
+-- operator write moves so that other processes' agents look again.
 CREATE TABLE rota_meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -15,6 +18,7 @@ CREATE TABLE sessions (
 );
 CREATE INDEX sessions_node ON sessions (node);
 
+-- One row per node: its lifecycle state and the record of its current window.
 CREATE TABLE nodes (
     node              TEXT PRIMARY KEY,
     session_id        INTEGER NOT NULL REFERENCES sessions (id),
@@ -28,7 +32,11 @@ CREATE TABLE nodes (
     reboot_deadline   INTEGER,
     last_reboot_at    INTEGER,
     queued_at         INTEGER,
-    last_result       TEXT
+    last_result       TEXT,
+    -- Why the node's agent holds back (a blocker, the fleet's pause), and since when; NULL
+    -- while nothing does.
+    blocked_reason    TEXT,
+    blocked_since     INTEGER
 );
 
 -- A row exists only while the slot is held; the keys make a double grant impossible.
@@ -49,7 +57,10 @@ CREATE TABLE requests (
 );
 -- An open request is the node's work on that process: at most one per (node, process).
 CREATE UNIQUE INDEX requests_open ON requests (node, process) WHERE state IN ('pending', 'active');
+-- A procedure runs at most once per node, ever: its request is unique in every state.
+CREATE UNIQUE INDEX requests_procedure_once ON requests (node, process) WHERE process LIKE 'mop/%';
 
+-- A failed (node, process)'s backoff: when it may try again, and the interval that got it there.
 CREATE TABLE backoff (
     node            TEXT    NOT NULL,
     process         TEXT    NOT NULL,
@@ -59,6 +70,7 @@ CREATE TABLE backoff (
     PRIMARY KEY (node, process)
 );
 
+-- The work events of each node (started, finished, failed, canceled, postponed, released).
 CREATE TABLE history (
     id      INTEGER PRIMARY KEY,
     node    TEXT    NOT NULL,
@@ -72,3 +84,47 @@ CREATE TABLE history (
     released INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX history_node ON history (node, id);
+
+-- Procedures (MOPs), stored as submitted: the spec is rota-core's JSON form, immutable.
+CREATE TABLE procedures (
+    seq          INTEGER PRIMARY KEY,
+    name         TEXT    NOT NULL UNIQUE,
+    spec         TEXT    NOT NULL,
+    submitted_at INTEGER NOT NULL
+);
+
+-- The operators' audit trail: who did which operator action (unlock, retry, request, cancel,
+-- pause, resume, submit), to which node and process, when and why. Written once per action,
+-- never read by agents.
+CREATE TABLE operator_actions (
+    id      INTEGER PRIMARY KEY,
+    at      INTEGER NOT NULL,
+    action  TEXT    NOT NULL,
+    -- NULL for the fleet (pause, resume, a procedure's submission)
+    node    TEXT,
+    process TEXT,
+    by      TEXT    NOT NULL,
+    reason  TEXT
+);
+
+-- The steps of each node's lifecycle: every state it entered, and when (`rota history
+-- --steps`, the timeline's drain, maintenance, reboot and verify segments). Written by a
+-- trigger in the same transaction as the state change, so every write that moves a node
+-- (an agent's transition, an operator's unlock or retry, a failed procedure) records its step
+-- without a statement of its own. Bounded: a node keeps its last 500 steps (about 80 windows).
+CREATE TABLE steps (
+    id    INTEGER PRIMARY KEY,
+    node  TEXT    NOT NULL,
+    state TEXT    NOT NULL,
+    at    INTEGER NOT NULL
+);
+CREATE INDEX steps_node ON steps (node, id);
+
+CREATE TRIGGER steps_record AFTER UPDATE OF state ON nodes
+WHEN OLD.state IS NOT NEW.state
+BEGIN
+    INSERT INTO steps (node, state, at) VALUES (NEW.node, NEW.state, NEW.since);
+    DELETE FROM steps WHERE node = NEW.node AND id <= (
+        SELECT id FROM steps WHERE node = NEW.node ORDER BY id DESC LIMIT 1 OFFSET 500
+    );
+END;

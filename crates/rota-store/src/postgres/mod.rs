@@ -18,7 +18,7 @@
 //! version cannot both commit; `open_session` locks the row to supersede a session, so a fenced
 //! write and a new session are strictly ordered. A grant writes the node's row under its lock,
 //! so it never holds two slots; a grant updates a slot row only while it has no holder, so a
-//! slot never has two holders (migration `0011`).
+//! slot never has two holders (the schema's slot rows, `migrations/postgres/0001_init.sql`).
 //!
 //! "Now" is always the database's clock (`rota_now_ms()`), and session deadlines are checked
 //! in the writing statement itself, so an agent whose session expired cannot write however far

@@ -1,12 +1,13 @@
 //! `verifying`: the health gate after the work; uncordon and release the slot once healthy.
 
+use rota_actions::ActionError;
 use rota_core::{Event, Failure};
 use rota_store::{NodeRecord, now_millis};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::agent::{Agent, Running, ms};
-use crate::error::{ActionError, Result};
+use crate::error::Result;
 
 impl Agent {
     pub(super) async fn verifying(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {

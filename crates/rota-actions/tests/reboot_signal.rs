@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use rota_agent::{Reboot, SYSTEMD_REBOOT_SIGNAL};
+use rota_actions::{Reboot, SYSTEMD_REBOOT_SIGNAL};
 
 const PATIENCE: Duration = Duration::from_secs(30);
 

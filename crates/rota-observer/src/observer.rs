@@ -1,5 +1,6 @@
 //! What the agent tells whoever watches it (metrics, notifications) without knowing who: the
-//! agent crate stays free of HTTP and of any metrics or webhook library.
+//! agent crate stays free of HTTP and of any metrics or webhook library, and the watchers free
+//! of the agent.
 
 use rota_blockers::Block;
 use rota_core::{Event, NodeState, Process};

@@ -1,7 +1,7 @@
 //! [`CommandActions`], the node actions of a standalone host, with real `sh -c` commands: what
 //! a missing command does, what a failing one's error says, and what each command sees.
 
-use rota_agent::{ActionError, CommandActions, NodeActions};
+use rota_actions::{ActionError, CommandActions, NodeActions};
 use rota_core::NodeName;
 
 fn node() -> NodeName {
