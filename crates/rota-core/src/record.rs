@@ -293,6 +293,16 @@ pub struct Applied {
     pub changed: bool,
 }
 
+impl Applied {
+    /// The request of `process` after the write: closed by it, or still open.
+    pub fn request(&self, process: &Process) -> Option<&RequestRecord> {
+        self.closed
+            .iter()
+            .chain(&self.after.open_requests)
+            .find(|r| &r.process == process)
+    }
+}
+
 /// A write the record does not allow.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RecordError {

@@ -168,6 +168,18 @@ impl From<rota_core::RecordError> for Error {
 }
 
 impl Error {
+    /// Why a write of `node` found no record it may write: the agent's `session` is not
+    /// current (or its node has no record), or an operator named a node the store does not know.
+    pub(crate) fn unwritable(node: &NodeName, session: Option<&Session>) -> Error {
+        match session {
+            Some(session) => Error::Fenced {
+                node: session.node.clone(),
+                session: session.id,
+            },
+            None => Error::NoSuchNode { node: node.clone() },
+        }
+    }
+
     /// This error as part of `node`'s record.
     pub(crate) fn of_node(self, node: &str) -> Error {
         match self {

@@ -179,13 +179,7 @@ pub(super) async fn write_node(
             ..
         }) = read.filter(|r| session.is_none() || r.current)
         else {
-            return Err(match session {
-                Some(session) => Error::Fenced {
-                    node: session.node.clone(),
-                    session: session.id,
-                },
-                None => Error::NoSuchNode { node: node.clone() },
-            });
+            return Err(Error::unwritable(node, session));
         };
         let applied = before.apply(write, now)?;
         if !applied.changed {

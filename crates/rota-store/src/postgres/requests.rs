@@ -117,12 +117,10 @@ pub(super) async fn complete_request(
         "completing a request",
     )
     .await?;
-    let applied = written.applied;
-    applied
-        .closed
-        .into_iter()
-        .chain(applied.after.open_requests)
-        .find(|r| &r.process == process)
+    written
+        .applied
+        .request(process)
+        .cloned()
         .ok_or_else(|| Error::NotActive {
             node: session.node.clone(),
             process: process.clone(),

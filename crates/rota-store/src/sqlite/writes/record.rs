@@ -30,13 +30,7 @@ pub(in crate::sqlite) async fn write_node(
 ) -> Result<Written> {
     let read = fetch_record(tx, node, session).await?;
     let Some((before, _)) = read.filter(|(_, current)| session.is_none() || *current) else {
-        return Err(match session {
-            Some(session) => Error::Fenced {
-                node: session.node.clone(),
-                session: session.id,
-            },
-            None => Error::NoSuchNode { node: node.clone() },
-        });
+        return Err(Error::unwritable(node, session));
     };
     let now = now_millis();
     let applied = before.apply(write, now)?;

@@ -87,12 +87,10 @@ pub(in crate::sqlite) async fn complete_request(
         outcome: outcome.clone(),
     };
     let written = write_node(tx, &session.node, Some(session), &write).await?;
-    let applied = written.applied;
-    applied
-        .closed
-        .into_iter()
-        .chain(applied.after.open_requests)
-        .find(|r| &r.process == process)
+    written
+        .applied
+        .request(process)
+        .cloned()
         .ok_or_else(|| Error::NotActive {
             node: session.node.clone(),
             process: process.clone(),
