@@ -206,15 +206,8 @@ fn apply_window(
     now: Millis,
 ) {
     let fallback = status.process.clone().unwrap_or(Process::Reboot);
-    let result = match window {
-        WindowChange::Finish => Some("finished".to_string()),
-        WindowChange::Fail { cause, .. } => Some(bounded(&format!("failed: {cause}"))),
-        WindowChange::Cancel { reason } => Some(bounded(&format!("canceled: {reason}"))),
-        WindowChange::Postpone { reason } => Some(bounded(&format!("postponed: {reason}"))),
-        _ => None,
-    };
-    if result.is_some() {
-        status.last_result = result;
+    if let Some(result) = rota_core::window_result(window) {
+        status.last_result = Some(bounded(&result));
     }
     let record = Record { slot, now };
     match window {

@@ -10,8 +10,8 @@ use rota_core::{NodeName, NodeState, ProcedureSpec, Process};
 use rota_e2e::postgres::{end_connections, fresh_database};
 use rota_store::conformance::{Stress, stress};
 use rota_store::{
-    AgentStore, OperatorStore, PostgresStore, ReadStore, Store, StoreUrl, Transition, WAKE_ALL,
-    WindowChange, now_millis,
+    AgentStore, OperatorStore, PostgresStore, ReadStore, Session, Store, StoreUrl, Transition,
+    WAKE_ALL, WindowChange, now_millis,
 };
 
 async fn make() -> Option<Arc<dyn Store>> {
@@ -31,6 +31,30 @@ async fn handles(url: &str, count: usize) -> Vec<Arc<dyn Store>> {
         stores.push(url.open().await.expect("open"));
     }
     stores
+}
+
+/// Node `a` of `store` with a reboot request, queued and granted slot 0.
+async fn holding_slot_0(store: &dyn Store, ttl: Duration) -> Session {
+    let node = NodeName::new("a").expect("name");
+    let s = store.open_session(&node, ttl).await.expect("session");
+    store
+        .add_request(&s, &Process::Reboot, "test")
+        .await
+        .expect("request");
+    store
+        .transition(
+            &s,
+            Transition::new(NodeState::Idle, NodeState::Queued).window(WindowChange::Queue {
+                queued_at: Some(now_millis() - 1000),
+            }),
+        )
+        .await
+        .expect("enqueue");
+    assert_eq!(
+        store.try_acquire_slot(&s).await.expect("acquire").slot(),
+        Some(0)
+    );
+    s
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -59,28 +83,7 @@ async fn a_release_reaches_every_handle_through_notify() {
             .map(drop)
             .expect("store alive");
     }
-    let node = NodeName::new("a").expect("name");
-    let s = writer
-        .open_session(&node, Duration::from_secs(30))
-        .await
-        .expect("session");
-    writer
-        .add_request(&s, &Process::Reboot, "test")
-        .await
-        .expect("request");
-    writer
-        .transition(
-            &s,
-            Transition::new(NodeState::Idle, NodeState::Queued).window(WindowChange::Queue {
-                queued_at: Some(now_millis() - 1000),
-            }),
-        )
-        .await
-        .expect("enqueue");
-    assert_eq!(
-        writer.try_acquire_slot(&s).await.expect("acquire").slot(),
-        Some(0)
-    );
+    let s = holding_slot_0(&**writer, Duration::from_secs(30)).await;
     let mut receivers: Vec<_> = watchers.iter().map(|w| w.changes()).collect();
     let before: Vec<u64> = receivers
         .iter_mut()
@@ -255,28 +258,7 @@ async fn a_write_that_waited_for_the_nodes_lock_reads_what_the_other_wrote() {
         return;
     };
     let store = PostgresStore::open(&url).await.expect("open");
-    let node = NodeName::new("a").expect("name");
-    let s = store
-        .open_session(&node, Duration::from_secs(60))
-        .await
-        .expect("session");
-    store
-        .add_request(&s, &Process::Reboot, "test")
-        .await
-        .expect("request");
-    store
-        .transition(
-            &s,
-            Transition::new(NodeState::Idle, NodeState::Queued).window(WindowChange::Queue {
-                queued_at: Some(now_millis() - 1000),
-            }),
-        )
-        .await
-        .expect("enqueue");
-    assert_eq!(
-        store.try_acquire_slot(&s).await.expect("acquire").slot(),
-        Some(0)
-    );
+    let s = holding_slot_0(&store, Duration::from_secs(60)).await;
     // An operator's cancel as the store writes it: under the node's row lock, with a new
     // version of the row.
     let admin = sqlx::PgPool::connect(&url).await.expect("admin");
