@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::host::Host;
 use rota_core::NodeState;
 use rota_e2e::host::touch;
-use rota_store::AgentStore;
+use rota_store::Store;
 
 const DELAY_MS: i64 = 2000;
 /// A delay no test waits out: only shutdown or a lost session ends it.

@@ -14,7 +14,7 @@ use common::{CountingActions, host_config};
 use rota_agent::{Agent, AgentConfig};
 use rota_core::{NodeName, NodeState, Process};
 use rota_e2e::postgres::fresh_database;
-use rota_store::{OperatorStore, PostgresStore, ReadStore, Store};
+use rota_store::{PostgresStore, Store, StoreExt};
 use sqlx::PgPool;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

@@ -11,7 +11,7 @@ use common::host::{Host, RunningAgent};
 use rota_agent::{AgentConfig, SentinelCommand};
 use rota_core::{HistoryEvent, NodeName, NodeState, Process};
 use rota_e2e::host::{take_the_only_slot, touch};
-use rota_store::{AgentStore, NodeRecord, OperatorStore, ReadStore};
+use rota_store::{NodeRecord, StoreExt};
 
 /// Once `agent` has started its node's reboot, the machine does not go down at once: the agent
 /// is stopped and started again on the same boot, and must not reboot again. Then the reboot

@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 use common::host::{Host, RunningAgent};
 use rota_core::{HistoryEvent, NodeName, NodeState, Priority, ProcedureSpec, Process};
 use rota_e2e::host::PATIENCE;
-use rota_store::HistoryFilter;
-use rota_store::{OperatorStore, ReadStore};
+use rota_store::{HistoryFilter, StoreExt};
 
 impl Host {
     fn script_log(&self) -> Vec<String> {

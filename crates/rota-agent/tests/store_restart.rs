@@ -14,7 +14,7 @@ use rota_e2e::postgres::{
     admit_role, database_with_own_role, end_connections, fresh_database, refuse_role,
 };
 use rota_observer::AgentObserver;
-use rota_store::{FIRST_RETRY_PAUSE, LONGEST_RETRY_PAUSE, PostgresStore, ReadStore, Store};
+use rota_store::{FIRST_RETRY_PAUSE, LONGEST_RETRY_PAUSE, PostgresStore, Store, StoreExt};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 

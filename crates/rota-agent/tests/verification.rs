@@ -13,7 +13,7 @@ use common::{WriteLog, host_config};
 use rota_actions::{ActionError, NodeActions, RebootHandle};
 use rota_agent::Agent;
 use rota_core::{HistoryEvent, NodeName, NodeState};
-use rota_store::{HistoryFilter, SqliteStore, Store};
+use rota_store::{HistoryFilter, SqliteStore, Store, StoreExt};
 use tokio_util::sync::CancellationToken;
 
 fn name(node: &str) -> NodeName {

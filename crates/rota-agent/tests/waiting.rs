@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::CountingActions;
 use rota_agent::{Agent, AgentConfig};
 use rota_core::{NodeName, NodeState, Process};
-use rota_store::{Acquire, SqliteStore, Store, Transition, WindowChange, now_millis};
+use rota_store::{Acquire, SqliteStore, Store, StoreExt, Transition, WindowChange, now_millis};
 use tokio_util::sync::CancellationToken;
 
 fn name(node: &str) -> NodeName {

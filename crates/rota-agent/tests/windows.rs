@@ -4,7 +4,7 @@
 
 mod common;
 
-use rota_store::{OperatorStore, ReadStore};
+use rota_store::StoreExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::host::Host;

@@ -253,6 +253,24 @@ pub enum Write {
     Retry,
 }
 
+impl Write {
+    /// Whether the write, as applied, may let a waiting node go on, so that a store counts a
+    /// change for it: a step that gives a slot back or leaves the queue ([`Transition::wakes`]),
+    /// a blocked reason set or cleared (the queue behind the node moves), an operator's unlock
+    /// or retry. Requests wake no waiter: an operator's reaches the node's own agent by the
+    /// store's own means.
+    pub fn wakes(&self, applied: &Applied) -> bool {
+        match self {
+            Write::Transition(transition) => transition.wakes(),
+            Write::SetBlocked(_) => applied.changed,
+            Write::Unlock { .. } | Write::Retry => true,
+            Write::AddRequest { .. }
+            | Write::CancelRequest { .. }
+            | Write::CompleteRequest { .. } => false,
+        }
+    }
+}
+
 /// A history entry a write appends; the store gives it its id.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {

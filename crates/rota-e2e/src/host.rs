@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use rota_core::{HistoryEvent, NodeName, NodeState, Process};
 use rota_store::{
-    AgentStore, HistoryFilter, NodeRecord, OperatorStore, ReadStore, Session, SqliteStore,
-    Transition, WindowChange, now_millis,
+    HistoryFilter, NodeRecord, Session, SqliteStore, Store, StoreExt, Transition, WindowChange,
+    now_millis,
 };
 
 /// How long a wait on the agent may take before the test fails.

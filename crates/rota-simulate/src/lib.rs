@@ -31,7 +31,7 @@ use std::time::Duration;
 use rota_actions::NodeActions;
 use rota_agent::{Agent, AgentConfig};
 use rota_core::NodeName;
-use rota_store::{Millis, SqliteStore, Store, StoreUrl, now_millis};
+use rota_store::{Millis, SqliteStore, Store, StoreExt, StoreUrl, now_millis};
 use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -174,8 +174,13 @@ struct Fleet {
 }
 
 impl Fleet {
-    /// A fleet without node actions on a SQL store: nodes `sim-0..n`.
-    fn sql(store: Arc<dyn Store>, opener: Opener, nodes: usize) -> Result<Fleet> {
+    /// A fleet without node actions on a SQL store of kind `label`: nodes `sim-0..n`.
+    fn sql(
+        store: Arc<dyn Store>,
+        label: &'static str,
+        opener: Opener,
+        nodes: usize,
+    ) -> Result<Fleet> {
         let width = nodes.to_string().len();
         let names = (0..nodes)
             .map(|i| {
@@ -184,7 +189,7 @@ impl Fleet {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Fleet {
-            label: store.kind(),
+            label,
             store,
             names,
             actions: vec![None; nodes],
@@ -357,7 +362,7 @@ pub async fn run(
             let path = dir.path().join("rota.db");
             let store = Arc::new(SqliteStore::open(&path).await?);
             simulate(
-                Fleet::sql(store, Opener::Sqlite(path), options.nodes)?,
+                Fleet::sql(store, "sqlite", Opener::Sqlite(path), options.nodes)?,
                 StoreCounters::new(None, None),
                 &options,
                 dir.path(),
@@ -374,7 +379,8 @@ pub async fn run(
                 ),
                 _ => (Opener::Url(url.clone()), None),
             };
-            let fleet = Fleet::sql(url.open_shared().await?, opener, options.nodes)?;
+            let store = url.open_shared().await?;
+            let fleet = Fleet::sql(store, url.kind(), opener, options.nodes)?;
             let counters = StoreCounters::new(None, observer);
             simulate(fleet, counters, &options, dir.path(), interrupt, progress).await
         }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rota_core::{HistoryEvent, NodeName, NodeState};
-use rota_store::{HistoryFilter, Millis, NodeRecord, Store};
+use rota_store::{HistoryFilter, Millis, NodeRecord, Store, StoreExt};
 
 use crate::counters::Counted;
 use crate::{Fleet, Options, Result, Summary, TrafficSummary, metrics};

@@ -15,7 +15,7 @@ use rota_e2e::disrupt::at_thresholds;
 use rota_e2e::postgres::{database_with_own_role, end_connections, execute, fresh_database};
 use rota_e2e::proxy::{Proxy, outages};
 use rota_simulate::{Options, StoreChoice, error_chain, run};
-use rota_store::{HistoryFilter, PostgresStore, ReadStore, StoreUrl};
+use rota_store::{HistoryFilter, PostgresStore, StoreExt, StoreUrl};
 use tokio_util::sync::CancellationToken;
 
 /// Two database restarts during a rollout (once the first node finished, and once half had):

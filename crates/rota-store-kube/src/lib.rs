@@ -133,8 +133,8 @@
 //!   the Lease as it last took or renewed it; a stale one fails its compare-and-swap and is
 //!   read again, so only a fresh read ever refuses;
 //! - the agent's reads of its own node are answered from the RotaNode this process last wrote
-//!   or read, until an operator's wake for the node or the agent's periodic re-read
-//!   (`Store::refresh`): only an operator writes it besides the agent, and the agent's next
+//!   or read, while the watch of its own RotaNode is synced and until an operator's wake for
+//!   the node: only an operator writes it besides the agent, and the agent's next
 //!   compare-and-swap notices (the fence guards every disruptive step);
 //! - the fence writes the RotaNode (session) and the Lease (slot) at the same time;
 //! - Events are sent in the background;

@@ -24,8 +24,7 @@ use kube::Api;
 use kube::api::PostParams;
 use rota_core::{Event, Lifecycle, NodeName, NodeState, ProcedureSpec, Process};
 use rota_store::{
-    Acquire, AgentStore, OperatorStore, ProcedureStore, ReadStore, Session, Transition, WAKE_ALL,
-    WindowChange, now_millis,
+    Acquire, Session, Store, StoreExt, Transition, WAKE_ALL, WindowChange, now_millis,
 };
 use rota_store_kube::{KubeStore, Procedure, ProcedureBody, RotaNode};
 
@@ -98,7 +97,6 @@ async fn counted_handle(
 /// What an idle agent asks its store at each look, its periodic re-read and heartbeat included.
 async fn idle_look(store: &KubeStore, session: &Session) {
     let node = &session.node;
-    store.refresh(node);
     let record = store.node(node).await.expect("node").expect("a record");
     assert_eq!(record.state, NodeState::Idle);
     store.open_requests(node).await.expect("requests");

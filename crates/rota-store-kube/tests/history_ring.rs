@@ -12,8 +12,8 @@ use kube::{Api, Resource, ResourceExt};
 use rota_core::{BackoffPolicy, HistoryEvent, NodeName, NodeState, Process};
 use rota_e2e::testenv::Scope;
 use rota_store::{
-    AgentStore, HistoryEntry, HistoryFilter, OperatorStore, ReadStore, Session, StepRecord,
-    Transition, WindowChange, now_millis,
+    HistoryEntry, HistoryFilter, Session, StepRecord, Store, StoreExt, Transition, WindowChange,
+    now_millis,
 };
 use rota_store_kube::crd::{HistoryStatus, Timestamp};
 use rota_store_kube::window::{NODE_TAG_LABEL, RING_SIZE, ring_name};
@@ -353,7 +353,6 @@ async fn dead_writer(scope_name: &str, windows: usize) {
         "the uncommitted chunk is left out, the entry in both places read once"
     );
 
-    store.refresh(&node);
     window(&store, &s, windows + 1).await;
     let chunk = ring.get(&place).await.expect("the dead writer's place");
     assert!(
@@ -442,7 +441,6 @@ async fn a_ring_count_an_older_rota_dropped_is_found_again() {
         .expect("write it as an older rota would");
     assert_eq!(ids(&node_history(&store, &node).await), ids(&before));
 
-    store.refresh(&node);
     window(&store, &s, 4).await;
     let status = rota_node(&scope, &store, &node)
         .await

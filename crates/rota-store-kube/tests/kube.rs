@@ -13,10 +13,7 @@ use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::{Api, Client};
 use rota_core::{NodeName, NodeState, Process};
 use rota_e2e::fleet::request_reboot_by_hand;
-use rota_store::{
-    Acquire, AgentStore, OperatorStore, ProcedureStore, ReadStore, Transition, WAKE_ALL,
-    WindowChange, now_millis,
-};
+use rota_store::{Acquire, Store, StoreExt, Transition, WAKE_ALL, WindowChange, now_millis};
 use rota_store_kube::ids::{CLAIMED_TAGS, tag_candidates};
 use rota_store_kube::{KubeStore, KubeStoreConfig, RotaNode};
 

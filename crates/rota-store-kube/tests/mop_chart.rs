@@ -5,7 +5,7 @@
 
 mod common;
 
-use rota_store::{AgentStore, ProcedureStore};
+use rota_store::{Store, StoreExt};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -11,7 +11,7 @@ use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Resource};
 use rota_core::{NodeName, Process};
 use rota_e2e::testenv::Scope;
-use rota_store::{AgentStore, OperatorStore, ReadStore, RequestRecord, Session};
+use rota_store::{RequestRecord, Session, Store, StoreExt};
 use rota_store_kube::crd::{ArchivedRequest, RequestStateName};
 use rota_store_kube::window::ledger_name;
 use rota_store_kube::{KubeStore, NAMESPACE_LABEL, RotaNode, RotaWindow, RotaWindowSpec};

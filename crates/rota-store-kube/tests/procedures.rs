@@ -15,10 +15,7 @@ use kube::Api;
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use rota_core::{ConfigMapKey, NodeName, NodeState, ProcedureSpec, Process};
 use rota_e2e::testenv::Scope;
-use rota_store::{
-    AgentStore, OperatorStore, Outcome, ProcedureStore, Session, Store, Transition, WindowChange,
-    now_millis,
-};
+use rota_store::{Outcome, Session, Store, StoreExt, Transition, WindowChange, now_millis};
 use rota_store_kube::procedure::NodeProcedureState;
 use rota_store_kube::{KubeStore, Procedure};
 use serde_json::json;

@@ -1,8 +1,8 @@
 //! rota's state: the [`Store`] trait, the embedded SQLite store, the PostgreSQL store for
 //! bare-metal fleets, and the conformance suite that every store must pass (docs/design.md §7).
 //!
-//! - `store`: the [`Store`] trait, in four parts by who uses them: [`AgentStore`],
-//!   [`OperatorStore`], [`ProcedureStore`] and [`ReadStore`].
+//! - `store`: the [`Store`] trait, what a store must do, and [`StoreExt`], what every caller
+//!   derives from it.
 //! - `actions`: the operators' audit trail ([`ActionRecord`]).
 //! - `model`: the records a store reads and writes, and the changes an agent asks for.
 //! - `error`: the store's [`Error`], fencing and conflicts among them.
@@ -29,14 +29,13 @@ pub mod conformance;
 pub use actions::{Action, ActionRecord, NewAction, UnknownAction, os_actor};
 pub use error::{Error, Result};
 pub use model::{
-    Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeFields, NodeOverview,
-    NodeRecord, Outcome, Pause, ProcedureRecord, RequestRecord, RequestState, Session, SlotHolder,
-    StepRecord, Transition, WindowChange, decode_resumed_at, now_millis,
+    Acquire, BackoffRecord, Blocked, Fleet, History, HistoryEntry, HistoryFilter, Millis,
+    NodeFields, NodeOverview, NodeRecord, Outcome, Parts, Pause, ProcedureRecord, RequestRecord,
+    RequestState, Session, Setting, Settings, SlotHolder, StepRecord, Transition, WindowChange,
+    Writer, Written, decode_resumed_at, now_millis,
 };
 pub use postgres::PostgresStore;
 pub use retry_pauses::{FIRST_RETRY_PAUSE, LONGEST_RETRY_PAUSE, RetryPauses, retry_pauses};
 pub use sqlite::SqliteStore;
-pub use store::{
-    AgentStore, AuditStore, OperatorStore, ProcedureStore, ReadStore, Store, WAKE_ALL,
-};
+pub use store::{Store, StoreExt, WAKE_ALL};
 pub use url::StoreUrl;

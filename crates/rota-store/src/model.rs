@@ -55,6 +55,132 @@ pub struct HistoryFilter {
     pub until: Option<Millis>,
 }
 
+/// Which parts of the past [`Store::read_history`](crate::Store::read_history) reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Parts {
+    pub entries: bool,
+    pub steps: bool,
+    pub actions: bool,
+    pub requests: bool,
+}
+
+impl Parts {
+    pub const ENTRIES: Parts = Parts {
+        entries: true,
+        steps: false,
+        actions: false,
+        requests: false,
+    };
+    pub const STEPS: Parts = Parts {
+        steps: true,
+        ..Parts::NONE
+    };
+    pub const ACTIONS: Parts = Parts {
+        actions: true,
+        ..Parts::NONE
+    };
+    pub const REQUESTS: Parts = Parts {
+        requests: true,
+        ..Parts::NONE
+    };
+    const NONE: Parts = Parts {
+        entries: false,
+        steps: false,
+        actions: false,
+        requests: false,
+    };
+}
+
+/// The past a store read: each part empty unless asked for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct History {
+    pub entries: Vec<HistoryEntry>,
+    pub steps: Vec<StepRecord>,
+    pub actions: Vec<crate::ActionRecord>,
+    pub requests: Vec<RequestRecord>,
+}
+
+impl HistoryFilter {
+    /// Whether a request is of the filter's node and process (requests have no event, and are
+    /// read whatever their time).
+    pub fn admits(&self, request: &RequestRecord) -> bool {
+        self.node.as_ref().is_none_or(|n| *n == request.node)
+            && self.process.as_ref().is_none_or(|p| *p == request.process)
+    }
+}
+
+/// Every node's record and every slot's holder, read at once.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Fleet {
+    /// By node name.
+    pub nodes: Vec<NodeOverview>,
+    /// By slot.
+    pub slots: Vec<SlotHolder>,
+}
+
+/// The fleet's settings, which operators change.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// The number of slots, if it was ever set.
+    pub concurrency: Option<u32>,
+    pub pause: Option<Pause>,
+    /// When the fleet was last resumed (the start of the current rollout), if ever.
+    pub resumed_at: Option<Millis>,
+}
+
+/// One change of the fleet's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Setting {
+    Concurrency(u32),
+    /// Pauses the fleet, since the store's now; a second pause replaces the reason.
+    Pause {
+        reason: String,
+    },
+    /// Lifts the pause, if any, and starts a new rollout.
+    Resume,
+}
+
+/// Who writes a node's record.
+#[derive(Clone, Copy, Debug)]
+pub enum Writer<'a> {
+    /// The node's agent, fenced by its session.
+    Agent(&'a Session),
+    /// The node's agent right before a disruptive step: the write and the fence's proof (see
+    /// [`Store::fence`](crate::Store::fence)), extending the session by the duration.
+    Fenced(&'a Session, std::time::Duration),
+    /// An operator, without a session; the node must be known.
+    Operator(&'a NodeName),
+}
+
+impl<'a> Writer<'a> {
+    pub fn node(&self) -> &'a NodeName {
+        match self {
+            Writer::Agent(session) | Writer::Fenced(session, _) => &session.node,
+            Writer::Operator(node) => node,
+        }
+    }
+
+    pub fn session(&self) -> Option<&'a Session> {
+        match self {
+            Writer::Agent(session) | Writer::Fenced(session, _) => Some(session),
+            Writer::Operator(_) => None,
+        }
+    }
+}
+
+/// What a write did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Written {
+    /// The node's row after the write.
+    pub record: NodeRecord,
+    /// The request the write was about, after it: the one it added or the one that stands for
+    /// its process (a request added), the one it completed. `None` for the other writes.
+    pub request: Option<RequestRecord>,
+    /// Whether the write changed anything (a repeated block reason, a cancel with nothing
+    /// pending, or a request already open change nothing).
+    pub changed: bool,
+}
+
 /// One slot and its holder.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SlotHolder {
@@ -69,7 +195,7 @@ pub enum Acquire {
     /// The node holds this slot (just taken, or re-adopted).
     Granted(u32),
     /// Not yet. At least this many wake-ups of
-    /// [`AgentStore::changes`](crate::AgentStore::changes) must happen before the node can be
+    /// [`Store::changes`](crate::Store::changes) must happen before the node can be
     /// granted a slot, since each one (a release, a waiter leaving) moves a waiter at most one
     /// place forward. A waiter far back in the queue can sleep through the others' handoffs
     /// instead of re-checking at every one.
@@ -169,4 +295,38 @@ pub fn decode_resumed_at(
             value: value.to_string(),
             reason: e.to_string(),
         })
+}
+
+impl Written {
+    /// A SQL store's answer to `write` as rota-core applied it: `opened` are the requests it
+    /// stored, `standing` the request that already stood for an added one.
+    pub(crate) fn of(
+        write: &rota_core::Write,
+        applied: rota_core::Applied,
+        opened: Vec<RequestRecord>,
+        standing: Option<RequestRecord>,
+    ) -> Written {
+        use rota_core::Write;
+        let (request, changed) = match write {
+            Write::AddRequest { process, .. } => {
+                let created = !opened.is_empty();
+                let request = opened
+                    .into_iter()
+                    .next()
+                    .or_else(|| applied.request(process).cloned())
+                    .or(standing);
+                (request, created)
+            }
+            Write::CancelRequest { .. } => (None, !applied.closed.is_empty()),
+            Write::CompleteRequest { process, .. } => {
+                (applied.request(process).cloned(), applied.changed)
+            }
+            _ => (None, applied.changed),
+        };
+        Written {
+            record: applied.after.record,
+            request,
+            changed,
+        }
+    }
 }

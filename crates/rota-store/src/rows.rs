@@ -125,7 +125,7 @@ pub(crate) const ALL_OPEN_REQUESTS_SQL: &str = "SELECT id, node, process, source
 pub(crate) const ALL_BACKOFFS_SQL: &str =
     "SELECT node, process, until, last_interval_s, cause FROM backoff ORDER BY node, process";
 
-/// The rows of the three reads above as `ReadStore::overview`'s answer.
+/// The rows of the three reads above as `Store::fleet`'s nodes.
 pub(crate) fn overview<R: SqlRow>(
     nodes: &[R],
     requests: &[R],
@@ -199,22 +199,16 @@ pub(crate) fn stored_requests(node: &NodeName, json: &str) -> Result<Vec<Request
 }
 
 fn requests_of(node: &NodeName, json: &str) -> Result<Vec<RequestRecord>> {
-    let rows: Vec<(i64, String, String, i64, String)> =
-        serde_json::from_str(json).map_err(|e| Error::Corrupt {
-            column: "requests",
-            value: json.to_string(),
-            reason: e.to_string(),
-        })?;
-    let mut requests = rows
-        .into_iter()
-        .map(|(id, process, source, created_at, state)| {
+    let mut requests = json_rows("requests", json)?
+        .iter()
+        .map(|row| {
             Ok(RequestRecord {
-                id,
+                id: field(row, 0, "requests.id")?,
                 node: node.clone(),
-                process: parse("requests.process", process)?,
-                source,
-                created_at,
-                state: request_state(state)?,
+                process: parse("requests.process", field(row, 1, "requests.process")?)?,
+                source: field(row, 2, "requests.source")?,
+                created_at: field(row, 3, "requests.created_at")?,
+                state: request_state(field(row, 4, "requests.state")?)?,
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -229,26 +223,43 @@ pub(crate) fn stored_backoffs(node: &NodeName, json: &str) -> Result<Vec<Backoff
 }
 
 fn backoffs_of(node: &NodeName, json: &str) -> Result<Vec<BackoffRecord>> {
-    let rows: Vec<(String, i64, i64, String)> =
-        serde_json::from_str(json).map_err(|e| Error::Corrupt {
-            column: "backoff",
-            value: json.to_string(),
-            reason: e.to_string(),
-        })?;
-    let mut backoffs = rows
-        .into_iter()
-        .map(|(process, until, seconds, cause)| {
+    let mut backoffs = json_rows("backoff", json)?
+        .iter()
+        .map(|row| {
             Ok(BackoffRecord {
                 node: node.clone(),
-                process: parse("backoff.process", process)?,
-                until,
-                last_interval: interval_seconds(seconds)?,
-                cause,
+                process: parse("backoff.process", field(row, 0, "backoff.process")?)?,
+                until: field(row, 1, "backoff.until")?,
+                last_interval: interval_seconds(field(row, 2, "backoff.last_interval_s")?)?,
+                cause: field(row, 3, "backoff.cause")?,
             })
         })
         .collect::<Result<Vec<_>>>()?;
     backoffs.sort_by_key(|b| b.process.to_string());
     Ok(backoffs)
+}
+
+/// The rows of one JSON array of arrays, each value still to be read by [`field`].
+fn json_rows(table: &'static str, json: &str) -> Result<Vec<Vec<serde_json::Value>>> {
+    serde_json::from_str(json).map_err(|e| Error::Corrupt {
+        column: table,
+        value: json.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// The `index`th value of a JSON row, refused naming its column and value.
+fn field<T: serde::de::DeserializeOwned>(
+    row: &[serde_json::Value],
+    index: usize,
+    column: &'static str,
+) -> Result<T> {
+    let value = row.get(index).cloned().unwrap_or_default();
+    serde_json::from_value(value.clone()).map_err(|e| Error::Corrupt {
+        column,
+        value: value.to_string(),
+        reason: e.to_string(),
+    })
 }
 
 fn interval_seconds(secs: i64) -> Result<Duration> {

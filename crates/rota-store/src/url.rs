@@ -63,6 +63,14 @@ impl fmt::Display for StoreUrl {
 }
 
 impl StoreUrl {
+    /// The store's short name, for logs and JSON output.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreUrl::Sqlite(_) => "sqlite",
+            StoreUrl::Postgres(_) => "postgres",
+        }
+    }
+
     /// Connects to the store, applying migrations.
     pub async fn open(&self) -> Result<Arc<dyn Store>> {
         match self {
@@ -95,6 +103,13 @@ mod tests {
             "sqlite:///var/lib/rota.db".parse::<StoreUrl>().ok(),
             Some(StoreUrl::Sqlite("/var/lib/rota.db".into()))
         );
+    }
+
+    #[test]
+    fn each_store_is_named_by_its_kind() {
+        let sqlite: StoreUrl = "sqlite://rota.db".parse().expect("valid");
+        let postgres: StoreUrl = "postgresql://rota@db/rota".parse().expect("valid");
+        assert_eq!((sqlite.kind(), postgres.kind()), ("sqlite", "postgres"));
     }
 
     #[test]

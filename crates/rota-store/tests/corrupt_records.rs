@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use rota_core::{Event, Lifecycle, NodeName, Process, Transition};
 use rota_e2e::postgres::fresh_database;
-use rota_store::{Acquire, PostgresStore, Session, SqliteStore, Store, now_millis};
+use rota_store::{Acquire, PostgresStore, Session, SqliteStore, Store, StoreExt, now_millis};
 
 const TTL: Duration = Duration::from_secs(60);
 

@@ -11,10 +11,7 @@ use std::sync::{LazyLock, Mutex};
 
 use proptest::prelude::*;
 use rota_core::{HistoryEvent, NodeName, NodeState, ProcedureSpec, Process};
-use rota_store::{
-    AgentStore, HistoryFilter, OperatorStore, Pause, ProcedureRecord, ProcedureStore, ReadStore,
-    SqliteStore,
-};
+use rota_store::{HistoryFilter, Pause, ProcedureRecord, SqliteStore, Store, StoreExt};
 use sqlx::SqlitePool;
 use tokio::runtime::Runtime;
 

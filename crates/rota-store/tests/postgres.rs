@@ -10,8 +10,8 @@ use rota_core::{NodeName, NodeState, ProcedureSpec, Process};
 use rota_e2e::postgres::{end_connections, fresh_database};
 use rota_store::conformance::{Stress, stress};
 use rota_store::{
-    AgentStore, OperatorStore, PostgresStore, ReadStore, Session, Store, StoreUrl, Transition,
-    WAKE_ALL, WindowChange, now_millis,
+    PostgresStore, Session, Store, StoreExt, StoreUrl, Transition, WAKE_ALL, WindowChange,
+    now_millis,
 };
 
 async fn make() -> Option<Arc<dyn Store>> {

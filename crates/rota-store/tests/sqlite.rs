@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use rota_store::{OperatorStore, SqliteStore, Store, StoreUrl};
+use rota_store::{SqliteStore, Store, StoreExt, StoreUrl};
 
 async fn make() -> Arc<dyn Store> {
     let dir = tempfile::tempdir().expect("tempdir").keep();

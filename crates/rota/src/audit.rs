@@ -20,11 +20,7 @@ impl Operator {
     /// Opens the store and learns who runs the command (in Kubernetes, from the API server),
     /// before anything is changed: an operator who cannot be named changes nothing.
     pub async fn open(args: &StoreArgs) -> Result<Operator> {
-        let store = crate::open_store(args).await?;
-        let by = store
-            .actor()
-            .await
-            .context("learning who runs this command, for the audit trail")?;
+        let (store, by) = crate::store::open_operator(args).await?;
         Ok(Operator { store, by })
     }
 

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use rota_core::{BackoffPolicy, HistoryEvent, NodeName, NodeState, Process};
 use rota_store::{
-    Acquire, HistoryEntry, HistoryFilter, NodeFields, Session, Store, Transition, WindowChange,
-    now_millis,
+    Acquire, HistoryEntry, HistoryFilter, NodeFields, Session, Store, StoreExt, Transition,
+    WindowChange, now_millis,
 };
 use tokio::task::JoinSet;
 
@@ -49,7 +49,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     output::emit(&format!(
         "store {} ({}), {} sessions over {} handle(s), {} s per workload\n",
         args.store,
-        store.kind(),
+        args.store.kind(),
         args.sessions,
         args.handles,
         args.seconds

@@ -4,7 +4,7 @@
 use anyhow::{Result, bail};
 use backon::Retryable;
 use rota_core::{NodeName, Process};
-use rota_store::{ActionRecord, HistoryEntry, HistoryFilter, Millis, now_millis};
+use rota_store::{ActionRecord, HistoryEntry, HistoryFilter, Millis, StoreExt, now_millis};
 use serde::Serialize;
 
 use crate::cli::{Format, HistoryArgs};

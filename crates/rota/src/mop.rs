@@ -6,7 +6,7 @@ use std::io::Read;
 use anyhow::{Context, Result};
 use rota_core::{BackoffSpec, HistoryEvent, NodeName, ProcedureSpec, Process};
 use rota_store::{
-    Action, HistoryEntry, HistoryFilter, ProcedureRecord, RequestRecord, RequestState,
+    Action, HistoryEntry, HistoryFilter, ProcedureRecord, RequestRecord, RequestState, StoreExt,
 };
 use serde::Serialize;
 

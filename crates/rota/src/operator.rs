@@ -2,7 +2,7 @@
 //! `resume`, each recorded in the audit trail once it is done.
 
 use anyhow::Result;
-use rota_store::{Action, NodeRecord};
+use rota_store::{Action, NodeRecord, StoreExt};
 
 use crate::audit::Operator;
 use crate::cli::{PauseArgs, RequestArgs, ResumeArgs, RetryArgs, UnlockArgs};

@@ -177,14 +177,13 @@ pub async fn run(args: StatusArgs) -> Result<()> {
     output::emit(&text)
 }
 
-/// The fleet as `rota status` shows it, read at once: a fixed number of requests or statements
-/// whatever the fleet's size.
+/// The fleet as `rota status` shows it: its nodes and slots read at once (a fixed number of
+/// requests or statements whatever the fleet's size), then its settings.
 pub async fn gather(store: &dyn Store) -> Result<(Vec<NodeFacts>, Summary)> {
-    let concurrency = store.concurrency().await?;
-    let holders = store.slot_holders().await?;
-    let facts = store
-        .overview()
-        .await?
+    let fleet = store.fleet().await?;
+    let settings = store.settings().await?;
+    let facts = fleet
+        .nodes
         .into_iter()
         .map(|node| NodeFacts {
             record: node.record,
@@ -195,9 +194,9 @@ pub async fn gather(store: &dyn Store) -> Result<(Vec<NodeFacts>, Summary)> {
     Ok((
         facts,
         Summary {
-            concurrency,
-            holders,
-            paused: store.paused().await?,
+            concurrency: settings.concurrency,
+            holders: fleet.slots,
+            paused: settings.pause,
         },
     ))
 }

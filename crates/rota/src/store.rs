@@ -141,6 +141,23 @@ fn unavailable(e: &anyhow::Error) -> bool {
     })
 }
 
+/// The store of an operator command that changes something, and who runs it as the audit
+/// trail records them: the API user in Kubernetes (as the API server authenticates the
+/// credentials), `user@host` on the SQL stores. Both are learnt before anything changes: an
+/// operator who cannot be named changes nothing.
+pub async fn open_operator(args: &StoreArgs) -> Result<(Arc<dyn Store>, String)> {
+    let who = "learning who runs this command, for the audit trail";
+    match &args.store {
+        StoreLocation::Kube => {
+            let cluster = Cluster::new(args.kubeconfig.clone());
+            let store = open_kube(args, &cluster, false).await?;
+            let actor = store.actor().await.context(who)?;
+            Ok((Arc::new(store), actor))
+        }
+        StoreLocation::Url(_) => Ok((open(args, false).await?, rota_store::os_actor())),
+    }
+}
+
 /// [`open`], with the Kubernetes store on `cluster`'s client; `checked`: the caller has just
 /// made the store's check of the cluster (see `KubeStore::open`).
 pub async fn open_in(
@@ -150,21 +167,7 @@ pub async fn open_in(
     checked: bool,
 ) -> Result<Arc<dyn Store>> {
     match &args.store {
-        StoreLocation::Kube => {
-            let client = cluster.client().await?;
-            let config = KubeStoreConfig {
-                namespace: args.namespace.clone(),
-                ..KubeStoreConfig::default()
-            };
-            let store = if checked {
-                KubeStore::open(client, config)
-            } else {
-                KubeStore::connect(client, config)
-                    .await
-                    .context("opening the Kubernetes store")?
-            };
-            Ok(Arc::new(store))
-        }
+        StoreLocation::Kube => Ok(Arc::new(open_kube(args, cluster, checked).await?)),
         StoreLocation::Url(StoreUrl::Sqlite(path)) if !create && !path.exists() => bail!(
             "store {} does not exist: give the fleet's store with --store or ROTA_STORE",
             args.store
@@ -174,4 +177,19 @@ pub async fn open_in(
             .await
             .with_context(|| format!("opening the store {url}")),
     }
+}
+
+/// The Kubernetes store in `args.namespace`, on `cluster`'s client (see [`open_in`]).
+async fn open_kube(args: &StoreArgs, cluster: &Cluster, checked: bool) -> Result<KubeStore> {
+    let client = cluster.client().await?;
+    let config = KubeStoreConfig {
+        namespace: args.namespace.clone(),
+        ..KubeStoreConfig::default()
+    };
+    if checked {
+        return Ok(KubeStore::open(client, config));
+    }
+    KubeStore::connect(client, config)
+        .await
+        .context("opening the Kubernetes store")
 }

@@ -5,7 +5,7 @@
 //! remaining nodes go `concurrency` at a time, each taking as long as the mean window: of the
 //! store's history, read once at start, and of the windows the watch saw end since.
 //!
-//! Each refresh reads the fleet at once (`ReadStore::overview`), so its cost does not grow with
+//! Each refresh reads the fleet at once (`Store::fleet`), so its cost does not grow with
 //! the fleet: on Kubernetes two lists (RotaNodes and slot Leases) and the settings, never one
 //! request per node, and never the history's RotaWindows again.
 
@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 use rota_core::{HistoryEvent, NodeName, NodeState};
-use rota_store::{HistoryEntry, HistoryFilter, Millis, now_millis};
+use rota_store::{HistoryEntry, HistoryFilter, Millis, StoreExt, now_millis};
 
 use crate::cli::StatusArgs;
 use crate::output;

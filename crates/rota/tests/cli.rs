@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use rota_core::{BackoffPolicy, NodeName, NodeState, Process};
 use rota_store::conformance::open_window;
-use rota_store::{
-    OperatorStore, Session, SqliteStore, Store, Transition, WindowChange, now_millis,
-};
+use rota_store::{Session, SqliteStore, Store, StoreExt, Transition, WindowChange, now_millis};
 use serde_json::Value;
 
 const TTL: Duration = Duration::from_secs(300);

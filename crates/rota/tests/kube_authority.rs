@@ -20,7 +20,7 @@ use kube::{Client, ResourceExt as _};
 use rota_core::{HistoryEvent, NodeName, NodeState, Process};
 use rota_e2e::testenv::{Scope, app_labels, wait_for};
 use rota_e2e::tokens::pod_token;
-use rota_store::ReadStore;
+use rota_store::StoreExt;
 use rota_store_kube::{
     KubeStore, KubeStoreConfig, RotaNode, RotaNodeSpec, RotaWindow, RotaWindowSpec,
 };

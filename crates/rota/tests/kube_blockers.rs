@@ -15,7 +15,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use rota_core::{HistoryEvent, NodeState, Process};
 use rota_e2e::fleet::Fleet;
 use rota_e2e::testenv::{Scope, TestEnv, app_labels};
-use rota_store::{HistoryFilter, NodeRecord, ReadStore};
+use rota_store::{HistoryFilter, NodeRecord, StoreExt};
 use rota_store_kube::KubeStore;
 use serde_json::json;
 

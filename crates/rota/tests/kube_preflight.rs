@@ -10,7 +10,7 @@ use std::process::Output;
 use anyhow::{Context as _, Result, ensure};
 use kube::Api;
 use kube::config::Kubeconfig;
-use rota_store::ReadStore;
+use rota_store::StoreExt;
 use rota_store_kube::{KubeStore, KubeStoreConfig, RotaNode};
 
 mod kube_common;

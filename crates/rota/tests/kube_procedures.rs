@@ -6,7 +6,7 @@
 use anyhow::Result;
 use rota_core::{HistoryEvent, Process};
 use rota_e2e::fleet::Fleet;
-use rota_store::ProcedureStore;
+use rota_store::Store;
 
 mod kube_common;
 

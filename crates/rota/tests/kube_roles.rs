@@ -13,7 +13,7 @@ use anyhow::{Context as _, Result, ensure};
 use kube::Api;
 use rota_core::{NodeName, Process};
 use rota_e2e::testenv::wait_for;
-use rota_store::{AgentStore, ReadStore};
+use rota_store::{Store, StoreExt};
 use rota_store_kube::permissions::{Permission, missing};
 use rota_store_kube::{KubeStore, KubeStoreConfig, RotaAction, RotaActionSpec, RotaNode};
 use serde_json::json;

@@ -17,7 +17,7 @@ use kube::api::DeleteParams;
 use rota_core::{HistoryEvent, NodeState, Process};
 use rota_e2e::fleet::{DisruptionWatch, Fleet, FleetOptions};
 use rota_e2e::testenv;
-use rota_store::{HistoryEntry, ReadStore, now_millis};
+use rota_store::{HistoryEntry, StoreExt, now_millis};
 use rota_store_kube::KubeStore;
 
 mod kube_common;

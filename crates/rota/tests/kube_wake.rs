@@ -10,7 +10,7 @@ use anyhow::{Result, ensure};
 use rota_core::{HistoryEvent, NodeState, Process};
 use rota_e2e::fleet::{Fleet, request_reboot_by_hand};
 use rota_e2e::testenv::Scope;
-use rota_store::{OperatorStore, ProcedureStore};
+use rota_store::{Store, StoreExt};
 use rota_store_kube::KubeStore;
 
 mod kube_common;

@@ -2,7 +2,7 @@
 //! the Debian package that scripts/deb builds (`ROTA_TEST_DEB`), and the agent's side of the
 //! unit's `Type=notify`: READY=1, WATCHDOG=1 and STOPPING=1 on a real notify socket.
 
-use rota_store::{ReadStore, SqliteStore};
+use rota_store::{SqliteStore, StoreExt};
 use std::collections::BTreeMap;
 use std::io::ErrorKind;
 use std::os::unix::net::UnixDatagram;

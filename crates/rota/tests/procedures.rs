@@ -9,7 +9,7 @@ use std::process::Command;
 
 use common::{Agent, Host, ROTA};
 use rota_core::{NodeState, ProcedureSpec, sha256_hex};
-use rota_store::ProcedureStore;
+use rota_store::Store;
 
 /// Agent flags for these tests: procedures are looked for often.
 const FAST: [&str; 2] = ["--procedure-poll", "100ms"];

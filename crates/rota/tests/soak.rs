@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use common::{Agent, Host};
 use rota_core::{HistoryEvent, NodeName, Process};
 use rota_e2e::host::touch;
-use rota_store::{HistoryFilter, PostgresStore, SqliteStore, Store};
+use rota_store::{HistoryFilter, PostgresStore, SqliteStore, Store, StoreExt};
 use soak_common::{CONCURRENCY, NODES, Outcome, POINTS, Tally, all_done};
 
 /// How long one run may take before it counts as stuck.

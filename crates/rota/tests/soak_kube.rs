@@ -39,7 +39,7 @@ use rota_core::{HistoryEvent, Process};
 use rota_e2e::control_plane::{Component, OwnControlPlane};
 use rota_e2e::fleet::{Fleet, FleetOptions};
 use rota_e2e::testenv::{self, SCOPE_LABEL, Scope};
-use rota_store::{HistoryFilter, ReadStore};
+use rota_store::{HistoryFilter, StoreExt};
 use rota_store_kube::KubeStore;
 use soak_common::{CONCURRENCY, NODES, Outcome, POINTS, Tally, all_done};
 use tokio::task::JoinHandle;

@@ -15,7 +15,7 @@ use kube::config::Kubeconfig;
 use rota_core::NodeName;
 use rota_e2e::postgres::fresh_database;
 use rota_e2e::proxy::Proxy;
-use rota_store::{PostgresStore, ReadStore};
+use rota_store::{PostgresStore, StoreExt};
 use rota_store_kube::{KubeStore, KubeStoreConfig};
 
 /// What the agent logs while it waits for its store.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::{Host, ROTA};
 use rota_core::{HistoryEvent, NodeState};
 use rota_e2e::host::{PATIENCE, touch};
-use rota_store::{HistoryFilter, Millis, ReadStore};
+use rota_store::{HistoryFilter, Millis, StoreExt};
 
 async fn entries(host: &Host, event: HistoryEvent) -> Vec<rota_store::HistoryEntry> {
     host.store()

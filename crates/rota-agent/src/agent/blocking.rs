@@ -3,7 +3,7 @@
 
 use rota_blockers::{Block, BlockKind};
 use rota_core::NodeState;
-use rota_store::{Blocked, NodeRecord, now_millis};
+use rota_store::{Blocked, NodeRecord, StoreExt, now_millis};
 use tokio::time::Instant;
 use tracing::info;
 

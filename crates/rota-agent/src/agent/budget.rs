@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use rota_core::HistoryEvent;
-use rota_store::HistoryFilter;
+use rota_store::{HistoryFilter, StoreExt};
 use tracing::warn;
 
 use super::Agent;

@@ -4,7 +4,7 @@
 use rota_actions::ActionError;
 use rota_core::{Event, NodeState, Process};
 use rota_observer::{StoreWrite, WorkOutcome};
-use rota_store::{NodeRecord, RequestState, RetryPauses, Transition, WindowChange};
+use rota_store::{NodeRecord, RequestState, RetryPauses, StoreExt, Transition, WindowChange};
 use tracing::{info, warn};
 
 use super::{Agent, Running};
@@ -68,7 +68,7 @@ impl Agent {
     }
 
     /// [`Agent::commit_with`] for a step that a disruptive one follows at once: the transition
-    /// carries the fence (see [`Store::fenced_transition`]).
+    /// carries the fence (see [`StoreExt::fenced_transition`]).
     pub(super) async fn commit_fenced(
         &self,
         running: &mut Running,

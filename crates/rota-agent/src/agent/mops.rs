@@ -4,7 +4,7 @@
 
 use rota_core::{ProcedureEntry, Process};
 use rota_observer::WorkOutcome;
-use rota_store::{NodeRecord, Outcome, ProcedureRecord, RequestRecord};
+use rota_store::{NodeRecord, Outcome, ProcedureRecord, RequestRecord, StoreExt};
 use tokio::time::Instant;
 use tracing::{info, warn};
 

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 
 use rota_core::Process;
 use rota_observer::WorkOutcome;
-use rota_store::{Millis, NodeRecord, ProcedureRecord, RequestRecord, RequestState, now_millis};
+use rota_store::{
+    Millis, NodeRecord, ProcedureRecord, RequestRecord, RequestState, StoreExt, now_millis,
+};
 use tokio::time::Instant;
 use tracing::{info, warn};
 

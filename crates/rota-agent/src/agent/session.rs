@@ -9,7 +9,7 @@ use std::time::Duration;
 use backon::Retryable as _;
 use rota_observer::AgentObserver;
 use rota_sentinel::SentinelWatcher;
-use rota_store::{RetryPauses, Session, Store, retry_pauses};
+use rota_store::{RetryPauses, Session, Store, StoreExt, retry_pauses};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;

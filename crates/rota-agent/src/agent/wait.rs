@@ -37,7 +37,7 @@ impl Agent {
         self.unavailable(e, pause);
         tokio::select! {
             () = running.cancel.cancelled() => {}
-            () = tokio::time::sleep(pause) => self.store.refresh(&self.config.node),
+            () = tokio::time::sleep(pause) => {}
         }
         Ok(())
     }
@@ -97,12 +97,7 @@ impl Agent {
             }
             () = store_changed => Ok(()),
             () = exits.notified() => Ok(()),
-            () = tokio::time::sleep_until(until) => {
-                // The periodic re-read (and the one after a failed step) is there to find what
-                // nobody announced: it asks the store, not what the handle last saw.
-                self.store.refresh(&self.config.node);
-                Ok(())
-            }
+            () = tokio::time::sleep_until(until) => Ok(()),
         }
     }
 }

@@ -20,9 +20,7 @@ use rota_agent::{Agent, AgentConfig};
 use rota_core::{HistoryEvent, ProcedureSpec, Process};
 use rota_e2e::host::{self, HostDir};
 use rota_observer::AgentObserver;
-use rota_store::{
-    HistoryFilter, Millis, NodeRecord, ProcedureStore, ReadStore, SqliteStore, Store, now_millis,
-};
+use rota_store::{HistoryFilter, Millis, NodeRecord, SqliteStore, Store, StoreExt, now_millis};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 

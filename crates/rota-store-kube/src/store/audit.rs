@@ -1,9 +1,8 @@
 //! The operators' audit trail: `RotaAction` objects (see [`crate::actions`]).
 
-use async_trait::async_trait;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use kube::api::{ListParams, PostParams};
-use rota_store::{ActionRecord, AuditStore, Error, HistoryFilter, NewAction, Result, now_millis};
+use rota_store::{ActionRecord, Error, HistoryFilter, NewAction, Result, now_millis};
 use tracing::warn;
 
 use super::KubeStore;
@@ -13,9 +12,10 @@ use crate::error::Context;
 const ROTA_ACTIONS: &str = "rotaactions.rota.dev";
 const SELF_SUBJECT_REVIEWS: &str = "selfsubjectreviews.authentication.k8s.io";
 
-#[async_trait]
-impl AuditStore for KubeStore {
-    async fn actor(&self) -> Result<String> {
+impl KubeStore {
+    /// Who this handle's operator is, as its actions are recorded: the API user, as the API
+    /// server authenticates these credentials.
+    pub async fn actor(&self) -> Result<String> {
         let review = self
             .inner
             .reviews
@@ -32,7 +32,8 @@ impl AuditStore for KubeStore {
             })
     }
 
-    async fn record_action(&self, action: &NewAction) -> Result<ActionRecord> {
+    /// `Store::record_action`: a new RotaAction, at this process's time.
+    pub(super) async fn write_action(&self, action: &NewAction) -> Result<ActionRecord> {
         let at = now_millis();
         let created = self
             .inner
@@ -47,7 +48,9 @@ impl AuditStore for KubeStore {
         actions::record(&created)
     }
 
-    async fn actions(&self, filter: &HistoryFilter) -> Result<Vec<ActionRecord>> {
+    /// The recorded actions that `filter` lets through (see `ActionRecord::matches`), oldest
+    /// first; a filter on a history event lets none through, without a request.
+    pub(super) async fn read_actions(&self, filter: &HistoryFilter) -> Result<Vec<ActionRecord>> {
         if filter.event.is_some() {
             return Ok(Vec::new());
         }

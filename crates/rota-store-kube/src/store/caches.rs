@@ -30,8 +30,8 @@ pub(super) struct Known {
     pub(super) object: RotaNode,
     /// When it was read or written.
     at: Millis,
-    /// Whether the agent's reads may still be answered from it (see `own_object`); the
-    /// agent's periodic re-read clears it (`refresh`).
+    /// Whether the agent's reads may still be answered from it (see `own_object`); the own
+    /// RotaNodes' watch clears it when the RotaNode is deleted.
     answers_reads: bool,
     /// Whether `held` was up to date with it then: it came with a list of the Leases, or from
     /// writes that started from such an object and were never refused (nobody else wrote it
@@ -190,14 +190,13 @@ impl KubeStore {
     ///
     /// The agent reads its node before every step, right after the write that ended the last
     /// one, and nobody but the agent writes an agent's RotaNode except an operator (unlock,
-    /// retry). So the object this process last wrote or read is the answer, until the agent's
-    /// periodic re-read (`refresh`) asks the API server again. An operator's command announces
-    /// its write with a wake (`wake_agents`), and what this process saw of the node before that
-    /// wake arrived is not used. A read can miss only a change nobody announced (a `kubectl
-    /// edit`, a wake lost with its watch), which that re-read finds. Nothing unsafe follows
-    /// from that: every write of the agent is a compare-and-swap that fails on the stale
-    /// object, and every disruptive step is fenced. Other nodes' objects (an operator's reads)
-    /// always come from the API server.
+    /// retry). So the object this process last wrote or read is the answer while the own
+    /// RotaNodes' watch is synced, which brings every write someone else made (see `recent`).
+    /// An operator's command also announces its write with a wake (`wake_agents`), and what
+    /// this process saw of the node before that wake arrived is not used. Nothing unsafe
+    /// follows from a stale answer: every write of the agent is a compare-and-swap that fails
+    /// on the stale object, and every disruptive step is fenced. Other nodes' objects (an
+    /// operator's reads) always come from the API server.
     pub(super) async fn own_object(&self, node: &NodeName) -> Result<Option<RotaNode>> {
         if let Some(known) = self.recent(node) {
             return Ok(Some(known.object));
@@ -211,9 +210,14 @@ impl KubeStore {
         Ok(object)
     }
 
-    /// What `own_object` answers with without asking, if anything.
+    /// What `own_object` answers with without asking, if anything: only while the own
+    /// RotaNodes' watch has listed them and not failed since, as without it a change nobody
+    /// announced (a `kubectl edit`, a wake lost with its watch) would go unseen.
     pub(super) fn recent(&self, node: &NodeName) -> Option<Known> {
         self.local_session(node)?;
+        if !self.own_watched() {
+            return None;
+        }
         // An operator's wake says that the node changed after what this process saw of it.
         let woken = self.inner.settings.woken_at(node.as_str());
         self.cached(node)
@@ -344,7 +348,8 @@ impl KubeStore {
             .is_empty()
     }
 
-    /// Makes `node`'s next read go to the API server (see `own_object`).
+    /// Makes `node`'s next reads go to the API server (see `own_object`), until this process
+    /// reads or writes its RotaNode again.
     pub(super) fn stop_answering_reads(&self, node: &NodeName) {
         let mut objects = self.inner.objects.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(known) = objects.get_mut(node.as_str()) {

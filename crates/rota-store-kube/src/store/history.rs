@@ -150,9 +150,9 @@ impl KubeStore {
             .map(drop)
     }
 
-    /// `Store::history`: the RotaNodes' entries and their committed RotaWindows', filtered,
+    /// History entries: the RotaNodes' entries and their committed RotaWindows', filtered,
     /// each once, by id.
-    pub(super) async fn read_history(&self, filter: &HistoryFilter) -> Result<Vec<HistoryEntry>> {
+    pub(super) async fn read_entries(&self, filter: &HistoryFilter) -> Result<Vec<HistoryEntry>> {
         let mut entries = Vec::new();
         for (node, status, chunks) in self.read_rings(filter).await? {
             entries.extend(
@@ -170,7 +170,7 @@ impl KubeStore {
         Ok(entries)
     }
 
-    /// `Store::steps`: the RotaNodes' steps and their committed RotaWindows', each node's in
+    /// Steps: the RotaNodes' steps and their committed RotaWindows', each node's in
     /// order, the nodes by name.
     pub(super) async fn read_steps(&self, filter: &HistoryFilter) -> Result<Vec<StepRecord>> {
         let mut steps = Vec::new();

@@ -7,10 +7,11 @@ use rota_store::{Error, NodeRecord, RequestRecord, Result, now_millis};
 
 use super::KubeStore;
 use super::cas::{CAS_ATTEMPTS, Seen};
+use crate::crd::RotaNode;
 use crate::{history_ring, procedure_ledger, status};
 
 impl KubeStore {
-    /// `Store::unlock`: ends the node's window and gives its slot back.
+    /// An operator's unlock: ends the node's window and gives its slot back.
     pub(super) async fn operator_unlock(
         &self,
         node: &NodeName,
@@ -59,7 +60,7 @@ impl KubeStore {
         Err(self.contended(node))
     }
 
-    /// `Store::retry`: a failed node goes back to maintaining.
+    /// An operator's retry: a failed node goes back to maintaining.
     pub(super) async fn operator_retry(&self, node: &NodeName) -> Result<NodeRecord> {
         for _ in 0..CAS_ATTEMPTS {
             let Some(mut object) = self.get_rota_node(node).await? else {
@@ -93,13 +94,14 @@ impl KubeStore {
         Err(self.contended(node))
     }
 
-    /// `Store::request`: a procedure request for the node, unless it has one.
+    /// An operator's request: one for the node, unless it has one. Returns the request, whether
+    /// it was created now, and the RotaNode as it read or wrote it.
     pub(super) async fn operator_request(
         &self,
         node: &NodeName,
         process: &Process,
         source: &str,
-    ) -> Result<(RequestRecord, bool)> {
+    ) -> Result<(RequestRecord, bool, RotaNode)> {
         for _ in 0..CAS_ATTEMPTS {
             let Some(mut object) = self.get_rota_node(node).await? else {
                 return Err(Error::NoSuchNode { node: node.clone() });
@@ -115,32 +117,38 @@ impl KubeStore {
             }
             let (request, created) =
                 status::add_request(&mut status, process, source, now_millis(), &ledger);
-            if !created {
-                return Ok((status::request_record(node, &request), false));
-            }
             object.status = Some(status);
-            if self.replace(object, false).await?.is_some() {
+            if !created {
+                return Ok((status::request_record(node, &request), false, object));
+            }
+            if let Some(written) = self.replace(object, false).await? {
                 self.wake_agents(Some(node)).await;
-                return Ok((status::request_record(node, &request), true));
+                return Ok((status::request_record(node, &request), true, written));
             }
         }
         Err(self.contended(node))
     }
 
-    /// `Store::cancel`: cancels the node's open request for `process`, if any.
-    pub(super) async fn operator_cancel(&self, node: &NodeName, process: &Process) -> Result<bool> {
+    /// An operator's cancel of the node's open request for `process`, if any. Returns whether
+    /// there was one, and the RotaNode as it read or wrote it.
+    pub(super) async fn operator_cancel(
+        &self,
+        node: &NodeName,
+        process: &Process,
+    ) -> Result<(bool, RotaNode)> {
         for _ in 0..CAS_ATTEMPTS {
             let Some(mut object) = self.get_rota_node(node).await? else {
                 return Err(Error::NoSuchNode { node: node.clone() });
             };
             let mut status = object.status.take().unwrap_or_default();
-            if !status::cancel_request(&mut status, process, now_millis()) {
-                return Ok(false);
-            }
+            let canceled = status::cancel_request(&mut status, process, now_millis());
             object.status = Some(status);
-            if self.replace(object, false).await?.is_some() {
+            if !canceled {
+                return Ok((false, object));
+            }
+            if let Some(written) = self.replace(object, false).await? {
                 self.wake_agents(Some(node)).await;
-                return Ok(true);
+                return Ok((true, written));
             }
         }
         Err(self.contended(node))

@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
 use rota_core::NodeName;
 use rota_kube_client::is_conflict;
-use rota_store::{Error, Result, now_millis};
+use rota_store::{Error, Pause, Result, Setting, now_millis};
 use tracing::warn;
 
 use super::cas::jitter;
@@ -21,9 +21,13 @@ pub const CONFIG_MAP: &str = "rota-config";
 
 /// The rota-config key that holds the fleet's pause (empty: none).
 pub(crate) const PAUSED_KEY: &str = "paused";
+/// Where a pause that does not read is named in its error.
+pub(super) const PAUSED_COLUMN: &str = "rota-config.data.paused";
 
 /// The rota-config key that holds when the fleet was last resumed (the start of the rollout).
 pub(crate) const RESUMED_KEY: &str = "resumedAt";
+/// Where a resume time that does not read is named in its error.
+pub(super) const RESUMED_COLUMN: &str = "rota-config.data.resumedAt";
 
 pub(crate) const CONCURRENCY_KEY: &str = "concurrency";
 
@@ -138,6 +142,47 @@ impl KubeStore {
             .await
         {
             warn!(error = %e, "could not wake the agents; they see the change at their next procedure poll");
+        }
+    }
+
+    /// `Store::set`: keys of `rota-config` written. Every agent's ConfigMap watch delivers the
+    /// change, which wakes its waiters (see `config_view`). Returns the pause set or lifted.
+    pub(super) async fn change_setting(&self, setting: Setting) -> Result<Option<Pause>> {
+        match setting {
+            Setting::Concurrency(concurrency) => {
+                // A value outside this range would be refused by every read (`concurrency_of`).
+                if !(1..=1000).contains(&concurrency) {
+                    return Err(Error::Concurrency { value: concurrency });
+                }
+                self.update_config(CONCURRENCY_KEY, |_| Ok((concurrency.to_string(), ())))
+                    .await?;
+                Ok(None)
+            }
+            Setting::Pause { reason } => {
+                let pause = Pause {
+                    reason,
+                    since: now_millis(),
+                };
+                let value = pause.encode();
+                self.update_config(PAUSED_KEY, |_| Ok((value.clone(), ())))
+                    .await?;
+                Ok(Some(pause))
+            }
+            Setting::Resume => {
+                // The new rollout first: a resume that fails halfway leaves the fleet paused,
+                // never resumed into the old rollout (whose failures would pause it again).
+                let now = now_millis().to_string();
+                self.update_config(RESUMED_KEY, |_| Ok((now.clone(), ())))
+                    .await?;
+                // An empty value is no pause: the ConfigMap keeps the key, and a replace never
+                // races with a delete of it.
+                let previous = self
+                    .update_config(PAUSED_KEY, |current| {
+                        Ok((String::new(), current.unwrap_or_default().to_string()))
+                    })
+                    .await?;
+                Pause::decode(PAUSED_COLUMN, Some(&previous))
+            }
         }
     }
 

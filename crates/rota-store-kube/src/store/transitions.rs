@@ -1,5 +1,5 @@
-//! A transition of a node's agent (`Store::transition`, and the fenced one): one fenced edit
-//! of its RotaNode, the slot given back when the window ends, and its Event.
+//! A transition of a node's agent (`Write::Transition`, and the fenced one): one fenced edit
+//! of its RotaNode, the slot given back when the window ends, and its Event; and the fence.
 
 use std::time::Duration;
 
@@ -9,6 +9,7 @@ use rota_store::{Error, NodeRecord, Result, Session, Transition, WindowChange};
 use super::KubeStore;
 use super::cas::Edit;
 use super::events::transition_event;
+use super::waiting::ttl_ms;
 use crate::crd::Timestamp;
 use crate::{history_ring, status};
 
@@ -64,5 +65,46 @@ impl KubeStore {
         let (type_, reason, note) = transition_event(&transition, &session.node);
         self.emit(&session.node, type_, reason, note);
         Ok(status::node_record(&session.node, &status, slot))
+    }
+
+    /// `Store::fence`: the session renewed in the RotaNode and the slot's Lease renewed.
+    pub(super) async fn fence_session(&self, session: &Session, ttl: Duration) -> Result<u32> {
+        let ttl_ms = ttl_ms(ttl);
+        let current = self.edit(session, false, |status, seen| {
+            if let Some(current) = status.session.as_mut() {
+                let deadline = seen.now.saturating_add(ttl_ms);
+                current.deadline = Timestamp(current.deadline.0.max(deadline));
+            }
+            Ok(Edit::Write(()))
+        });
+        // The two proofs are independent writes: both must succeed before the disruptive step,
+        // in whichever order they land.
+        let (current, slot) = tokio::join!(current, self.renew_lease(session));
+        current?;
+        slot
+    }
+
+    /// A transition that a disruptive step follows at once, with the fence's proof. Its two
+    /// proofs, the session (the transition's own compare-and-swap on the RotaNode, which
+    /// renews the session as the fence does) and the slot (the Lease), go out at once: the
+    /// step that follows waits for one round trip instead of two. A transition that gives the
+    /// slot back fences first: renewing the Lease while giving it back would race on its
+    /// compare-and-swap.
+    pub(super) async fn fenced_transition(
+        &self,
+        session: &Session,
+        transition: Transition,
+        ttl: Duration,
+    ) -> Result<NodeRecord> {
+        if transition.window.releases_slot() {
+            self.fence_session(session, ttl).await?;
+            return self.apply(session, transition, None).await;
+        }
+        let (record, slot) = tokio::join!(
+            self.apply(session, transition, Some(ttl)),
+            self.renew_lease(session)
+        );
+        slot?;
+        record
     }
 }

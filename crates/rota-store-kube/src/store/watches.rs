@@ -8,9 +8,9 @@
 //!
 //! The own RotaNodes' watch keeps the object this process answers its agent's reads from (see
 //! `own_object`) as current as the API server's: a write this process did not make arrives as
-//! an event newer than what it last read or wrote, replaces it, and wakes the agent. While the
-//! watch has listed the objects and not failed since, the agent's periodic re-read
-//! (`Store::refresh`) and the idle session's check need no request.
+//! an event newer than what it last read or wrote, replaces it, and wakes the agent. Only while
+//! the watch has listed the objects and not failed since are the agent's reads of its node
+//! answered from that object, and the idle session's check needs no request.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};

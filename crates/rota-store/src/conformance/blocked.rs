@@ -8,7 +8,7 @@ use rota_core::NodeState;
 use super::{enqueue, node, session};
 use crate::error::Error;
 use crate::model::{Acquire, Blocked, Transition, now_millis};
-use crate::store::Store;
+use crate::store::{Store, StoreExt};
 
 pub async fn a_blocked_reason_is_written_once_per_change_and_fenced(store: Arc<dyn Store>) {
     let s = session(&*store, "a").await;

@@ -10,7 +10,7 @@ use crate::error::Error;
 use crate::model::{
     HistoryFilter, NodeFields, Outcome, RequestState, Transition, WindowChange, now_millis,
 };
-use crate::store::Store;
+use crate::store::{Store, StoreExt};
 
 pub async fn backoff_follows_the_policy_and_success_clears_it(store: Arc<dyn Store>) {
     store.set_concurrency(1).await.expect("set concurrency");

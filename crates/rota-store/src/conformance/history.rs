@@ -6,7 +6,7 @@ use rota_core::{HistoryEvent, NodeState};
 
 use super::{enqueue, fail_closed, finish_window, node, open_window, session};
 use crate::model::{HistoryFilter, now_millis};
-use crate::store::Store;
+use crate::store::{Store, StoreExt};
 
 pub async fn history_is_ordered_and_filterable(store: Arc<dyn Store>) {
     store.set_concurrency(2).await.expect("set concurrency");

@@ -62,7 +62,7 @@ pub use self::stress::{
     sixty_four_sessions_never_double_grant_or_lose_history, stress,
 };
 use crate::model::{NodeFields, NodeRecord, Session, Transition, WindowChange};
-use crate::store::Store;
+use crate::store::{Store, StoreExt};
 
 const TTL: Duration = Duration::from_secs(30);
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::model::now_millis;
-use crate::store::Store;
+use crate::store::{Store, StoreExt};
 
 pub async fn pause_is_recorded_and_resume_wakes_every_waiter(store: Arc<dyn Store>) {
     assert_eq!(store.paused().await.expect("paused"), None);

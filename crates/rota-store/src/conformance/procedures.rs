@@ -11,7 +11,7 @@ use crate::error::Error;
 use crate::model::{
     HistoryFilter, Outcome, RequestState, Session, Transition, WindowChange, now_millis,
 };
-use crate::store::Store;
+use crate::store::{Store, StoreExt};
 
 /// A procedure for node `a` only: stores on a shared cluster see each other's procedures, and
 /// one for every node would be run by other tests' agents.

@@ -9,7 +9,7 @@ use rota_core::{NodeState, Process};
 use super::{TTL, enqueue, finish_window, node, open_window, policy, session};
 use crate::error::Error;
 use crate::model::{NodeOverview, RequestState, Transition, WindowChange, now_millis};
-use crate::store::Store;
+use crate::store::{Store, StoreExt};
 
 pub async fn open_request_is_unique_per_process(store: Arc<dyn Store>) {
     let s = session(&*store, "a").await;

@@ -9,7 +9,7 @@ use rota_core::{NodeState, Process};
 use super::{TTL, enqueue, node, session};
 use crate::error::Error;
 use crate::model::{Transition, WindowChange, now_millis};
-use crate::store::Store;
+use crate::store::{Store, StoreExt};
 
 pub async fn superseded_session_is_fenced(store: Arc<dyn Store>) {
     let old = session(&*store, "a").await;

@@ -8,7 +8,7 @@ use rota_core::NodeState;
 
 use super::{TTL, enqueue, finish_window, node, open_window, session};
 use crate::model::{Acquire, Session, Transition, now_millis};
-use crate::store::Store;
+use crate::store::{Store, StoreExt};
 
 pub async fn slot_limit_is_never_exceeded(store: Arc<dyn Store>) {
     store.set_concurrency(2).await.expect("set concurrency");

@@ -9,7 +9,7 @@ use rota_core::HistoryEvent;
 
 use super::{enqueue, finish_window, node, open_window};
 use crate::model::{HistoryFilter, now_millis};
-use crate::store::Store;
+use crate::store::{Store, StoreExt};
 
 const STRESS_TTL: Duration = Duration::from_secs(3600);
 

@@ -5,7 +5,6 @@ use rota_core::NodeName;
 use super::PostgresStore;
 use crate::actions::{ActionRecord, NewAction};
 use crate::error::{Context, Result};
-use crate::model::HistoryFilter;
 use crate::rows::action_record;
 
 pub(super) async fn record(store: &PostgresStore, action: &NewAction) -> Result<ActionRecord> {
@@ -26,30 +25,4 @@ pub(super) async fn record(store: &PostgresStore, action: &NewAction) -> Result<
     .context(CONTEXT)?;
     conn.finish();
     action_record(&row)
-}
-
-pub(super) async fn list(
-    store: &PostgresStore,
-    filter: &HistoryFilter,
-) -> Result<Vec<ActionRecord>> {
-    const CONTEXT: &str = "reading operator actions";
-    if filter.event.is_some() {
-        return Ok(Vec::new());
-    }
-    let mut conn = store.connections.checkout(CONTEXT).await?;
-    let rows = sqlx::query(
-        "SELECT at, action, node, process, by, reason FROM operator_actions \
-         WHERE ($1::TEXT IS NULL OR node = $1) AND ($2::TEXT IS NULL OR process = $2) \
-         AND ($3::BIGINT IS NULL OR at >= $3) AND ($4::BIGINT IS NULL OR at <= $4) \
-         ORDER BY id",
-    )
-    .bind(filter.node.as_ref().map(NodeName::as_str))
-    .bind(filter.process.as_ref().map(ToString::to_string))
-    .bind(filter.since)
-    .bind(filter.until)
-    .fetch_all(&mut *conn)
-    .await
-    .context(CONTEXT)?;
-    conn.finish();
-    rows.iter().map(action_record).collect()
 }

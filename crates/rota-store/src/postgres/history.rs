@@ -1,64 +1,90 @@
-//! What happened and what waits: history and backoff.
+//! `Store::read_history` on PostgreSQL: each part asked for is one statement on one
+//! connection.
 
 use rota_core::{HistoryEvent, NodeName};
+use sqlx::PgConnection;
 
 use super::PostgresStore;
+use super::queries::REQUEST_COLUMNS;
 use crate::error::{Context, Result};
-use crate::model::{BackoffRecord, HistoryEntry, HistoryFilter, StepRecord};
-use crate::rows::{backoff_record, history_entry, step_record};
+use crate::model::{History, HistoryFilter, Parts};
+use crate::rows::{action_record, history_entry, request_record, step_record};
 
-pub(super) async fn backoffs(store: &PostgresStore, node: &NodeName) -> Result<Vec<BackoffRecord>> {
-    let mut conn = store.connections.checkout("reading backoff").await?;
-    let rows = sqlx::query(
-        "SELECT node, process, until, last_interval_s, cause FROM backoff WHERE node = $1 \
-         ORDER BY process",
-    )
-    .bind(node.as_str())
-    .fetch_all(&mut *conn)
-    .await
-    .context("reading backoff")?;
-    conn.finish();
-    rows.iter().map(backoff_record).collect()
-}
-
-pub(super) async fn steps(
+pub(super) async fn read_history(
     store: &PostgresStore,
     filter: &HistoryFilter,
-) -> Result<Vec<StepRecord>> {
-    let mut conn = store.connections.checkout("reading steps").await?;
-    let rows = sqlx::query(
-        "SELECT node, state, at FROM steps WHERE ($1::TEXT IS NULL OR node = $1) \
-         AND ($2::BIGINT IS NULL OR at >= $2) AND ($3::BIGINT IS NULL OR at <= $3) ORDER BY id",
-    )
-    .bind(filter.node.as_ref().map(NodeName::as_str))
-    .bind(filter.since)
-    .bind(filter.until)
-    .fetch_all(&mut *conn)
-    .await
-    .context("reading steps")?;
+    parts: Parts,
+) -> Result<History> {
+    const CONTEXT: &str = "reading history";
+    let mut conn = store.connections.checkout(CONTEXT).await?;
+    let history = read(conn.connection().await.context(CONTEXT)?, filter, parts).await?;
     conn.finish();
-    rows.iter().map(step_record).collect()
+    Ok(history)
 }
 
-pub(super) async fn history(
-    store: &PostgresStore,
-    filter: &HistoryFilter,
-) -> Result<Vec<HistoryEntry>> {
-    let mut conn = store.connections.checkout("reading history").await?;
-    let rows = sqlx::query(
-        "SELECT id, node, process, event, at, cause, slot, released FROM history \
-         WHERE ($1::TEXT IS NULL OR node = $1) AND ($2::TEXT IS NULL OR process = $2) \
-         AND ($3::TEXT IS NULL OR event = $3) AND ($4::BIGINT IS NULL OR at >= $4) \
-         AND ($5::BIGINT IS NULL OR at <= $5) ORDER BY id",
-    )
-    .bind(filter.node.as_ref().map(NodeName::as_str))
-    .bind(filter.process.as_ref().map(ToString::to_string))
-    .bind(filter.event.map(HistoryEvent::as_str))
-    .bind(filter.since)
-    .bind(filter.until)
-    .fetch_all(&mut *conn)
-    .await
-    .context("reading history")?;
-    conn.finish();
-    rows.iter().map(history_entry).collect()
+async fn read(conn: &mut PgConnection, filter: &HistoryFilter, parts: Parts) -> Result<History> {
+    let node = filter.node.as_ref().map(NodeName::as_str);
+    let process = filter.process.as_ref().map(ToString::to_string);
+    let mut history = History::default();
+    if parts.entries {
+        let rows = sqlx::query(
+            "SELECT id, node, process, event, at, cause, slot, released FROM history \
+             WHERE ($1::TEXT IS NULL OR node = $1) AND ($2::TEXT IS NULL OR process = $2) \
+             AND ($3::TEXT IS NULL OR event = $3) AND ($4::BIGINT IS NULL OR at >= $4) \
+             AND ($5::BIGINT IS NULL OR at <= $5) ORDER BY id",
+        )
+        .bind(node)
+        .bind(process.as_deref())
+        .bind(filter.event.map(HistoryEvent::as_str))
+        .bind(filter.since)
+        .bind(filter.until)
+        .fetch_all(&mut *conn)
+        .await
+        .context("reading history")?;
+        history.entries = rows.iter().map(history_entry).collect::<Result<_>>()?;
+    }
+    if parts.steps {
+        let rows = sqlx::query(
+            "SELECT node, state, at FROM steps WHERE ($1::TEXT IS NULL OR node = $1) \
+             AND ($2::BIGINT IS NULL OR at >= $2) AND ($3::BIGINT IS NULL OR at <= $3) \
+             ORDER BY id",
+        )
+        .bind(node)
+        .bind(filter.since)
+        .bind(filter.until)
+        .fetch_all(&mut *conn)
+        .await
+        .context("reading steps")?;
+        history.steps = rows.iter().map(step_record).collect::<Result<_>>()?;
+    }
+    // An operator's action is no history event: a filter by event lets none through.
+    if parts.actions && filter.event.is_none() {
+        let rows = sqlx::query(
+            "SELECT at, action, node, process, by, reason FROM operator_actions \
+             WHERE ($1::TEXT IS NULL OR node = $1) AND ($2::TEXT IS NULL OR process = $2) \
+             AND ($3::BIGINT IS NULL OR at >= $3) AND ($4::BIGINT IS NULL OR at <= $4) \
+             ORDER BY id",
+        )
+        .bind(node)
+        .bind(process.as_deref())
+        .bind(filter.since)
+        .bind(filter.until)
+        .fetch_all(&mut *conn)
+        .await
+        .context("reading operator actions")?;
+        history.actions = rows.iter().map(action_record).collect::<Result<_>>()?;
+    }
+    if parts.requests {
+        let rows = sqlx::query(&format!(
+            "SELECT {REQUEST_COLUMNS} FROM requests WHERE ($1::TEXT IS NULL OR node = $1) \
+             AND ($2::TEXT IS NULL OR process = $2) ORDER BY id"
+        ))
+        .bind(node)
+        .bind(process.as_deref())
+        .fetch_all(&mut *conn)
+        .await
+        .context("reading requests")?;
+        history.requests = rows.iter().map(request_record).collect::<Result<_>>()?;
+    }
+    Ok(history)
 }

@@ -36,32 +36,30 @@ mod connections;
 mod history;
 mod nodes;
 mod open;
-mod operator;
-mod pause;
 mod procedures;
 mod queries;
 mod record;
-mod requests;
 mod sessions;
+mod settings;
 mod slots;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rota_core::{NodeName, ProcedureSpec, Process};
+use rota_core::{NodeName, ProcedureSpec, Write};
 use tokio::sync::watch;
 
 use self::changes::ListenerTask;
 use self::connections::Connections;
 pub(crate) use self::open::redact;
-use crate::actions::{ActionRecord, NewAction, os_actor};
+use crate::Store;
+use crate::actions::{ActionRecord, NewAction};
 use crate::error::Result;
 use crate::model::{
-    Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeOverview, NodeRecord,
-    Outcome, Pause, ProcedureRecord, RequestRecord, Session, SlotHolder, StepRecord, Transition,
+    Acquire, Fleet, History, HistoryFilter, NodeOverview, Parts, Pause, ProcedureRecord, Session,
+    Setting, Settings, Writer, Written,
 };
-use crate::{AgentStore, AuditStore, OperatorStore, ProcedureStore, ReadStore};
 
 /// A [`Store`](crate::Store) in a PostgreSQL database. Clones share the connections, the
 /// change counter and the listener.
@@ -77,7 +75,7 @@ pub struct PostgresStore {
 }
 
 #[async_trait]
-impl AgentStore for PostgresStore {
+impl Store for PostgresStore {
     async fn open_session(&self, node: &NodeName, ttl: Duration) -> Result<Session> {
         sessions::open_session(self, node, ttl).await
     }
@@ -98,79 +96,30 @@ impl AgentStore for PostgresStore {
         slots::fence(self, session, ttl).await
     }
 
-    async fn add_request(
-        &self,
-        session: &Session,
-        process: &Process,
-        source: &str,
-    ) -> Result<(RequestRecord, bool)> {
-        requests::add_request(self, session, process, source).await
-    }
-
-    async fn set_blocked(&self, session: &Session, blocked: Option<&Blocked>) -> Result<bool> {
-        nodes::set_blocked(self, session, blocked).await
-    }
-
-    async fn cancel_request(&self, session: &Session, process: &Process) -> Result<bool> {
-        requests::cancel_request(self, session, process).await
-    }
-
-    async fn complete_request(
-        &self,
-        session: &Session,
-        process: &Process,
-        outcome: &Outcome,
-    ) -> Result<RequestRecord> {
-        requests::complete_request(self, session, process, outcome).await
-    }
-
-    async fn transition(&self, session: &Session, transition: Transition) -> Result<NodeRecord> {
-        nodes::transition(self, session, transition).await
+    async fn write(&self, writer: Writer<'_>, write: Write) -> Result<Written> {
+        record::write(self, writer, &write).await
     }
 
     fn changes(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
     }
-}
 
-#[async_trait]
-impl OperatorStore for PostgresStore {
-    async fn set_concurrency(&self, concurrency: u32) -> Result<()> {
-        slots::set_concurrency(self, concurrency).await
+    async fn record(&self, node: &NodeName) -> Result<Option<NodeOverview>> {
+        record::record(self, node).await
     }
 
-    async fn unlock(&self, node: &NodeName, reason: &str) -> Result<NodeRecord> {
-        operator::unlock(self, node, reason).await
+    async fn fleet(&self) -> Result<Fleet> {
+        nodes::fleet(self).await
     }
 
-    async fn retry(&self, node: &NodeName) -> Result<NodeRecord> {
-        operator::retry(self, node).await
+    async fn settings(&self) -> Result<Settings> {
+        settings::settings(self).await
     }
 
-    async fn request(
-        &self,
-        node: &NodeName,
-        process: &Process,
-        source: &str,
-    ) -> Result<(RequestRecord, bool)> {
-        operator::request(self, node, process, source).await
+    async fn set(&self, setting: Setting) -> Result<Option<Pause>> {
+        settings::set(self, &setting).await
     }
 
-    async fn cancel(&self, node: &NodeName, process: &Process) -> Result<bool> {
-        operator::cancel(self, node, process).await
-    }
-
-    async fn pause(&self, reason: &str) -> Result<Pause> {
-        pause::pause(self, reason).await
-    }
-
-    async fn resume(&self) -> Result<Option<Pause>> {
-        pause::resume(self).await
-    }
-}
-
-#[async_trait]
-impl ProcedureStore for PostgresStore {
     async fn submit_procedure(&self, spec: &ProcedureSpec) -> Result<(ProcedureRecord, bool)> {
         procedures::submit_procedure(self, spec).await
     }
@@ -178,74 +127,12 @@ impl ProcedureStore for PostgresStore {
     async fn procedures(&self) -> Result<Vec<ProcedureRecord>> {
         procedures::procedures(self).await
     }
-}
 
-#[async_trait]
-impl ReadStore for PostgresStore {
-    fn kind(&self) -> &'static str {
-        "postgres"
-    }
-
-    async fn concurrency(&self) -> Result<Option<u32>> {
-        slots::concurrency(self).await
-    }
-
-    async fn slot_holders(&self) -> Result<Vec<SlotHolder>> {
-        slots::slot_holders(self).await
-    }
-
-    async fn open_requests(&self, node: &NodeName) -> Result<Vec<RequestRecord>> {
-        requests::open_requests(self, node).await
-    }
-
-    async fn all_requests(&self) -> Result<Vec<RequestRecord>> {
-        requests::all_requests(self).await
-    }
-
-    async fn node(&self, node: &NodeName) -> Result<Option<NodeRecord>> {
-        nodes::node(self, node).await
-    }
-
-    async fn nodes(&self) -> Result<Vec<NodeRecord>> {
-        nodes::nodes(self).await
-    }
-
-    async fn backoffs(&self, node: &NodeName) -> Result<Vec<BackoffRecord>> {
-        history::backoffs(self, node).await
-    }
-
-    async fn overview(&self) -> Result<Vec<NodeOverview>> {
-        nodes::overview(self).await
-    }
-
-    async fn history(&self, filter: &HistoryFilter) -> Result<Vec<HistoryEntry>> {
-        history::history(self, filter).await
-    }
-
-    async fn steps(&self, filter: &HistoryFilter) -> Result<Vec<StepRecord>> {
-        history::steps(self, filter).await
-    }
-
-    async fn paused(&self) -> Result<Option<Pause>> {
-        pause::paused(self).await
-    }
-
-    async fn resumed_at(&self) -> Result<Option<Millis>> {
-        pause::resumed_at(self).await
-    }
-}
-
-#[async_trait]
-impl AuditStore for PostgresStore {
-    async fn actor(&self) -> Result<String> {
-        Ok(os_actor())
+    async fn read_history(&self, filter: &HistoryFilter, parts: Parts) -> Result<History> {
+        history::read_history(self, filter, parts).await
     }
 
     async fn record_action(&self, action: &NewAction) -> Result<ActionRecord> {
         actions::record(self, action).await
-    }
-
-    async fn actions(&self, filter: &HistoryFilter) -> Result<Vec<ActionRecord>> {
-        actions::list(self, filter).await
     }
 }

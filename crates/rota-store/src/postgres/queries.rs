@@ -1,4 +1,4 @@
-//! The node and request queries the writes and reads share.
+//! The request query the writes share, and the unit of every duration.
 
 use std::time::Duration;
 
@@ -7,8 +7,6 @@ use sqlx::PgConnection;
 use sqlx::postgres::PgRow;
 
 use crate::error::{Context, Result};
-use crate::model::NodeRecord;
-use crate::rows::{NODE_COLUMNS, node_record};
 
 pub(super) fn millis(d: Duration) -> i64 {
     // Capped far below i64::MAX so that `now + ttl` cannot overflow in SQL.
@@ -36,20 +34,4 @@ pub(super) async fn existing_request(
     .fetch_optional(conn)
     .await
     .context("reading requests")
-}
-
-pub(super) async fn fetch_node(
-    conn: &mut PgConnection,
-    node: &NodeName,
-) -> Result<Option<NodeRecord>> {
-    let sql = format!(
-        "SELECT {NODE_COLUMNS} FROM nodes n LEFT JOIN slots s ON s.holder = n.node \
-         WHERE n.node = $1"
-    );
-    let row = sqlx::query(&sql)
-        .bind(node.as_str())
-        .fetch_optional(conn)
-        .await
-        .context("reading a node")?;
-    row.as_ref().map(node_record).transpose()
 }

@@ -14,20 +14,22 @@ use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
 use super::PostgresStore;
-use super::changes::CHANNEL;
-use super::queries::REQUEST_COLUMNS;
+use super::changes::{CHANNEL, OPERATOR_WAKES};
+use super::queries::{REQUEST_COLUMNS, existing_request};
 use crate::error::{Context, Error, Result};
-use crate::model::{BackoffRecord, Millis, NodeOverview, NodeRecord, RequestRecord, Session};
-use crate::rows::{NODE_COLUMNS, getter, node_record, parse, request_state};
+use crate::model::{
+    BackoffRecord, Millis, NodeOverview, NodeRecord, RequestRecord, Session, Writer,
+};
+use crate::rows::{NODE_COLUMNS, getter, node_record, parse, request_record, request_state};
 
 /// A write as it was committed: the core's answer, and the requests it created as stored.
-pub(super) struct Written {
-    pub(super) applied: Applied,
-    pub(super) opened: Vec<RequestRecord>,
+struct Written {
+    applied: Applied,
+    opened: Vec<RequestRecord>,
 }
 
 /// The wake-ups a committed node write sends.
-pub(super) enum Wakes {
+enum Wakes {
     /// This many, known before it is persisted.
     Known(u64),
     /// This many if it stored a new request (a procedure's request the node had before is not
@@ -161,7 +163,7 @@ fn work(row: &PgRow, record: NodeRecord) -> Result<NodeOverview> {
 /// Applies `write` to `node`'s record, fenced by `session` when an agent writes (a missing node
 /// is then fenced too); an operator's write of an unknown node is `NoSuchNode`. `wakes` says
 /// which wake-ups the committed write sends. A refused write writes nothing and wakes no one.
-pub(super) async fn write_node(
+async fn write_node(
     store: &PostgresStore,
     node: &NodeName,
     session: Option<&Session>,
@@ -389,4 +391,52 @@ async fn persist(
         }
     }
     Ok(Some(opened))
+}
+
+/// `Store::write`: the fence's proof first when asked for, then the node write. A waiter is
+/// woken as rota-core says ([`Write::wakes`]); an operator's request or cancel wakes every agent
+/// ([`OPERATOR_WAKES`]), so that the node's own idle agent hears of it.
+pub(super) async fn write(
+    store: &PostgresStore,
+    writer: Writer<'_>,
+    write: &Write,
+) -> Result<crate::Written> {
+    const CONTEXT: &str = "writing the node's record";
+    let node = writer.node();
+    let session = writer.session();
+    if let Writer::Fenced(session, ttl) = writer {
+        super::slots::fence(store, session, ttl).await?;
+    }
+    let operator = session.is_none();
+    let wakes = |applied: &Applied| match write {
+        Write::AddRequest { .. } if operator => Wakes::IfOpened(OPERATOR_WAKES),
+        Write::CancelRequest { .. } if operator && !applied.closed.is_empty() => {
+            Wakes::Known(OPERATOR_WAKES)
+        }
+        _ => Wakes::Known(u64::from(write.wakes(applied))),
+    };
+    let Written { applied, opened } =
+        write_node(store, node, session, write, wakes, CONTEXT).await?;
+    let standing = match write {
+        Write::AddRequest { process, .. }
+            if opened.is_empty() && applied.request(process).is_none() =>
+        {
+            let mut conn = store.connections.checkout(CONTEXT).await?;
+            let row =
+                existing_request(conn.connection().await.context(CONTEXT)?, node, process).await?;
+            conn.finish();
+            row.as_ref().map(request_record).transpose()?
+        }
+        _ => None,
+    };
+    Ok(crate::Written::of(write, applied, opened, standing))
+}
+
+/// `Store::record`: the node's whole record in one statement.
+pub(super) async fn record(store: &PostgresStore, node: &NodeName) -> Result<Option<NodeOverview>> {
+    const CONTEXT: &str = "reading the node's record";
+    let mut conn = store.connections.checkout(CONTEXT).await?;
+    let read = read_record(conn.connection().await.context(CONTEXT)?, node, None).await?;
+    conn.finish();
+    Ok(read.map(|r| r.record))
 }

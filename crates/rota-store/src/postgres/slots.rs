@@ -1,4 +1,4 @@
-//! Slots and the concurrency: who takes a slot is rota-core's
+//! Slots: who takes a slot is rota-core's
 //! [`schedule`](rota_core::schedule), read and applied in a transaction that locks the slot
 //! rows; a fence renews the session only while its node holds a slot.
 
@@ -10,49 +10,8 @@ use sqlx::{Acquire as _, PgConnection, Row};
 use super::PostgresStore;
 use super::queries::millis;
 use crate::error::{Context, Error, Result};
-use crate::model::{Acquire, Session, SlotHolder};
-use crate::rows::{concurrency as stored_concurrency, getter, parse, slot_holder, slot_index};
-use crate::store::WAKE_ALL;
-
-pub(super) async fn concurrency(store: &PostgresStore) -> Result<Option<u32>> {
-    let mut conn = store
-        .connections
-        .checkout("reading the concurrency")
-        .await?;
-    let value: Option<String> =
-        sqlx::query_scalar("SELECT value FROM rota_meta WHERE key = 'concurrency'")
-            .fetch_optional(&mut *conn)
-            .await
-            .context("reading the concurrency")?;
-    conn.finish();
-    value
-        .map(|v| stored_concurrency("rota_meta.concurrency", v))
-        .transpose()
-}
-
-pub(super) async fn set_concurrency(store: &PostgresStore, concurrency: u32) -> Result<()> {
-    if !(1..=1000).contains(&concurrency) {
-        return Err(Error::Concurrency { value: concurrency });
-    }
-    let mut conn = store
-        .connections
-        .checkout("setting the concurrency")
-        .await?;
-    let mut tx = conn.begin().await.context("setting the concurrency")?;
-    sqlx::query(
-        "INSERT INTO rota_meta (key, value) VALUES ('concurrency', $1) \
-         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-    )
-    .bind(concurrency.to_string())
-    .execute(&mut *tx)
-    .await
-    .context("setting the concurrency")?;
-    store
-        .commit(tx, WAKE_ALL, "setting the concurrency")
-        .await?;
-    conn.finish();
-    Ok(())
-}
+use crate::model::{Acquire, Session};
+use crate::rows::{concurrency as stored_concurrency, getter, parse, slot_index};
 
 /// The queue as it stands and the slots, for [`schedule`]: the node's own slot, the slots
 /// held, the queued nodes that hold no slot (alive when their session is current, blocked when
@@ -245,14 +204,4 @@ pub(super) async fn fence(store: &PostgresStore, session: &Session, ttl: Duratio
         node: session.node.clone(),
         session: session.id,
     })
-}
-
-pub(super) async fn slot_holders(store: &PostgresStore) -> Result<Vec<SlotHolder>> {
-    let mut conn = store.connections.checkout("reading slots").await?;
-    let rows = sqlx::query("SELECT slot, holder, acquired_at FROM slots ORDER BY slot")
-        .fetch_all(&mut *conn)
-        .await
-        .context("reading slots")?;
-    conn.finish();
-    rows.iter().map(slot_holder).collect()
 }

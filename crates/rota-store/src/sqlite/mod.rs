@@ -5,6 +5,7 @@
 //! transaction: SQLite's single-writer lock serialises them across processes, and the primary
 //! and unique keys on `slots` make a double grant impossible even if a check were wrong.
 
+mod history;
 mod queries;
 mod wakes;
 
@@ -17,29 +18,30 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rota_core::{NodeName, ProcedureSpec, Process};
+use rota_core::{NodeName, ProcedureSpec, Write};
 use sqlx::ConnectOptions;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 
-use self::queries::{fetch_node, turn};
+use self::history::read_history;
+use self::queries::{fetch_record, turn};
 use self::writer::{Op, Reply};
-use crate::actions::{ActionRecord, NewAction, os_actor};
+use crate::Store;
+use crate::actions::{ActionRecord, NewAction};
 use crate::error::{Context, Error, Result};
 use crate::model::{
-    Acquire, BackoffRecord, Blocked, HistoryEntry, HistoryFilter, Millis, NodeOverview, NodeRecord,
-    Outcome, Pause, ProcedureRecord, RequestRecord, Session, SlotHolder, StepRecord, Transition,
-    decode_resumed_at, now_millis,
+    Acquire, Fleet, History, HistoryFilter, NodeOverview, Parts, Pause, ProcedureRecord, Session,
+    Setting, Settings, Writer, Written, decode_resumed_at,
 };
 use crate::rows::{
-    ALL_BACKOFFS_SQL, ALL_OPEN_REQUESTS_SQL, action_record, all_nodes_sql, backoff_record,
-    concurrency as stored_concurrency, history_entry, node_record, procedure_record,
-    request_record, slot_holder, slot_index, step_record,
+    ALL_BACKOFFS_SQL, ALL_OPEN_REQUESTS_SQL, all_nodes_sql, concurrency as stored_concurrency,
+    procedure_record, slot_holder, slot_index,
 };
-use crate::{AgentStore, AuditStore, OperatorStore, ProcedureStore, ReadStore};
 
+/// The setting that holds the number of slots.
+const CONCURRENCY_KEY: &str = "concurrency";
 /// The setting that holds the fleet's pause.
 const PAUSED_KEY: &str = "paused";
 /// The setting that holds when the fleet was last resumed (the start of the rollout).
@@ -127,8 +129,8 @@ impl SqliteStore {
         &self.path
     }
 
-    /// Hands a write to the writer and waits until its batch has committed.
-    async fn write<T>(&self, op: impl FnOnce(Reply<T>) -> Op) -> Result<T> {
+    /// Hands an operation to the writer and waits until its batch has committed.
+    async fn send<T>(&self, op: impl FnOnce(Reply<T>) -> Op) -> Result<T> {
         let (reply, result) = oneshot::channel();
         self.writer
             .send(op(reply))
@@ -254,11 +256,11 @@ async fn check_is_rota(pool: &SqlitePool, location: &str) -> Result<()> {
 }
 
 #[async_trait]
-impl AgentStore for SqliteStore {
+impl Store for SqliteStore {
     async fn open_session(&self, node: &NodeName, ttl: Duration) -> Result<Session> {
         let node = node.clone();
         let ttl_ms = millis(ttl);
-        self.write(|reply| Op::OpenSession {
+        self.send(|reply| Op::OpenSession {
             node,
             ttl_ms,
             reply,
@@ -269,7 +271,7 @@ impl AgentStore for SqliteStore {
     async fn heartbeat(&self, session: &Session, ttl: Duration) -> Result<()> {
         let session = session.clone();
         let ttl_ms = millis(ttl);
-        self.write(|reply| Op::Heartbeat {
+        self.send(|reply| Op::Heartbeat {
             session,
             ttl_ms,
             reply,
@@ -279,8 +281,7 @@ impl AgentStore for SqliteStore {
 
     async fn close_session(&self, session: &Session) -> Result<()> {
         let session = session.clone();
-        self.write(|reply| Op::CloseSession { session, reply })
-            .await
+        self.send(|reply| Op::CloseSession { session, reply }).await
     }
 
     async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire> {
@@ -301,13 +302,13 @@ impl AgentStore for SqliteStore {
         }
         drop(conn);
         let session = session.clone();
-        self.write(|reply| Op::AcquireSlot { session, reply }).await
+        self.send(|reply| Op::AcquireSlot { session, reply }).await
     }
 
     async fn fence(&self, session: &Session, ttl: Duration) -> Result<u32> {
         let session = session.clone();
         let ttl_ms = millis(ttl);
-        self.write(|reply| Op::Fence {
+        self.send(|reply| Op::Fence {
             session,
             ttl_ms,
             reply,
@@ -315,69 +316,19 @@ impl AgentStore for SqliteStore {
         .await
     }
 
-    async fn add_request(
-        &self,
-        session: &Session,
-        process: &Process,
-        source: &str,
-    ) -> Result<(RequestRecord, bool)> {
-        let session = session.clone();
-        let process = process.clone();
-        let source = source.to_string();
-        self.write(|reply| Op::AddRequest {
+    async fn write(&self, writer: Writer<'_>, write: Write) -> Result<Written> {
+        let node = writer.node().clone();
+        let session = writer.session().cloned();
+        let fence_ttl_ms = match writer {
+            Writer::Fenced(_, ttl) => Some(millis(ttl)),
+            Writer::Agent(_) | Writer::Operator(_) => None,
+        };
+        let write = Box::new(write);
+        self.send(|reply| Op::Write {
+            node,
             session,
-            process,
-            source,
-            reply,
-        })
-        .await
-    }
-
-    async fn set_blocked(&self, session: &Session, blocked: Option<&Blocked>) -> Result<bool> {
-        let session = session.clone();
-        let blocked = blocked.cloned();
-        self.write(|reply| Op::SetBlocked {
-            session,
-            blocked,
-            reply,
-        })
-        .await
-    }
-
-    async fn cancel_request(&self, session: &Session, process: &Process) -> Result<bool> {
-        let session = session.clone();
-        let process = process.clone();
-        self.write(|reply| Op::CancelRequest {
-            session,
-            process,
-            reply,
-        })
-        .await
-    }
-
-    async fn complete_request(
-        &self,
-        session: &Session,
-        process: &Process,
-        outcome: &Outcome,
-    ) -> Result<RequestRecord> {
-        let session = session.clone();
-        let process = process.clone();
-        let outcome = outcome.clone();
-        self.write(|reply| Op::CompleteRequest {
-            session,
-            process,
-            outcome,
-            reply,
-        })
-        .await
-    }
-
-    async fn transition(&self, session: &Session, transition: Transition) -> Result<NodeRecord> {
-        let session = session.clone();
-        self.write(|reply| Op::Transition {
-            session,
-            transition,
+            fence_ttl_ms,
+            write,
             reply,
         })
         .await
@@ -386,176 +337,15 @@ impl AgentStore for SqliteStore {
     fn changes(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
     }
-}
 
-#[async_trait]
-impl OperatorStore for SqliteStore {
-    async fn set_concurrency(&self, concurrency: u32) -> Result<()> {
-        if !(1..=1000).contains(&concurrency) {
-            return Err(Error::Concurrency { value: concurrency });
-        }
-        self.write(|reply| Op::SetConcurrency { concurrency, reply })
-            .await
-    }
-
-    async fn unlock(&self, node: &NodeName, reason: &str) -> Result<NodeRecord> {
-        let node = node.clone();
-        let reason = reason.to_string();
-        self.write(|reply| Op::Unlock {
-            node,
-            reason,
-            reply,
-        })
-        .await
-    }
-
-    async fn retry(&self, node: &NodeName) -> Result<NodeRecord> {
-        let node = node.clone();
-        self.write(|reply| Op::Retry { node, reply }).await
-    }
-
-    async fn request(
-        &self,
-        node: &NodeName,
-        process: &Process,
-        source: &str,
-    ) -> Result<(RequestRecord, bool)> {
-        let node = node.clone();
-        let process = process.clone();
-        let source = source.to_string();
-        self.write(|reply| Op::OperatorRequest {
-            node,
-            process,
-            source,
-            reply,
-        })
-        .await
-    }
-
-    async fn cancel(&self, node: &NodeName, process: &Process) -> Result<bool> {
-        let node = node.clone();
-        let process = process.clone();
-        self.write(|reply| Op::OperatorCancel {
-            node,
-            process,
-            reply,
-        })
-        .await
-    }
-
-    async fn pause(&self, reason: &str) -> Result<Pause> {
-        let pause = Pause {
-            reason: reason.to_string(),
-            since: now_millis(),
-        };
-        let value = Some(pause.encode());
-        self.write(|reply| Op::SetMeta {
-            key: PAUSED_KEY,
-            value,
-            reply,
-        })
-        .await?;
-        Ok(pause)
-    }
-
-    async fn resume(&self) -> Result<Option<Pause>> {
-        // The new rollout first: a resume that fails halfway leaves the fleet paused, never
-        // resumed into the old rollout (whose failures would pause it again).
-        let now = Some(now_millis().to_string());
-        self.write(|reply| Op::SetMeta {
-            key: RESUMED_KEY,
-            value: now,
-            reply,
-        })
-        .await?;
-        let previous = self
-            .write(|reply| Op::SetMeta {
-                key: PAUSED_KEY,
-                value: None,
-                reply,
-            })
-            .await?;
-        Pause::decode("rota_meta.paused", previous.as_deref())
-    }
-}
-
-#[async_trait]
-impl ProcedureStore for SqliteStore {
-    async fn submit_procedure(&self, spec: &ProcedureSpec) -> Result<(ProcedureRecord, bool)> {
-        let spec = Box::new(spec.clone());
-        self.write(|reply| Op::SubmitProcedure { spec, reply })
-            .await
-    }
-
-    async fn procedures(&self) -> Result<Vec<ProcedureRecord>> {
-        sqlx::query("SELECT spec, submitted_at FROM procedures ORDER BY seq")
-            .fetch_all(&self.pool)
-            .await
-            .context("reading procedures")?
-            .iter()
-            .map(procedure_record)
-            .collect()
-    }
-}
-
-#[async_trait]
-impl ReadStore for SqliteStore {
-    fn kind(&self) -> &'static str {
-        "sqlite"
-    }
-
-    async fn concurrency(&self) -> Result<Option<u32>> {
-        let value: Option<String> =
-            sqlx::query_scalar("SELECT value FROM rota_meta WHERE key = 'concurrency'")
-                .fetch_optional(&self.pool)
-                .await
-                .context("reading the concurrency")?;
-        value
-            .map(|v| stored_concurrency("rota_meta.concurrency", v))
-            .transpose()
-    }
-
-    async fn slot_holders(&self) -> Result<Vec<SlotHolder>> {
-        let rows = sqlx::query("SELECT slot, holder, acquired_at FROM slots ORDER BY slot")
-            .fetch_all(&self.pool)
-            .await
-            .context("reading slots")?;
-        rows.iter().map(slot_holder).collect()
-    }
-
-    async fn open_requests(&self, node: &NodeName) -> Result<Vec<RequestRecord>> {
-        let rows = sqlx::query(
-            "SELECT * FROM requests WHERE node = ? AND state IN ('pending', 'active') ORDER BY id",
-        )
-        .bind(node.as_str())
-        .fetch_all(&self.pool)
-        .await
-        .context("reading requests")?;
-        rows.iter().map(request_record).collect()
-    }
-
-    async fn all_requests(&self) -> Result<Vec<RequestRecord>> {
-        let rows = sqlx::query("SELECT * FROM requests ORDER BY id")
-            .fetch_all(&self.pool)
-            .await
-            .context("reading requests")?;
-        rows.iter().map(request_record).collect()
-    }
-
-    async fn node(&self, node: &NodeName) -> Result<Option<NodeRecord>> {
+    async fn record(&self, node: &NodeName) -> Result<Option<NodeOverview>> {
         let mut conn = self.pool.acquire().await.context("reading a node")?;
-        fetch_node(&mut conn, node).await
+        Ok(fetch_record(&mut conn, node, None)
+            .await?
+            .map(|(record, _)| record))
     }
 
-    async fn nodes(&self) -> Result<Vec<NodeRecord>> {
-        let rows = sqlx::query(&all_nodes_sql())
-            .fetch_all(&self.pool)
-            .await
-            .context("reading nodes")?;
-        rows.iter().map(node_record).collect()
-    }
-
-    async fn overview(&self) -> Result<Vec<NodeOverview>> {
+    async fn fleet(&self) -> Result<Fleet> {
         let mut conn = self.pool.acquire().await.context("reading the fleet")?;
         let nodes = sqlx::query(&all_nodes_sql())
             .fetch_all(&mut *conn)
@@ -569,99 +359,57 @@ impl ReadStore for SqliteStore {
             .fetch_all(&mut *conn)
             .await
             .context("reading backoff")?;
-        crate::rows::overview(&nodes, &requests, &backoffs)
-    }
-
-    async fn backoffs(&self, node: &NodeName) -> Result<Vec<BackoffRecord>> {
-        let rows = sqlx::query(
-            "SELECT node, process, until, last_interval_s, cause FROM backoff WHERE node = ? \
-             ORDER BY process",
-        )
-        .bind(node.as_str())
-        .fetch_all(&self.pool)
-        .await
-        .context("reading backoff")?;
-        rows.iter().map(backoff_record).collect()
-    }
-
-    async fn history(&self, filter: &HistoryFilter) -> Result<Vec<HistoryEntry>> {
-        let rows = sqlx::query(
-            "SELECT id, node, process, event, at, cause, slot, released FROM history \
-             WHERE (?1 IS NULL OR node = ?1) AND (?2 IS NULL OR process = ?2) \
-             AND (?3 IS NULL OR event = ?3) AND (?4 IS NULL OR at >= ?4) \
-             AND (?5 IS NULL OR at <= ?5) ORDER BY id",
-        )
-        .bind(filter.node.as_ref().map(NodeName::as_str))
-        .bind(filter.process.as_ref().map(ToString::to_string))
-        .bind(filter.event.map(|e| e.to_string()))
-        .bind(filter.since)
-        .bind(filter.until)
-        .fetch_all(&self.pool)
-        .await
-        .context("reading history")?;
-        rows.iter().map(history_entry).collect()
-    }
-
-    async fn steps(&self, filter: &HistoryFilter) -> Result<Vec<StepRecord>> {
-        let rows = sqlx::query(
-            "SELECT node, state, at FROM steps WHERE (?1 IS NULL OR node = ?1) \
-             AND (?2 IS NULL OR at >= ?2) AND (?3 IS NULL OR at <= ?3) ORDER BY id",
-        )
-        .bind(filter.node.as_ref().map(NodeName::as_str))
-        .bind(filter.since)
-        .bind(filter.until)
-        .fetch_all(&self.pool)
-        .await
-        .context("reading steps")?;
-        rows.iter().map(step_record).collect()
-    }
-
-    async fn paused(&self) -> Result<Option<Pause>> {
-        let value: Option<String> = sqlx::query_scalar("SELECT value FROM rota_meta WHERE key = ?")
-            .bind(PAUSED_KEY)
-            .fetch_optional(&self.pool)
+        let slots = sqlx::query("SELECT slot, holder, acquired_at FROM slots ORDER BY slot")
+            .fetch_all(&mut *conn)
             .await
-            .context("reading the pause")?;
-        Pause::decode("rota_meta.paused", value.as_deref())
+            .context("reading slots")?;
+        Ok(Fleet {
+            nodes: crate::rows::overview(&nodes, &requests, &backoffs)?,
+            slots: slots.iter().map(slot_holder).collect::<Result<_>>()?,
+        })
     }
 
-    async fn resumed_at(&self) -> Result<Option<Millis>> {
-        let value: Option<String> = sqlx::query_scalar("SELECT value FROM rota_meta WHERE key = ?")
-            .bind(RESUMED_KEY)
-            .fetch_optional(&self.pool)
+    async fn settings(&self) -> Result<Settings> {
+        let rows: Vec<(String, String)> = sqlx::query_as("SELECT key, value FROM rota_meta")
+            .fetch_all(&self.pool)
             .await
-            .context("reading the last resume")?;
-        decode_resumed_at("rota_meta.resumed_at", value.as_deref())
+            .context("reading the settings")?;
+        let value = |key: &str| rows.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+        Ok(Settings {
+            concurrency: value(CONCURRENCY_KEY)
+                .map(|v| stored_concurrency("rota_meta.concurrency", v))
+                .transpose()?,
+            pause: Pause::decode("rota_meta.paused", value(PAUSED_KEY).as_deref())?,
+            resumed_at: decode_resumed_at("rota_meta.resumed_at", value(RESUMED_KEY).as_deref())?,
+        })
     }
-}
 
-#[async_trait]
-impl AuditStore for SqliteStore {
-    async fn actor(&self) -> Result<String> {
-        Ok(os_actor())
+    async fn set(&self, setting: Setting) -> Result<Option<Pause>> {
+        self.send(|reply| Op::Set { setting, reply }).await
+    }
+
+    async fn submit_procedure(&self, spec: &ProcedureSpec) -> Result<(ProcedureRecord, bool)> {
+        let spec = Box::new(spec.clone());
+        self.send(|reply| Op::SubmitProcedure { spec, reply }).await
+    }
+
+    async fn procedures(&self) -> Result<Vec<ProcedureRecord>> {
+        sqlx::query("SELECT spec, submitted_at FROM procedures ORDER BY seq")
+            .fetch_all(&self.pool)
+            .await
+            .context("reading procedures")?
+            .iter()
+            .map(procedure_record)
+            .collect()
+    }
+
+    async fn read_history(&self, filter: &HistoryFilter, parts: Parts) -> Result<History> {
+        let mut conn = self.pool.acquire().await.context("reading history")?;
+        read_history(&mut conn, filter, parts).await
     }
 
     async fn record_action(&self, action: &NewAction) -> Result<ActionRecord> {
         let action = Box::new(action.clone());
-        self.write(|reply| Op::RecordAction { action, reply }).await
-    }
-
-    async fn actions(&self, filter: &HistoryFilter) -> Result<Vec<ActionRecord>> {
-        if filter.event.is_some() {
-            return Ok(Vec::new());
-        }
-        let rows = sqlx::query(
-            "SELECT at, action, node, process, by, reason FROM operator_actions \
-             WHERE (?1 IS NULL OR node = ?1) AND (?2 IS NULL OR process = ?2) \
-             AND (?3 IS NULL OR at >= ?3) AND (?4 IS NULL OR at <= ?4) ORDER BY id",
-        )
-        .bind(filter.node.as_ref().map(NodeName::as_str))
-        .bind(filter.process.as_ref().map(ToString::to_string))
-        .bind(filter.since)
-        .bind(filter.until)
-        .fetch_all(&self.pool)
-        .await
-        .context("reading operator actions")?;
-        rows.iter().map(action_record).collect()
+        self.send(|reply| Op::RecordAction { action, reply }).await
     }
 }

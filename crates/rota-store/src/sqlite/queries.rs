@@ -1,29 +1,14 @@
-//! The queries both the readers and the writes need: a node, its whole record, the
+//! The queries both the readers and the writes need: a node's whole record, the
 //! concurrency, and a node's turn in the queue.
 
 use rota_core::{Held, Limits, NodeName, Turn, Waiter, schedule};
 use sqlx::Row;
 
 use crate::error::{Context, Error, Result};
-use crate::model::{NodeOverview, NodeRecord, Session, now_millis};
+use crate::model::{NodeOverview, Session, now_millis};
 use crate::rows::{
     NODE_COLUMNS, concurrency, getter, node_record, parse, stored_backoffs, stored_requests,
 };
-
-pub(super) async fn fetch_node(
-    conn: &mut sqlx::SqliteConnection,
-    node: &NodeName,
-) -> Result<Option<NodeRecord>> {
-    let sql = format!(
-        "SELECT {NODE_COLUMNS} FROM nodes n LEFT JOIN slots s ON s.holder = n.node WHERE n.node = ?"
-    );
-    let row = sqlx::query(&sql)
-        .bind(node.as_str())
-        .fetch_optional(conn)
-        .await
-        .context("reading a node")?;
-    row.as_ref().map(node_record).transpose()
-}
 
 /// The node's whole record (its row, its open requests and its backoffs, read in one
 /// statement: each statement is a round trip to SQLite's thread), and whether `session` is its

@@ -7,7 +7,7 @@
 use super::wakes::OwnWakes;
 use std::sync::Arc;
 
-use rota_core::{NodeName, ProcedureSpec, Process};
+use rota_core::{NodeName, ProcedureSpec, Write};
 use sqlx::SqliteConnection;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -15,9 +15,7 @@ use super::{wakes, writes};
 use crate::WAKE_ALL;
 use crate::actions::{ActionRecord, NewAction};
 use crate::error::{Error, Result};
-use crate::model::{
-    Acquire, Blocked, NodeRecord, Outcome, ProcedureRecord, RequestRecord, Session, Transition,
-};
+use crate::model::{Acquire, Pause, ProcedureRecord, Session, Setting, Written};
 
 /// Most operations in one transaction: bounds how long another process waits for the lock.
 const MAX_BATCH: usize = 256;
@@ -39,15 +37,10 @@ pub(super) enum Op {
         session: Session,
         reply: Reply<()>,
     },
-    SetConcurrency {
-        concurrency: u32,
-        reply: Reply<()>,
-    },
-    /// Sets (or with `None` removes) one of the store's settings; returns the previous value.
-    SetMeta {
-        key: &'static str,
-        value: Option<String>,
-        reply: Reply<Option<String>>,
+    /// Changes a setting; returns the pause it set or lifted.
+    Set {
+        setting: Setting,
+        reply: Reply<Option<Pause>>,
     },
     AcquireSlot {
         session: Session,
@@ -58,56 +51,18 @@ pub(super) enum Op {
         ttl_ms: i64,
         reply: Reply<u32>,
     },
-    AddRequest {
-        session: Session,
-        process: Process,
-        source: String,
-        reply: Reply<(RequestRecord, bool)>,
-    },
-    CancelRequest {
-        session: Session,
-        process: Process,
-        reply: Reply<bool>,
-    },
-    OperatorRequest {
+    /// A write of a node's record: an agent's (fenced by `session`, after the fence's proof
+    /// when `fence_ttl_ms` is set) or an operator's (without a session).
+    Write {
         node: NodeName,
-        process: Process,
-        source: String,
-        reply: Reply<(RequestRecord, bool)>,
-    },
-    OperatorCancel {
-        node: NodeName,
-        process: Process,
-        reply: Reply<bool>,
-    },
-    CompleteRequest {
-        session: Session,
-        process: Process,
-        outcome: Outcome,
-        reply: Reply<RequestRecord>,
+        session: Option<Session>,
+        fence_ttl_ms: Option<i64>,
+        write: Box<Write>,
+        reply: Reply<Written>,
     },
     SubmitProcedure {
         spec: Box<ProcedureSpec>,
         reply: Reply<(ProcedureRecord, bool)>,
-    },
-    Transition {
-        session: Session,
-        transition: Transition,
-        reply: Reply<NodeRecord>,
-    },
-    SetBlocked {
-        session: Session,
-        blocked: Option<Blocked>,
-        reply: Reply<bool>,
-    },
-    Unlock {
-        node: NodeName,
-        reason: String,
-        reply: Reply<NodeRecord>,
-    },
-    Retry {
-        node: NodeName,
-        reply: Reply<NodeRecord>,
     },
     RecordAction {
         action: Box<NewAction>,
@@ -136,32 +91,20 @@ fn done<T: Send + 'static>(reply: Reply<T>, result: Result<T>) -> Done {
 fn by_operator(op: &Op) -> bool {
     matches!(
         op,
-        Op::SetConcurrency { .. }
-            | Op::SetMeta { .. }
-            | Op::OperatorRequest { .. }
-            | Op::OperatorCancel { .. }
-            | Op::SubmitProcedure { .. }
-            | Op::Unlock { .. }
-            | Op::Retry { .. }
+        Op::Set { .. } | Op::Write { session: None, .. } | Op::SubmitProcedure { .. }
     )
 }
 
-/// How far a successful operation moves `Store::changes` (see its documentation).
-fn wakes(op: &Op) -> u64 {
-    match op {
-        Op::SetConcurrency { .. } => WAKE_ALL,
-        // A pause lifted may let every waiter go on.
-        Op::SetMeta { value: None, .. } => WAKE_ALL,
-        // A node blocked no longer holds the queue up behind it.
-        Op::Unlock { .. } | Op::Retry { .. } | Op::SetBlocked { .. } => 1,
-        Op::Transition { transition, .. } => u64::from(transition.wakes()),
-        _ => 0,
+/// How far a successful setting moves `Store::changes` (see its documentation): a new
+/// concurrency, or a pause lifted, may let every waiter go on.
+fn wakes(setting: &Setting) -> u64 {
+    match setting {
+        Setting::Concurrency(_) | Setting::Resume => WAKE_ALL,
+        Setting::Pause { .. } => 0,
     }
 }
 
 async fn execute(conn: &mut SqliteConnection, op: Op) -> (Done, u64) {
-    let wake = wakes(&op);
-    let counted = |ok: bool| if ok { wake } else { 0 };
     match op {
         Op::OpenSession {
             node,
@@ -182,14 +125,9 @@ async fn execute(conn: &mut SqliteConnection, op: Op) -> (Done, u64) {
         Op::CloseSession { session, reply } => {
             (done(reply, writes::close_session(conn, &session).await), 0)
         }
-        Op::SetConcurrency { concurrency, reply } => {
-            let result = writes::set_concurrency(conn, concurrency).await;
-            let wake = counted(result.is_ok());
-            (done(reply, result), wake)
-        }
-        Op::SetMeta { key, value, reply } => {
-            let result = writes::set_meta(conn, key, value.as_deref()).await;
-            let wake = counted(result.is_ok());
+        Op::Set { setting, reply } => {
+            let result = writes::set(conn, &setting).await;
+            let wake = if result.is_ok() { wakes(&setting) } else { 0 };
             (done(reply, result), wake)
         }
         Op::AcquireSlot { session, reply } => {
@@ -200,89 +138,19 @@ async fn execute(conn: &mut SqliteConnection, op: Op) -> (Done, u64) {
             ttl_ms,
             reply,
         } => (done(reply, writes::fence(conn, &session, ttl_ms).await), 0),
-        Op::AddRequest {
-            session,
-            process,
-            source,
-            reply,
-        } => {
-            let result =
-                writes::add_request(conn, &session.node, Some(&session), &process, &source).await;
-            (done(reply, result), 0)
-        }
-        Op::CancelRequest {
-            session,
-            process,
-            reply,
-        } => {
-            let result =
-                writes::cancel_request(conn, &session.node, Some(&session), &process).await;
-            (done(reply, result), 0)
-        }
-        Op::OperatorRequest {
+        Op::Write {
             node,
-            process,
-            source,
-            reply,
-        } => {
-            let result = writes::add_request(conn, &node, None, &process, &source).await;
-            (done(reply, result), 0)
-        }
-        Op::OperatorCancel {
-            node,
-            process,
-            reply,
-        } => {
-            // Withdrawing from a node the store does not know withdraws nothing.
-            let result = match writes::cancel_request(conn, &node, None, &process).await {
-                Err(Error::NoSuchNode { .. }) => Ok(false),
-                other => other,
-            };
-            (done(reply, result), 0)
-        }
-        Op::CompleteRequest {
             session,
-            process,
-            outcome,
+            fence_ttl_ms,
+            write,
             reply,
         } => {
-            let result = writes::complete_request(conn, &session, &process, &outcome).await;
-            (done(reply, result), 0)
+            let result = writes::write(conn, &node, session.as_ref(), fence_ttl_ms, &write).await;
+            let wake = result.as_ref().map_or(0, |(_, wakes)| u64::from(*wakes));
+            (done(reply, result.map(|(written, _)| written)), wake)
         }
         Op::SubmitProcedure { spec, reply } => {
             (done(reply, writes::submit_procedure(conn, &spec).await), 0)
-        }
-        Op::Transition {
-            session,
-            transition,
-            reply,
-        } => {
-            let result = writes::transition(conn, &session, &transition).await;
-            let wake = counted(result.is_ok());
-            (done(reply, result), wake)
-        }
-        Op::SetBlocked {
-            session,
-            blocked,
-            reply,
-        } => {
-            let result = writes::set_blocked(conn, &session, blocked.as_ref()).await;
-            let wake = counted(result.as_ref().is_ok_and(|written| *written));
-            (done(reply, result), wake)
-        }
-        Op::Unlock {
-            node,
-            reason,
-            reply,
-        } => {
-            let result = writes::unlock(conn, &node, &reason).await;
-            let wake = counted(result.is_ok());
-            (done(reply, result), wake)
-        }
-        Op::Retry { node, reply } => {
-            let result = writes::retry(conn, &node).await;
-            let wake = counted(result.is_ok());
-            (done(reply, result), wake)
         }
         Op::RecordAction { action, reply } => {
             (done(reply, writes::record_action(conn, &action).await), 0)
@@ -374,21 +242,12 @@ fn refuse(op: Op) -> Done {
     }
     match op {
         Op::OpenSession { reply, .. } => skipped(reply),
-        Op::Heartbeat { reply, .. }
-        | Op::CloseSession { reply, .. }
-        | Op::SetConcurrency { reply, .. } => skipped(reply),
+        Op::Heartbeat { reply, .. } | Op::CloseSession { reply, .. } => skipped(reply),
+        Op::Set { reply, .. } => skipped(reply),
         Op::AcquireSlot { reply, .. } => skipped(reply),
-        Op::SetMeta { reply, .. } => skipped(reply),
         Op::Fence { reply, .. } => skipped(reply),
-        Op::AddRequest { reply, .. } => skipped(reply),
-        Op::CancelRequest { reply, .. } | Op::SetBlocked { reply, .. } => skipped(reply),
-        Op::CompleteRequest { reply, .. } => skipped(reply),
-        Op::OperatorRequest { reply, .. } => skipped(reply),
-        Op::OperatorCancel { reply, .. } => skipped(reply),
+        Op::Write { reply, .. } => skipped(reply),
         Op::SubmitProcedure { reply, .. } => skipped(reply),
         Op::RecordAction { reply, .. } => skipped(reply),
-        Op::Transition { reply, .. } | Op::Unlock { reply, .. } | Op::Retry { reply, .. } => {
-            skipped(reply)
-        }
     }
 }

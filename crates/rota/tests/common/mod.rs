@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use rota_core::{HistoryEvent, Process};
 use rota_e2e::host::{self, HostDir, PATIENCE};
-use rota_store::{NodeRecord, ReadStore, SqliteStore};
+use rota_store::{NodeRecord, SqliteStore, StoreExt};
 
 pub const ROTA: &str = env!("CARGO_BIN_EXE_rota");
 

@@ -20,7 +20,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use rota_core::{HistoryEvent, NodeState, Process};
 use rota_e2e::fleet::{Fleet, FleetOptions};
 use rota_e2e::testenv::{self, Scope, TestEnv, app_labels};
-use rota_store::{HistoryEntry, HistoryFilter, NodeRecord, ReadStore};
+use rota_store::{HistoryEntry, HistoryFilter, NodeRecord, StoreExt};
 use rota_store_kube::KubeStore;
 
 pub mod chart;

@@ -2,7 +2,7 @@
 //! after the drain delay when there is one.
 
 use rota_core::{Event, Failure, Process};
-use rota_store::{NodeRecord, RequestRecord, RequestState};
+use rota_store::{NodeRecord, RequestRecord, RequestState, StoreExt};
 use tokio::time::Instant;
 use tracing::{info, warn};
 

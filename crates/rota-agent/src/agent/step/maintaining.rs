@@ -2,7 +2,7 @@
 //! reboot when one was requested.
 
 use rota_core::{Event, Process};
-use rota_store::{NodeRecord, RequestRecord, RequestState, now_millis};
+use rota_store::{NodeRecord, RequestRecord, RequestState, StoreExt, now_millis};
 use tokio::time::Instant;
 use tracing::{info, warn};
 

@@ -2,7 +2,7 @@
 //! for from the node's persisted record.
 
 use rota_core::{Event, Failure, NodeState};
-use rota_store::{NodeRecord, WAKE_ALL};
+use rota_store::{NodeRecord, StoreExt, WAKE_ALL};
 use tracing::{info, warn};
 
 use super::{Agent, Running};

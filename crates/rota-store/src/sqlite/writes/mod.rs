@@ -47,16 +47,14 @@ macro_rules! atomically {
 
 mod operator;
 mod record;
-mod requests;
 mod sessions;
 mod settings;
 mod slots;
 
-pub(super) use operator::{record_action, retry, submit_procedure, unlock};
-pub(super) use record::transition;
-pub(super) use requests::{add_request, cancel_request, complete_request, set_blocked};
+pub(super) use operator::{record_action, submit_procedure};
+pub(super) use record::write;
 pub(super) use sessions::{close_session, fence, heartbeat, open_session};
-pub(super) use settings::{set_concurrency, set_meta};
+pub(super) use settings::set;
 pub(super) use slots::acquire_slot;
 
 /// Refuses the write unless `session` is its node's current, unexpired session.

@@ -1,33 +1,12 @@
-//! What operators write: unlock, retry, a procedure, and the record of each of these actions.
+//! What operators write besides a node's record: a procedure, and the record of each action.
 
-use rota_core::{NodeName, ProcedureSpec, Write};
+use rota_core::{NodeName, ProcedureSpec};
 use sqlx::SqliteConnection;
 
-use super::record::write_node;
 use crate::actions::{ActionRecord, NewAction};
 use crate::error::{Context, Error, Result};
-use crate::model::{NodeRecord, ProcedureRecord, now_millis};
+use crate::model::{ProcedureRecord, now_millis};
 use crate::rows::procedure_record;
-
-pub(in crate::sqlite) async fn unlock(
-    tx: &mut SqliteConnection,
-    node: &NodeName,
-    reason: &str,
-) -> Result<NodeRecord> {
-    let write = Write::Unlock {
-        reason: reason.to_string(),
-    };
-    let written = write_node(tx, node, None, &write).await?;
-    Ok(written.applied.after.record)
-}
-
-pub(in crate::sqlite) async fn retry(
-    tx: &mut SqliteConnection,
-    node: &NodeName,
-) -> Result<NodeRecord> {
-    let written = write_node(tx, node, None, &Write::Retry).await?;
-    Ok(written.applied.after.record)
-}
 
 /// Stores a new procedure, or returns the stored one when it is the same.
 pub(in crate::sqlite) async fn submit_procedure(

@@ -3,26 +3,26 @@
 //! let rota-core decide ([`NodeOverview::apply`]), and persist what changed. Each statement is a
 //! round trip to SQLite's own thread, so a write reads in one and writes no more than it must.
 
-use rota_core::{Applied, NodeName, Write};
+use rota_core::{Applied, NodeName, Process, Write};
 use sqlx::SqliteConnection;
 
 use crate::error::{Context, Error, Result};
 use crate::model::{
-    BackoffRecord, Millis, NodeOverview, NodeRecord, RequestRecord, Session, Transition, now_millis,
+    BackoffRecord, Millis, NodeOverview, NodeRecord, RequestRecord, Session, now_millis,
 };
 use crate::rows::request_record;
 use crate::sqlite::queries::fetch_record;
 
 /// A write as it was committed: the core's answer, and the requests it created as stored.
-pub(in crate::sqlite) struct Written {
-    pub(in crate::sqlite) applied: Applied,
-    pub(in crate::sqlite) opened: Vec<RequestRecord>,
+struct Written {
+    applied: Applied,
+    opened: Vec<RequestRecord>,
 }
 
 /// Applies `write` to `node`'s record, fenced by `session` when an agent writes (a node
 /// without a record is then fenced too); an operator's write of an unknown node is
 /// `NoSuchNode`. A refused write writes nothing.
-pub(in crate::sqlite) async fn write_node(
+async fn write_node(
     tx: &mut SqliteConnection,
     node: &NodeName,
     session: Option<&Session>,
@@ -58,19 +58,48 @@ pub(in crate::sqlite) async fn write_node(
     Ok(Written { applied, opened })
 }
 
-pub(in crate::sqlite) async fn transition(
+/// `Store::write`: the fence's proof first when asked for, then the write; with the answer,
+/// whether it wakes a waiter ([`Write::wakes`]).
+pub(in crate::sqlite) async fn write(
     tx: &mut SqliteConnection,
-    session: &Session,
-    transition: &Transition,
-) -> Result<NodeRecord> {
-    let written = write_node(
-        tx,
-        &session.node,
-        Some(session),
-        &Write::Transition(transition.clone()),
+    node: &NodeName,
+    session: Option<&Session>,
+    fence_ttl_ms: Option<i64>,
+    write: &Write,
+) -> Result<(crate::Written, bool)> {
+    if let (Some(session), Some(ttl_ms)) = (session, fence_ttl_ms) {
+        super::fence(tx, session, ttl_ms).await?;
+    }
+    let Written { applied, opened } = write_node(tx, node, session, write).await?;
+    let standing = match write {
+        Write::AddRequest { process, .. }
+            if opened.is_empty() && applied.request(process).is_none() =>
+        {
+            standing_request(tx, node, process).await?
+        }
+        _ => None,
+    };
+    let wakes = write.wakes(&applied);
+    Ok((crate::Written::of(write, applied, opened, standing), wakes))
+}
+
+/// The request of a procedure the node ever had, which stands for it: a procedure's request
+/// is made once per node.
+async fn standing_request(
+    conn: &mut SqliteConnection,
+    node: &NodeName,
+    process: &Process,
+) -> Result<Option<RequestRecord>> {
+    let row = sqlx::query(
+        "SELECT * FROM requests WHERE node = ? AND process = ? \
+         AND (state IN ('pending', 'active') OR process LIKE 'mop/%') ORDER BY id DESC LIMIT 1",
     )
-    .await?;
-    Ok(written.applied.after.record)
+    .bind(node.as_str())
+    .bind(process.to_string())
+    .fetch_optional(&mut *conn)
+    .await
+    .context("reading requests")?;
+    row.as_ref().map(request_record).transpose()
 }
 
 /// Writes what changed between `before` and the core's answer.

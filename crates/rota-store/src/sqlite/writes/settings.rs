@@ -1,25 +1,41 @@
-//! The fleet's settings: the concurrency and the meta keys (pause, resume).
+//! The fleet's settings: the concurrency, the pause and the start of the rollout, each a key
+//! of `rota_meta`.
 
 use sqlx::SqliteConnection;
 
 use crate::error::{Context, Result};
+use crate::model::{Pause, Setting, now_millis};
+use crate::sqlite::{CONCURRENCY_KEY, PAUSED_KEY, RESUMED_KEY};
 
-pub(in crate::sqlite) async fn set_concurrency(
+/// `Store::set`, in the writer's transaction: a resume records its rollout and lifts the pause
+/// in one commit. Returns the pause set or lifted.
+pub(in crate::sqlite) async fn set(
     tx: &mut SqliteConnection,
-    concurrency: u32,
-) -> Result<()> {
-    sqlx::query(
-        "INSERT INTO rota_meta (key, value) VALUES ('concurrency', ?) \
-         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-    )
-    .bind(concurrency.to_string())
-    .execute(&mut *tx)
-    .await
-    .context("setting the concurrency")?;
-    Ok(())
+    setting: &Setting,
+) -> Result<Option<Pause>> {
+    match setting {
+        Setting::Concurrency(concurrency) => {
+            set_meta(tx, CONCURRENCY_KEY, Some(&concurrency.to_string())).await?;
+            Ok(None)
+        }
+        Setting::Pause { reason } => {
+            let pause = Pause {
+                reason: reason.clone(),
+                since: now_millis(),
+            };
+            set_meta(tx, PAUSED_KEY, Some(&pause.encode())).await?;
+            Ok(Some(pause))
+        }
+        Setting::Resume => {
+            set_meta(tx, RESUMED_KEY, Some(&now_millis().to_string())).await?;
+            let lifted = set_meta(tx, PAUSED_KEY, None).await?;
+            Pause::decode("rota_meta.paused", lifted.as_deref())
+        }
+    }
 }
 
-pub(in crate::sqlite) async fn set_meta(
+/// Sets (or with `None` removes) one of the store's settings; returns the previous value.
+async fn set_meta(
     tx: &mut SqliteConnection,
     key: &str,
     value: Option<&str>,
