@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::sentinel_command::{SentinelCommand, VERDICT_FILE};
 
-use rota_core::{BackoffPolicy, MaintenanceWindows, NodeName};
+use rota_core::{BackoffPolicy, MaintenanceHours, NodeName};
 
 /// The reboot sentinels watched by default (kured's and the reboot coordinator's).
 pub const DEFAULT_REBOOT_SENTINELS: [&str; 2] = ["/run/reboot-needed", "/var/run/reboot-required"];
@@ -104,8 +104,8 @@ pub struct AgentConfig {
     pub node_labels: BTreeMap<String, String>,
     /// How often an idle agent looks for new procedures and re-reads its node (jittered).
     pub procedure_poll: Duration,
-    /// When disruptive steps may start; `None`: at any time.
-    pub windows: Option<MaintenanceWindows>,
+    /// The maintenance hours: when disruptive steps may start; `None`: at any time.
+    pub hours: Option<MaintenanceHours>,
     /// Pause the fleet before taking a slot once this many nodes failed in the rollout;
     /// `None`: no budget.
     pub failure_budget: Option<u32>,
@@ -144,7 +144,7 @@ impl AgentConfig {
             exec_prefix: Vec::new(),
             node_labels: BTreeMap::new(),
             procedure_poll: PROCEDURE_POLL,
-            windows: None,
+            hours: None,
             failure_budget: None,
             blocker_interval: BLOCKER_INTERVAL,
             reboot_sentinel_command: None,

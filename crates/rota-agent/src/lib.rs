@@ -6,8 +6,8 @@
 //!
 //! - `agent`: the loop. `agent/mod.rs` holds [`Agent`] and one incarnation's state; `agent/step/`
 //!   has one module per lifecycle state; beside them the session, the wait, the one `commit`,
-//!   request syncing, blockers, kustodian's protocol, procedures (`mops`), maintenance windows
-//!   and the failure budget;
+//!   request syncing, blockers, kustodian's protocol, procedures (`mops`), maintenance hours and
+//!   the failure budget;
 //! - `config`: [`AgentConfig`] and the defaults that the command line shows and uses;
 //! - `crash_points`: where the tests' `ROTA_CRASH_AT` may abort the agent (feature `failpoints`);
 //! - `procedures`: running procedure scripts so that a run outlives the agent that started it;

@@ -14,10 +14,11 @@
 //! - [`record`]: a node's record, and what every write does to it: requests, backoff,
 //!   history, the slot given back (§3, §6);
 //! - [`schedule`]: who takes a slot next, the queue's one rule (§3, §4);
-//! - [`window`]: maintenance windows, the days and hours in which new maintenance may start
-//!   (§2).
+//! - [`hours`]: maintenance hours, the days and times of day in which disruptive work may
+//!   start (§2).
 
 pub mod backoff;
+pub mod hours;
 pub mod labels;
 pub mod lifecycle;
 pub mod names;
@@ -27,9 +28,9 @@ pub mod procedure;
 pub mod record;
 pub mod schedule;
 pub mod step;
-pub mod window;
 
 pub use backoff::BackoffPolicy;
+pub use hours::{Hours, HoursError, HoursProblem, MaintenanceHours};
 pub use labels::{check_label_key, check_label_value};
 pub use lifecycle::{
     Event, Failure, GRANT_UNUSED, Lifecycle, NodeState, NodeStateError, TransitionError,
@@ -44,4 +45,3 @@ pub use record::{
 };
 pub use schedule::{Grant, Held, Limits, Schedule, Turn, Waiter, schedule};
 pub use step::{Millis, Step, WindowChange, wakes};
-pub use window::{MaintenanceWindow, MaintenanceWindows, WindowError, WindowProblem};

@@ -19,7 +19,7 @@ use crate::step::{Millis, Step, WindowChange};
 pub enum NodeState {
     /// Nothing to do.
     Idle,
-    /// A request waits for a slot (and for backoff, the window and blockers).
+    /// A request waits for a slot (and for backoff, the maintenance hours and blockers).
     Queued,
     /// Holds a slot; cordoned, pods are being evicted.
     Draining,
@@ -201,10 +201,10 @@ pub enum Event {
         /// Recorded in the history of each canceled request.
         reason: String,
     },
-    /// The maintenance window closed before the next disruptive step (the drain, a
-    /// procedure, the reboot) could start: the node gives its slot back and waits for the next
-    /// window, with nothing failed and no backoff.
-    WindowClosed {
+    /// The maintenance hours ended before the next disruptive step (the drain, a procedure,
+    /// the reboot) could start: the node gives its slot back and waits for the hours to start
+    /// again, with nothing failed and no backoff.
+    HoursEnded {
         /// Recorded in the history of each postponed request.
         reason: String,
     },
@@ -230,7 +230,7 @@ impl Event {
             Event::Unhealthy(_) => "unhealthy",
             Event::Retry => "retry",
             Event::Unlock { .. } => "unlock",
-            Event::WindowClosed { .. } => "window_closed",
+            Event::HoursEnded { .. } => "hours_ended",
         }
     }
 
@@ -257,7 +257,7 @@ impl Event {
         Event::Unlock {
             reason: String::new(),
         },
-        Event::WindowClosed {
+        Event::HoursEnded {
             reason: String::new(),
         },
     ];
@@ -396,7 +396,7 @@ impl Lifecycle {
             (S::Draining, Event::DrainFailed(failure)) => {
                 this.release(S::Queued, failure.window(false))
             }
-            (S::Draining | S::Maintaining, Event::WindowClosed { reason }) => this.release(
+            (S::Draining | S::Maintaining, Event::HoursEnded { reason }) => this.release(
                 S::Queued,
                 W::Postpone {
                     reason: reason.clone(),
@@ -478,7 +478,7 @@ mod tests {
                 Some((S::Maintaining, false, W::None))
             }
             (S::Draining, Event::DrainFailed(_)) => Some((S::Queued, by_rota, fail(false))),
-            (S::Draining | S::Maintaining, Event::WindowClosed { reason }) => Some((
+            (S::Draining | S::Maintaining, Event::HoursEnded { reason }) => Some((
                 S::Queued,
                 by_rota,
                 W::Postpone {
@@ -517,7 +517,7 @@ mod tests {
                 Event::Unlock { .. } => Event::Unlock {
                     reason: "operator".into(),
                 },
-                Event::WindowClosed { .. } => Event::WindowClosed {
+                Event::HoursEnded { .. } => Event::HoursEnded {
                     reason: "closed".into(),
                 },
                 other => other.clone(),
@@ -667,8 +667,8 @@ mod tests {
     }
 
     #[test]
-    fn a_window_closing_after_the_drain_postpones_without_failure() {
-        let closed = Event::WindowClosed {
+    fn the_hours_ending_after_the_drain_postpone_without_failure() {
+        let ended = Event::HoursEnded {
             reason: "closed".into(),
         };
         let (node, uncordons, windows) = run(&[
@@ -677,7 +677,7 @@ mod tests {
                 pre_cordoned: false,
             },
             Event::Drained,
-            closed.clone(),
+            ended.clone(),
         ]);
         assert_eq!(node.state, S::Queued);
         assert!(!node.cordoned_by_rota && !node.pre_cordoned);
@@ -695,17 +695,17 @@ mod tests {
             pre_cordoned: true,
             cordoned_by_rota: false,
         };
-        let step = match pre.apply(&closed) {
+        let step = match pre.apply(&ended) {
             Ok(step) => step,
             Err(err) => panic!("{err}"),
         };
         assert_eq!(step.next.state, S::Queued);
         assert!(!step.uncordon);
         assert!(step.window.releases_slot());
-        // Once the reboot started, the window no longer matters.
+        // Once the reboot started, the maintenance hours no longer matter.
         for state in [S::Rebooting, S::Verifying, S::Failed, S::Queued, S::Idle] {
             let node = Lifecycle { state, ..pre };
-            assert!(node.apply(&closed).is_err(), "{state}");
+            assert!(node.apply(&ended).is_err(), "{state}");
         }
     }
 

@@ -34,9 +34,10 @@ pub enum WindowChange {
     /// An operator canceled the window: active requests are canceled (`canceled` each, with the
     /// reason) and the slot is released.
     Cancel { reason: String },
-    /// The maintenance window closed before the next disruptive step: active requests go back
-    /// to pending (each gets `postponed`, with the reason), the slot is released, and no
-    /// backoff is recorded: the work waits for the next window. Requests already done stay done.
+    /// The maintenance hours ended before the next disruptive step: the window ends, active
+    /// requests go back to pending (each gets `postponed`, with the reason), the slot is released,
+    /// and no backoff is recorded: the work waits for the hours to start again. Requests already
+    /// done stay done.
     Postpone { reason: String },
 }
 

@@ -8,8 +8,8 @@
 use jiff::Timestamp;
 use proptest::prelude::*;
 use rota_core::{
-    BackoffPolicy, HistoryEvent, MaintenanceWindow, MaintenanceWindows, NodeName, NodeState,
-    Priority, ProcedureSpec, Process,
+    BackoffPolicy, HistoryEvent, Hours, MaintenanceHours, NodeName, NodeState, Priority,
+    ProcedureSpec, Process,
 };
 
 /// Cases per property.
@@ -46,8 +46,8 @@ const ZONES: [&str; 5] = [
     "Asia/Kolkata",
 ];
 
-/// A valid window: some days, a start, a length (seconds included), a zone.
-fn valid_window() -> impl Strategy<Value = String> {
+/// Valid maintenance hours: some days, a start, a length (seconds included), a zone.
+fn valid_hours() -> impl Strategy<Value = String> {
     (
         0u8..=127,
         0u32..86_400,
@@ -90,9 +90,9 @@ fn mutated(text: String, (place, c, kind): (prop::sample::Index, char, u8)) -> S
     chars.into_iter().collect()
 }
 
-/// Windows as people write them: valid ones, and valid ones with one or two typos (any
-/// character, or one of those the syntax gives a meaning).
-fn near_window() -> impl Strategy<Value = String> {
+/// Maintenance hours as people write them: valid ones, and valid ones with one or two typos
+/// (any character, or one of those the syntax gives a meaning).
+fn near_hours() -> impl Strategy<Value = String> {
     let edit = (
         any::<prop::sample::Index>(),
         prop_oneof![
@@ -101,41 +101,35 @@ fn near_window() -> impl Strategy<Value = String> {
         ],
         0u8..3,
     );
-    (valid_window(), prop::collection::vec(edit, 0..3))
+    (valid_hours(), prop::collection::vec(edit, 0..3))
         .prop_map(|(text, edits)| edits.into_iter().fold(text, mutated))
 }
 
-/// Any instant jiff can represent, so that a window's arithmetic meets the ends of time too.
+/// Any instant jiff can represent, so that the hours' arithmetic meets the ends of time too.
 fn instant() -> impl Strategy<Value = Timestamp> {
     (Timestamp::MIN.as_second()..=Timestamp::MAX.as_second())
         .prop_map(|s| Timestamp::from_second(s).unwrap_or(Timestamp::UNIX_EPOCH))
 }
 
-/// A window: refused with its text named, or accepted, printed canonically, parsed back to
-/// itself, and asked when it is open at `at` without a panic.
-fn check_window(text: &str, at: Timestamp) -> Result<(), TestCaseError> {
-    match text.parse::<MaintenanceWindow>() {
+/// Maintenance hours: refused with their text named, or accepted, printed canonically, parsed
+/// back to themselves, and asked whether they contain `at` without a panic.
+fn check_hours(text: &str, at: Timestamp) -> Result<(), TestCaseError> {
+    match text.parse::<Hours>() {
         Err(e) => names_value(&e.to_string(), text),
-        Ok(window) => {
-            let canonical = window.to_string();
-            let again = canonical.parse::<MaintenanceWindow>();
-            prop_assert_eq!(again.as_ref(), Ok(&window));
-            let open = window.is_open(at);
-            if let Some(next) = window.next_open(at) {
+        Ok(hours) => {
+            let canonical = hours.to_string();
+            let again = canonical.parse::<Hours>();
+            prop_assert_eq!(again.as_ref(), Ok(&hours));
+            let within = hours.contains(at);
+            if let Some(next) = hours.next_start(at) {
                 prop_assert!(next >= at);
-                prop_assert_eq!(next == at, open, "{} at {}", canonical, at);
+                prop_assert_eq!(next == at, within, "{} at {}", canonical, at);
             }
-            if let Some(close) = window.closes_at(at) {
-                prop_assert!(
-                    open && close > at,
-                    "{} at {}: closes {}",
-                    canonical,
-                    at,
-                    close
-                );
+            if let Some(end) = hours.ends_at(at) {
+                prop_assert!(within && end > at, "{} at {}: ends {}", canonical, at, end);
             }
-            let windows = MaintenanceWindows::parse([text, canonical.as_str()]);
-            prop_assert!(windows.is_ok_and(|w| w.is_open(at) == open));
+            let all = MaintenanceHours::parse([text, canonical.as_str()]);
+            prop_assert!(all.is_ok_and(|h| h.contains(at) == within));
             Ok(())
         }
     }
@@ -262,13 +256,13 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(CASES))]
 
     #[test]
-    fn windows_from_any_text(text in text(), at in instant()) {
-        check_window(&text, at)?;
+    fn hours_from_any_text(text in text(), at in instant()) {
+        check_hours(&text, at)?;
     }
 
     #[test]
-    fn windows_from_near_valid_text(text in near_window(), at in instant()) {
-        check_window(&text, at)?;
+    fn hours_from_near_valid_text(text in near_hours(), at in instant()) {
+        check_hours(&text, at)?;
     }
 
     #[test]

@@ -113,8 +113,8 @@ fn bad_values_fail_helm_template_with_a_clear_message() -> Result<()> {
             "notifications.templates [failed]: no webhook to send them to",
         ),
         (
-            "agent.windows=[\"mon-fri 22-04\"]",
-            "at '/agent/windows/0': 'mon-fri 22-04' does not match pattern",
+            "agent.hours=[\"mon-fri 22-04\"]",
+            "at '/agent/hours/0': 'mon-fri 22-04' does not match pattern",
         ),
         (
             "agent.failureBudget=0",
@@ -187,19 +187,19 @@ fn bad_values_fail_helm_template_with_a_clear_message() -> Result<()> {
 }
 
 #[test]
-fn the_chart_renders_windows_and_the_failure_budget_as_agent_flags() -> Result<()> {
+fn the_chart_renders_hours_and_the_failure_budget_as_agent_flags() -> Result<()> {
     if chart::skipped() {
         return Ok(());
     }
-    let ours = ["--window", "--failure-budget"];
+    let ours = ["--hours", "--failure-budget"];
     let default = agent_flags(&[], &ours)?;
     ensure!(
         default.is_empty(),
-        "no window and no budget by default: {default:?}"
+        "no maintenance hours and no budget by default: {default:?}"
     );
     let custom = agent_flags(
         &[
-            "agent.windows=[\"mon-fri 22:00-04:00 Europe/Berlin\",\"sat 08:00:30-10:00\"]",
+            "agent.hours=[\"mon-fri 22:00-04:00 Europe/Berlin\",\"sat 08:00:30-10:00\"]",
             "agent.failureBudget=2",
         ],
         &ours,
@@ -207,8 +207,8 @@ fn the_chart_renders_windows_and_the_failure_budget_as_agent_flags() -> Result<(
     ensure!(
         custom
             == [
-                "--window=mon-fri 22:00-04:00 Europe/Berlin",
-                "--window=sat 08:00:30-10:00",
+                "--hours=mon-fri 22:00-04:00 Europe/Berlin",
+                "--hours=sat 08:00:30-10:00",
                 "--failure-budget=2",
             ],
         "{custom:?}"

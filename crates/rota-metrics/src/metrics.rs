@@ -63,7 +63,7 @@ pub struct Metrics {
     reboot_required: Family<NodeLabels, Gauge>,
     maintenance_required: Family<NodeLabels, Gauge>,
     work_results: Family<WorkLabels, Counter>,
-    window_open: Family<NodeLabels, Gauge>,
+    within_hours: Family<NodeLabels, Gauge>,
     budget_failed: Family<NodeLabels, Gauge>,
     budget: Family<NodeLabels, Gauge>,
     blocked: Family<BlockedLabels, Gauge>,
@@ -122,11 +122,11 @@ impl Metrics {
             "Work that ended, by process and outcome (finished, failed, canceled)",
             work_results.clone(),
         );
-        let window_open = Family::<NodeLabels, Gauge>::default();
+        let within_hours = Family::<NodeLabels, Gauge>::default();
         registry.register(
-            "window_open",
-            "Whether a maintenance window is open for the node (1 without configured windows)",
-            window_open.clone(),
+            "within_hours",
+            "Whether now is within the node's maintenance hours (1 without configured hours)",
+            within_hours.clone(),
         );
         let budget_failed = Family::<NodeLabels, Gauge>::default();
         registry.register(
@@ -192,7 +192,7 @@ impl Metrics {
             reboot_required,
             maintenance_required,
             work_results,
-            window_open,
+            within_hours,
             budget_failed,
             budget,
             blocked,
@@ -362,10 +362,10 @@ impl AgentObserver for Metrics {
             .inc();
     }
 
-    fn window_open(&self, open: bool) {
-        self.window_open
+    fn within_hours(&self, within: bool) {
+        self.within_hours
             .get_or_create(&self.node_labels())
-            .set(i64::from(open));
+            .set(i64::from(within));
     }
 
     fn failure_budget(&self, failed: u32, budget: u32) {
@@ -533,16 +533,16 @@ mod tests {
     }
 
     #[test]
-    fn the_window_and_the_failure_budget_are_exposed() {
+    fn the_maintenance_hours_and_the_failure_budget_are_exposed() {
         let metrics = Metrics::new(NodeName::new("node-1").unwrap(), None);
-        metrics.window_open(true);
-        metrics.window_open(false);
+        metrics.within_hours(true);
+        metrics.within_hours(false);
         metrics.failure_budget(1, 2);
         metrics.failure_budget(2, 2);
         let text = metrics.encode().unwrap();
         assert_eq!(
-            line(&text, "rota_window_open{"),
-            "rota_window_open{node=\"node-1\"} 0"
+            line(&text, "rota_within_hours{"),
+            "rota_within_hours{node=\"node-1\"} 0"
         );
         assert_eq!(
             line(&text, "rota_failure_budget_failed_nodes{"),

@@ -31,7 +31,7 @@ const TARGET_LABELS: [&str; 1] = ["instance"];
 const VARIABLES: [(&str, &str); 3] = [
     ("$__rate_interval", "1m"),
     ("$__range", "1d"),
-    ("$window", "6h"),
+    ("$range", "6h"),
 ];
 
 /// Every series name the agent serves, with the labels its samples carry.
@@ -70,7 +70,7 @@ fn served() -> Result<Served> {
         reason: "pod default/backup".into(),
     }));
     metrics.work_ended(&Process::Maintenance, WorkOutcome::Failed, Some("exit 1"));
-    metrics.window_open(true);
+    metrics.within_hours(true);
     metrics.failure_budget(1, 3);
     let text = metrics.encode()?;
 
@@ -253,7 +253,7 @@ fn the_check_finds_an_unknown_metric_a_missing_label_and_a_bad_grouping() -> Res
     ensure!(problems("sum(rota_slot_held{node=~\"$node\"})", &served).is_empty());
     let cases = [
         (
-            "histogram_quantile(0.5, sum by (le) (rate(rota_drain_seconds_bucket[$window])))",
+            "histogram_quantile(0.5, sum by (le) (rate(rota_drain_seconds_bucket[$range])))",
             "rota_drain_seconds_bucket is not a metric the agent serves",
         ),
         // A histogram's family name is no series of its own.

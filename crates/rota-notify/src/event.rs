@@ -19,8 +19,8 @@ pub enum EventKind {
     Finished,
     /// The work failed (the event's cause says why).
     Failed,
-    /// The maintenance window closed before the work's next step: the slot went back and the
-    /// work waits for the next window (the cause says which step).
+    /// The maintenance hours ended before the work's next step: the slot went back and the
+    /// work waits until they start again (the cause says which step).
     Postponed,
 }
 

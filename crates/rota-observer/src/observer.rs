@@ -12,7 +12,7 @@ pub enum WorkOutcome {
     Finished,
     Failed,
     Canceled,
-    /// The maintenance window closed first: the work waits for the next one.
+    /// The maintenance hours ended first: the work waits until they start again.
     Postponed,
 }
 
@@ -86,9 +86,9 @@ pub trait AgentObserver: Send + Sync {
     fn blocked(&self, _block: Option<&Block>) {}
     /// The work of one request ended (`cause` says why it failed or was canceled).
     fn work_ended(&self, _process: &Process, _outcome: WorkOutcome, _cause: Option<&str>) {}
-    /// Whether a maintenance window is open (always `true` without configured windows), each
-    /// time the agent checks before a disruptive step.
-    fn window_open(&self, _open: bool) {}
+    /// Whether now is within the maintenance hours (always `true` without configured hours),
+    /// each time the agent checks before a disruptive step.
+    fn within_hours(&self, _within: bool) {}
     /// The failure budget as counted before taking a slot: nodes that failed since the rollout
     /// began, and the budget.
     fn failure_budget(&self, _failed: u32, _budget: u32) {}

@@ -4,7 +4,7 @@
 //! gave the slot back. That gives each node's maintenance windows (slot taken to slot
 //! released) but not the drain, maintenance, reboot and verify steps inside them, so each
 //! window becomes one [`SegmentKind::Window`] segment; failures, cancellations and windows
-//! postponed by a closing maintenance window become markers. A window with no release yet
+//! postponed because the maintenance hours ended become markers. A window with no release yet
 //! is open-ended. A failure that kept the slot (fail closed) is not drawn as a stretch of its
 //! own: an operator's retry leaves no history entry, so its end is not known.
 
@@ -191,7 +191,7 @@ mod tests {
     #[test]
     fn a_postponed_window_ends_at_its_release_with_a_marker() {
         let mut postponed = entry(2, "a", HistoryEvent::Postponed, 150, true);
-        postponed.cause = Some("the maintenance window closed".into());
+        postponed.cause = Some("the maintenance hours ended".into());
         let entries = [
             entry(1, "a", Started, 100, false),
             postponed,
@@ -206,7 +206,7 @@ mod tests {
                 "a",
                 MarkerKind::Postponed,
                 150,
-                Some("the maintenance window closed")
+                Some("the maintenance hours ended")
             )]
         );
     }

@@ -92,7 +92,7 @@ pub enum MarkerKind {
     Failed,
     /// Work was canceled by an operator or a withdrawn request.
     Canceled,
-    /// The maintenance window closed before the work's next step: it waits for the next one.
+    /// The maintenance hours ended before the work's next step: it waits for the next window.
     Postponed,
 }
 

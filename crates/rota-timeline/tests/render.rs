@@ -22,8 +22,8 @@ fn segment(name: &str, kind: SegmentKind, start: Millis, end: Millis) -> Segment
 
 /// Four nodes rolling through two slots: the first succeeds; the second fails verification,
 /// holds its slot and is canceled by an operator; the third waits for a slot and then
-/// succeeds; the fourth is postponed by the closing maintenance window, and its agent is
-/// killed while rebooting in the next one.
+/// succeeds; the fourth is postponed when the maintenance hours end, and its agent is killed
+/// while rebooting in its next window.
 fn rollout() -> Timeline {
     use SegmentKind::{Drain, Failed, Maintenance, Reboot, Verify, Wait};
     Timeline::new(
@@ -64,7 +64,7 @@ fn rollout() -> Timeline {
                 node: node("worker-4"),
                 kind: MarkerKind::Postponed,
                 at: T0 + 22 * MIN,
-                cause: Some("the maintenance window closed before the reboot".to_owned()),
+                cause: Some("the maintenance hours ended before the reboot".to_owned()),
             },
         ],
     )

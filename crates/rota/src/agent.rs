@@ -31,7 +31,7 @@ fn config(args: AgentArgs) -> AgentConfig {
         concurrency,
         state_dir,
         exec_prefix,
-        windows,
+        hours,
         failure_budget,
         sentinels,
         timing,
@@ -49,8 +49,8 @@ fn config(args: AgentArgs) -> AgentConfig {
     } else {
         rota_agent::PROCEDURE_POLL
     });
-    // The flag's parser already refused malformed windows; no flag is no window.
-    config.windows = rota_core::MaintenanceWindows::new(windows).ok();
+    // The flag's parser already refused malformed hours; no flag is no maintenance hours.
+    config.hours = rota_core::MaintenanceHours::new(hours).ok();
     config.failure_budget = failure_budget;
     config.blocker_interval = blockers.blocker_interval.into();
     config.host_root = host_root;

@@ -8,7 +8,7 @@ use rota_store::{HistoryFilter, StoreExt};
 use tracing::warn;
 
 use super::Agent;
-use super::windows::timestamp;
+use super::hours::timestamp;
 use crate::error::Result;
 
 impl Agent {

@@ -30,13 +30,13 @@ use crate::window_marker::WindowMarker;
 mod blocking;
 mod budget;
 mod commit;
+mod hours;
 mod kustodian;
 mod mops;
 mod requests;
 mod session;
 mod step;
 mod wait;
-mod windows;
 
 /// Pause before retrying a step whose store write or node action failed transiently.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
@@ -108,9 +108,9 @@ struct Running {
     reboot_delay: Option<(Millis, Instant)>,
     /// The pauses while the store is unavailable; a step that goes through resets them.
     unavailable: RetryPauses,
-    /// Whether the maintenance window was open at the last check, so that each opening and
-    /// closing is logged once.
-    window_seen: Option<bool>,
+    /// Whether the last check found now within the maintenance hours, so that each start and
+    /// end of the hours is logged once.
+    within_hours_seen: Option<bool>,
     /// The blockers' last answer: asked again after `blocker_interval`, or at once in another
     /// state (the check right before the reboot never reuses the one before the slot).
     checked: Option<Checked>,

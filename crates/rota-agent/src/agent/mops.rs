@@ -101,9 +101,9 @@ impl Agent {
                     .procedure_failed(running, request, Some(procedure), None, e.to_string())
                     .await;
             }
-            // Running scripts are never stopped; outside the window no new one starts, and
-            // once none runs, the rest waits for the next window.
-            if !self.window_open(running) {
+            // Running scripts are never stopped; outside the maintenance hours no new one
+            // starts, and once none runs, the rest waits for the next window.
+            if !self.within_hours(running) {
                 if anything_running {
                     break;
                 }

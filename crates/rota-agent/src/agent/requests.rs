@@ -245,7 +245,7 @@ impl Agent {
     }
 
     /// When the node may take a slot: now, or when the backoff of its requests ends, or, with
-    /// maintenance windows, when the next one opens after that.
+    /// maintenance hours, when they next start after that.
     pub(super) async fn eligible_at(&self, processes: &[&Process]) -> Result<Millis> {
         let backoffs = self.store.backoffs(&self.config.node).await?;
         let until = backoffs
@@ -254,6 +254,6 @@ impl Agent {
             .map(|b| b.until)
             .max()
             .unwrap_or(0);
-        Ok(self.window_eligible(until.max(now_millis())))
+        Ok(self.hours_eligible(until.max(now_millis())))
     }
 }

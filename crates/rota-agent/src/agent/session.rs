@@ -91,7 +91,7 @@ impl Agent {
             healthy_since: None,
             drain_delay: None,
             reboot_delay: None,
-            window_seen: None,
+            within_hours_seen: None,
             pending: None,
             in_window: None,
             checked: None,

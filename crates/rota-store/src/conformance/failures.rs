@@ -168,8 +168,9 @@ pub async fn drain_failure_releases_slot_and_requeues_requests(store: Arc<dyn St
     );
 }
 
-/// A maintenance window that closes mid-way: active requests go back to pending (a completed
-/// one stays done), the slot goes back, no backoff, and one `postponed` entry per request.
+/// A window postponed mid-way (its maintenance hours ended): active requests go back to
+/// pending (a completed one stays done), the slot goes back, no backoff, and one `postponed`
+/// entry per request.
 pub async fn a_postponed_window_requeues_its_work_without_backoff(store: Arc<dyn Store>) {
     store.set_concurrency(1).await.expect("set concurrency");
     let s = session(&*store, "a").await;
@@ -193,7 +194,7 @@ pub async fn a_postponed_window_requeues_its_work_without_backoff(store: Arc<dyn
         .complete_request(&s, &done, &Outcome::Succeeded { detail: None })
         .await
         .expect("one request done");
-    let reason = "the maintenance window closed at 2026-11-29T04:00:00Z";
+    let reason = "the maintenance hours ended at 2026-11-29T04:00:00Z";
     let record = store
         .transition(
             &s,

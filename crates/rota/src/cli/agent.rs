@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use humantime::Duration as HumanDuration;
-use rota_core::{MaintenanceWindow, NodeName};
+use rota_core::{Hours, NodeName};
 use rota_notify::{EventKind, Template, Webhook};
 
 use super::parse::{
-    NodeLabelArg, command_text, concurrency, duration, failure_budget, host_path, json_webhook,
-    label, node_labels, notify_template, positive_duration, positive_span, slack_webhook, span,
-    taint_key, window,
+    NodeLabelArg, command_text, concurrency, duration, failure_budget, host_path, hours,
+    json_webhook, label, node_labels, notify_template, positive_duration, positive_span,
+    slack_webhook, span, taint_key,
 };
 use super::{BackoffArgs, NodeActionsKind, StoreArgs};
 
@@ -62,14 +62,15 @@ pub struct AgentArgs {
     /// A port already taken or a malformed address stops the agent at start.
     #[arg(long, value_name = "IP:PORT", env = "ROTA_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
-    /// A maintenance window, such as "mon-fri 22:00-04:00 Europe/Berlin" (repeatable).
+    /// Maintenance hours, when disruptive steps may start, such as "mon-fri 22:00-04:00
+    /// Europe/Berlin" (repeatable).
     ///
-    /// The form is "[DAYS] HH:MM[:SS]-HH:MM[:SS] [TIME ZONE]". Any open window lets disruptive
-    /// steps start. They are checked before the slot, the drain, each procedure and the reboot;
-    /// work whose window closes waits for the next one. Default: always open. ROTA_WINDOW holds
-    /// one.
-    #[arg(long = "window", value_name = "WINDOW", env = "ROTA_WINDOW", value_parser = window)]
-    pub windows: Vec<MaintenanceWindow>,
+    /// The form is "[DAYS] HH:MM[:SS]-HH:MM[:SS] [TIME ZONE]". Disruptive steps start only within
+    /// the maintenance hours (within any of them, when several are given). They are checked
+    /// before the slot, the drain, each procedure and the reboot; work whose hours end gives its
+    /// slot back and waits until they start again. Default: any time. ROTA_HOURS holds one.
+    #[arg(long = "hours", value_name = "HOURS", env = "ROTA_HOURS", value_parser = hours)]
+    pub hours: Vec<Hours>,
     /// Pause the whole fleet once this many nodes failed (default: no budget).
     ///
     /// Checked before a node takes a slot: once F (at least 1) nodes have failed since the last
@@ -226,19 +227,19 @@ pub struct TimingArgs {
     /// --drain-delay).
     ///
     /// For workloads that see the cordon and move by themselves. Shutdown (SIGTERM) ends the wait
-    /// at once; a window that closes postpones the work (uncordon, slot back); the eviction after
-    /// it proves the slot again; --drain-timeout counts from its end. The wait is not persisted: a
-    /// restarted agent waits it again. With --node-actions command nothing cordons before the
-    /// --drain-command, which runs after the delay.
+    /// at once; the end of the maintenance hours postpones the work (uncordon, slot back); the
+    /// eviction after it proves the slot again; --drain-timeout counts from its end. The wait is
+    /// not persisted: a restarted agent waits it again. With --node-actions command nothing
+    /// cordons before the --drain-command, which runs after the delay.
     #[arg(long, value_name = "DURATION", value_parser = span,
           default_value_t = HumanDuration::from(rota_agent::DRAIN_DELAY))]
     pub drain_delay: HumanDuration,
     /// Once the node is drained and its procedures are done, wait this long before the reboot
     /// (kured's --reboot-delay).
     ///
-    /// Shutdown (SIGTERM) ends the wait at once; after it the window, the blockers and the slot are
-    /// checked before the reboot starts. The wait is not persisted: a restarted agent waits it
-    /// again.
+    /// Shutdown (SIGTERM) ends the wait at once; after it the maintenance hours, the blockers and
+    /// the slot are checked before the reboot starts. The wait is not persisted: a restarted agent
+    /// waits it again.
     #[arg(long, value_name = "DURATION", value_parser = span,
           default_value_t = HumanDuration::from(rota_agent::REBOOT_DELAY))]
     pub reboot_delay: HumanDuration,

@@ -5,7 +5,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use humantime::Duration as HumanDuration;
-use rota_core::{MaintenanceWindow, Priority};
+use rota_core::{Hours, Priority};
 use rota_notify::{EventKind, Template, Webhook};
 use rota_store::Millis;
 use time::OffsetDateTime;
@@ -107,9 +107,9 @@ pub(super) fn host_path(value: &str) -> Result<PathBuf, String> {
     }
 }
 
-/// One maintenance window; the error names the value and what is allowed.
-pub(super) fn window(value: &str) -> Result<MaintenanceWindow, String> {
-    value.parse().map_err(|e: rota_core::WindowError| {
+/// One `--hours`: maintenance hours; the error names the value and what is allowed.
+pub(super) fn hours(value: &str) -> Result<Hours, String> {
+    value.parse().map_err(|e: rota_core::HoursError| {
         format!(
             "{e}; the syntax is [DAYS] HH:MM[:SS]-HH:MM[:SS] [TIME ZONE], like \"mon-fri 22:00-04:00 Europe/Berlin\""
         )
@@ -246,7 +246,7 @@ mod tests {
                 any::<String>(),
                 prop::collection::vec(any::<u8>(), 0..32)
                     .prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
-                // Durations, times, windows, templates and labels, right and nearly right.
+                // Durations, times, hours, templates and labels, right and nearly right.
                 "[0-9]{1,21}(ns|ms|s|m|h|d|w|y|x| )?([0-9]{1,3}[mh])?",
                 "[0-9]{4}-[0-9]{2}-[0-9]{2}(T| )[0-9]{2}:[0-9]{2}:[0-9]{2}(Z|[+-][0-9]{2}:?[0-9]{2})?",
                 "(mon-fri |\\* )?[0-9]{2}:[0-9]{2}-[0-9]{2}:[0-9]{2}( Europe/Berlin)?",
@@ -267,7 +267,7 @@ mod tests {
             ("concurrency", |v| concurrency(v).map(drop)),
             ("exponent", |v| exponent(v).map(drop)),
             ("host_path", |v| host_path(v).map(drop)),
-            ("window", |v| window(v).map(drop)),
+            ("hours", |v| hours(v).map(drop)),
             ("failure_budget", |v| failure_budget(v).map(drop)),
             ("notify_template", |v| notify_template(v).map(drop)),
             ("priority", |v| priority(v).map(drop)),

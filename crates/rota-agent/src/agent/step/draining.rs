@@ -11,7 +11,7 @@ use crate::error::Result;
 
 impl Agent {
     pub(super) async fn draining(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
-        if !self.window_open(running) {
+        if !self.within_hours(running) {
             return self.postpone(running, record, "the drain").await;
         }
         let record = self.join_pending(running, record).await?;

@@ -34,7 +34,7 @@ impl Agent {
         let active: Vec<Process> = active.into_iter().map(|r| r.process).collect();
         if active.contains(&Process::Maintenance)
             && self.kustodian_starting(running)
-            && !self.window_open(running)
+            && !self.within_hours(running)
         {
             return self
                 .postpone(running, &record, "kustodian's maintenance")
@@ -50,7 +50,7 @@ impl Agent {
         if let Some(until) = self.reboot_delayed(running, &record) {
             return self.wait(running, Some(until), None).await;
         }
-        if !self.window_open(running) {
+        if !self.within_hours(running) {
             return self.postpone(running, &record, "the reboot").await;
         }
         // Like kured holding its lock: a blocked node keeps its slot and cordon, and waits.

@@ -34,12 +34,12 @@ impl Agent {
         if queued_at > now_millis() {
             return self.wait(running, Some(instant_at(queued_at)), None).await;
         }
-        if !self.window_open(running) {
+        if !self.within_hours(running) {
             if record.slot.is_some() {
                 // Granted just before a restart, never cordoned: the slot goes back at once.
                 return self.postpone_grant(running).await;
             }
-            return self.wait_for_window(running, record).await;
+            return self.wait_for_hours(running, record).await;
         }
         // Read the counter before asking: a change in between then wakes this waiter at once.
         let seen = *running.changes.borrow_and_update();
@@ -96,8 +96,8 @@ impl Agent {
         record: &NodeRecord,
     ) -> Result<NodeRecord> {
         let open = self.sync_requests(running, record).await?;
-        // Outside the window, new work waits for the next one.
-        if !open.iter().any(|r| r.state == RequestState::Pending) || !self.window_open(running) {
+        // Outside the maintenance hours, new work waits for the next window.
+        if !open.iter().any(|r| r.state == RequestState::Pending) || !self.within_hours(running) {
             return Ok(record.clone());
         }
         if record.state != NodeState::Draining && !drained(record) {

@@ -1,26 +1,26 @@
-//! Maintenance windows: the days and hours in which new maintenance may start (design §2).
+//! Maintenance hours: the days and times of day in which disruptive work may start (design §2).
 //!
-//! A window is written `[DAYS] HH:MM-HH:MM [TIME ZONE]`, for example
+//! Maintenance hours are written `[DAYS] HH:MM-HH:MM [TIME ZONE]`, for example
 //! `mon-fri 22:00-04:00 Europe/Berlin`; either time may carry seconds (`HH:MM:SS`):
 //! - DAYS is one day (`mon`), a range (`mon-fri`, or `fri-mon` wrapping over the weekend), a
 //!   comma-separated list of days and ranges (`mon,wed,fri-sat`), or `*` / `daily`. Left out, it
 //!   means every day. Names are the first three letters of the English day, in any case.
-//! - An end before the start means the window crosses midnight; DAYS names the day on which it
-//!   *starts*, so `fri 22:00-04:00` runs from Friday 22:00 to Saturday 04:00. Start and end must
+//! - An end before the start means the hours cross midnight; DAYS names the day on which they
+//!   *start*, so `fri 22:00-04:00` runs from Friday 22:00 to Saturday 04:00. Start and end must
 //!   differ (a whole day is `00:00-23:59`).
 //! - TIME ZONE is an IANA name from the tz database bundled into the binary; left out, it is UTC.
 //!
 //! # Daylight saving time
 //!
-//! Every occurrence of a window runs from the first instant at which the local wall clock reads
+//! Each day's maintenance hours run from the first instant at which the local wall clock reads
 //! the start time (or later) on its start day, to the first instant after that at which the
 //! clock reads the end time (or later). What follows:
 //! - a start or end in a gap (the hour skipped when clocks go forward) happens when the gap
-//!   ends: `sun 02:30-04:00 Europe/Berlin` opens at 03:00 CEST on the last Sunday of March, and
-//!   a window wholly inside the gap (`sun 02:00-02:30`) does not open that day;
+//!   ends: `sun 02:30-04:00 Europe/Berlin` starts at 03:00 CEST on the last Sunday of March, and
+//!   hours wholly inside the gap (`sun 02:00-02:30`) do not start that day;
 //! - a start or end in a fold (the hour repeated when clocks go back) happens at its first
-//!   occurrence, and the window does not reopen when the clock passes the same times again;
-//! - so an occurrence lasts as long as the wall clock takes from start to end: an hour less or
+//!   occurrence, and the hours do not start over when the clock passes the same times again;
+//! - so a day's hours last as long as the wall clock takes from start to end: an hour less or
 //!   more than usual on the days the clocks change.
 
 use std::fmt;
@@ -30,39 +30,39 @@ use jiff::civil::{Date, Time, Weekday};
 use jiff::tz::{AmbiguousOffset, TimeZone};
 use jiff::{SignedDuration, Timestamp};
 
-/// Day names in Monday-first order, as written in windows.
+/// Day names in Monday-first order, as written in maintenance hours.
 const DAY_NAMES: [&str; 7] = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
 
-/// What [`MaintenanceWindows::closes_at`] looks ahead: windows that together stay open longer
-/// than this cover the whole week, and the close reported is then only a lower bound.
-pub const CLOSE_HORIZON: SignedDuration = SignedDuration::from_hours(8 * 24);
+/// What [`MaintenanceHours::ends_at`] looks ahead: hours that together last longer than this
+/// cover the whole week, and the end reported is then only a lower bound.
+pub const END_HORIZON: SignedDuration = SignedDuration::from_hours(8 * 24);
 
-/// How many start days [`MaintenanceWindow::next_open`] tries: two weeks and a day, since an
+/// How many start days [`Hours::next_start`] tries: two weeks and a day, since an
 /// occurrence that falls into a DST gap is skipped and the next one is a week later.
 const SEARCH_DAYS: usize = 16;
 
-/// A malformed window, or an empty list of windows. Each message names the value and what is
-/// allowed.
+/// Malformed maintenance hours, or an empty list of them. Each message names the value and what
+/// is allowed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum WindowError {
-    /// The window text could not be understood.
-    #[error("invalid window {window:?}: {problem}")]
+pub enum HoursError {
+    /// The hours' text could not be understood.
+    #[error("invalid maintenance hours {hours:?}: {problem}")]
     Invalid {
-        /// The whole window as given.
-        window: String,
+        /// The whole text as given.
+        hours: String,
         /// What is wrong with it.
-        problem: WindowProblem,
+        problem: HoursProblem,
     },
-    /// A list of windows with no window in it.
+    /// A list of maintenance hours with nothing in it.
     #[error(
-        "no maintenance window given; expected at least one window like \"mon-fri 22:00-04:00 Europe/Berlin\""
+        "no maintenance hours given; expected at least one like \"mon-fri 22:00-04:00 Europe/Berlin\""
     )]
     Empty,
 }
 
-/// The part of a window that is wrong.
+/// The part of the maintenance hours that is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum WindowProblem {
+pub enum HoursProblem {
     /// No time range where one was expected.
     #[error(
         "missing times; expected [DAYS] HH:MM-HH:MM [TIME ZONE], like \"mon-fri 22:00-04:00 Europe/Berlin\""
@@ -106,11 +106,11 @@ pub enum WindowProblem {
     },
 }
 
-/// One maintenance window: days, start and end time, and time zone. Parse it with
+/// One span of maintenance hours: days, start and end time, and time zone. Parse it with
 /// [`str::parse`]; see the [module documentation](self) for the syntax and DST behaviour.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MaintenanceWindow {
-    /// Bit `i` set: the window starts on the day with Monday-zero offset `i`.
+pub struct Hours {
+    /// Bit `i` set: the hours start on the day with Monday-zero offset `i`.
     days: u8,
     start: Time,
     end: Time,
@@ -118,38 +118,38 @@ pub struct MaintenanceWindow {
     zone_name: String,
 }
 
-impl MaintenanceWindow {
-    /// Whether new maintenance may start at `at`.
-    pub fn is_open(&self, at: Timestamp) -> bool {
+impl Hours {
+    /// Whether `at` is within these hours: disruptive work may start then.
+    pub fn contains(&self, at: Timestamp) -> bool {
         self.occurrence_containing(at).is_some()
     }
 
-    /// When the window next opens: `at` itself when it is open then. `None` only when the next
-    /// opening lies beyond the range of [`Timestamp`].
-    pub fn next_open(&self, at: Timestamp) -> Option<Timestamp> {
-        if self.is_open(at) {
+    /// When these hours next start: `at` itself when it is within them. `None` only when the
+    /// next start lies beyond the range of [`Timestamp`].
+    pub fn next_start(&self, at: Timestamp) -> Option<Timestamp> {
+        if self.contains(at) {
             return Some(at);
         }
         let mut day = self.zone.to_datetime(at).date().yesterday().ok()?;
         for _ in 0..SEARCH_DAYS {
-            if let Some((open, close)) = self.occurrence(day)
-                && open >= at
-                && open < close
+            if let Some((start, end)) = self.occurrence(day)
+                && start >= at
+                && start < end
             {
-                return Some(open);
+                return Some(start);
             }
             day = day.tomorrow().ok()?;
         }
         None
     }
 
-    /// When the window, open at `at`, closes (the first instant at which it is no longer open).
-    /// `None` when it is closed at `at`.
-    pub fn closes_at(&self, at: Timestamp) -> Option<Timestamp> {
-        closes_at(std::slice::from_ref(self), at)
+    /// When these hours, containing `at`, end (the first instant no longer within them).
+    /// `None` when `at` is outside them.
+    pub fn ends_at(&self, at: Timestamp) -> Option<Timestamp> {
+        ends_at(std::slice::from_ref(self), at)
     }
 
-    /// The occurrence (open, close) that contains `at`, if any. Only occurrences starting the
+    /// The occurrence (start, end) that contains `at`, if any. Only occurrences starting the
     /// local day before `at` or on its day can: one starting earlier ends, by wall clock, before
     /// `at`'s day begins.
     fn occurrence_containing(&self, at: Timestamp) -> Option<(Timestamp, Timestamp)> {
@@ -158,11 +158,11 @@ impl MaintenanceWindow {
             .into_iter()
             .flatten()
             .filter_map(|day| self.occurrence(day))
-            .find(|&(open, close)| open <= at && at < close)
+            .find(|&(start, end)| start <= at && at < end)
     }
 
-    /// The occurrence that starts on `day`, if the window starts on that day of the week. It
-    /// may be empty (open == close) when it lies wholly inside a DST gap.
+    /// The occurrence that starts on `day`, if the hours start on that day of the week. It
+    /// may be empty (start == end) when it lies wholly inside a DST gap.
     fn occurrence(&self, day: Date) -> Option<(Timestamp, Timestamp)> {
         if self.days & day_bit(day.weekday()) == 0 {
             return None;
@@ -200,19 +200,19 @@ impl MaintenanceWindow {
     }
 }
 
-impl FromStr for MaintenanceWindow {
-    type Err = WindowError;
+impl FromStr for Hours {
+    type Err = HoursError;
 
-    fn from_str(window: &str) -> Result<Self, Self::Err> {
-        parse(window).map_err(|problem| WindowError::Invalid {
-            window: window.to_owned(),
+    fn from_str(hours: &str) -> Result<Self, Self::Err> {
+        parse(hours).map_err(|problem| HoursError::Invalid {
+            hours: hours.to_owned(),
             problem,
         })
     }
 }
 
-impl fmt::Display for MaintenanceWindow {
-    /// The canonical form, which parses back to an equal window.
+impl fmt::Display for Hours {
+    /// The canonical form, which parses back to equal hours.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.days == ALL_DAYS {
             f.write_str("*")?;
@@ -235,79 +235,80 @@ impl fmt::Display for MaintenanceWindow {
     }
 }
 
-/// Several windows: maintenance may start while any of them is open.
+/// All the maintenance hours of an agent (one [`Hours`] for each `--hours`): disruptive work
+/// may start within any of them.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MaintenanceWindows(Vec<MaintenanceWindow>);
+pub struct MaintenanceHours(Vec<Hours>);
 
-impl MaintenanceWindows {
-    /// At least one window; an empty list is refused, since it would never be open (to allow
-    /// maintenance at any time, configure no windows at all).
-    pub fn new(windows: Vec<MaintenanceWindow>) -> Result<MaintenanceWindows, WindowError> {
-        if windows.is_empty() {
-            return Err(WindowError::Empty);
+impl MaintenanceHours {
+    /// At least one [`Hours`]; an empty list is refused, since no time would be within it (to
+    /// allow maintenance at any time, configure no maintenance hours at all).
+    pub fn new(hours: Vec<Hours>) -> Result<MaintenanceHours, HoursError> {
+        if hours.is_empty() {
+            return Err(HoursError::Empty);
         }
-        Ok(MaintenanceWindows(windows))
+        Ok(MaintenanceHours(hours))
     }
 
-    /// Parses each window, failing on the first malformed one or on an empty list.
+    /// Parses each [`Hours`], failing on the first malformed one or on an empty list.
     pub fn parse<'a>(
-        windows: impl IntoIterator<Item = &'a str>,
-    ) -> Result<MaintenanceWindows, WindowError> {
-        let windows = windows
+        hours: impl IntoIterator<Item = &'a str>,
+    ) -> Result<MaintenanceHours, HoursError> {
+        let hours = hours
             .into_iter()
             .map(str::parse)
             .collect::<Result<Vec<_>, _>>()?;
-        MaintenanceWindows::new(windows)
+        MaintenanceHours::new(hours)
     }
 
-    /// The windows, in the order given.
-    pub fn windows(&self) -> &[MaintenanceWindow] {
+    /// Each [`Hours`], in the order given.
+    pub fn hours(&self) -> &[Hours] {
         &self.0
     }
 
-    /// Whether any window is open at `at`.
-    pub fn is_open(&self, at: Timestamp) -> bool {
-        self.0.iter().any(|w| w.is_open(at))
+    /// Whether `at` is within any of the hours.
+    pub fn contains(&self, at: Timestamp) -> bool {
+        self.0.iter().any(|h| h.contains(at))
     }
 
-    /// When the first window next opens: `at` itself when one is open then.
-    pub fn next_open(&self, at: Timestamp) -> Option<Timestamp> {
-        self.0.iter().filter_map(|w| w.next_open(at)).min()
+    /// When the hours next start: `at` itself when it is within them.
+    pub fn next_start(&self, at: Timestamp) -> Option<Timestamp> {
+        self.0.iter().filter_map(|h| h.next_start(at)).min()
     }
 
-    /// When no window is open any more, counting from `at`: windows that overlap or touch hand
-    /// over to each other. `None` when none is open at `at`. Past [`CLOSE_HORIZON`] the search
-    /// stops, and the result is a lower bound.
-    pub fn closes_at(&self, at: Timestamp) -> Option<Timestamp> {
-        closes_at(&self.0, at)
+    /// When the hours end, counting from `at`: hours that overlap or touch hand over to each
+    /// other. `None` when `at` is outside them. Past [`END_HORIZON`] the search stops, and the
+    /// result is a lower bound.
+    pub fn ends_at(&self, at: Timestamp) -> Option<Timestamp> {
+        ends_at(&self.0, at)
     }
 }
 
-/// The first instant from `at` on at which none of `windows` is open, or `None` if none is
-/// open at `at`. Each step moves to the latest close among the occurrences open at the current
-/// instant, so windows that overlap or touch chain into one open stretch.
-fn closes_at(windows: &[MaintenanceWindow], at: Timestamp) -> Option<Timestamp> {
-    let latest_close = |t: Timestamp| {
-        windows
+/// The first instant from `at` on that is within none of `hours`, or `None` if `at` is outside
+/// all of them. Each step moves to the latest end among the occurrences containing the current
+/// instant, so hours that overlap or touch chain into one stretch.
+fn ends_at(hours: &[Hours], at: Timestamp) -> Option<Timestamp> {
+    let latest_end = |t: Timestamp| {
+        hours
             .iter()
-            .filter_map(|w| w.occurrence_containing(t))
-            .map(|(_, close)| close)
+            .filter_map(|h| h.occurrence_containing(t))
+            .map(|(_, end)| end)
             .max()
     };
-    let horizon = at.checked_add(CLOSE_HORIZON).unwrap_or(Timestamp::MAX);
-    let mut close = latest_close(at)?;
-    while close < horizon {
-        match latest_close(close) {
-            Some(later) => close = later,
+    let horizon = at.checked_add(END_HORIZON).unwrap_or(Timestamp::MAX);
+    let mut end = latest_end(at)?;
+    while end < horizon {
+        match latest_end(end) {
+            Some(later) => end = later,
             None => break,
         }
     }
-    Some(close)
+    Some(end)
 }
 
 const ALL_DAYS: u8 = 0b111_1111;
 
-/// `HH:MM`, or `HH:MM:SS` when the time has seconds, as windows are written.
+/// `HH:MM`, or `HH:MM:SS` when the time has seconds, as maintenance hours are written.
 fn clock(time: Time) -> String {
     if time.second() == 0 {
         time.strftime("%H:%M").to_string()
@@ -320,25 +321,25 @@ fn day_bit(day: Weekday) -> u8 {
     1 << day.to_monday_zero_offset()
 }
 
-fn parse(window: &str) -> Result<MaintenanceWindow, WindowProblem> {
-    let mut words = window.split_whitespace().peekable();
+fn parse(hours: &str) -> Result<Hours, HoursProblem> {
+    let mut words = hours.split_whitespace().peekable();
     let starts_with_digit = |w: &&str| w.starts_with(|c: char| c.is_ascii_digit());
     let days = match words.next_if(|w| !starts_with_digit(w)) {
         Some(days) => parse_days(days)?,
         None => ALL_DAYS,
     };
-    let times = words.next().ok_or(WindowProblem::MissingTimes)?;
+    let times = words.next().ok_or(HoursProblem::MissingTimes)?;
     let (start, end) = parse_times(times)?;
     let zone_name = words.next().unwrap_or("UTC");
-    let zone = TimeZone::get(zone_name).map_err(|_| WindowProblem::TimeZone {
+    let zone = TimeZone::get(zone_name).map_err(|_| HoursProblem::TimeZone {
         value: zone_name.to_owned(),
     })?;
     if let Some(extra) = words.next() {
-        return Err(WindowProblem::Trailing {
+        return Err(HoursProblem::Trailing {
             value: extra.to_owned(),
         });
     }
-    Ok(MaintenanceWindow {
+    Ok(Hours {
         days,
         start,
         end,
@@ -347,7 +348,7 @@ fn parse(window: &str) -> Result<MaintenanceWindow, WindowProblem> {
     })
 }
 
-fn parse_days(days: &str) -> Result<u8, WindowProblem> {
+fn parse_days(days: &str) -> Result<u8, HoursProblem> {
     if days == "*" || days.eq_ignore_ascii_case("daily") {
         return Ok(ALL_DAYS);
     }
@@ -366,17 +367,17 @@ fn parse_days(days: &str) -> Result<u8, WindowProblem> {
     Ok(set)
 }
 
-fn day_index(day: &str) -> Result<usize, WindowProblem> {
+fn day_index(day: &str) -> Result<usize, HoursProblem> {
     DAY_NAMES
         .iter()
         .position(|name| name.eq_ignore_ascii_case(day))
-        .ok_or_else(|| WindowProblem::Day {
+        .ok_or_else(|| HoursProblem::Day {
             value: day.to_owned(),
         })
 }
 
-fn parse_times(times: &str) -> Result<(Time, Time), WindowProblem> {
-    let invalid = || WindowProblem::Times {
+fn parse_times(times: &str) -> Result<(Time, Time), HoursProblem> {
+    let invalid = || HoursProblem::Times {
         value: times.to_owned(),
     };
     let (start, end) = times.split_once('-').ok_or_else(invalid)?;
@@ -385,7 +386,7 @@ fn parse_times(times: &str) -> Result<(Time, Time), WindowProblem> {
         parse_time(end).ok_or_else(invalid)?,
     );
     if start == end {
-        return Err(WindowProblem::EmptyTimes {
+        return Err(HoursProblem::EmptyTimes {
             value: times.to_owned(),
         });
     }
@@ -415,7 +416,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn window(text: &str) -> MaintenanceWindow {
+    fn hours(text: &str) -> Hours {
         text.parse().unwrap()
     }
 
@@ -424,7 +425,7 @@ mod tests {
     }
 
     fn error(text: &str) -> String {
-        text.parse::<MaintenanceWindow>().unwrap_err().to_string()
+        text.parse::<Hours>().unwrap_err().to_string()
     }
 
     #[test]
@@ -449,9 +450,9 @@ mod tests {
             ("  sun   03:00-04:00  ", "sun 03:00-04:00 UTC"),
         ];
         for (given, canonical) in cases {
-            let parsed = window(given);
+            let parsed = hours(given);
             assert_eq!(parsed.to_string(), canonical, "{given}");
-            assert_eq!(window(canonical), parsed, "{canonical} parses back");
+            assert_eq!(hours(canonical), parsed, "{canonical} parses back");
         }
     }
 
@@ -459,7 +460,7 @@ mod tests {
     fn errors_name_the_value_and_what_is_allowed() {
         assert_eq!(
             error("mon-fry 22:00-04:00"),
-            "invalid window \"mon-fry 22:00-04:00\": unknown day \"fry\"; expected \
+            "invalid maintenance hours \"mon-fry 22:00-04:00\": unknown day \"fry\"; expected \
              mon,tue,wed,thu,fri,sat,sun, a range like mon-fri, a list like mon,wed,fri, \
              or * for every day"
         );
@@ -480,160 +481,157 @@ mod tests {
             assert_eq!(
                 error(&format!("mon {bad}")),
                 format!(
-                    "invalid window \"mon {bad}\": invalid times {bad:?}; expected HH:MM-HH:MM \
-                     (or HH:MM:SS) with times from 00:00 to 23:59:59, like 22:00-04:00"
+                    "invalid maintenance hours \"mon {bad}\": invalid times {bad:?}; expected \
+                     HH:MM-HH:MM (or HH:MM:SS) with times from 00:00 to 23:59:59, like 22:00-04:00"
                 )
             );
         }
         assert!(error("mon 22:00-22:00").contains("times \"22:00-22:00\" start and end"));
         assert_eq!(
             error("mon 22:00-04:00 Europe/Berln"),
-            "invalid window \"mon 22:00-04:00 Europe/Berln\": unknown time zone \
+            "invalid maintenance hours \"mon 22:00-04:00 Europe/Berln\": unknown time zone \
              \"Europe/Berln\"; expected an IANA name like Europe/Berlin, or UTC"
         );
         assert!(error("mon 22:00-04:00 UTC extra").contains("unexpected \"extra\""));
         assert!(error("").contains("missing times"));
         assert!(error("mon").contains("missing times"));
-        assert_eq!(
-            MaintenanceWindows::parse([]).unwrap_err(),
-            WindowError::Empty
-        );
+        assert_eq!(MaintenanceHours::parse([]).unwrap_err(), HoursError::Empty);
         assert!(matches!(
-            MaintenanceWindows::parse(["mon 01:00-02:00", "mon-fry 01:00-02:00"]),
-            Err(WindowError::Invalid { window, .. }) if window == "mon-fry 01:00-02:00"
+            MaintenanceHours::parse(["mon 01:00-02:00", "mon-fry 01:00-02:00"]),
+            Err(HoursError::Invalid { hours, .. }) if hours == "mon-fry 01:00-02:00"
         ));
     }
 
     #[test]
     fn seconds_are_optional_and_count() {
-        let w = window("12:00:30-12:00:45");
-        assert_eq!(w.to_string(), "* 12:00:30-12:00:45 UTC");
-        assert_eq!(window(&w.to_string()), w, "parses back");
-        assert_eq!(window("12:00:00-13:00").to_string(), "* 12:00-13:00 UTC");
-        assert_eq!(window("12:00:00-13:00"), window("12:00-13:00"));
-        assert!(!w.is_open(ts("2026-11-27T12:00:29.999Z")));
-        assert!(w.is_open(ts("2026-11-27T12:00:30Z")));
-        assert!(w.is_open(ts("2026-11-27T12:00:44.999Z")));
-        assert!(!w.is_open(ts("2026-11-27T12:00:45Z")));
+        let h = hours("12:00:30-12:00:45");
+        assert_eq!(h.to_string(), "* 12:00:30-12:00:45 UTC");
+        assert_eq!(hours(&h.to_string()), h, "parses back");
+        assert_eq!(hours("12:00:00-13:00").to_string(), "* 12:00-13:00 UTC");
+        assert_eq!(hours("12:00:00-13:00"), hours("12:00-13:00"));
+        assert!(!h.contains(ts("2026-11-27T12:00:29.999Z")));
+        assert!(h.contains(ts("2026-11-27T12:00:30Z")));
+        assert!(h.contains(ts("2026-11-27T12:00:44.999Z")));
+        assert!(!h.contains(ts("2026-11-27T12:00:45Z")));
         assert_eq!(
-            w.next_open(ts("2026-11-27T12:00:00Z")),
+            h.next_start(ts("2026-11-27T12:00:00Z")),
             Some(ts("2026-11-27T12:00:30Z"))
         );
         assert_eq!(
-            w.closes_at(ts("2026-11-27T12:00:31Z")),
+            h.ends_at(ts("2026-11-27T12:00:31Z")),
             Some(ts("2026-11-27T12:00:45Z"))
         );
         // Crossing midnight by a few seconds.
-        let late = window("23:59:50-00:00:10");
-        assert!(late.is_open(ts("2026-11-28T00:00:05Z")));
-        assert!(!late.is_open(ts("2026-11-28T00:00:10Z")));
+        let late = hours("23:59:50-00:00:10");
+        assert!(late.contains(ts("2026-11-28T00:00:05Z")));
+        assert!(!late.contains(ts("2026-11-28T00:00:10Z")));
     }
 
     #[test]
-    fn a_window_crossing_midnight_belongs_to_its_start_day() {
-        let w = window("mon-fri 22:00-04:00");
+    fn hours_crossing_midnight_belong_to_their_start_day() {
+        let h = hours("mon-fri 22:00-04:00");
         // 2026-11-27 is a Friday.
-        assert!(!w.is_open(ts("2026-11-27T21:59:59Z")));
-        assert!(w.is_open(ts("2026-11-27T22:00:00Z")));
-        assert!(w.is_open(ts("2026-11-28T03:59:59.999Z")));
-        assert!(!w.is_open(ts("2026-11-28T04:00:00Z")));
-        // Saturday evening starts no window, so Sunday morning is closed too.
-        assert!(!w.is_open(ts("2026-11-28T23:00:00Z")));
-        assert!(!w.is_open(ts("2026-11-29T02:00:00Z")));
-        // Monday morning is the tail of no window: Sunday is not in mon-fri.
-        assert!(!w.is_open(ts("2026-11-30T02:00:00Z")));
-        assert!(w.is_open(ts("2026-11-30T22:30:00Z")));
+        assert!(!h.contains(ts("2026-11-27T21:59:59Z")));
+        assert!(h.contains(ts("2026-11-27T22:00:00Z")));
+        assert!(h.contains(ts("2026-11-28T03:59:59.999Z")));
+        assert!(!h.contains(ts("2026-11-28T04:00:00Z")));
+        // Saturday evening starts no hours, so Sunday morning is outside them too.
+        assert!(!h.contains(ts("2026-11-28T23:00:00Z")));
+        assert!(!h.contains(ts("2026-11-29T02:00:00Z")));
+        // Monday morning is the tail of no hours: Sunday is not in mon-fri.
+        assert!(!h.contains(ts("2026-11-30T02:00:00Z")));
+        assert!(h.contains(ts("2026-11-30T22:30:00Z")));
     }
 
     #[test]
-    fn next_open_and_closes_at() {
-        let w = window("mon-fri 22:00-04:00 Europe/Berlin");
-        // Friday 2026-11-27 23:00 in Berlin (CET, +01:00) is open until Saturday 04:00.
-        let open = ts("2026-11-27T22:00:00Z");
-        assert_eq!(w.next_open(open), Some(open));
-        assert_eq!(w.closes_at(open), Some(ts("2026-11-28T03:00:00Z")));
-        // From Saturday noon the next window is Monday 22:00 CET.
-        let closed = ts("2026-11-28T12:00:00Z");
-        assert_eq!(w.next_open(closed), Some(ts("2026-11-30T21:00:00Z")));
-        assert_eq!(w.closes_at(closed), None);
-        // The close is the first closed instant.
+    fn next_start_and_ends_at() {
+        let h = hours("mon-fri 22:00-04:00 Europe/Berlin");
+        // Friday 2026-11-27 23:00 in Berlin (CET, +01:00) is within them until Saturday 04:00.
+        let within = ts("2026-11-27T22:00:00Z");
+        assert_eq!(h.next_start(within), Some(within));
+        assert_eq!(h.ends_at(within), Some(ts("2026-11-28T03:00:00Z")));
+        // From Saturday noon the hours next start on Monday 22:00 CET.
+        let outside = ts("2026-11-28T12:00:00Z");
+        assert_eq!(h.next_start(outside), Some(ts("2026-11-30T21:00:00Z")));
+        assert_eq!(h.ends_at(outside), None);
+        // The end is the first instant outside them.
         assert_eq!(
-            w.closes_at(ts("2026-11-28T02:59:59Z")),
+            h.ends_at(ts("2026-11-28T02:59:59Z")),
             Some(ts("2026-11-28T03:00:00Z"))
         );
         assert_eq!(
-            w.next_open(ts("2026-11-28T03:00:00Z")),
+            h.next_start(ts("2026-11-28T03:00:00Z")),
             Some(ts("2026-11-30T21:00:00Z"))
         );
     }
 
     #[test]
-    fn a_start_in_the_spring_gap_opens_when_the_gap_ends() {
+    fn a_start_in_the_spring_gap_happens_when_the_gap_ends() {
         // Berlin skips 02:00-03:00 on Sunday 2026-03-29: 01:00Z is 03:00 CEST.
-        let w = window("sun 02:30-04:00 Europe/Berlin");
+        let h = hours("sun 02:30-04:00 Europe/Berlin");
         let saturday = ts("2026-03-28T12:00:00Z");
-        assert_eq!(w.next_open(saturday), Some(ts("2026-03-29T01:00:00Z")));
-        assert!(!w.is_open(ts("2026-03-29T00:59:59Z")));
+        assert_eq!(h.next_start(saturday), Some(ts("2026-03-29T01:00:00Z")));
+        assert!(!h.contains(ts("2026-03-29T00:59:59Z")));
         assert_eq!(
-            w.closes_at(ts("2026-03-29T01:00:00Z")),
+            h.ends_at(ts("2026-03-29T01:00:00Z")),
             Some(ts("2026-03-29T02:00:00Z"))
         );
     }
 
     #[test]
-    fn a_window_inside_the_spring_gap_skips_that_day() {
-        let w = window("sun 02:00-02:30 Europe/Berlin");
+    fn hours_inside_the_spring_gap_skip_that_day() {
+        let h = hours("sun 02:00-02:30 Europe/Berlin");
         assert_eq!(
-            w.next_open(ts("2026-03-28T12:00:00Z")),
+            h.next_start(ts("2026-03-28T12:00:00Z")),
             Some(ts("2026-04-05T00:00:00Z")),
             "the next Sunday, 02:00 CEST"
         );
-        assert!(!w.is_open(ts("2026-03-29T01:00:00Z")));
+        assert!(!h.contains(ts("2026-03-29T01:00:00Z")));
     }
 
     #[test]
-    fn an_end_in_the_spring_gap_closes_when_the_gap_ends() {
-        let w = window("sun 01:30-02:30 Europe/Berlin");
-        let open = ts("2026-03-29T00:30:00Z");
-        assert_eq!(w.next_open(ts("2026-03-28T12:00:00Z")), Some(open));
-        assert_eq!(w.closes_at(open), Some(ts("2026-03-29T01:00:00Z")));
+    fn an_end_in_the_spring_gap_happens_when_the_gap_ends() {
+        let h = hours("sun 01:30-02:30 Europe/Berlin");
+        let start = ts("2026-03-29T00:30:00Z");
+        assert_eq!(h.next_start(ts("2026-03-28T12:00:00Z")), Some(start));
+        assert_eq!(h.ends_at(start), Some(ts("2026-03-29T01:00:00Z")));
     }
 
     #[test]
-    fn a_window_over_the_spring_change_is_an_hour_shorter() {
-        let w = window("sat 22:00-04:00 Europe/Berlin");
-        let open = ts("2026-03-28T21:00:00Z");
-        assert_eq!(w.next_open(ts("2026-03-28T12:00:00Z")), Some(open));
-        assert_eq!(w.closes_at(open), Some(ts("2026-03-29T02:00:00Z")));
+    fn hours_over_the_spring_change_are_an_hour_shorter() {
+        let h = hours("sat 22:00-04:00 Europe/Berlin");
+        let start = ts("2026-03-28T21:00:00Z");
+        assert_eq!(h.next_start(ts("2026-03-28T12:00:00Z")), Some(start));
+        assert_eq!(h.ends_at(start), Some(ts("2026-03-29T02:00:00Z")));
     }
 
     #[test]
     fn times_in_the_autumn_fold_happen_at_their_first_occurrence() {
         // Berlin repeats 02:00-03:00 on Sunday 2026-10-25: 00:30Z is 02:30 CEST, 01:30Z is
         // 02:30 CET.
-        let w = window("sun 02:30-03:30 Europe/Berlin");
+        let h = hours("sun 02:30-03:30 Europe/Berlin");
         assert_eq!(
-            w.next_open(ts("2026-10-24T12:00:00Z")),
+            h.next_start(ts("2026-10-24T12:00:00Z")),
             Some(ts("2026-10-25T00:30:00Z"))
         );
         assert_eq!(
-            w.closes_at(ts("2026-10-25T00:30:00Z")),
+            h.ends_at(ts("2026-10-25T00:30:00Z")),
             Some(ts("2026-10-25T02:30:00Z")),
             "two hours by the clock's way from 02:30 CEST to 03:30 CET"
         );
 
-        let w = window("sun 01:00-02:30 Europe/Berlin");
-        let open = ts("2026-10-24T23:00:00Z");
-        assert_eq!(w.closes_at(open), Some(ts("2026-10-25T00:30:00Z")));
+        let h = hours("sun 01:00-02:30 Europe/Berlin");
+        let start = ts("2026-10-24T23:00:00Z");
+        assert_eq!(h.ends_at(start), Some(ts("2026-10-25T00:30:00Z")));
         assert!(
-            !w.is_open(ts("2026-10-25T01:10:00Z")),
-            "02:10 CET, the second time round, does not reopen the window"
+            !h.contains(ts("2026-10-25T01:10:00Z")),
+            "02:10 CET, the second time round, does not start the hours again"
         );
     }
 
     #[test]
-    fn windows_open_when_any_is_and_chain_when_they_touch() {
-        let ws = MaintenanceWindows::parse([
+    fn any_hours_count_and_hours_that_touch_chain() {
+        let set = MaintenanceHours::parse([
             "mon 20:00-23:00",
             "mon 22:00-02:00",
             "tue 02:00-03:00",
@@ -642,24 +640,24 @@ mod tests {
         .unwrap();
         // 2026-11-30 is a Monday.
         let monday = ts("2026-11-30T20:30:00Z");
-        assert!(ws.is_open(monday));
-        assert_eq!(ws.closes_at(monday), Some(ts("2026-12-01T03:00:00Z")));
-        assert!(!ws.is_open(ts("2026-12-01T03:00:00Z")));
-        // Saturday 10:00 in Kolkata (+05:30) is 04:30Z, before Monday's windows.
+        assert!(set.contains(monday));
+        assert_eq!(set.ends_at(monday), Some(ts("2026-12-01T03:00:00Z")));
+        assert!(!set.contains(ts("2026-12-01T03:00:00Z")));
+        // Saturday 10:00 in Kolkata (+05:30) is 04:30Z, before Monday's hours.
         assert_eq!(
-            ws.next_open(ts("2026-12-01T03:00:00Z")),
+            set.next_start(ts("2026-12-01T03:00:00Z")),
             Some(ts("2026-12-05T04:30:00Z"))
         );
-        assert_eq!(ws.windows().len(), 4);
+        assert_eq!(set.hours().len(), 4);
     }
 
     #[test]
-    fn windows_covering_the_whole_week_report_a_close_past_the_horizon() {
-        let ws = MaintenanceWindows::parse(["* 00:00-12:00", "* 11:00-01:00"]).unwrap();
+    fn hours_covering_the_whole_week_report_an_end_past_the_horizon() {
+        let set = MaintenanceHours::parse(["* 00:00-12:00", "* 11:00-01:00"]).unwrap();
         let at = ts("2026-11-30T05:00:00Z");
-        let close = ws.closes_at(at).unwrap();
-        assert!(close >= at.checked_add(CLOSE_HORIZON).unwrap());
-        assert!(ws.is_open(close), "a lower bound, not a real close");
+        let end = set.ends_at(at).unwrap();
+        assert!(end >= at.checked_add(END_HORIZON).unwrap());
+        assert!(set.contains(end), "a lower bound, not a real end");
     }
 
     const ZONES: [&str; 6] = [
@@ -673,7 +671,7 @@ mod tests {
         "Asia/Kolkata",
     ];
 
-    fn arb_window() -> impl Strategy<Value = String> {
+    fn arb_hours() -> impl Strategy<Value = String> {
         (
             1u8..=127,
             0u16..1440,
@@ -702,10 +700,10 @@ mod tests {
         (1_704_067_200i64..1_893_456_000).prop_map(|s| Timestamp::from_second(s).unwrap())
     }
 
-    /// With `near`, an instant up to three days before the first DST change of `w`'s zone
+    /// With `near`, an instant up to three days before the first DST change of `h`'s zone
     /// after `at`, so that the properties meet the changes often; else `at` itself.
-    fn maybe_near_change(w: &MaintenanceWindow, at: Timestamp, near: bool, back: i64) -> Timestamp {
-        let change = w.zone.following(at).next().map(|t| t.timestamp());
+    fn maybe_near_change(h: &Hours, at: Timestamp, near: bool, back: i64) -> Timestamp {
+        let change = h.zone.following(at).next().map(|t| t.timestamp());
         match change {
             Some(change) if near => change - SignedDuration::from_mins(back),
             _ => at,
@@ -725,53 +723,53 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(256))]
 
         #[test]
-        fn display_round_trips(text in arb_window()) {
-            let w = window(&text);
-            prop_assert_eq!(window(&w.to_string()), w);
+        fn display_round_trips(text in arb_hours()) {
+            let h = hours(&text);
+            prop_assert_eq!(hours(&h.to_string()), h);
         }
 
         #[test]
-        fn next_open_is_open_and_nothing_before_it_is(
-            text in arb_window(),
+        fn next_start_is_within_and_nothing_before_it_is(
+            text in arb_hours(),
             at in arb_instant(),
             near in any::<bool>(),
             back in 0i64..4320,
         ) {
-            let w = window(&text);
-            let at = maybe_near_change(&w, at, near, back);
-            let next = w.next_open(at).unwrap();
+            let h = hours(&text);
+            let at = maybe_near_change(&h, at, near, back);
+            let next = h.next_start(at).unwrap();
             prop_assert!(next >= at);
-            prop_assert!(w.is_open(next), "{} is not open at {}", text, next);
+            prop_assert!(h.contains(next), "{} does not contain {}", text, next);
             if next > at {
-                prop_assert!(!w.is_open(at));
+                prop_assert!(!h.contains(at));
                 for t in minutes_between(at, next) {
-                    prop_assert!(!w.is_open(t), "{} is open at {} before {}", text, t, next);
+                    prop_assert!(!h.contains(t), "{} contains {} before {}", text, t, next);
                 }
             }
         }
 
         #[test]
-        fn closes_at_is_the_end_of_the_open_stretch(
-            text in arb_window(),
+        fn ends_at_is_the_end_of_the_stretch(
+            text in arb_hours(),
             at in arb_instant(),
             near in any::<bool>(),
             back in 0i64..4320,
         ) {
-            let w = window(&text);
-            let at = maybe_near_change(&w, at, near, back);
-            let Some(open) = w.next_open(at) else {
-                return Err(TestCaseError::fail("no next opening"));
+            let h = hours(&text);
+            let at = maybe_near_change(&h, at, near, back);
+            let Some(start) = h.next_start(at) else {
+                return Err(TestCaseError::fail("no next start"));
             };
-            let close = w.closes_at(open).unwrap();
-            prop_assert!(close > open);
-            prop_assert!(!w.is_open(close), "{} is still open at {}", text, close);
-            for t in minutes_between(open, close) {
-                prop_assert!(w.is_open(t), "{} is closed at {} before {}", text, t, close);
+            let end = h.ends_at(start).unwrap();
+            prop_assert!(end > start);
+            prop_assert!(!h.contains(end), "{} still contains {}", text, end);
+            for t in minutes_between(start, end) {
+                prop_assert!(h.contains(t), "{} does not contain {} before {}", text, t, end);
             }
         }
 
         #[test]
-        fn in_utc_open_means_the_clock_is_inside(
+        fn in_utc_within_means_the_clock_is_inside(
             days in 1u8..=127,
             start in 0u16..1440,
             length in 1u16..1440,
@@ -794,7 +792,7 @@ mod tests {
             } else {
                 (starts(day) && minute >= start) || (starts(day - 1) && minute < end)
             };
-            prop_assert_eq!(window(&text).is_open(at), expected, "{} at {}", text, at);
+            prop_assert_eq!(hours(&text).contains(at), expected, "{} at {}", text, at);
         }
     }
 }

@@ -1,6 +1,6 @@
-//! Maintenance windows in-process, on a real SQLite store and a real sentinel watcher, with
-//! windows a few seconds from now (UTC, seconds precision) and node actions that log what they
-//! do.
+//! Maintenance hours in-process, on a real SQLite store and a real sentinel watcher, with hours
+//! that start or end a few seconds from now (UTC, seconds precision) and node actions that log
+//! what they do.
 
 mod common;
 
@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::host::Host;
 use rota_agent::AgentConfig;
-use rota_core::{HistoryEvent, MaintenanceWindows, NodeState, Priority, ProcedureSpec, Process};
+use rota_core::{HistoryEvent, MaintenanceHours, NodeState, Priority, ProcedureSpec, Process};
 use rota_e2e::host::touch;
 
 /// The current second since the epoch.
@@ -26,34 +26,34 @@ fn clock(at: i64) -> String {
     format!("{:02}:{:02}:{:02}", day / 3600, day / 60 % 60, day % 60)
 }
 
-/// A daily window from second `from` to second `to` since the epoch (less than a day apart).
-fn window(from: i64, to: i64) -> String {
+/// Daily hours from second `from` to second `to` since the epoch (less than a day apart).
+fn daily(from: i64, to: i64) -> String {
     format!("{}-{} UTC", clock(from), clock(to))
 }
 
-/// Configures the agent with `windows`, as `--window` does for each.
-fn in_windows(windows: &[&str]) -> impl Fn(&mut AgentConfig) + use<> {
-    let windows = MaintenanceWindows::parse(windows.iter().copied()).expect("windows");
-    move |config| config.windows = Some(windows.clone())
+/// Configures the agent with `hours`, as `--hours` does for each.
+fn with_hours(hours: &[&str]) -> impl Fn(&mut AgentConfig) + use<> {
+    let hours = MaintenanceHours::parse(hours.iter().copied()).expect("hours");
+    move |config| config.hours = Some(hours.clone())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_closed_window_keeps_the_node_queued_until_it_opens() {
+async fn outside_its_hours_the_node_stays_queued_until_they_start() {
     let host = Host::new().await;
-    let opens = now_s() + 6;
-    let spec = window(opens, opens + 3600);
-    let _agent = host.agent_with(in_windows(&[&spec])).await;
+    let starts = now_s() + 6;
+    let spec = daily(starts, starts + 3600);
+    let _agent = host.agent_with(with_hours(&[&spec])).await;
     host.wait_for("registered", |_| true).await;
     touch(&host.root("run/reboot-needed"));
     host.wait_for("queued", |r| r.state == NodeState::Queued)
         .await;
-    // Watch the closed window for a while: the node waits in the queue and takes nothing.
-    while now_s() < opens - 2 {
+    // Watch it outside its hours for a while: the node waits in the queue and takes nothing.
+    while now_s() < starts - 2 {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let record = host.record().await.expect("record");
     assert_eq!(record.state, NodeState::Queued, "{record:?}");
-    assert_eq!(record.slot, None, "no slot outside the window");
+    assert_eq!(record.slot, None, "no slot outside the maintenance hours");
     assert!(
         host.store()
             .slot_holders()
@@ -64,7 +64,7 @@ async fn a_closed_window_keeps_the_node_queued_until_it_opens() {
     assert_eq!(host.count("drain"), 0);
     assert!(
         host.entries(HistoryEvent::Started).await.is_empty(),
-        "no started before the window opens"
+        "no started before the maintenance hours start"
     );
 
     host.wait_until("the reboot", || host.count("reboot") == 1)
@@ -72,17 +72,17 @@ async fn a_closed_window_keeps_the_node_queued_until_it_opens() {
     let started = host.entries(HistoryEvent::Started).await;
     assert_eq!(started.len(), 1, "{started:?}");
     assert!(
-        started[0].at >= opens * 1000,
-        "started at {} ms, the window opened at {} ms",
+        started[0].at >= starts * 1000,
+        "started at {} ms, the maintenance hours started at {} ms",
         started[0].at,
-        opens * 1000
+        starts * 1000
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_already_in_the_queue_waits_for_its_window_without_a_slot() {
+async fn a_node_already_in_the_queue_waits_for_its_hours_without_a_slot() {
     let host = Host::new().await;
-    // Queued while the fleet was paused, with no window: its place in the queue is now.
+    // Queued while the fleet was paused, without maintenance hours: its place in the queue is now.
     host.store().pause("queue first").await.expect("pause");
     let agent = host.agent().await;
     host.wait_for("registered", |_| true).await;
@@ -95,19 +95,19 @@ async fn a_node_already_in_the_queue_waits_for_its_window_without_a_slot() {
     agent.stop().await.expect("the agent stops cleanly");
     host.store().resume().await.expect("resume");
 
-    let opens = now_s() + 5;
-    let spec = window(opens, opens + 3600);
-    let _agent = host.agent_with(in_windows(&[&spec])).await;
+    let starts = now_s() + 5;
+    let spec = daily(starts, starts + 3600);
+    let _agent = host.agent_with(with_hours(&[&spec])).await;
     let moved = host
-        .wait_for("its place moved to the opening", |r| {
-            r.queued_at.is_some_and(|q| q >= opens * 1000)
+        .wait_for("its place moved to the start of the hours", |r| {
+            r.queued_at.is_some_and(|q| q >= starts * 1000)
         })
         .await;
     assert_eq!(moved.state, NodeState::Queued);
     assert!(moved.queued_at > queued.queued_at);
-    while now_s() < opens - 1 {
+    while now_s() < starts - 1 {
         let record = host.record().await.expect("record");
-        assert_eq!(record.slot, None, "no slot outside the window: {record:?}");
+        assert_eq!(record.slot, None, "no slot outside the hours: {record:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(host.count("drain"), 0);
@@ -115,21 +115,21 @@ async fn a_node_already_in_the_queue_waits_for_its_window_without_a_slot() {
     host.wait_until("the reboot", || host.count("reboot") == 1)
         .await;
     let started = host.entries(HistoryEvent::Started).await;
-    assert!(started[0].at >= opens * 1000, "{started:?}");
+    assert!(started[0].at >= starts * 1000, "{started:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_window_closing_during_the_drain_postpones_the_reboot_to_the_next_window() {
+async fn hours_ending_during_the_drain_postpone_the_reboot_to_the_next_window() {
     let host = Host::new().await;
     let now = now_s();
-    // The first window closes while the first drain still runs; the next one opens later.
-    let first_closes = now + 4;
-    let next_opens = now + 13;
-    let first = window(now - 60, first_closes);
-    let next = window(next_opens, next_opens + 3600);
-    let windows = in_windows(&[&first, &next]);
+    // The first hours end while the first drain still runs; the next ones start later.
+    let first_ends = now + 4;
+    let next_starts = now + 13;
+    let first = daily(now - 60, first_ends);
+    let next = daily(next_starts, next_starts + 3600);
+    let hours = with_hours(&[&first, &next]);
     host.actions.hold_next_drain(Duration::from_secs(7));
-    let agent = host.agent_with(&windows).await;
+    let agent = host.agent_with(&hours).await;
     host.wait_for("registered", |_| true).await;
     touch(&host.root("run/reboot-needed"));
     host.wait_until("the drain", || host.count("drain") == 1)
@@ -147,7 +147,7 @@ async fn a_window_closing_during_the_drain_postpones_the_reboot_to_the_next_wind
     assert_eq!(
         host.log(),
         ["drain", "uncordon"],
-        "no reboot after the close"
+        "no reboot after the hours ended"
     );
     let store = host.store();
     assert!(store.slot_holders().await.expect("holders").is_empty());
@@ -166,22 +166,23 @@ async fn a_window_closing_during_the_drain_postpones_the_reboot_to_the_next_wind
     assert!(postponed[0].released);
     let cause = postponed[0].cause.as_deref().unwrap_or_default();
     assert!(
-        cause.contains("maintenance window closed before the reboot"),
+        cause.contains("maintenance hours ended before the reboot"),
         "{cause}"
     );
     let open = store.open_requests(&host.node).await.expect("open");
     assert_eq!(open.len(), 1);
     assert_eq!(open[0].state, rota_store::RequestState::Pending);
 
-    // The next window: drained again (quickly this time) and rebooted, once.
+    // The next window, when the next hours start: drained again (quickly this time) and
+    // rebooted, once.
     host.wait_until("the reboot", || host.count("reboot") == 1)
         .await;
     let started = host.entries(HistoryEvent::Started).await;
     assert_eq!(started.len(), 2, "{started:?}");
-    assert!(started[1].at >= next_opens * 1000, "{started:?}");
+    assert!(started[1].at >= next_starts * 1000, "{started:?}");
     agent.stop().await.expect("the agent stops cleanly");
     host.reboot_host("boot-2");
-    let _agent = host.agent_with(&windows).await;
+    let _agent = host.agent_with(&hours).await;
     host.wait_for("finished", |r| {
         r.state == NodeState::Idle && r.slot.is_none()
     })
@@ -217,7 +218,7 @@ fn script_log(host: &Host) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_running_procedure_finishes_after_the_close_and_the_next_one_waits() {
+async fn a_running_procedure_finishes_after_the_hours_end_and_the_next_one_waits() {
     let host = Host::new().await;
     let log = host.path("scripts.log");
     let release = host.path("release-first");
@@ -238,14 +239,14 @@ async fn a_running_procedure_finishes_after_the_close_and_the_next_one_waits() {
     ))
     .await;
     let now = now_s();
-    let closes = now + 4;
-    let next_opens = now + 12;
-    let first = window(now - 60, closes);
-    let next = window(next_opens, next_opens + 3600);
-    let windows = in_windows(&[&first, &next]);
+    let ends = now + 4;
+    let next_starts = now + 12;
+    let first = daily(now - 60, ends);
+    let next = daily(next_starts, next_starts + 3600);
+    let hours = with_hours(&[&first, &next]);
     let _agent = host
         .agent_with(|c| {
-            windows(c);
+            hours(c);
             c.procedure_poll = Duration::from_millis(100);
         })
         .await;
@@ -253,10 +254,10 @@ async fn a_running_procedure_finishes_after_the_close_and_the_next_one_waits() {
         script_log(&host).contains(&"start first".to_string())
     })
     .await;
-    while now_s() <= closes {
+    while now_s() <= ends {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // The window closed while it ran: it is not stopped, and ends when its script says so.
+    // The hours ended while it ran: it is not stopped, and ends when its script says so.
     std::fs::write(&release, b"").expect("release");
     let record = host
         .wait_for("postponed", |r| {
@@ -292,7 +293,7 @@ async fn a_running_procedure_finishes_after_the_close_and_the_next_one_waits() {
     );
     let started = host.entries(HistoryEvent::Started).await;
     assert!(
-        started.iter().any(|e| e.at >= next_opens * 1000),
+        started.iter().any(|e| e.at >= next_starts * 1000),
         "{started:?}"
     );
     assert!(host.entries(HistoryEvent::Failed).await.is_empty());

@@ -1,7 +1,7 @@
 //! The failure budget end to end, with the operator's `rota status` and `rota resume` beside
-//! agents as real processes on a real SQLite store, and the refusal of bad `--window` and
-//! `--failure-budget` flags. The windows themselves are tested in-process in
-//! `crates/rota-agent/tests/windows.rs`.
+//! agents as real processes on a real SQLite store, and the refusal of bad `--hours` and
+//! `--failure-budget` flags. The maintenance hours themselves are tested in-process in
+//! `crates/rota-agent/tests/hours.rs`.
 
 mod common;
 
@@ -139,14 +139,14 @@ async fn an_exhausted_failure_budget_pauses_the_fleet_until_resumed() {
 }
 
 #[test]
-fn bad_windows_and_budgets_are_refused_at_start() {
+fn bad_hours_and_budgets_are_refused_at_start() {
     let host = Host::new();
     let store = host.store_url();
     let cases = [
-        ("--window", "mon-fry 22:00-04:00", "unknown day \"fry\""),
-        ("--window", "mon 25:00-04:00", "HH:MM-HH:MM"),
+        ("--hours", "mon-fry 22:00-04:00", "unknown day \"fry\""),
+        ("--hours", "mon 25:00-04:00", "HH:MM-HH:MM"),
         (
-            "--window",
+            "--hours",
             "mon 22:00-04:00 Mars/Olympus",
             "unknown time zone",
         ),
