@@ -4,7 +4,7 @@
 //! # Layout
 //!
 //! - `store`: [`KubeStore`], its configuration and the `Store` impl, one file per concern.
-//! - [`actions`]: the `RotaAction` custom resource, the operators' audit trail.
+//! - [`audit_record`]: the `RotaAuditRecord` custom resource, the operators' audit trail.
 //! - [`crd`]: the `RotaNode` custom resource, a node's state, session and the history of the
 //!   window under way.
 //! - [`window`]: the `RotaWindow` custom resource, one chunk of a node's past history.
@@ -57,9 +57,9 @@
 //!   `<rotanode>-procedures` (see `procedure_ledger`). The agents'
 //!   stores write each Procedure's status (per-node state, counts, `Complete`) in the
 //!   background, by compare-and-swap (see `procedure_status`).
-//! - **Operator actions**: a [`RotaAction`] in the rota namespace per unlock, retry, request,
+//! - **Audit records**: a [`RotaAuditRecord`] in the rota namespace per unlock, retry, request,
 //!   cancel, pause, resume and procedure submission, with who (the API user) and why; written
-//!   once, read only by `rota history` (see [`actions`]).
+//!   once, read only by `rota history` (see [`audit_record`]).
 //! - **Events**: every transition, unlock, retry and procedure outcome records a Kubernetes
 //!   Event on the Node.
 //!
@@ -150,7 +150,7 @@
 //! its label. [`KubeStoreConfig::name_prefix`] (empty in production) goes before every
 //! RotaNode's name, so that tests sharing a cluster can use the same node names.
 
-pub mod actions;
+pub mod audit_record;
 pub mod crd;
 pub mod ids;
 pub mod permissions;
@@ -173,7 +173,7 @@ mod status;
 mod store;
 mod view;
 
-pub use actions::{RotaAction, RotaActionSpec, rota_action_crd};
+pub use audit_record::{RotaAuditRecord, RotaAuditRecordSpec, rota_audit_record_crd};
 pub use crd::{RotaNode, RotaNodeSpec, RotaNodeStatus, rota_node_crd};
 pub use error::KubeError;
 pub use procedure::{Procedure, ProcedureBody, ProcedureStatus, procedure_crd};
@@ -192,7 +192,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         rota_node_crd(),
         rota_window_crd(),
         procedure_crd(),
-        rota_action_crd(),
+        rota_audit_record_crd(),
     ]
 }
 

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use rota_store_kube::{procedure_crd, rota_action_crd, rota_node_crd, rota_window_crd};
+use rota_store_kube::{procedure_crd, rota_audit_record_crd, rota_node_crd, rota_window_crd};
 
 const HEADER: &str = "# Generated from crates/rota-store-kube/src/{source}; do not edit.\n\
 # Regenerate: ROTA_UPDATE_CRDS=1 cargo test -p rota-store-kube --test crd\n";
@@ -42,8 +42,8 @@ fn the_committed_crds_are_generated_from_the_types() {
         &generated(&procedure_crd(), "procedure.rs"),
     );
     check(
-        "rotaactions.yaml",
-        &generated(&rota_action_crd(), "actions.rs"),
+        "rotaauditrecords.yaml",
+        &generated(&rota_audit_record_crd(), "audit_record.rs"),
     );
 }
 

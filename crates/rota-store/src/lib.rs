@@ -3,7 +3,7 @@
 //!
 //! - `store`: the [`Store`] trait, what a store must do, and [`StoreExt`], what every caller
 //!   derives from it.
-//! - `actions`: the operators' audit trail ([`ActionRecord`]).
+//! - `audit`: the operators' audit trail ([`AuditRecord`]).
 //! - `model`: the records a store reads and writes, and the changes an agent asks for.
 //! - `error`: the store's [`Error`], fencing and conflicts among them.
 //! - `url`: [`StoreUrl`], which names a store and opens it.
@@ -13,7 +13,7 @@
 //! - `retry_pauses`: [`RetryPauses`], the waits before asking an unavailable store again.
 //! - `conformance`: the suite every store must pass, behind the feature `conformance`.
 
-mod actions;
+mod audit;
 mod error;
 mod model;
 mod postgres;
@@ -26,7 +26,7 @@ mod url;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use actions::{Action, ActionRecord, NewAction, UnknownAction, os_actor};
+pub use audit::{AuditRecord, NewAuditRecord, OperatorCommand, UnknownCommand, os_actor};
 pub use error::{Error, Result};
 pub use model::{
     Acquire, BackoffRecord, Blocked, Fleet, History, HistoryEntry, HistoryFilter, Millis,

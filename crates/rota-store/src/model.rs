@@ -60,7 +60,7 @@ pub struct HistoryFilter {
 pub struct Parts {
     pub entries: bool,
     pub steps: bool,
-    pub actions: bool,
+    pub audit: bool,
     pub requests: bool,
 }
 
@@ -68,15 +68,15 @@ impl Parts {
     pub const ENTRIES: Parts = Parts {
         entries: true,
         steps: false,
-        actions: false,
+        audit: false,
         requests: false,
     };
     pub const STEPS: Parts = Parts {
         steps: true,
         ..Parts::NONE
     };
-    pub const ACTIONS: Parts = Parts {
-        actions: true,
+    pub const AUDIT: Parts = Parts {
+        audit: true,
         ..Parts::NONE
     };
     pub const REQUESTS: Parts = Parts {
@@ -86,7 +86,7 @@ impl Parts {
     const NONE: Parts = Parts {
         entries: false,
         steps: false,
-        actions: false,
+        audit: false,
         requests: false,
     };
 }
@@ -96,7 +96,7 @@ impl Parts {
 pub struct History {
     pub entries: Vec<HistoryEntry>,
     pub steps: Vec<StepRecord>,
-    pub actions: Vec<crate::ActionRecord>,
+    pub audit: Vec<crate::AuditRecord>,
     pub requests: Vec<RequestRecord>,
 }
 

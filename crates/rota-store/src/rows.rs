@@ -9,7 +9,7 @@ use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Decode, Postgres, Row, Sqlite, Type};
 
-use crate::actions::ActionRecord;
+use crate::audit::AuditRecord;
 use crate::error::{Error, Result};
 use crate::model::{
     BackoffRecord, Blocked, HistoryEntry, NodeOverview, NodeRecord, ProcedureRecord, RequestRecord,
@@ -323,22 +323,20 @@ pub(crate) fn step_record(row: &impl SqlRow) -> Result<StepRecord> {
     })
 }
 
-/// A row of `operator_actions`.
-pub(crate) fn action_record(row: &impl SqlRow) -> Result<ActionRecord> {
-    let get = getter("reading operator actions");
+/// A row of `audit_records`.
+pub(crate) fn audit_record(row: &impl SqlRow) -> Result<AuditRecord> {
+    let get = getter("reading audit records");
     let node: Option<String> = row.column("node").map_err(&get)?;
     let process: Option<String> = row.column("process").map_err(&get)?;
-    Ok(ActionRecord {
+    Ok(AuditRecord {
         at: row.column("at").map_err(&get)?,
-        action: parse(
-            "operator_actions.action",
-            row.column("action").map_err(&get)?,
+        command: parse(
+            "audit_records.command",
+            row.column("command").map_err(&get)?,
         )?,
-        node: node
-            .map(|n| parse("operator_actions.node", n))
-            .transpose()?,
+        node: node.map(|n| parse("audit_records.node", n)).transpose()?,
         process: process
-            .map(|p| parse("operator_actions.process", p))
+            .map(|p| parse("audit_records.process", p))
             .transpose()?,
         by: row.column("by").map_err(&get)?,
         reason: row.column("reason").map_err(&get)?,

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use rota_core::{NodeName, ProcedureSpec, Process, Write};
 use tokio::sync::watch;
 
-use crate::actions::{ActionRecord, NewAction};
+use crate::audit::{AuditRecord, NewAuditRecord};
 use crate::error::{Error, Result};
 use crate::model::{
     Acquire, BackoffRecord, Blocked, Fleet, History, HistoryEntry, HistoryFilter, Millis,
@@ -48,7 +48,7 @@ pub trait Store: Send + Sync {
     async fn write(&self, writer: Writer<'_>, write: Write) -> Result<Written>;
 
     /// A counter that grows by one after every committed write that may let a waiting agent go
-    /// on: a slot released, a node leaving the queue without a slot, an operator's action (a
+    /// on: a slot released, a node leaving the queue without a slot, an operator's command (a
     /// new concurrency jumps it [`WAKE_ALL`] ahead, as it may free many slots at once).
     /// Waiters re-read the store when it changes; an idle agent waits for a jump.
     fn changes(&self) -> watch::Receiver<u64>;
@@ -79,12 +79,12 @@ pub trait Store: Send + Sync {
 
     /// The past that `filter` lets through, oldest first, of the `parts` asked for: history
     /// entries, steps (bounded: a node keeps them for about as many windows as its history),
-    /// operators' actions (see [`ActionRecord::matches`]) and requests ever made.
+    /// audit records (see [`AuditRecord::matches`]) and requests ever made.
     async fn read_history(&self, filter: &HistoryFilter, parts: Parts) -> Result<History>;
 
-    /// Records one operator action, with the store's time. Records are written once; agents
-    /// never read them.
-    async fn record_action(&self, action: &NewAction) -> Result<ActionRecord>;
+    /// Writes one audit record of an operator command, with the store's time. Records are
+    /// written once; agents never read them.
+    async fn record_audit(&self, record: &NewAuditRecord) -> Result<AuditRecord>;
 }
 
 /// What every caller may derive from a [`Store`]'s methods, written once for every store: the
@@ -293,9 +293,9 @@ pub trait StoreExt: Store {
         Ok(self.read_history(filter, Parts::STEPS).await?.steps)
     }
 
-    /// The recorded operators' actions that `filter` lets through, oldest first.
-    async fn actions(&self, filter: &HistoryFilter) -> Result<Vec<ActionRecord>> {
-        Ok(self.read_history(filter, Parts::ACTIONS).await?.actions)
+    /// The audit records that `filter` lets through, oldest first.
+    async fn audit_records(&self, filter: &HistoryFilter) -> Result<Vec<AuditRecord>> {
+        Ok(self.read_history(filter, Parts::AUDIT).await?.audit)
     }
 
     /// Every request ever made, open or closed, oldest first.

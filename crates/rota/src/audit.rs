@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use backon::Retryable;
 use rota_core::{NodeName, Process};
-use rota_store::{Action, NewAction, Store};
+use rota_store::{NewAuditRecord, OperatorCommand, Store};
 
 use crate::cli::StoreArgs;
 
@@ -24,31 +24,31 @@ impl Operator {
         Ok(Operator { store, by })
     }
 
-    /// Records an action that was done. When this fails the action stands, and the error
-    /// says so.
+    /// Writes the audit record of a command that was done. When this fails what the command
+    /// did stands, and the error says so.
     pub async fn record(
         &self,
-        action: Action,
+        command: OperatorCommand,
         node: Option<&NodeName>,
         process: Option<&Process>,
         reason: Option<&str>,
     ) -> Result<()> {
-        let action = NewAction {
-            action,
+        let record = NewAuditRecord {
+            command,
             node: node.cloned(),
             process: process.cloned(),
             by: self.by.clone(),
             reason: reason.map(str::to_owned),
         };
-        // A RotaAction CRD installed a moment ago answers 429 until its storage is ready.
-        (|| self.store.record_action(&action))
+        // A RotaAuditRecord CRD installed a moment ago answers 429 until its storage is ready.
+        (|| self.store.record_audit(&record))
             .retry(rota_store::retry_pauses().with_max_times(6))
             .when(rota_store::Error::is_unavailable)
             .await
             .with_context(|| {
                 format!(
                     "the {} was done, but recording it in the audit trail failed",
-                    action.action
+                    record.command
                 )
             })?;
         Ok(())

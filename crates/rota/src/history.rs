@@ -1,10 +1,10 @@
-//! `rota history`: the append-only record of work events, with the operators' actions (who did
-//! what, and why) among them.
+//! `rota history`: the append-only record of work events, with the operators' audit records (who
+//! ran which command, and why) among them.
 
 use anyhow::{Result, bail};
 use backon::Retryable;
 use rota_core::{NodeName, Process};
-use rota_store::{ActionRecord, HistoryEntry, HistoryFilter, Millis, StoreExt, now_millis};
+use rota_store::{AuditRecord, HistoryEntry, HistoryFilter, Millis, StoreExt, now_millis};
 use serde::Serialize;
 
 use crate::cli::{Format, HistoryArgs};
@@ -12,14 +12,14 @@ use crate::output;
 use crate::report_file::ReportFile;
 use crate::steps;
 
-/// One history entry or operator action as `rota history` shows it; also the JSON output's
+/// One history entry or audit record as `rota history` shows it; also the JSON output's
 /// element type.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct HistoryRow {
-    /// `None` for an operator's action on the fleet (pause, resume, a procedure's submission).
+    /// `None` for an operator's command on the fleet (pause, resume, a procedure's submission).
     pub node: Option<NodeName>,
     pub process: Option<Process>,
-    /// A history event (started, finished, …) or an operator's action (unlock, pause, …).
+    /// A history event (started, finished, …) or an operator's command (unlock, pause, …).
     pub event: String,
     /// RFC 3339 UTC.
     pub at: String,
@@ -50,24 +50,24 @@ pub fn row(entry: &HistoryEntry) -> HistoryRow {
     }
 }
 
-pub fn action_row(action: &ActionRecord) -> HistoryRow {
+pub fn audit_row(record: &AuditRecord) -> HistoryRow {
     HistoryRow {
-        node: action.node.clone(),
-        process: action.process.clone(),
-        event: action.action.to_string(),
-        at: output::rfc3339(action.at),
-        cause: action.reason.clone(),
+        node: record.node.clone(),
+        process: record.process.clone(),
+        event: record.command.to_string(),
+        at: output::rfc3339(record.at),
+        cause: record.reason.clone(),
         slot: None,
         released: false,
-        by: Some(action.by.clone()),
-        at_millis: action.at,
+        by: Some(record.by.clone()),
+        at_millis: record.at,
     }
 }
 
-/// The history's entries and the operators' actions in one list, by time; an action and the
-/// entries it caused share their millisecond, and the action comes first.
-pub fn merged(entries: &[HistoryEntry], actions: &[ActionRecord]) -> Vec<HistoryRow> {
-    let mut rows: Vec<HistoryRow> = actions.iter().map(action_row).collect();
+/// The history's entries and the audit records in one list, by time; a command's record and the
+/// entries the command caused share their millisecond, and the record comes first.
+pub fn merged(entries: &[HistoryEntry], audit: &[AuditRecord]) -> Vec<HistoryRow> {
+    let mut rows: Vec<HistoryRow> = audit.iter().map(audit_row).collect();
     rows.extend(entries.iter().map(row));
     // Stable: entries keep their store order within a millisecond.
     rows.sort_by_key(|r| r.at_millis);
@@ -149,9 +149,9 @@ pub async fn run(args: HistoryArgs) -> Result<()> {
     let (svg, html) = report_files(&args)?;
     let store = crate::open_store(&args.store).await?;
     let entries = store.history(&filter).await?;
-    // A RotaAction CRD installed a moment ago answers 429 until its storage is ready: a few
-    // growing pauses, as the agents' steps take.
-    let actions = (|| store.actions(&filter))
+    // A RotaAuditRecord CRD installed a moment ago answers 429 until its storage is ready: a
+    // few growing pauses, as the agents' steps take.
+    let audit = (|| store.audit_records(&filter))
         .retry(rota_store::retry_pauses().with_max_times(6))
         .when(rota_store::Error::is_unavailable)
         .await?;
@@ -184,7 +184,7 @@ pub async fn run(args: HistoryArgs) -> Result<()> {
             Format::Json => output::json(&report)?,
         }
     } else {
-        let rows = merged(&entries, &actions);
+        let rows = merged(&entries, &audit);
         match args.output {
             Format::Table => render_table(&rows),
             Format::Json => output::json(&rows)?,
@@ -198,7 +198,7 @@ mod tests {
     use clap::Parser;
 
     use rota_core::HistoryEvent;
-    use rota_store::Action;
+    use rota_store::OperatorCommand;
 
     use super::*;
     use crate::cli::{Cli, Command};
@@ -242,25 +242,25 @@ mod tests {
                 true,
             ),
         ];
-        let actions = [
-            ActionRecord {
+        let audit = [
+            AuditRecord {
                 at: NOW,
-                action: Action::Unlock,
+                command: OperatorCommand::Unlock,
                 node: Some(NodeName::new("node-3").expect("valid")),
                 process: Some(Process::Mop("kernel-update".into())),
                 by: "alice@admin-1".into(),
                 reason: Some("replaced the disk".into()),
             },
-            ActionRecord {
+            AuditRecord {
                 at: NOW - 7_200_000,
-                action: Action::Pause,
+                command: OperatorCommand::Pause,
                 node: None,
                 process: None,
                 by: "alice@admin-1".into(),
                 reason: Some("change freeze".into()),
             },
         ];
-        merged(&history, &actions)
+        merged(&history, &audit)
     }
 
     #[test]

@@ -6,7 +6,8 @@ use std::io::Read;
 use anyhow::{Context, Result};
 use rota_core::{BackoffSpec, HistoryEvent, NodeName, ProcedureSpec, Process};
 use rota_store::{
-    Action, HistoryEntry, HistoryFilter, ProcedureRecord, RequestRecord, RequestState, StoreExt,
+    HistoryEntry, HistoryFilter, OperatorCommand, ProcedureRecord, RequestRecord, RequestState,
+    StoreExt,
 };
 use serde::Serialize;
 
@@ -62,7 +63,12 @@ async fn submit(args: MopSubmitArgs) -> Result<()> {
     if created {
         let process = Process::mop(spec.name.clone())?;
         operator
-            .record(Action::Submit, None, Some(&process), args.reason.as_deref())
+            .record(
+                OperatorCommand::Submit,
+                None,
+                Some(&process),
+                args.reason.as_deref(),
+            )
             .await?;
     }
     let verb = if created {

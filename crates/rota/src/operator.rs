@@ -2,7 +2,7 @@
 //! `resume`, each recorded in the audit trail once it is done.
 
 use anyhow::Result;
-use rota_store::{Action, NodeRecord, StoreExt};
+use rota_store::{NodeRecord, OperatorCommand, StoreExt};
 
 use crate::audit::Operator;
 use crate::cli::{PauseArgs, RequestArgs, ResumeArgs, RetryArgs, UnlockArgs};
@@ -47,7 +47,7 @@ pub async fn unlock(args: UnlockArgs) -> Result<()> {
     let process = before.as_ref().and_then(|b| b.process.as_ref());
     operator
         .record(
-            Action::Unlock,
+            OperatorCommand::Unlock,
             Some(&args.node),
             process,
             Some(&args.reason),
@@ -61,7 +61,7 @@ pub async fn retry(args: RetryArgs) -> Result<()> {
     let after = operator.store.retry(&args.node).await?;
     operator
         .record(
-            Action::Retry,
+            OperatorCommand::Retry,
             Some(&args.node),
             after.process.as_ref(),
             args.reason.as_deref(),
@@ -80,7 +80,7 @@ pub async fn request(args: RequestArgs) -> Result<()> {
     let text = if created {
         operator
             .record(
-                Action::Request,
+                OperatorCommand::Request,
                 Some(&args.node),
                 Some(&process),
                 args.reason.as_deref(),
@@ -107,7 +107,7 @@ pub async fn cancel(args: RequestArgs) -> Result<()> {
     let text = if operator.store.cancel(&args.node, &process).await? {
         operator
             .record(
-                Action::Cancel,
+                OperatorCommand::Cancel,
                 Some(&args.node),
                 Some(&process),
                 args.reason.as_deref(),
@@ -127,7 +127,7 @@ pub async fn pause(args: PauseArgs) -> Result<()> {
     let operator = Operator::open(&args.store).await?;
     let pause = operator.store.pause(&args.reason).await?;
     operator
-        .record(Action::Pause, None, None, Some(&args.reason))
+        .record(OperatorCommand::Pause, None, None, Some(&args.reason))
         .await?;
     output::emit(&format!(
         "fleet paused since {}: {}; no node takes a slot or reboots until `rota resume`\n",
@@ -141,7 +141,7 @@ pub async fn resume(args: ResumeArgs) -> Result<()> {
     // Every resume starts a new rollout, paused or not: each one is recorded.
     let lifted = operator.store.resume().await?;
     operator
-        .record(Action::Resume, None, None, args.reason.as_deref())
+        .record(OperatorCommand::Resume, None, None, args.reason.as_deref())
         .await?;
     let text = match lifted {
         Some(pause) => format!(

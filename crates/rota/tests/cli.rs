@@ -474,7 +474,7 @@ async fn retry_resumes_a_failed_node() {
 /// Every operator command records who did it and why, once it is done, and `rota history`
 /// shows them among the history's entries; a command that changed nothing records nothing.
 #[tokio::test]
-async fn operator_actions_are_recorded_with_who_and_why() {
+async fn operator_commands_are_audited_with_who_and_why() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = fleet(dir.path()).await;
     let script = dir.path().join("kernel.sh");
@@ -502,7 +502,7 @@ async fn operator_actions_are_recorded_with_who_and_why() {
 
     let by = rota_store::os_actor();
     let rows = json(&ok(&db, &["history", "-o", "json"]));
-    let actions: Vec<(String, Value, Value, Value)> = rows
+    let audited: Vec<(String, Value, Value, Value)> = rows
         .iter()
         .filter(|r| !r["by"].is_null())
         .map(|r| {
@@ -543,7 +543,7 @@ async fn operator_actions_are_recorded_with_who_and_why() {
         let text = |v: Option<&str>| v.map_or(Value::Null, Value::from);
         (event.to_owned(), text(node), text(process), text(cause))
     });
-    assert_eq!(actions, expected);
+    assert_eq!(audited, expected);
     // The agents' entries carry no operator.
     assert!(
         rows.iter()

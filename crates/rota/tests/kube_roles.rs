@@ -2,7 +2,7 @@
 //! `<release>-operator`, bound through `rbac.viewers` and `rbac.operators`, on the real API
 //! server of `testenv/`: the real `rota` binary run as a viewer shows the fleet and its history
 //! but may not ask for maintenance or pause the fleet (403); run as an operator it may, and is
-//! refused nothing on the way. Each of the operator's actions lands in the audit trail in the
+//! refused nothing on the way. Each of the operator's commands lands in the audit trail in the
 //! operator's own name, which nobody can forge (the chart's audit-trail policy).
 
 use std::path::Path;
@@ -15,7 +15,7 @@ use rota_core::{NodeName, Process};
 use rota_e2e::testenv::wait_for;
 use rota_store::{Store, StoreExt};
 use rota_store_kube::permissions::{Permission, missing};
-use rota_store_kube::{KubeStore, KubeStoreConfig, RotaAction, RotaActionSpec, RotaNode};
+use rota_store_kube::{KubeStore, KubeStoreConfig, RotaAuditRecord, RotaAuditRecordSpec, RotaNode};
 use serde_json::json;
 
 mod kube_common;
@@ -174,17 +174,17 @@ async fn a_viewer_sees_the_fleet_and_an_operator_may_also_ask_for_maintenance() 
     .await?;
     allowed(operator, namespace, &["cancel", node.as_str(), "--reboot"]).await?;
 
-    // Each of the operator's actions is in the audit trail, in the name the API server knows
+    // Each of the operator's commands is in the audit trail, in the name the API server knows
     // the operator by, and the viewer reads it.
     let operator_user = format!("system:serviceaccount:{}:{}", scope.namespace(), people[1]);
     let history: Vec<serde_json::Value> =
         serde_json::from_str(&allowed(viewer, namespace, &["history", "-o", "json"]).await?)?;
-    let actions: Vec<(&str, &str)> = history
+    let commands: Vec<(&str, &str)> = history
         .iter()
         .filter_map(|r| Some((r["event"].as_str()?, r["by"].as_str()?)))
         .collect();
     ensure!(
-        actions == ["request", "pause", "resume", "cancel"].map(|a| (a, operator_user.as_str())),
+        commands == ["request", "pause", "resume", "cancel"].map(|c| (c, operator_user.as_str())),
         "{history:?}"
     );
     ensure!(
@@ -193,13 +193,13 @@ async fn a_viewer_sees_the_fleet_and_an_operator_may_also_ask_for_maintenance() 
             .any(|r| r["event"] == "resume" && r["cause"] == "triage done"),
         "{history:?}"
     );
-    // Nobody records an action in another's name, nor changes a record.
-    let actions_api: Api<RotaAction> = Api::namespaced(clients[1].clone(), namespace);
-    let forged = RotaAction::new(
+    // Nobody records a command in another's name, nor changes a record.
+    let audit_api: Api<RotaAuditRecord> = Api::namespaced(clients[1].clone(), namespace);
+    let forged = RotaAuditRecord::new(
         "forged",
-        RotaActionSpec {
+        RotaAuditRecordSpec {
             at: rota_store_kube::crd::Timestamp(0),
-            action: "unlock".into(),
+            command: "unlock".into(),
             node: Some(node.to_string()),
             process: None,
             by: "someone-else".into(),
@@ -217,7 +217,7 @@ async fn a_viewer_sees_the_fleet_and_an_operator_may_also_ask_for_maintenance() 
         "the audit-trail policy to be enforced",
         PATIENCE,
         || async {
-            match actions_api.create(&dry_run, &forged).await {
+            match audit_api.create(&dry_run, &forged).await {
                 Ok(_) => Ok(None),
                 Err(kube::Error::Api(s)) if s.message.contains(&audit_policy) => Ok(Some(())),
                 Err(e) => Err(e.into()),
@@ -225,7 +225,7 @@ async fn a_viewer_sees_the_fleet_and_an_operator_may_also_ask_for_maintenance() 
         },
     )
     .await?;
-    let refused = actions_api
+    let refused = audit_api
         .create(&Default::default(), &forged)
         .await
         .expect_err("a forged record")
@@ -234,17 +234,17 @@ async fn a_viewer_sees_the_fleet_and_an_operator_may_also_ask_for_maintenance() 
         refused.contains(&chart.audit_policy()) && refused.contains("someone-else"),
         "{refused}"
     );
-    let mut recorded = actions_api
+    let mut recorded = audit_api
         .list(&Default::default())
         .await?
         .items
         .into_iter()
         .next()
-        .context("a recorded action")?;
+        .context("an audit record")?;
     let name = recorded.metadata.name.clone().context("a name")?;
     recorded.spec.reason = Some("rewritten".into());
     // The operator may not update one (RBAC); a cluster admin may, and the policy refuses.
-    let refused = Api::<RotaAction>::namespaced(scope.client(), namespace)
+    let refused = Api::<RotaAuditRecord>::namespaced(scope.client(), namespace)
         .replace(&name, &Default::default(), &recorded)
         .await
         .expect_err("a changed record")

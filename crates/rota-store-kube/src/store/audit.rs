@@ -1,19 +1,19 @@
-//! The operators' audit trail: `RotaAction` objects (see [`crate::actions`]).
+//! The operators' audit trail: `RotaAuditRecord` objects (see [`crate::audit_record`]).
 
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use kube::api::{ListParams, PostParams};
-use rota_store::{ActionRecord, Error, HistoryFilter, NewAction, Result, now_millis};
+use rota_store::{AuditRecord, Error, HistoryFilter, NewAuditRecord, Result, now_millis};
 use tracing::warn;
 
 use super::KubeStore;
-use crate::actions;
+use crate::audit_record;
 use crate::error::Context;
 
-const ROTA_ACTIONS: &str = "rotaactions.rota.dev";
+const ROTA_AUDIT_RECORDS: &str = "rotaauditrecords.rota.dev";
 const SELF_SUBJECT_REVIEWS: &str = "selfsubjectreviews.authentication.k8s.io";
 
 impl KubeStore {
-    /// Who this handle's operator is, as its actions are recorded: the API user, as the API
+    /// Who this handle's operator is, as its commands are audited: the API user, as the API
     /// server authenticates these credentials.
     pub async fn actor(&self) -> Result<String> {
         let review = self
@@ -32,41 +32,41 @@ impl KubeStore {
             })
     }
 
-    /// `Store::record_action`: a new RotaAction, at this process's time.
-    pub(super) async fn write_action(&self, action: &NewAction) -> Result<ActionRecord> {
+    /// `Store::record_audit`: a new RotaAuditRecord, at this process's time.
+    pub(super) async fn write_audit(&self, new: &NewAuditRecord) -> Result<AuditRecord> {
         let at = now_millis();
         let created = self
             .inner
-            .actions
-            .create(&PostParams::default(), &actions::object(action, at))
+            .audit_records
+            .create(&PostParams::default(), &audit_record::object(new, at))
             .await
             .context(
                 "create",
-                ROTA_ACTIONS,
-                self.lease_path(&format!("{}-", action.action)),
+                ROTA_AUDIT_RECORDS,
+                self.lease_path(&format!("{}-", new.command)),
             )?;
-        actions::record(&created)
+        audit_record::record(&created)
     }
 
-    /// The recorded actions that `filter` lets through (see `ActionRecord::matches`), oldest
+    /// The audit records that `filter` lets through (see `AuditRecord::matches`), oldest
     /// first; a filter on a history event lets none through, without a request.
-    pub(super) async fn read_actions(&self, filter: &HistoryFilter) -> Result<Vec<ActionRecord>> {
+    pub(super) async fn read_audit(&self, filter: &HistoryFilter) -> Result<Vec<AuditRecord>> {
         if filter.event.is_some() {
             return Ok(Vec::new());
         }
         let objects = self
             .inner
-            .actions
+            .audit_records
             .list(&ListParams::default())
             .await
-            .context("list", ROTA_ACTIONS, self.lease_path(""))?;
-        let mut records: Vec<ActionRecord> = objects
+            .context("list", ROTA_AUDIT_RECORDS, self.lease_path(""))?;
+        let mut records: Vec<AuditRecord> = objects
             .items
             .iter()
-            .filter_map(|object| match actions::record(object) {
+            .filter_map(|object| match audit_record::record(object) {
                 Ok(record) => Some(record),
                 Err(e) => {
-                    warn!(error = %e, "leaving out a RotaAction that does not read");
+                    warn!(error = %e, "leaving out a RotaAuditRecord that does not read");
                     None
                 }
             })

@@ -10,7 +10,8 @@
 //! - `transitions`: a transition of a node's agent, the slot it gives back, and the fence;
 //! - `operator`: an operator's unlock, retry, request and cancel;
 //! - `reads`: a node's record, the fleet's, every request, the settings;
-//! - `audit`: the record of each operator action (`RotaAction` objects), and the actor;
+//! - `audit`: the audit record of each operator command (`RotaAuditRecord` objects), and the
+//!   actor;
 //! - `cas`: compare-and-swap writes of RotaNodes, and the fenced edit behind the agent's;
 //! - `history`: the history's ring of RotaWindows: written before a RotaNode, read back;
 //! - `caches`: what this process remembers of each node between requests;
@@ -34,7 +35,7 @@ use rota_store::{Error, NodeRecord, Result, Session};
 use tokio::task::AbortHandle;
 use tracing::warn;
 
-use crate::actions::RotaAction;
+use crate::audit_record::RotaAuditRecord;
 use crate::changes::Changes;
 use crate::config_view::{ConfigView, watch_config_maps};
 use crate::crd::RotaNode;
@@ -122,7 +123,7 @@ struct Inner {
     config_maps: Api<ConfigMap>,
     nodes: Api<Node>,
     /// The operators' audit trail, in rota's namespace.
-    actions: Api<RotaAction>,
+    audit_records: Api<RotaAuditRecord>,
     /// Who this handle's credentials are.
     reviews: Api<SelfSubjectReview>,
     recorder: Recorder,
@@ -233,7 +234,7 @@ impl KubeStore {
                 rota_node_objects,
                 leases,
                 config_maps,
-                actions: Api::namespaced(client.clone(), &config.namespace),
+                audit_records: Api::namespaced(client.clone(), &config.namespace),
                 reviews: Api::all(client.clone()),
                 nodes: Api::all(client),
                 procedures,

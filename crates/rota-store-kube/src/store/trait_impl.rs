@@ -7,8 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rota_core::{NodeName, ProcedureSpec, Write};
 use rota_store::{
-    Acquire, ActionRecord, Fleet, History, HistoryFilter, NewAction, NodeOverview, Parts, Pause,
-    ProcedureRecord, Result, Session, Setting, Settings, Store, Writer, Written,
+    Acquire, AuditRecord, Fleet, History, HistoryFilter, NewAuditRecord, NodeOverview, Parts,
+    Pause, ProcedureRecord, Result, Session, Setting, Settings, Store, Writer, Written,
 };
 use tokio::sync::watch;
 
@@ -83,22 +83,22 @@ impl Store for KubeStore {
     async fn read_history(&self, filter: &HistoryFilter, parts: Parts) -> Result<History> {
         // The parts read different objects: asked together (`rota history`), they go out at
         // once.
-        let (entries, steps, actions, requests) = tokio::try_join!(
+        let (entries, steps, audit, requests) = tokio::try_join!(
             part(parts.entries, self.read_entries(filter)),
             part(parts.steps, self.read_steps(filter)),
-            part(parts.actions, self.read_actions(filter)),
+            part(parts.audit, self.read_audit(filter)),
             part(parts.requests, self.read_requests(filter)),
         )?;
         Ok(History {
             entries,
             steps,
-            actions,
+            audit,
             requests,
         })
     }
 
-    async fn record_action(&self, action: &NewAction) -> Result<ActionRecord> {
-        self.write_action(action).await
+    async fn record_audit(&self, record: &NewAuditRecord) -> Result<AuditRecord> {
+        self.write_audit(record).await
     }
 }
 

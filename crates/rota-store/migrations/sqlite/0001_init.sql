@@ -93,13 +93,13 @@ CREATE TABLE procedures (
     submitted_at INTEGER NOT NULL
 );
 
--- The operators' audit trail: who did which operator action (unlock, retry, request, cancel,
--- pause, resume, submit), to which node and process, when and why. Written once per action,
+-- The operators' audit trail: who ran which operator command (unlock, retry, request, cancel,
+-- pause, resume, submit), on which node and process, when and why. Written once per command,
 -- never read by agents.
-CREATE TABLE operator_actions (
+CREATE TABLE audit_records (
     id      INTEGER PRIMARY KEY,
     at      INTEGER NOT NULL,
-    action  TEXT    NOT NULL,
+    command TEXT    NOT NULL,
     -- NULL for the fleet (pause, resume, a procedure's submission)
     node    TEXT,
     process TEXT,

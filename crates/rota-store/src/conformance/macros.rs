@@ -48,7 +48,7 @@ macro_rules! conformance_tests {
             a_blocked_reason_is_written_once_per_change_and_fenced,
             a_blocked_node_keeps_its_place_without_holding_the_queue_up,
             an_operator_requests_and_cancels_without_a_session,
-            operator_actions_are_recorded_with_who_and_why,
+            operator_commands_are_audited_with_who_and_why,
             concurrent_stress_never_double_grants_or_loses_history,
             sixty_four_sessions_never_double_grant_or_lose_history,
         );

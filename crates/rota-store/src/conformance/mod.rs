@@ -3,7 +3,7 @@
 //! that returns a fresh, empty store; the same test bodies then run against every substrate.
 //! Each file holds the cases of one concern; this one, the steps they share.
 
-mod actions;
+mod audit;
 mod blocked;
 mod failures;
 mod history;
@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use rota_core::{BackoffPolicy, NodeName, NodeState, Process};
 
-pub use self::actions::operator_actions_are_recorded_with_who_and_why;
+pub use self::audit::operator_commands_are_audited_with_who_and_why;
 pub use self::blocked::{
     a_blocked_node_keeps_its_place_without_holding_the_queue_up,
     a_blocked_reason_is_written_once_per_change_and_fenced,

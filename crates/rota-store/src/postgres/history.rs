@@ -8,7 +8,7 @@ use super::PostgresStore;
 use super::queries::REQUEST_COLUMNS;
 use crate::error::{Context, Result};
 use crate::model::{History, HistoryFilter, Parts};
-use crate::rows::{action_record, history_entry, request_record, step_record};
+use crate::rows::{audit_record, history_entry, request_record, step_record};
 
 pub(super) async fn read_history(
     store: &PostgresStore,
@@ -57,10 +57,10 @@ async fn read(conn: &mut PgConnection, filter: &HistoryFilter, parts: Parts) -> 
         .context("reading steps")?;
         history.steps = rows.iter().map(step_record).collect::<Result<_>>()?;
     }
-    // An operator's action is no history event: a filter by event lets none through.
-    if parts.actions && filter.event.is_none() {
+    // An operator's command is no history event: a filter by event lets none through.
+    if parts.audit && filter.event.is_none() {
         let rows = sqlx::query(
-            "SELECT at, action, node, process, by, reason FROM operator_actions \
+            "SELECT at, command, node, process, by, reason FROM audit_records \
              WHERE ($1::TEXT IS NULL OR node = $1) AND ($2::TEXT IS NULL OR process = $2) \
              AND ($3::BIGINT IS NULL OR at >= $3) AND ($4::BIGINT IS NULL OR at <= $4) \
              ORDER BY id",
@@ -71,8 +71,8 @@ async fn read(conn: &mut PgConnection, filter: &HistoryFilter, parts: Parts) -> 
         .bind(filter.until)
         .fetch_all(&mut *conn)
         .await
-        .context("reading operator actions")?;
-        history.actions = rows.iter().map(action_record).collect::<Result<_>>()?;
+        .context("reading audit records")?;
+        history.audit = rows.iter().map(audit_record).collect::<Result<_>>()?;
     }
     if parts.requests {
         let rows = sqlx::query(&format!(

@@ -30,7 +30,7 @@
 //! The [`Store`] impl below hands each call to the file of its concern, so that the calls that
 //! share a table and its locks are read together.
 
-mod actions;
+mod audit;
 mod changes;
 mod connections;
 mod history;
@@ -54,7 +54,7 @@ use self::changes::ListenerTask;
 use self::connections::Connections;
 pub(crate) use self::open::redact;
 use crate::Store;
-use crate::actions::{ActionRecord, NewAction};
+use crate::audit::{AuditRecord, NewAuditRecord};
 use crate::error::Result;
 use crate::model::{
     Acquire, Fleet, History, HistoryFilter, NodeOverview, Parts, Pause, ProcedureRecord, Session,
@@ -132,7 +132,7 @@ impl Store for PostgresStore {
         history::read_history(self, filter, parts).await
     }
 
-    async fn record_action(&self, action: &NewAction) -> Result<ActionRecord> {
-        actions::record(self, action).await
+    async fn record_audit(&self, record: &NewAuditRecord) -> Result<AuditRecord> {
+        audit::record(self, record).await
     }
 }

@@ -29,7 +29,7 @@ use self::history::read_history;
 use self::queries::{fetch_record, turn};
 use self::writer::{Op, Reply};
 use crate::Store;
-use crate::actions::{ActionRecord, NewAction};
+use crate::audit::{AuditRecord, NewAuditRecord};
 use crate::error::{Context, Error, Result};
 use crate::model::{
     Acquire, Fleet, History, HistoryFilter, NodeOverview, Parts, Pause, ProcedureRecord, Session,
@@ -408,8 +408,8 @@ impl Store for SqliteStore {
         read_history(&mut conn, filter, parts).await
     }
 
-    async fn record_action(&self, action: &NewAction) -> Result<ActionRecord> {
-        let action = Box::new(action.clone());
-        self.send(|reply| Op::RecordAction { action, reply }).await
+    async fn record_audit(&self, record: &NewAuditRecord) -> Result<AuditRecord> {
+        let record = Box::new(record.clone());
+        self.send(|reply| Op::RecordAudit { record, reply }).await
     }
 }

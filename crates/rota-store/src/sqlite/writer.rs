@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{wakes, writes};
 use crate::WAKE_ALL;
-use crate::actions::{ActionRecord, NewAction};
+use crate::audit::{AuditRecord, NewAuditRecord};
 use crate::error::{Error, Result};
 use crate::model::{Acquire, Pause, ProcedureRecord, Session, Setting, Written};
 
@@ -64,9 +64,9 @@ pub(super) enum Op {
         spec: Box<ProcedureSpec>,
         reply: Reply<(ProcedureRecord, bool)>,
     },
-    RecordAction {
-        action: Box<NewAction>,
-        reply: Reply<ActionRecord>,
+    RecordAudit {
+        record: Box<NewAuditRecord>,
+        reply: Reply<AuditRecord>,
     },
 }
 
@@ -152,8 +152,8 @@ async fn execute(conn: &mut SqliteConnection, op: Op) -> (Done, u64) {
         Op::SubmitProcedure { spec, reply } => {
             (done(reply, writes::submit_procedure(conn, &spec).await), 0)
         }
-        Op::RecordAction { action, reply } => {
-            (done(reply, writes::record_action(conn, &action).await), 0)
+        Op::RecordAudit { record, reply } => {
+            (done(reply, writes::record_audit(conn, &record).await), 0)
         }
     }
 }
@@ -248,6 +248,6 @@ fn refuse(op: Op) -> Done {
         Op::Fence { reply, .. } => skipped(reply),
         Op::Write { reply, .. } => skipped(reply),
         Op::SubmitProcedure { reply, .. } => skipped(reply),
-        Op::RecordAction { reply, .. } => skipped(reply),
+        Op::RecordAudit { reply, .. } => skipped(reply),
     }
 }

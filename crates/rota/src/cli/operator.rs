@@ -36,7 +36,7 @@ pub struct HistoryArgs {
     #[arg(long, value_name = "PROCESS")]
     pub process: Option<Process>,
     /// Only entries of this event: started, finished, failed, canceled, released or postponed
-    /// (operators' actions are then left out).
+    /// (the operators' audit records are then left out).
     #[arg(long, value_name = "EVENT")]
     pub event: Option<HistoryEvent>,
     /// Only entries at or after TIME: an RFC 3339 timestamp or a duration ago (30m, 2h, 1d).

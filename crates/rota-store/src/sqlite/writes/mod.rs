@@ -51,7 +51,7 @@ mod sessions;
 mod settings;
 mod slots;
 
-pub(super) use operator::{record_action, submit_procedure};
+pub(super) use operator::{record_audit, submit_procedure};
 pub(super) use record::write;
 pub(super) use sessions::{close_session, fence, heartbeat, open_session};
 pub(super) use settings::set;

@@ -1,9 +1,10 @@
-//! What operators write besides a node's record: a procedure, and the record of each action.
+//! What operators write besides a node's record: a procedure, and the audit record of each
+//! command.
 
 use rota_core::{NodeName, ProcedureSpec};
 use sqlx::SqliteConnection;
 
-use crate::actions::{ActionRecord, NewAction};
+use crate::audit::{AuditRecord, NewAuditRecord};
 use crate::error::{Context, Error, Result};
 use crate::model::{ProcedureRecord, now_millis};
 use crate::rows::procedure_record;
@@ -49,23 +50,23 @@ pub(in crate::sqlite) async fn submit_procedure(
     }
 }
 
-pub(in crate::sqlite) async fn record_action(
+pub(in crate::sqlite) async fn record_audit(
     conn: &mut SqliteConnection,
-    action: &NewAction,
-) -> Result<ActionRecord> {
+    record: &NewAuditRecord,
+) -> Result<AuditRecord> {
     let at = now_millis();
     sqlx::query(
-        "INSERT INTO operator_actions (at, action, node, process, by, reason) \
+        "INSERT INTO audit_records (at, command, node, process, by, reason) \
          VALUES (?, ?, ?, ?, ?, ?)",
     )
     .bind(at)
-    .bind(action.action.as_str())
-    .bind(action.node.as_ref().map(NodeName::as_str))
-    .bind(action.process.as_ref().map(ToString::to_string))
-    .bind(&action.by)
-    .bind(action.reason.as_deref())
+    .bind(record.command.as_str())
+    .bind(record.node.as_ref().map(NodeName::as_str))
+    .bind(record.process.as_ref().map(ToString::to_string))
+    .bind(&record.by)
+    .bind(record.reason.as_deref())
     .execute(&mut *conn)
     .await
-    .context("recording an operator action")?;
-    Ok(ActionRecord::new(at, action))
+    .context("writing an audit record")?;
+    Ok(AuditRecord::new(at, record))
 }

@@ -1,22 +1,22 @@
-//! The operators' audit trail: each action recorded once with who and why, read back in
-//! order, and filtered like the history.
+//! The operators' audit trail: each command's audit record written once with who and why, read
+//! back in order, and filtered like the history.
 
 use std::sync::Arc;
 
 use rota_core::{HistoryEvent, NodeName, Process};
 
-use crate::actions::{Action, NewAction};
+use crate::audit::{NewAuditRecord, OperatorCommand};
 use crate::model::{HistoryFilter, now_millis};
 use crate::store::{Store, StoreExt};
 
-fn action(
-    action: Action,
+fn audit(
+    command: OperatorCommand,
     node: Option<&str>,
     process: Option<Process>,
     reason: Option<&str>,
-) -> NewAction {
-    NewAction {
-        action,
+) -> NewAuditRecord {
+    NewAuditRecord {
+        command,
         node: node.map(|n| NodeName::new(n).expect("a node name")),
         process,
         by: "alice@admin-1".into(),
@@ -24,39 +24,39 @@ fn action(
     }
 }
 
-pub async fn operator_actions_are_recorded_with_who_and_why(store: Arc<dyn Store>) {
+pub async fn operator_commands_are_audited_with_who_and_why(store: Arc<dyn Store>) {
     let none = store
-        .actions(&HistoryFilter::default())
+        .audit_records(&HistoryFilter::default())
         .await
-        .expect("actions");
+        .expect("audit records");
     assert_eq!(none, Vec::new(), "a new store has none");
 
     let before = now_millis();
-    let pause = action(Action::Pause, None, None, Some("change freeze"));
-    let unlock = action(
-        Action::Unlock,
+    let pause = audit(OperatorCommand::Pause, None, None, Some("change freeze"));
+    let unlock = audit(
+        OperatorCommand::Unlock,
         Some("node-a"),
         Some(Process::Reboot),
         Some("replaced the disk"),
     );
-    let submit = action(
-        Action::Submit,
+    let submit = audit(
+        OperatorCommand::Submit,
         None,
         Some(Process::mop("kernel").expect("a procedure")),
         None,
     );
     let mut recorded = Vec::new();
     for new in [&pause, &unlock, &submit] {
-        let record = store.record_action(new).await.expect("record");
+        let record = store.record_audit(new).await.expect("record");
         assert_eq!(
             (
-                record.action,
+                record.command,
                 &record.node,
                 &record.process,
                 &record.by,
                 &record.reason
             ),
-            (new.action, &new.node, &new.process, &new.by, &new.reason)
+            (new.command, &new.node, &new.process, &new.by, &new.reason)
         );
         assert!(
             (before - 5_000..=now_millis() + 5_000).contains(&record.at),
@@ -66,47 +66,51 @@ pub async fn operator_actions_are_recorded_with_who_and_why(store: Arc<dyn Store
     }
 
     let all = store
-        .actions(&HistoryFilter::default())
+        .audit_records(&HistoryFilter::default())
         .await
-        .expect("actions");
+        .expect("audit records");
     assert_eq!(
-        all.iter().map(|r| r.action).collect::<Vec<_>>(),
-        [Action::Pause, Action::Unlock, Action::Submit],
+        all.iter().map(|r| r.command).collect::<Vec<_>>(),
+        [
+            OperatorCommand::Pause,
+            OperatorCommand::Unlock,
+            OperatorCommand::Submit
+        ],
         "oldest first: {all:?}"
     );
     assert_eq!(all, recorded, "read back as recorded");
 
     let of_node = store
-        .actions(&HistoryFilter {
+        .audit_records(&HistoryFilter {
             node: Some(NodeName::new("node-a").expect("a node name")),
             ..HistoryFilter::default()
         })
         .await
-        .expect("actions of a node");
+        .expect("audit records of a node");
     assert_eq!(of_node, vec![recorded[1].clone()]);
     let of_process = store
-        .actions(&HistoryFilter {
+        .audit_records(&HistoryFilter {
             process: Some(Process::mop("kernel").expect("a procedure")),
             ..HistoryFilter::default()
         })
         .await
-        .expect("actions of a process");
+        .expect("audit records of a process");
     assert_eq!(of_process, vec![recorded[2].clone()]);
     let later = store
-        .actions(&HistoryFilter {
+        .audit_records(&HistoryFilter {
             since: Some(now_millis() + 60_000),
             ..HistoryFilter::default()
         })
         .await
-        .expect("actions since");
+        .expect("audit records since");
     assert_eq!(later, Vec::new());
     let events_only = store
-        .actions(&HistoryFilter {
+        .audit_records(&HistoryFilter {
             event: Some(HistoryEvent::Started),
             ..HistoryFilter::default()
         })
         .await
-        .expect("actions with an event filter");
+        .expect("audit records with an event filter");
     assert_eq!(
         events_only,
         Vec::new(),

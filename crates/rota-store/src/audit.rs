@@ -1,5 +1,5 @@
-//! The operators' audit trail: who did which operator action, to what, when and why. Each
-//! store keeps these records beside the history, written once and never changed, and
+//! The operators' audit trail: who ran which operator command, on what, when and why. Each
+//! store keeps these audit records beside the history, written once and never changed, and
 //! `rota history` shows them among the history's entries.
 
 use std::fmt;
@@ -10,10 +10,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{HistoryFilter, Millis};
 
-/// An operator's action, as recorded.
+/// The operator command an audit record is of. Named apart from the node actions (cordon,
+/// drain, reboot) so that "action" keeps one meaning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Action {
+pub enum OperatorCommand {
     /// `rota unlock`: a node's slot given back and its window canceled.
     Unlock,
     /// `rota retry`: a failed node's work tried again.
@@ -30,62 +31,64 @@ pub enum Action {
     Submit,
 }
 
-impl Action {
-    pub const ALL: [Action; 7] = [
-        Action::Unlock,
-        Action::Retry,
-        Action::Request,
-        Action::Cancel,
-        Action::Pause,
-        Action::Resume,
-        Action::Submit,
+impl OperatorCommand {
+    pub const ALL: [OperatorCommand; 7] = [
+        OperatorCommand::Unlock,
+        OperatorCommand::Retry,
+        OperatorCommand::Request,
+        OperatorCommand::Cancel,
+        OperatorCommand::Pause,
+        OperatorCommand::Resume,
+        OperatorCommand::Submit,
     ];
 
     /// The lowercase name used in storage and output.
     pub fn as_str(self) -> &'static str {
         match self {
-            Action::Unlock => "unlock",
-            Action::Retry => "retry",
-            Action::Request => "request",
-            Action::Cancel => "cancel",
-            Action::Pause => "pause",
-            Action::Resume => "resume",
-            Action::Submit => "submit",
+            OperatorCommand::Unlock => "unlock",
+            OperatorCommand::Retry => "retry",
+            OperatorCommand::Request => "request",
+            OperatorCommand::Cancel => "cancel",
+            OperatorCommand::Pause => "pause",
+            OperatorCommand::Resume => "resume",
+            OperatorCommand::Submit => "submit",
         }
     }
 }
 
-impl fmt::Display for Action {
+impl fmt::Display for OperatorCommand {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
 }
 
-/// An action name that is none of [`Action::ALL`].
+/// A command name that is none of [`OperatorCommand::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown operator action {0:?}: expected one of unlock, retry, request, cancel, pause, resume, submit"
+    "unknown operator command {0:?}: expected one of unlock, retry, request, cancel, pause, resume, submit"
 )]
-pub struct UnknownAction(pub String);
+pub struct UnknownCommand(pub String);
 
-impl FromStr for Action {
-    type Err = UnknownAction;
+impl FromStr for OperatorCommand {
+    type Err = UnknownCommand;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Action::ALL
+        OperatorCommand::ALL
             .into_iter()
-            .find(|a| a.as_str() == s)
-            .ok_or_else(|| UnknownAction(s.to_owned()))
+            .find(|c| c.as_str() == s)
+            .ok_or_else(|| UnknownCommand(s.to_owned()))
     }
 }
 
-/// An action to record: the store adds its time and id.
+/// An audit record to write: the store adds its time.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewAction {
-    pub action: Action,
-    /// The node acted on; `None` for the fleet (pause, resume, a procedure's submission).
+pub struct NewAuditRecord {
+    pub command: OperatorCommand,
+    /// The node the command was run on; `None` for the fleet (pause, resume, a procedure's
+    /// submission).
     pub node: Option<NodeName>,
-    /// The process acted on, where there is one (a request, a cancel, a submitted procedure).
+    /// The process the command was about, where there is one (a request, a cancel, a submitted
+    /// procedure).
     pub process: Option<Process>,
     /// Who: the API user in Kubernetes, `user@host` on the SQL stores.
     pub by: String,
@@ -93,31 +96,31 @@ pub struct NewAction {
     pub reason: Option<String>,
 }
 
-/// A recorded operator action.
+/// An operator command, as the audit trail recorded it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ActionRecord {
+pub struct AuditRecord {
     pub at: Millis,
-    pub action: Action,
+    pub command: OperatorCommand,
     pub node: Option<NodeName>,
     pub process: Option<Process>,
     pub by: String,
     pub reason: Option<String>,
 }
 
-impl ActionRecord {
-    pub fn new(at: Millis, action: &NewAction) -> ActionRecord {
-        ActionRecord {
+impl AuditRecord {
+    pub fn new(at: Millis, new: &NewAuditRecord) -> AuditRecord {
+        AuditRecord {
             at,
-            action: action.action,
-            node: action.node.clone(),
-            process: action.process.clone(),
-            by: action.by.clone(),
-            reason: action.reason.clone(),
+            command: new.command,
+            node: new.node.clone(),
+            process: new.process.clone(),
+            by: new.by.clone(),
+            reason: new.reason.clone(),
         }
     }
 
     /// Whether a history filter lets this record through: its node and process filters match
-    /// only actions on that node or process, and an event filter (history events only) none.
+    /// only commands on that node or process, and an event filter (history events only) none.
     pub fn matches(&self, filter: &HistoryFilter) -> bool {
         filter.event.is_none()
             && filter
@@ -145,13 +148,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn action_names_read_back_and_nonsense_is_refused_by_name() {
-        for action in Action::ALL {
-            assert_eq!(action.as_str().parse::<Action>(), Ok(action));
+    fn command_names_read_back_and_nonsense_is_refused_by_name() {
+        for command in OperatorCommand::ALL {
+            assert_eq!(command.as_str().parse::<OperatorCommand>(), Ok(command));
         }
         let message = "reboot"
-            .parse::<Action>()
-            .expect_err("not an action")
+            .parse::<OperatorCommand>()
+            .expect_err("not an operator command")
             .to_string();
         assert!(
             message.contains("\"reboot\"") && message.contains("unlock, retry"),
