@@ -44,7 +44,7 @@ pub trait NodeActions: Send + Sync {
     /// Records on the node, for other tools, that its reboot starts (recorded in the store
     /// at `started_at`, in milliseconds since the epoch): Kubernetes' `--annotate-nodes`.
     /// Called right before the reboot, once the slot is proven; a failure postpones the
-    /// reboot to the next step. Idempotent.
+    /// reboot to the agent's next pass. Idempotent.
     async fn reboot_starting(&self, _started_at: Millis) -> Result<(), ActionError> {
         Ok(())
     }
@@ -65,7 +65,7 @@ pub trait NodeActions: Send + Sync {
 }
 
 /// Node actions as shell commands (`sh -c`), for standalone hosts. A missing command is a
-/// step that has nothing to do on this host and succeeds. Each command sees `ROTA_NODE`.
+/// node action that has nothing to do on this host and succeeds. Each command sees `ROTA_NODE`.
 #[derive(Clone, Debug, Default)]
 pub struct CommandActions {
     pub node: Option<NodeName>,

@@ -104,7 +104,8 @@ pub struct AgentConfig {
     pub node_labels: BTreeMap<String, String>,
     /// How often an idle agent looks for new procedures and re-reads its node (jittered).
     pub procedure_poll: Duration,
-    /// The maintenance hours: when disruptive steps may start; `None`: at any time.
+    /// The maintenance hours: when the node may take a slot, drain, run a procedure or reboot;
+    /// `None`: at any time.
     pub hours: Option<MaintenanceHours>,
     /// Pause the fleet before taking a slot once this many nodes failed in the rollout;
     /// `None`: no budget.

@@ -1,4 +1,4 @@
-//! Crash points for the tests that kill the agent at every persisted step (the `failpoints`
+//! Crash points for the tests that kill the agent after every write it persists (the `failpoints`
 //! feature, which only the tests turn on): `ROTA_CRASH_AT=<point>` aborts the process at the
 //! point named, as a SIGKILL would, with no destructor, flush or graceful shutdown. The points
 //! are fail-rs fail points; without the feature each is an empty function.

@@ -1,11 +1,11 @@
 //! rota's per-node agent (docs/design.md §3): it watches the node's sentinels, queues
 //! requests, waits for a slot, drains, runs the maintenance (kustodian's file protocol, a
-//! reboot), verifies, and hands the slot on, persisting every step so that a restart continues
-//! it. It acts on its node through `rota_actions::NodeActions` and tells whoever watches it
+//! reboot), verifies, and hands the slot on, persisting every state it enters so that a restart
+//! continues it. It acts on its node through `rota_actions::NodeActions` and tells whoever watches it
 //! through `rota_observer::AgentObserver`.
 //!
-//! - `agent`: the loop. `agent/mod.rs` holds [`Agent`] and one incarnation's state; `agent/step/`
-//!   has one module per lifecycle state; beside them the session, the wait, the one `commit`,
+//! - `agent`: the loop. `agent/mod.rs` holds [`Agent`] and one incarnation's state;
+//!   `agent/states/` has one handler module per lifecycle state; beside them the session, the wait, the one `commit`,
 //!   request syncing, blockers, kustodian's protocol, procedures (`mops`), maintenance hours and
 //!   the failure budget;
 //! - `config`: [`AgentConfig`] and the defaults that the command line shows and uses;

@@ -32,7 +32,7 @@ pub struct SentinelCommand {
 }
 
 /// Runs `sentinel` every interval until `cancel`, keeping `verdict` (a path this process can
-/// reach) in step with its answer. A run that fails to start, or does not finish in time,
+/// reach) in line with its answer. A run that fails to start, or does not finish in time,
 /// leaves the verdict as it was.
 pub(crate) async fn follow(
     sentinel: SentinelCommand,

@@ -6,7 +6,7 @@
 //! back in the middle of its window (above all after its own reboot): such an agent starts at
 //! once, while every other start waits a random part of `--start-jitter` so that a fleet
 //! started together spreads its first requests. The agent keeps it as its store says: written
-//! once a step finds the node holding a slot, removed once a step finds it without one. It is
+//! once a pass of its loop finds the node holding a slot, removed once one finds it without one. It is
 //! a hint, never proof: a marker lost (an unwritable state directory, a crash between the
 //! slot's write and the marker's) costs a node in its window one jittered start, and a marker
 //! left behind costs one start without the delay.

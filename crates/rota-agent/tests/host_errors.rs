@@ -1,4 +1,4 @@
-//! Steps that cannot read or write the host's files, in-process on a real SQLite store and real
+//! Agents that cannot read or write the host's files, in-process on a real SQLite store and real
 //! filesystems: a host root without `var/`, a read-only state directory and a full one (small
 //! tmpfs mounts, which need root, as the tests run). The window fails closed with the cause in
 //! history, `/readyz` hears the cause, and the agent stays up; a reboot whose marker cannot be
@@ -47,7 +47,7 @@ impl Drop for Tmpfs {
     }
 }
 
-/// What the agent told about steps on the host's files, in order.
+/// What the agent told about its accesses to the host's files, in order.
 #[derive(Default)]
 struct HostErrors(Mutex<Vec<Option<String>>>);
 

@@ -178,7 +178,7 @@ async fn an_idle_agent_is_silent_and_renews_briefly_before_it_queues() {
     let admin = PgPool::connect(&idle.url).await.expect("connect");
     idle.wait_for("idle", |state| state == NodeState::Idle)
         .await;
-    // Its last step before it waits: the renewal with the idle TTL.
+    // The last thing it does before it waits: the renewal with the idle TTL.
     let session_ttl = idle.session_ttl;
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

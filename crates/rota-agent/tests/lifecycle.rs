@@ -74,7 +74,7 @@ async fn start_maintenance(host: &Host) {
     .await;
 }
 
-/// The host script's last step, and what the agent does after it: checks, uncordons and
+/// The host script's last move, and what the agent does after it: checks, uncordons and
 /// releases, without a reboot.
 async fn finish_maintenance(host: &Host) {
     std::fs::remove_file(host.root("var/maintenance-required")).expect("rm");
@@ -126,7 +126,7 @@ async fn a_reboot_recorded_but_never_started_is_started_once() {
     // with this boot's id, and no reboot under way.
     let store = host.store();
     let session = take_the_only_slot(store, &host.node, "/run/reboot-needed").await;
-    let steps = [
+    let transitions = [
         rota_store::Transition::new(NodeState::Queued, NodeState::Draining)
             .process(Some(Process::Reboot))
             .window(rota_store::WindowChange::Open)
@@ -144,8 +144,11 @@ async fn a_reboot_recorded_but_never_started_is_started_once() {
             },
         ),
     ];
-    for step in steps {
-        store.transition(&session, step).await.expect("transition");
+    for transition in transitions {
+        store
+            .transition(&session, transition)
+            .await
+            .expect("transition");
     }
 
     let agent = host.agent().await;

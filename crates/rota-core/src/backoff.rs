@@ -234,12 +234,12 @@ mod tests {
             initial in arb_duration(),
             maximum in arb_duration(),
             exponent in arb_exponent(),
-            steps in 1_usize..40,
+            failures in 1_usize..40,
         ) {
             let policy = BackoffPolicy { initial, maximum, exponent };
             let normalized = policy.normalized();
             let mut previous: Option<Duration> = None;
-            for _ in 0..steps {
+            for _ in 0..failures {
                 let next = policy.next(previous);
                 prop_assert!(next >= Duration::from_secs(1));
                 prop_assert!(next <= normalized.maximum);

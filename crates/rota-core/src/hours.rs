@@ -285,7 +285,7 @@ impl MaintenanceHours {
 }
 
 /// The first instant from `at` on that is within none of `hours`, or `None` if `at` is outside
-/// all of them. Each step moves to the latest end among the occurrences containing the current
+/// all of them. Each round moves to the latest end among the occurrences containing the current
 /// instant, so hours that overlap or touch chain into one stretch.
 fn ends_at(hours: &[Hours], at: Timestamp) -> Option<Timestamp> {
     let latest_end = |t: Timestamp| {

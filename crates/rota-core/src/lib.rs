@@ -9,8 +9,8 @@
 //! - [`backoff`]: BMDB's exponential backoff formula (§6);
 //! - [`labels`]: Kubernetes' rules for label keys and values;
 //! - [`lifecycle`]: the node lifecycle state machine (§3);
-//! - [`step`]: what a lifecycle step does besides the state: the window change, the uncordon,
-//!   and whether it wakes waiting nodes (§3, §4);
+//! - [`decision`]: what the core decides one lifecycle event makes happen besides the state:
+//!   the window change, the uncordon, and whether it wakes waiting nodes (§3, §4);
 //! - [`record`]: a node's record, and what every write does to it: requests, backoff,
 //!   history, the slot given back (§3, §6);
 //! - [`schedule`]: who takes a slot next, the queue's one rule (§3, §4);
@@ -18,6 +18,7 @@
 //!   start (§2).
 
 pub mod backoff;
+pub mod decision;
 pub mod hours;
 pub mod labels;
 pub mod lifecycle;
@@ -27,9 +28,9 @@ pub mod priority;
 pub mod procedure;
 pub mod record;
 pub mod schedule;
-pub mod step;
 
 pub use backoff::BackoffPolicy;
+pub use decision::{Decision, Millis, WindowChange, wakes};
 pub use hours::{Hours, HoursError, HoursProblem, MaintenanceHours};
 pub use labels::{check_label_key, check_label_value};
 pub use lifecycle::{
@@ -44,4 +45,3 @@ pub use record::{
     Outcome, RecordError, RequestRecord, RequestState, Transition, Write, window_result,
 };
 pub use schedule::{Grant, Held, Limits, Schedule, Turn, Waiter, schedule};
-pub use step::{Millis, Step, WindowChange, wakes};

@@ -1,6 +1,6 @@
 //! The node lifecycle of docs/design.md §3 as a pure state machine.
 //!
-//! [`Lifecycle::apply`] maps a state and an event to a [`Step`]: the next state, the uncordon
+//! [`Lifecycle::apply`] maps a state and an event to a [`Decision`]: the next state, the uncordon
 //! to do first, and what the write does to the maintenance window (open it, fail it, give the
 //! slot back, back off). Every pair not listed in docs/design.md §3 is an error, never a silent
 //! no-op, so a caller that lost track of the state finds out at once.
@@ -11,7 +11,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::backoff::BackoffPolicy;
-use crate::step::{Millis, Step, WindowChange};
+use crate::decision::{Decision, Millis, WindowChange};
 
 /// Where a node is in its maintenance lifecycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -201,8 +201,8 @@ pub enum Event {
         /// Recorded in the history of each canceled request.
         reason: String,
     },
-    /// The maintenance hours ended before the next disruptive step (the drain, a procedure,
-    /// the reboot) could start: the node gives its slot back and waits for the hours to start
+    /// The maintenance hours ended before the node could drain, run its next procedure or
+    /// reboot: the node gives its slot back and waits for the hours to start
     /// again, with nothing failed and no backoff.
     HoursEnded {
         /// Recorded in the history of each postponed request.
@@ -331,8 +331,8 @@ impl Lifecycle {
 
     /// The end of a window: back to `state` (idle or queued) with the window changed by
     /// `window` (which gives the slot back), the cordon undone first if rota made it.
-    fn release(self, state: NodeState, window: WindowChange) -> Step {
-        Step {
+    fn release(self, state: NodeState, window: WindowChange) -> Decision {
+        Decision {
             from: self.state,
             next: Lifecycle {
                 state,
@@ -344,9 +344,9 @@ impl Lifecycle {
         }
     }
 
-    /// A step to `next` with `window` and nothing to uncordon.
-    fn step(self, next: Lifecycle, window: WindowChange) -> Step {
-        Step {
+    /// A decision to enter `next` with `window` and nothing to uncordon.
+    fn enter(self, next: Lifecycle, window: WindowChange) -> Decision {
+        Decision {
             from: self.state,
             next,
             uncordon: false,
@@ -356,18 +356,18 @@ impl Lifecycle {
 
     /// Everything `event` makes happen (the next lifecycle, the uncordon, the window change),
     /// or an error if it is not allowed in the current state.
-    pub fn apply(&self, event: &Event) -> Result<Step, TransitionError> {
+    pub fn apply(&self, event: &Event) -> Result<Decision, TransitionError> {
         use NodeState as S;
         use WindowChange as W;
         let this = *self;
-        let step = match (self.state, event) {
-            (S::Idle, Event::Requested { eligible_at }) => this.step(
+        let decision = match (self.state, event) {
+            (S::Idle, Event::Requested { eligible_at }) => this.enter(
                 Lifecycle::idle().to(S::Queued),
                 W::Queue {
                     queued_at: Some(*eligible_at),
                 },
             ),
-            (S::Draining | S::Maintaining, Event::Joined) => this.step(this, W::Join),
+            (S::Draining | S::Maintaining, Event::Joined) => this.enter(this, W::Join),
             (S::Queued, Event::Canceled { granted: true }) => this.release(
                 S::Idle,
                 W::Cancel {
@@ -375,7 +375,7 @@ impl Lifecycle {
                 },
             ),
             (S::Queued, Event::Canceled { granted: false }) => {
-                this.step(Lifecycle::idle(), W::Queue { queued_at: None })
+                this.enter(Lifecycle::idle(), W::Queue { queued_at: None })
             }
             (S::Queued, Event::SlotAcquired { pre_cordoned }) => {
                 let next = Lifecycle {
@@ -383,15 +383,15 @@ impl Lifecycle {
                     pre_cordoned: *pre_cordoned,
                     cordoned_by_rota: !pre_cordoned,
                 };
-                this.step(next, W::Open)
+                this.enter(next, W::Open)
             }
-            (S::Draining, Event::Drained) => this.step(this.to(S::Maintaining), W::None),
+            (S::Draining, Event::Drained) => this.enter(this.to(S::Maintaining), W::None),
             (S::Draining, Event::DrainSkipped) => {
                 let next = Lifecycle {
                     cordoned_by_rota: false,
                     ..this.to(S::Maintaining)
                 };
-                this.step(next, W::None)
+                this.enter(next, W::None)
             }
             (S::Draining, Event::DrainFailed(failure)) => {
                 this.release(S::Queued, failure.window(false))
@@ -402,16 +402,16 @@ impl Lifecycle {
                     reason: reason.clone(),
                 },
             ),
-            (S::Maintaining, Event::RebootStarted) => this.step(this.to(S::Rebooting), W::None),
-            (S::Maintaining, Event::WorkDone) => this.step(this.to(S::Verifying), W::None),
+            (S::Maintaining, Event::RebootStarted) => this.enter(this.to(S::Rebooting), W::None),
+            (S::Maintaining, Event::WorkDone) => this.enter(this.to(S::Verifying), W::None),
             (S::Maintaining, Event::WorkFailed(failure))
             | (S::Rebooting, Event::RebootTimedOut(failure))
             | (S::Verifying, Event::Unhealthy(failure)) => {
-                this.step(this.to(S::Failed), failure.window(true))
+                this.enter(this.to(S::Failed), failure.window(true))
             }
-            (S::Rebooting, Event::BootChanged) => this.step(this.to(S::Verifying), W::None),
+            (S::Rebooting, Event::BootChanged) => this.enter(this.to(S::Verifying), W::None),
             (S::Verifying, Event::Healthy) => this.release(S::Idle, W::Finish),
-            (S::Failed, Event::Retry) => this.step(this.to(S::Maintaining), W::None),
+            (S::Failed, Event::Retry) => this.enter(this.to(S::Maintaining), W::None),
             (state, Event::Unlock { reason }) if state.holds_slot() => this.release(
                 S::Idle,
                 W::Cancel {
@@ -425,7 +425,7 @@ impl Lifecycle {
                 });
             }
         };
-        Ok(step)
+        Ok(decision)
     }
 }
 
@@ -557,15 +557,15 @@ mod tests {
                             assert_eq!(err.event, event.name());
                         }
                         Some((next_state, uncordon, window)) => {
-                            let step = match got {
-                                Ok(step) => step,
+                            let decision = match got {
+                                Ok(decision) => decision,
                                 Err(err) => panic!("{state} {event}: {err}"),
                             };
-                            let after = step.next;
-                            assert_eq!(step.from, state, "{state} {event}");
+                            let after = decision.next;
+                            assert_eq!(decision.from, state, "{state} {event}");
                             assert_eq!(after.state, next_state, "{state} {event}");
-                            assert_eq!(step.uncordon, uncordon, "{state} {event}");
-                            assert_eq!(step.window, window, "{state} {event}");
+                            assert_eq!(decision.uncordon, uncordon, "{state} {event}");
+                            assert_eq!(decision.window, window, "{state} {event}");
                             if matches!(next_state, S::Idle | S::Queued) {
                                 assert!(!after.pre_cordoned && !after.cordoned_by_rota);
                             } else if let Event::SlotAcquired { pre_cordoned } = event {
@@ -600,12 +600,16 @@ mod tests {
                     cordoned_by_rota,
                 };
                 for event in all_events() {
-                    let Ok(step) = before.apply(&event) else {
+                    let Ok(decision) = before.apply(&event) else {
                         continue;
                     };
-                    let gives_back = state.holds_slot() && !step.next.holds_slot();
-                    let leaves_queue = state == S::Queued && step.next.state == S::Idle;
-                    assert_eq!(step.wakes(), gives_back || leaves_queue, "{state} {event}");
+                    let gives_back = state.holds_slot() && !decision.next.holds_slot();
+                    let leaves_queue = state == S::Queued && decision.next.state == S::Idle;
+                    assert_eq!(
+                        decision.wakes(),
+                        gives_back || leaves_queue,
+                        "{state} {event}"
+                    );
                 }
             }
         }
@@ -628,13 +632,13 @@ mod tests {
         let mut node = Lifecycle::idle();
         let (mut uncordons, mut windows) = (Vec::new(), Vec::new());
         for event in events {
-            let step = match node.apply(event) {
-                Ok(step) => step,
+            let decision = match node.apply(event) {
+                Ok(decision) => decision,
                 Err(err) => panic!("{err}"),
             };
-            node = step.next;
-            uncordons.push(step.uncordon);
-            windows.push(step.window);
+            node = decision.next;
+            uncordons.push(decision.uncordon);
+            windows.push(decision.window);
         }
         (node, uncordons, windows)
     }
@@ -695,13 +699,13 @@ mod tests {
             pre_cordoned: true,
             cordoned_by_rota: false,
         };
-        let step = match pre.apply(&ended) {
-            Ok(step) => step,
+        let decision = match pre.apply(&ended) {
+            Ok(decision) => decision,
             Err(err) => panic!("{err}"),
         };
-        assert_eq!(step.next.state, S::Queued);
-        assert!(!step.uncordon);
-        assert!(step.window.releases_slot());
+        assert_eq!(decision.next.state, S::Queued);
+        assert!(!decision.uncordon);
+        assert!(decision.window.releases_slot());
         // Once the reboot started, the maintenance hours no longer matter.
         for state in [S::Rebooting, S::Verifying, S::Failed, S::Queued, S::Idle] {
             let node = Lifecycle { state, ..pre };

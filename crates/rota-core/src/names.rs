@@ -203,8 +203,8 @@ pub enum HistoryEvent {
     /// A window closed successfully with none of its requests left open (each procedure
     /// already has its own `finished`): the slot went back.
     Released,
-    /// The maintenance hours ended before the work's next disruptive step: the request waits
-    /// for the hours to start again (the cause says why), the slot went back, nothing failed.
+    /// The maintenance hours ended before the node could drain, run its next procedure or
+    /// reboot: the request waits for the hours to start again (the cause says why), the slot went back, nothing failed.
     Postponed,
 }
 

@@ -196,22 +196,22 @@ mod tests {
             .prop_map(|(id, p, arrival, running)| entry(id, p, arrival, running))
     }
 
-    /// One step of a simulated node: a procedure arrives, one running procedure finishes (chosen
+    /// One move of a simulated node: a procedure arrives, one running procedure finishes (chosen
     /// by index), or the node starts whatever the rule clears.
     #[derive(Debug, Clone)]
-    enum Step {
+    enum Move {
         /// A procedure of this priority arrives; exclusive if the flag says so.
         Arrive(u8, bool),
         Finish(usize),
         Start,
     }
 
-    fn arb_step() -> impl Strategy<Value = Step> {
+    fn arb_move() -> impl Strategy<Value = Move> {
         prop_oneof![
             // Few distinct priorities so that equal priorities meet often.
-            (0_u8..4, prop::bool::weighted(0.2)).prop_map(|(p, alone)| Step::Arrive(p * 33, alone)),
-            any::<usize>().prop_map(Step::Finish),
-            Just(Step::Start),
+            (0_u8..4, prop::bool::weighted(0.2)).prop_map(|(p, alone)| Move::Arrive(p * 33, alone)),
+            any::<usize>().prop_map(Move::Finish),
+            Just(Move::Start),
         ]
     }
 
@@ -234,20 +234,20 @@ mod tests {
 
         #[test]
         fn simulated_node_follows_the_rule(
-            steps in prop::collection::vec(arb_step(), 0..200),
+            moves in prop::collection::vec(arb_move(), 0..200),
             exclusive in any::<bool>(),
         ) {
             let mut entries: Vec<ProcedureEntry> = Vec::new();
             let mut next_id = 0_u64;
             let mut last_started: HashMap<Priority, u64> = HashMap::new();
-            for step in steps {
-                match step {
-                    Step::Arrive(p, alone) => {
+            for next_move in moves {
+                match next_move {
+                    Move::Arrive(p, alone) => {
                         let arrived = entry(next_id, p, next_id, false);
                         entries.push(ProcedureEntry { exclusive: exclusive || alone, ..arrived });
                         next_id += 1;
                     }
-                    Step::Finish(pick) => {
+                    Move::Finish(pick) => {
                         let running: Vec<u64> =
                             entries.iter().filter(|e| e.running).map(|e| e.id).collect();
                         if !running.is_empty() {
@@ -255,7 +255,7 @@ mod tests {
                             entries.retain(|e| e.id != id);
                         }
                     }
-                    Step::Start => {
+                    Move::Start => {
                         let ready = startable(&entries);
                         for id in &ready {
                             let Some(started) = entries.iter().find(|e| e.id == *id).copied()

@@ -9,9 +9,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::backoff::BackoffPolicy;
+use crate::decision::{Decision, Millis, WindowChange};
 use crate::lifecycle::{Lifecycle, NodeState};
 use crate::names::{HistoryEvent, NodeName, Process};
-use crate::step::{Millis, Step, WindowChange};
 
 /// The node's row: its lifecycle, its slot, its reboot, its place in the queue, its last
 /// result and why it holds back.
@@ -146,13 +146,13 @@ pub struct NodeFields {
     pub last_reboot_at: Option<Millis>,
 }
 
-/// One step of the node lifecycle, written atomically, fenced by the writer's session, and
+/// One transition of the node lifecycle, written atomically, fenced by the writer's session, and
 /// compare-and-swapped on the node's current state.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Transition {
     pub from: NodeState,
     pub to: NodeState,
-    /// The process the node is busy with after this step (kept only outside `idle`/`queued`).
+    /// The process the node is busy with after this transition (kept only outside `idle`/`queued`).
     pub process: Option<Process>,
     pub window: WindowChange,
     pub fields: NodeFields,
@@ -174,17 +174,17 @@ impl Transition {
         }
     }
 
-    /// The write of a step the core decided: its states, its window change, and the cordon
+    /// The write of a decision of the core: its states, its window change, and the cordon
     /// bookkeeping of the lifecycle it leads to.
-    pub fn of(step: Step) -> Transition {
+    pub fn of(decision: Decision) -> Transition {
         Transition {
-            from: step.from,
-            to: step.next.state,
+            from: decision.from,
+            to: decision.next.state,
             process: None,
-            window: step.window,
+            window: decision.window,
             fields: NodeFields {
-                pre_cordoned: Some(step.next.pre_cordoned),
-                cordoned_by_rota: Some(step.next.cordoned_by_rota),
+                pre_cordoned: Some(decision.next.pre_cordoned),
+                cordoned_by_rota: Some(decision.next.cordoned_by_rota),
                 ..NodeFields::default()
             },
             requests: Vec::new(),
@@ -236,7 +236,7 @@ pub enum Outcome {
 /// Every write of a node's record, by its agent or an operator.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Write {
-    /// A lifecycle step.
+    /// A lifecycle transition.
     Transition(Transition),
     /// A request for `process` unless an open one exists (an agent's or an operator's).
     AddRequest { process: Process, source: String },
@@ -255,7 +255,7 @@ pub enum Write {
 
 impl Write {
     /// Whether the write, as applied, may let a waiting node go on, so that a store counts a
-    /// change for it: a step that gives a slot back or leaves the queue ([`Transition::wakes`]),
+    /// change for it: a transition that gives a slot back or leaves the queue ([`Transition::wakes`]),
     /// a blocked reason set or cleared (the queue behind the node moves), an operator's unlock
     /// or retry. Requests wake no waiter: an operator's reaches the node's own agent by the
     /// store's own means.

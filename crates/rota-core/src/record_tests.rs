@@ -96,7 +96,7 @@ fn queue(queued_at: Option<Millis>) -> WindowChange {
     W::Queue { queued_at }
 }
 
-fn step(from: NodeState, to: NodeState, window: WindowChange) -> Write {
+fn transition(from: NodeState, to: NodeState, window: WindowChange) -> Write {
     Write::Transition(Transition::new(from, to).window(window))
 }
 
@@ -208,7 +208,7 @@ fn every_window_change_moves_requests_records_history_backs_off_and_releases() {
         let mut before = holding(row.from, requests);
         before.backoffs = vec![backoff(a.clone(), 2), backoff(Reboot, 4)];
         let what = format!("{:?}", row.window);
-        let applied = apply(&before, &step(row.from, row.to, row.window));
+        let applied = apply(&before, &transition(row.from, row.to, row.window));
         assert_eq!(states(&applied.after.open_requests), row.open, "{what}");
         assert_eq!(states(&applied.closed), row.closed, "{what}");
         for closed in &applied.closed {
@@ -260,7 +260,7 @@ fn a_release_with_no_request_is_recorded_for_the_nodes_process_or_a_reboot() {
             let what = format!("{window:?} with process {process:?}");
             let mut before = holding(from, vec![pending(2, mop("p"))]);
             before.record.process = process.clone();
-            let applied = apply(&before, &step(from, to, window));
+            let applied = apply(&before, &transition(from, to, window));
             let expected = vec![entry(fallback.clone(), event, cause, released)];
             assert_eq!(applied.history, expected, "{what}");
             // The pending request is not the window's: it waits for the next one.
@@ -280,7 +280,7 @@ fn a_release_with_no_request_is_recorded_for_the_nodes_process_or_a_reboot() {
         (W::Join, S::Draining, S::Draining),
     ] {
         let before = holding(from, vec![active(1, mop("a"))]);
-        let applied = apply(&before, &step(from, to, window));
+        let applied = apply(&before, &transition(from, to, window));
         assert!(applied.history.is_empty());
         assert_eq!(states(&applied.after.open_requests), [(1, R::Active)]);
     }
@@ -298,7 +298,7 @@ fn each_failure_lengthens_the_backoff_by_the_policy() {
         };
         node.record.state = from;
         node.record.slot = Some(SLOT);
-        let applied = node.apply(&step(from, to, fail(keep_slot)), now);
+        let applied = node.apply(&transition(from, to, fail(keep_slot)), now);
         let applied = applied.expect("applies");
         let [b] = applied.after.backoffs.as_slice() else {
             panic!("one backoff expected: {:?}", applied.after.backoffs);
@@ -313,7 +313,7 @@ fn each_failure_lengthens_the_backoff_by_the_policy() {
     // The end of a backoff saturates rather than wrapping.
     let mut late = holding(S::Maintaining, vec![active(1, mop("a"))]);
     late.backoffs = vec![backoff(mop("a"), 4)];
-    let write = step(S::Maintaining, S::Failed, fail(true));
+    let write = transition(S::Maintaining, S::Failed, fail(true));
     let applied = late.apply(&write, i64::MAX - 10).expect("applies");
     assert_eq!(applied.after.backoffs[0].until, i64::MAX);
 }
@@ -326,7 +326,10 @@ fn postpone_leaves_done_work_done_and_starts_no_backoff() {
     let done = complete(mop("a"), Outcome::Succeeded { detail: None });
     let done = apply(&before, &done);
     assert_eq!(states(&done.closed), [(1, R::Done)]);
-    let applied = apply(&done.after, &step(S::Maintaining, S::Queued, postpone()));
+    let applied = apply(
+        &done.after,
+        &transition(S::Maintaining, S::Queued, postpone()),
+    );
     assert_eq!(states(&applied.after.open_requests), [(2, R::Pending)]);
     assert!(applied.closed.is_empty() && applied.opened.is_empty());
     let expected = entry(mop("b"), H::Postponed, Some("closed"), true);
@@ -349,7 +352,7 @@ fn queue_sets_the_place_open_clears_it_and_nothing_else_touches_it() {
         let what = format!("{from} -> {to} {window:?}");
         let mut before = holding(from, vec![]);
         before.record.queued_at = queued_at;
-        let applied = apply(&before, &step(from, to, window));
+        let applied = apply(&before, &transition(from, to, window));
         assert_eq!(applied.after.record.queued_at, expected, "{what}");
     }
 }
@@ -746,7 +749,7 @@ fn persist(applied: Applied, next_id: &mut i64) -> NodeOverview {
 }
 
 #[test]
-fn a_whole_window_through_the_lifecycles_steps() {
+fn a_whole_window_through_the_lifecycles_decisions() {
     let (mut next_id, mut history) = (1, Vec::new());
     let mut node = overview(S::Idle, None, vec![]);
     let requested = Event::Requested { eligible_at: NOW };
@@ -762,8 +765,8 @@ fn a_whole_window_through_the_lifecycles_steps() {
         Event::Healthy,
     ];
     for event in events {
-        let step = node.record.lifecycle().apply(&event).expect("allowed");
-        let mut t = Transition::of(step);
+        let decision = node.record.lifecycle().apply(&event).expect("allowed");
+        let mut t = Transition::of(decision);
         if event == requested {
             t = t.request(Reboot, "/var/run/reboot-required");
         } else if event == acquired {

@@ -14,8 +14,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::decision::Millis;
 use crate::names::NodeName;
-use crate::step::Millis;
 
 /// One queued node that holds no slot.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -597,7 +597,7 @@ async fn scraped_through_the_annotations(agent: &Pod) -> Result<()> {
 /// node stays cordoned, holds its slot, and its RotaNode keeps its state (custom resources
 /// outlive the release). Installed again, the agent takes up the window where it stopped and
 /// finishes it: the reboot is not repeated. (Without the keep, the namespace and the Lease went,
-/// and the new agent, fenced at every step, left the node cordoned for good.)
+/// and the new agent, refused by every fence, left the node cordoned for good.)
 #[tokio::test(flavor = "multi_thread")]
 async fn helm_uninstall_in_the_middle_of_a_window_leaves_the_node_out_until_reinstalled()
 -> Result<()> {

@@ -16,7 +16,7 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Prints a progress line with the time since the test started (shown with --nocapture and on
 /// failure).
-fn step(start: Instant, what: &str) {
+fn progress(start: Instant, what: &str) {
     println!("[{:>6.1}s] {what}", start.elapsed().as_secs_f64());
 }
 
@@ -27,7 +27,7 @@ async fn pdb_blocks_eviction_until_relaxed() -> Result<()> {
     };
     let t = Instant::now();
     let scope = env.scope("smoke-pdb").await?;
-    step(t, &format!("namespace {}", scope.namespace()));
+    progress(t, &format!("namespace {}", scope.namespace()));
     let pods = scope.pods();
 
     // Three kwok nodes, Ready.
@@ -37,7 +37,7 @@ async fn pdb_blocks_eviction_until_relaxed() -> Result<()> {
         ensure!(testenv::node_is_ready(&node), "node {name} is not Ready");
     }
 
-    step(t, "3 nodes Ready");
+    progress(t, "3 nodes Ready");
 
     // One pod per node, bound directly, all Running.
     let labels = app_labels("web");
@@ -57,7 +57,7 @@ async fn pdb_blocks_eviction_until_relaxed() -> Result<()> {
         );
     }
 
-    step(t, "3 pods Running");
+    progress(t, "3 pods Running");
 
     // A budget that allows no disruption.
     let pdb = PodDisruptionBudget {
@@ -87,7 +87,7 @@ async fn pdb_blocks_eviction_until_relaxed() -> Result<()> {
         "unexpected PDB status {status:?}"
     );
 
-    step(t, "PDB minAvailable=3 observed, 0 disruptions allowed");
+    progress(t, "PDB minAvailable=3 observed, 0 disruptions allowed");
 
     // Eviction is refused with 429.
     let victim = &pod_names[0];
@@ -103,7 +103,7 @@ async fn pdb_blocks_eviction_until_relaxed() -> Result<()> {
         "refused eviction still touched the pod"
     );
 
-    step(t, "eviction refused with 429");
+    progress(t, "eviction refused with 429");
 
     // Relax the budget; now the eviction goes through and kwok finishes the deletion.
     pdbs.patch(
@@ -113,11 +113,11 @@ async fn pdb_blocks_eviction_until_relaxed() -> Result<()> {
     )
     .await?;
     scope.wait_pdb("web", 1, TIMEOUT).await?;
-    step(t, "PDB relaxed to minAvailable=2, 1 disruption allowed");
+    progress(t, "PDB relaxed to minAvailable=2, 1 disruption allowed");
     pods.evict(victim, &EvictParams::default())
         .await
         .context("eviction under a relaxed budget")?;
-    step(t, "eviction accepted");
+    progress(t, "eviction accepted");
     if let Some(pod) = pods.get_opt(victim).await? {
         ensure!(
             pod.metadata.deletion_timestamp.is_some(),
@@ -125,7 +125,7 @@ async fn pdb_blocks_eviction_until_relaxed() -> Result<()> {
         );
     }
     scope.wait_pod_gone(victim, TIMEOUT).await?;
-    step(t, "evicted pod gone");
+    progress(t, "evicted pod gone");
     for name in &pod_names[1..] {
         ensure!(
             pod_is_running(&pods.get(name).await?),
@@ -134,7 +134,7 @@ async fn pdb_blocks_eviction_until_relaxed() -> Result<()> {
     }
 
     scope.cleanup().await?;
-    step(t, "cleaned up");
+    progress(t, "cleaned up");
     Ok(())
 }
 
@@ -145,10 +145,10 @@ async fn evicted_deployment_pod_is_rescheduled_elsewhere() -> Result<()> {
     };
     let t = Instant::now();
     let scope = env.scope("smoke-deploy").await?;
-    step(t, &format!("namespace {}", scope.namespace()));
+    progress(t, &format!("namespace {}", scope.namespace()));
     let pods = scope.pods();
     scope.create_ready_nodes(3).await?;
-    step(t, "3 nodes Ready");
+    progress(t, "3 nodes Ready");
 
     // A one-replica Deployment kept on this scope's nodes by the scheduler.
     scope.create_deployment("api", 1, None).await?;
@@ -175,14 +175,14 @@ async fn evicted_deployment_pod_is_rescheduled_elsewhere() -> Result<()> {
         .and_then(|s| s.node_name.clone())
         .context("running pod without a node")?;
 
-    step(t, &format!("pod {first_name} Running on {first_node}"));
+    progress(t, &format!("pod {first_name} Running on {first_node}"));
 
     // Drain its node: cordon, evict.
     scope.cordon(&first_node).await?;
     pods.evict(&first_name, &EvictParams::default())
         .await
         .context("evicting the Deployment's pod")?;
-    step(t, "node cordoned, pod evicted");
+    progress(t, "node cordoned, pod evicted");
 
     let second = wait_for("a replacement pod Running", TIMEOUT, || {
         running_pod(Some(first_name.clone()))
@@ -201,11 +201,11 @@ async fn evicted_deployment_pod_is_rescheduled_elsewhere() -> Result<()> {
         second_node.starts_with(scope.id()),
         "replacement pod left the test's nodes: {second_node}"
     );
-    step(t, &format!("replacement Running on {second_node}"));
+    progress(t, &format!("replacement Running on {second_node}"));
     scope.wait_pod_gone(&first_name, TIMEOUT).await?;
-    step(t, "evicted pod gone");
+    progress(t, "evicted pod gone");
 
     scope.cleanup().await?;
-    step(t, "cleaned up");
+    progress(t, "cleaned up");
     Ok(())
 }

@@ -2,7 +2,7 @@
 //! (kured's `--pre-reboot-node-labels` and `--post-reboot-node-labels`): other systems (load
 //! balancers, monitoring, schedulers of batch work) can follow a node's maintenance by its
 //! labels. They go in the cordon's and the uncordon's own writes, so they cost no request and
-//! are never out of step with the cordon.
+//! always agree with the cordon.
 
 use std::collections::BTreeMap;
 

@@ -77,7 +77,7 @@ pub struct Metrics {
     /// The state the node entered and when, as this process saw it: a transition within one
     /// state (requests joining a window) restarts the store's `since`, not the step.
     entered: Mutex<Option<(NodeState, Millis)>>,
-    /// Why the last step on the host's files failed, until one succeeds again.
+    /// Why the last access to the host's files failed, until one succeeds again.
     host_error: Mutex<Option<String>>,
 }
 
@@ -216,7 +216,7 @@ impl Metrics {
     }
 
     /// `Ok` when the agent has a current session, its last store access succeeded and its
-    /// last step on the host's files did too; otherwise what is missing.
+    /// last access to the host's files did too; otherwise what is missing.
     pub fn ready(&self) -> Result<(), String> {
         let mut missing = Vec::new();
         if !self.session_current.load(Ordering::Relaxed) {
@@ -231,7 +231,7 @@ impl Metrics {
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
         {
-            missing.push(format!("a step failed on the host's files: {cause}"));
+            missing.push(format!("an access to the host's files failed: {cause}"));
         }
         if missing.is_empty() {
             Ok(())
@@ -423,7 +423,7 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_step_on_the_hosts_files_makes_the_agent_unready_until_one_succeeds() {
+    fn a_failed_access_to_the_hosts_files_makes_the_agent_unready_until_one_succeeds() {
         let metrics = Metrics::new(NodeName::new("node-1").unwrap(), None);
         metrics.session(true);
         metrics.store_access(true);
@@ -434,8 +434,8 @@ mod tests {
         assert_eq!(
             metrics.ready(),
             Err(
-                "a step failed on the host's files: creating /host/var/99.maintenance: No such \
-                 file or directory"
+                "an access to the host's files failed: creating /host/var/99.maintenance: No \
+                 such file or directory"
                     .to_owned()
             )
         );

@@ -19,8 +19,9 @@ pub enum EventKind {
     Finished,
     /// The work failed (the event's cause says why).
     Failed,
-    /// The maintenance hours ended before the work's next step: the slot went back and the
-    /// work waits until they start again (the cause says which step).
+    /// The maintenance hours ended before the node could drain, run its next procedure or
+    /// reboot: the slot went back and the work waits until they start again (the cause says
+    /// which came next).
     Postponed,
 }
 

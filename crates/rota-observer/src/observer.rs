@@ -36,7 +36,7 @@ pub enum StoreWrite {
         to: NodeState,
         fenced: bool,
     },
-    /// The proof, right before a disruptive step, that the session still holds the slot.
+    /// The proof, right before anything disruptive, that the session still holds the slot.
     Fence,
 }
 
@@ -58,18 +58,19 @@ impl std::fmt::Display for StoreWrite {
     }
 }
 
-/// Called by the agent as it works. Every method must return at once: the agent calls them
-/// between its steps, and a slow observer would delay maintenance. Each has an empty default,
-/// so an observer implements only what it needs.
+/// Called by the agent as it works. Every method must return at once: the agent waits for
+/// each call, and a slow observer would delay maintenance. Each has an empty default, so an
+/// observer implements only what it needs.
 pub trait AgentObserver: Send + Sync {
     /// The agent's session opened (`true`), or ended: closed, or superseded (`false`).
     fn session(&self, _current: bool) {}
     /// Whether the agent's last store access succeeded.
     fn store_access(&self, _ok: bool) {}
-    /// A step failed on the host's files (`Some` with the cause), or one succeeded again
+    /// An access to the host's files failed (`Some` with the cause), or one succeeded again
     /// outside `failed` (`None`).
     fn host_error(&self, _cause: Option<&str>) {}
-    /// The node's record as read before a step, or as written by a transition.
+    /// The node's record as read at the start of a pass of the agent's loop, or as written
+    /// by a transition.
     fn record(&self, _record: &NodeRecord) {}
     /// The node's open requests, each time the agent reads them.
     fn requests(&self, _open: &[RequestRecord]) {}
@@ -81,13 +82,13 @@ pub trait AgentObserver: Send + Sync {
     fn drain_started(&self, _record: &NodeRecord) {}
     /// The reboot command is about to start.
     fn reboot_started(&self, _record: &NodeRecord) {}
-    /// What holds the node back before a disruptive step (every reason in one text, the first
+    /// What holds the node back before it is disrupted (every reason in one text, the first
     /// one's kind), or `None` once nothing does; told at each check.
     fn blocked(&self, _block: Option<&Block>) {}
     /// The work of one request ended (`cause` says why it failed or was canceled).
     fn work_ended(&self, _process: &Process, _outcome: WorkOutcome, _cause: Option<&str>) {}
     /// Whether now is within the maintenance hours (always `true` without configured hours),
-    /// each time the agent checks before a disruptive step.
+    /// each time the agent checks before anything disruptive.
     fn within_hours(&self, _within: bool) {}
     /// The failure budget as counted before taking a slot: nodes that failed since the rollout
     /// began, and the budget.

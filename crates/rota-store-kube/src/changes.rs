@@ -29,7 +29,7 @@ use kube::runtime::watcher;
 use tokio::sync::watch;
 
 use crate::slots::{SLOT_LABEL, holder};
-use crate::view::{Step, View, watch};
+use crate::view::{ObjectChange, View, watch};
 
 /// The change counter and the Lease view behind it, shared by the store and its watch.
 #[derive(Debug)]
@@ -42,13 +42,13 @@ fn held(lease: Option<&Lease>) -> bool {
     lease.is_some_and(|l| holder(l).is_some())
 }
 
-/// Whether `step` gave a slot back; `was_held` stands for a Lease not seen before.
-fn released(step: &Step<Lease>, was_held: bool) -> bool {
-    let before = match &step.before {
+/// Whether `change` gave a slot back; `was_held` stands for a Lease not seen before.
+fn released(change: &ObjectChange<Lease>, was_held: bool) -> bool {
+    let before = match &change.before {
         Some(before) => held(before.as_ref()),
         None => was_held,
     };
-    before && !held(step.after.as_ref())
+    before && !held(change.after.as_ref())
 }
 
 impl Changes {
@@ -82,21 +82,24 @@ impl Changes {
         self.view().all()
     }
 
-    /// Records `lease` as read or written at its resourceVersion. A held → free step is one
-    /// change; a version already seen (the watch echoing this process's own write, or an event
-    /// older than one seen) is ignored. `was_held` is what the writer read before its write,
-    /// for Leases this handle has not seen yet.
+    /// Records `lease` as read or written at its resourceVersion. A Lease going from held to
+    /// free is one change; a version already seen (the watch echoing this process's own write,
+    /// or an event older than one seen) is ignored. `was_held` is what the writer read before
+    /// its write, for Leases this handle has not seen yet.
     pub(crate) fn observe(&self, lease: &Lease, was_held: bool) {
-        let step = self.view().record(lease, false);
-        if step.is_some_and(|step| released(&step, was_held)) {
+        let change = self.view().record(lease, false);
+        if change.is_some_and(|change| released(&change, was_held)) {
             self.bump(1);
         }
     }
 
     /// Applies one event of the watch.
     fn apply(&self, event: watcher::Event<Lease>) {
-        let steps = self.view().apply(event);
-        let releases = steps.iter().filter(|step| released(step, false)).count();
+        let object_changes = self.view().apply(event);
+        let releases = object_changes
+            .iter()
+            .filter(|change| released(change, false))
+            .count();
         self.bump(u64::try_from(releases).unwrap_or(u64::MAX));
     }
 

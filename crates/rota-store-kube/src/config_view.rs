@@ -1,7 +1,7 @@
 //! The ConfigMaps of rota's namespace as this process sees them, through one watch (an
 //! agent's second and last; see the crate docs): `rota-config` and the procedures' scripts.
 //!
-//! The pause and the concurrency are read before every disruptive step and at every look at
+//! The pause and the concurrency are read before anything disruptive and at every look at
 //! the queue, and every agent looks for new procedures, with their scripts, every few seconds;
 //! from the watch those reads cost no request, and a change made by another process (an
 //! operator's `rota pause`, `rota resume` or new concurrency) wakes the waiting agents as soon
@@ -25,7 +25,7 @@ use rota_store::{Millis, WAKE_ALL, now_millis};
 
 use crate::changes::Changes;
 use crate::store::{CONCURRENCY_KEY, CONFIG_MAP, PAUSED_KEY, RESUMED_KEY, WAKE_KEY};
-use crate::view::{Step, View, revision, watch};
+use crate::view::{ObjectChange, View, revision, watch};
 
 /// The keys of `rota-config` whose change may let a waiting or blocked agent go on.
 const WAKING_KEYS: [&str; 3] = [CONCURRENCY_KEY, PAUSED_KEY, RESUMED_KEY];
@@ -78,14 +78,14 @@ impl ConfigView {
         locals.entry(node.to_owned()).or_insert(0);
     }
 
-    /// Whether `step` changed what agents wait on: the fleet's settings, or an operator's
+    /// Whether `change` changed what agents wait on: the fleet's settings, or an operator's
     /// wake for every node or for one of this process's.
-    fn wakes(&self, step: &Step<ConfigMap>) -> bool {
-        if step.name != CONFIG_MAP {
+    fn wakes(&self, change: &ObjectChange<ConfigMap>) -> bool {
+        if change.name != CONFIG_MAP {
             return false;
         }
-        let before = step.before.as_ref().and_then(Option::as_ref);
-        let after = step.after.as_ref();
+        let before = change.before.as_ref().and_then(Option::as_ref);
+        let after = change.after.as_ref();
         if WAKING_KEYS
             .iter()
             .any(|key| value(before, key) != value(after, key))
@@ -140,13 +140,13 @@ impl ConfigView {
 
     /// Records `map` as read or written by this process.
     pub(crate) fn observe(&self, map: &ConfigMap) {
-        let step = self.view().record(map, false);
-        self.wake(step.iter());
+        let change = self.view().record(map, false);
+        self.wake(change.iter());
     }
 
-    fn wake<'a>(&self, steps: impl Iterator<Item = &'a Step<ConfigMap>>) {
-        for step in steps {
-            if self.wakes(step) {
+    fn wake<'a>(&self, changes: impl Iterator<Item = &'a ObjectChange<ConfigMap>>) {
+        for change in changes {
+            if self.wakes(change) {
                 self.changes.bump(WAKE_ALL);
             }
         }
@@ -154,8 +154,8 @@ impl ConfigView {
 
     /// Applies one event of the watch.
     fn apply(&self, event: watcher::Event<ConfigMap>) {
-        let steps = self.view().apply(event);
-        self.wake(steps.iter());
+        let changes = self.view().apply(event);
+        self.wake(changes.iter());
     }
 
     /// The watch failed: until it is back, the view may miss changes.

@@ -3,7 +3,7 @@
 //! someone else wrote, and how readers merge the two.
 //!
 //! Every write of a RotaNode rewrites the whole object, and each one is sent to every watcher:
-//! what the object holds is what every step of every window costs (KEP-589: small objects for
+//! what the object holds is what every write of every window costs (KEP-589: small objects for
 //! frequent writes). So a RotaNode holds only the entries of the window under way, with short
 //! texts, and a write that ends a window (an entry that releases the slot), records a long
 //! cause, or finds more than [`INLINE_ENTRIES`] entries first writes them all to ring place

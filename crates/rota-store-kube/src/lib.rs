@@ -117,8 +117,8 @@
 //!
 //! # Round trips
 //!
-//! A maintenance window is a chain of steps, each waiting for the API server, so the store
-//! keeps the chain short without giving up a compare-and-swap:
+//! A maintenance window is a chain of reads and writes, each waiting for the API server, so the
+//! store keeps the chain short without giving up a compare-and-swap:
 //!
 //! - reads that do not depend on each other are sent at once (the queue, the concurrency and
 //!   the Node when asking for a slot; the object and the Leases of a node);
@@ -127,7 +127,7 @@
 //!   the waiter to wait; see `store/acquire.rs`): their
 //!   place, session deadline and blocked mark are mirrored into labels (`rota.dev/queued-at`,
 //!   `rota.dev/session-deadline`, `rota.dev/blocked`) at every write (see `queue_labels`), and
-//!   its concurrency, like the pause before a disruptive step, comes from the watch of
+//!   its concurrency, like the pause read before anything disruptive, comes from the watch of
 //!   `rota-config`;
 //! - a write of an agent starts from the RotaNode as this process last wrote or read it, and
 //!   the Lease as it last took or renewed it; a stale one fails its compare-and-swap and is
@@ -135,7 +135,7 @@
 //! - the agent's reads of its own node are answered from the RotaNode this process last wrote
 //!   or read, while the watch of its own RotaNode is synced and until an operator's wake for
 //!   the node: only an operator writes it besides the agent, and the agent's next
-//!   compare-and-swap notices (the fence guards every disruptive step);
+//!   compare-and-swap notices (the fence guards everything disruptive);
 //! - the fence writes the RotaNode (session) and the Lease (slot) at the same time;
 //! - Events are sent in the background;
 //! - an idle agent sends no request at all once its watches have listed: its looks at

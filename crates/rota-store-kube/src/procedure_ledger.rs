@@ -5,7 +5,7 @@
 //! as long as the node is: not pruned when the Procedure is deleted (a GitOps re-sync that
 //! deletes and re-creates it would run a non-idempotent procedure again), and not read from
 //! the Procedure's status (written in the background, and lost with the object). In the
-//! RotaNode, rewritten at every step and sent to every watcher, each one would cost about 85
+//! RotaNode, rewritten at every write and sent to every watcher, each one would cost about 85
 //! bytes for good. So past [`INLINE_PROCEDURES`], a write of the RotaNode first moves them all
 //! to the node's ledger, the RotaWindow `<rotanode>-procedures` (outside the history's ring),
 //! and then, in the same compare-and-swap, removes them and counts the move in

@@ -22,7 +22,7 @@ use rota_store::WAKE_ALL;
 use crate::changes::Changes;
 use crate::procedure::Procedure;
 use crate::procedures::SUBMITTED_AT_ANNOTATION;
-use crate::view::{Step, View, revision, watch};
+use crate::view::{ObjectChange, View, revision, watch};
 
 type Meta = PartialObjectMeta<Procedure>;
 
@@ -127,21 +127,21 @@ impl ProcedureView {
         });
     }
 
-    /// Whether `step` changed what a list answers with.
-    fn changes_list(&self, step: &Step<Meta>) -> bool {
-        let before = step.before.as_ref().and_then(Option::as_ref);
-        step.name.starts_with(&self.prefix) && key(before) != key(step.after.as_ref())
+    /// Whether `change` changed what a list answers with.
+    fn changes_list(&self, change: &ObjectChange<Meta>) -> bool {
+        let before = change.before.as_ref().and_then(Option::as_ref);
+        change.name.starts_with(&self.prefix) && key(before) != key(change.after.as_ref())
     }
 
     fn apply(&self, event: watcher::Event<Meta>) {
-        let steps = self.view().apply(event);
+        let changes = self.view().apply(event);
         let mut changed = false;
-        for step in steps.iter().filter(|step| self.changes_list(step)) {
+        for change in changes.iter().filter(|change| self.changes_list(change)) {
             changed = true;
-            let meta = step
+            let meta = change
                 .after
                 .as_ref()
-                .or(step.before.as_ref().and_then(Option::as_ref));
+                .or(change.before.as_ref().and_then(Option::as_ref));
             if let Some(version) = meta.and_then(|m| revision(&m.metadata)) {
                 self.changed_at.fetch_max(version, Ordering::Relaxed);
             }

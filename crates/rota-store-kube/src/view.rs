@@ -26,7 +26,7 @@ fn version_of<K: Resource>(object: &K) -> u64 {
 }
 
 /// One object's change in the view.
-pub(crate) struct Step<K> {
+pub(crate) struct ObjectChange<K> {
     pub name: String,
     /// As it was: `None` if never seen, `Some(None)` if seen deleted.
     pub before: Option<Option<K>>,
@@ -87,7 +87,7 @@ impl<K: Resource + Clone> View<K> {
 
     /// Records `object` as read or written by this process (or its deletion), unless the same
     /// or a newer version was seen.
-    pub fn record(&mut self, object: &K, deleted: bool) -> Option<Step<K>> {
+    pub fn record(&mut self, object: &K, deleted: bool) -> Option<ObjectChange<K>> {
         if self.listing.is_some()
             && let Some(name) = object.meta().name.clone()
         {
@@ -97,7 +97,7 @@ impl<K: Resource + Clone> View<K> {
     }
 
     /// Takes `object` (or its deletion) unless the same or a newer version was seen.
-    fn seen(&mut self, object: &K, deleted: bool) -> Option<Step<K>> {
+    fn seen(&mut self, object: &K, deleted: bool) -> Option<ObjectChange<K>> {
         let name = object.meta().name.clone().unwrap_or_default();
         let version = version_of(object);
         let before = match self.objects.get(&name) {
@@ -112,7 +112,7 @@ impl<K: Resource + Clone> View<K> {
                 object: after.clone(),
             },
         );
-        Some(Step {
+        Some(ObjectChange {
             name,
             before,
             after,
@@ -120,7 +120,7 @@ impl<K: Resource + Clone> View<K> {
     }
 
     /// Applies one event of the watch.
-    pub fn apply(&mut self, event: watcher::Event<K>) -> Vec<Step<K>> {
+    pub fn apply(&mut self, event: watcher::Event<K>) -> Vec<ObjectChange<K>> {
         match event {
             watcher::Event::Init => {
                 self.listing = Some(HashSet::new());
@@ -140,14 +140,14 @@ impl<K: Resource + Clone> View<K> {
                 self.seen(&object, false).into_iter().collect()
             }
             watcher::Event::InitDone => {
-                let mut steps = Vec::new();
+                let mut changes = Vec::new();
                 if let Some(listed) = self.listing.take() {
                     let recorded = std::mem::take(&mut self.recorded_while_listing);
                     let newest = self.listed_newest;
                     for (name, seen) in &mut self.objects {
                         let maybe_after_list = recorded.contains(name) && seen.version > newest;
                         if !listed.contains(name) && !maybe_after_list && seen.object.is_some() {
-                            steps.push(Step {
+                            changes.push(ObjectChange {
                                 name: name.clone(),
                                 before: Some(seen.object.take()),
                                 after: None,
@@ -156,7 +156,7 @@ impl<K: Resource + Clone> View<K> {
                     }
                 }
                 self.synced = true;
-                steps
+                changes
             }
             watcher::Event::Apply(object) => {
                 self.synced = true;
@@ -223,7 +223,7 @@ mod tests {
         // Taken right after the list was read: the list does not hold it.
         view.record(&lease("slot-0", 10), false);
         view.apply(watcher::Event::InitApply(lease("other", 5)));
-        let steps = view.apply(watcher::Event::InitDone);
+        let changes = view.apply(watcher::Event::InitDone);
         assert!(
             view.get("slot-0").flatten().is_some(),
             "the own write stays"
@@ -233,7 +233,7 @@ mod tests {
             Some(None),
             "an object seen before the list and not in it was deleted"
         );
-        assert_eq!(steps.len(), 1);
+        assert_eq!(changes.len(), 1);
         // The next list holds it, or it was deleted since: the ordinary rule again.
         view.apply(watcher::Event::Init);
         view.apply(watcher::Event::InitDone);
@@ -247,12 +247,12 @@ mod tests {
         // Written, then deleted by another process before the list was taken at 20 or later.
         view.record(&lease("slot-0", 10), false);
         view.apply(watcher::Event::InitApply(lease("other", 20)));
-        let steps = view.apply(watcher::Event::InitDone);
+        let changes = view.apply(watcher::Event::InitDone);
         assert_eq!(
             view.get("slot-0"),
             Some(None),
             "the list is newer than the write"
         );
-        assert_eq!(steps.len(), 1);
+        assert_eq!(changes.len(), 1);
     }
 }

@@ -1,6 +1,6 @@
 //! The `RotaWindow` custom resource: one chunk of a node's history, written once as the chunk
 //! leaves the node's RotaNode (normally: one maintenance window's entries, as it ends), so that
-//! the RotaNode, rewritten at every step, stays small whatever the history's length
+//! the RotaNode, rewritten at every write, stays small whatever the history's length
 //! (docs/design.md §7). A node has at most [`RING_SIZE`] of them, named after its RotaNode and
 //! their place in the ring; each new lap overwrites the oldest, so none is ever deleted but by
 //! the garbage collector, with the RotaNode that owns them. See `history_ring`.

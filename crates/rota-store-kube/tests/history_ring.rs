@@ -68,7 +68,7 @@ async fn end_window(store: &KubeStore, s: &Session, n: usize) {
         store
             .transition(s, Transition::new(from, to))
             .await
-            .expect("step");
+            .expect("transition");
     }
     store
         .transition(

@@ -271,7 +271,7 @@ async fn an_operators_request_or_procedure_wakes_the_idle_agent_it_concerns() {
 
 /// An agent's handle answers its reads of its own node from its last write for a moment; an
 /// operator's unlock from another process in that moment must still stop the agent's next
-/// step, and be what the agent reads after it.
+/// write, and be what the agent reads after it.
 #[tokio::test]
 async fn an_unlock_elsewhere_stops_the_agents_next_write_and_then_shows() {
     let Some(env) = common::env() else { return };
@@ -304,7 +304,7 @@ async fn an_unlock_elsewhere_stops_the_agents_next_write_and_then_shows() {
         .await;
     assert!(
         matches!(next, Err(rota_store::Error::Conflict { .. })),
-        "the step after the unlock is refused: {next:?}"
+        "the transition after the unlock is refused: {next:?}"
     );
     let record = store.node(&node).await.expect("read").expect("the node");
     assert_eq!((record.state, record.slot), (NodeState::Idle, None));
@@ -471,7 +471,7 @@ async fn an_unannounced_edit_reaches_the_agent_through_its_nodes_watch() {
     );
 }
 
-/// The agent's handle keeps the Lease it last wrote, so that its steps need not list the Leases
+/// The agent's handle keeps the Lease it last wrote, so that its calls need not list the Leases
 /// again; a slot taken away by another process must still stop its next fence, even when the
 /// node's RotaNode did not change.
 #[tokio::test]

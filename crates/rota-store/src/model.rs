@@ -145,7 +145,7 @@ pub enum Setting {
 pub enum Writer<'a> {
     /// The node's agent, fenced by its session.
     Agent(&'a Session),
-    /// The node's agent right before a disruptive step: the write and the fence's proof (see
+    /// The node's agent right before anything disruptive: the write and the fence's proof (see
     /// [`Store::fence`](crate::Store::fence)), extending the session by the duration.
     Fenced(&'a Session, std::time::Duration),
     /// An operator, without a session; the node must be known.

@@ -97,7 +97,7 @@ mod tests {
     }
 
     #[test]
-    fn a_fleet_does_not_come_back_in_step() {
+    fn a_fleet_does_not_come_back_all_at_once() {
         let firsts: Vec<Duration> = (0..50).map(|_| RetryPauses::new().next_pause()).collect();
         let earliest = firsts.iter().min().copied().unwrap_or_default();
         let latest = firsts.iter().max().copied().unwrap_or_default();

@@ -35,7 +35,7 @@ pub trait Store: Send + Sync {
     /// re-adopts the one it already holds; else says how many changes to wait for.
     async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire>;
 
-    /// Compare-and-swap check right before a disruptive step: the session is current and its
+    /// Compare-and-swap check right before anything disruptive: the session is current and its
     /// node holds a slot (returned). Also extends the session like a heartbeat.
     async fn fence(&self, session: &Session, ttl: Duration) -> Result<u32>;
 
@@ -133,7 +133,7 @@ pub trait StoreExt: Store {
             })
     }
 
-    /// Applies one lifecycle step atomically (see [`Transition`]) and returns the new record.
+    /// Applies one lifecycle transition atomically (see [`Transition`]) and returns the new record.
     async fn transition(&self, session: &Session, transition: Transition) -> Result<NodeRecord> {
         let written = self
             .write(Writer::Agent(session), Write::Transition(transition))
@@ -141,7 +141,7 @@ pub trait StoreExt: Store {
         Ok(written.record)
     }
 
-    /// A transition that a disruptive step follows at once (the window's first cordon, the
+    /// A transition that something disruptive follows at once (the window's first cordon, the
     /// reboot), with the fence's proof (see [`Writer::Fenced`]).
     async fn fenced_transition(
         &self,
@@ -213,7 +213,7 @@ pub trait StoreExt: Store {
     }
 
     /// Operator: pauses the whole fleet: no node takes a slot or starts a reboot until
-    /// [`resume`](StoreExt::resume); windows already open finish their other steps.
+    /// [`resume`](StoreExt::resume); windows already open go on to their end.
     async fn pause(&self, reason: &str) -> Result<Pause> {
         let setting = Setting::Pause {
             reason: reason.to_string(),

@@ -15,13 +15,13 @@ const TTL: Duration = Duration::from_secs(60);
 async fn queued(store: &dyn Store, name: &str, eligible_at: i64) -> Session {
     let node = NodeName::new(name).expect("a node name");
     let session = store.open_session(&node, TTL).await.expect("a session");
-    let step = Lifecycle::idle()
+    let decision = Lifecycle::idle()
         .apply(&Event::Requested { eligible_at })
         .expect("idle queues");
     store
         .transition(
             &session,
-            Transition::of(step).request(Process::Reboot, "sentinel"),
+            Transition::of(decision).request(Process::Reboot, "sentinel"),
         )
         .await
         .expect("queued");

@@ -10,7 +10,7 @@ pub const HOUR: Millis = 60 * MINUTE;
 pub const DAY: Millis = 24 * HOUR;
 
 /// The intervals ticks may be apart, smallest first: 1, 2 and 5 times a power of ten below a
-/// minute, then the clock's own round steps.
+/// minute, then the clock's own round intervals.
 const INTERVALS: [Millis; 37] = [
     1,
     2,

@@ -92,7 +92,8 @@ pub enum MarkerKind {
     Failed,
     /// Work was canceled by an operator or a withdrawn request.
     Canceled,
-    /// The maintenance hours ended before the work's next step: it waits for the next window.
+    /// The maintenance hours ended before the node could drain, run its next procedure or
+    /// reboot: the work waits for the next window.
     Postponed,
 }
 

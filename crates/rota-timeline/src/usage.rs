@@ -25,14 +25,14 @@ pub fn slots_in_use(timeline: &Timeline) -> Vec<(Millis, u32)> {
         }
     }
     let mut count = 0_i64;
-    let mut steps: Vec<(Millis, u32)> = Vec::new();
+    let mut counts: Vec<(Millis, u32)> = Vec::new();
     for (at, change) in changes {
         count += change;
         if change != 0 {
-            steps.push((at, u32::try_from(count).unwrap_or(0)));
+            counts.push((at, u32::try_from(count).unwrap_or(0)));
         }
     }
-    steps
+    counts
 }
 
 /// `spans` sorted and with overlapping or touching ones joined.

@@ -382,7 +382,8 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     let config = config(args.clone());
     let marker = WindowMarker::new(&config.host_path(&config.state_dir));
     let cancel = CancellationToken::new();
-    // The agent stops between steps and keeps its state; before its first step, at once.
+    // The agent stops between passes of its loop and keeps its state; before its first pass,
+    // at once.
     crate::signals::cancel_on_signals(cancel.clone())?;
     let node = args.node.clone();
     let mut notifier = None;

@@ -150,7 +150,7 @@ pub async fn run(args: HistoryArgs) -> Result<()> {
     let store = crate::open_store(&args.store).await?;
     let entries = store.history(&filter).await?;
     // A RotaAuditRecord CRD installed a moment ago answers 429 until its storage is ready: a
-    // few growing pauses, as the agents' steps take.
+    // few growing pauses, as the agents' calls take.
     let audit = (|| store.audit_records(&filter))
         .retry(rota_store::retry_pauses().with_max_times(6))
         .when(rota_store::Error::is_unavailable)

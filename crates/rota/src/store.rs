@@ -117,7 +117,7 @@ pub async fn open(args: &StoreArgs, create: bool) -> Result<Arc<dyn Store>> {
 
 /// The agent's store, created if it is a new SQLite file. While the store is unavailable (the
 /// API server or the database restarting, refusing connections, overloaded) it waits and tries
-/// again with the pauses of every later step, saying so in the log: an agent that exited would
+/// again with the pauses of every later call, saying so in the log: an agent that exited would
 /// only be restarted by its supervisor, later, with nothing gained.
 pub async fn open_for_agent(args: &StoreArgs, cluster: &Cluster) -> Result<Arc<dyn Store>> {
     (|| open_in(args, true, cluster, true))

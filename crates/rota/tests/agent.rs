@@ -1,5 +1,5 @@
 //! `rota agent` as a real process on a real SQLite store and real files, for what needs the
-//! process: kills in the middle of a step, a frozen process, exit codes and stderr, shell
+//! process: kills in the middle of a window, a frozen process, exit codes and stderr, shell
 //! command node actions, the command line and the operator commands beside a running agent.
 //! The rest of the agent's lifecycle is tested in-process in `crates/rota-agent/tests/`. Node
 //! actions are shell commands that append to a log, so each test can count them.

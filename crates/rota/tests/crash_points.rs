@@ -1,9 +1,9 @@
-//! `rota agent` killed at every persisted step of a reboot window and of a procedure's window:
+//! `rota agent` killed after every write it persists in a reboot window and a procedure's window:
 //! the crash points of the tests' build (`ROTA_CRASH_AT`, see
 //! `crates/rota-agent/src/crash_points.rs`) abort the process right there, as a SIGKILL would.
 //! A restarted agent must finish the window with exactly one reboot of the machine (or one run
 //! of the procedure's script), leave the node idle, uncordoned and released, and record one
-//! `finished`, whatever step the kill came after.
+//! `finished`, whatever write the kill came after.
 
 mod common;
 

@@ -678,7 +678,7 @@ async fn a_real_agent_with_its_pods_token_goes_through_a_whole_window_under_the_
             .node(&name)
             .await?
             .is_some_and(|r| r.state == NodeState::Idle && r.slot.is_none());
-        // The pending taint goes in the agent's next step after the window's end.
+        // The pending taint goes in the agent's next pass after the window's end.
         let (taints, _) = marks(&scope, node).await?;
         let untainted = !taints.iter().any(|t| t == "rota.dev/pending");
         Ok((idle && untainted && store.slot_holders().await?.is_empty()).then_some(()))

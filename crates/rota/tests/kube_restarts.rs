@@ -1,7 +1,7 @@
 //! Kubernetes mode end to end, agents killed in the middle of a window: one real `rota agent`
 //! process per kwok node on the real control plane of `testenv/`, with simulated reboots (see
 //! `rota_e2e::fleet`). An agent killed while it drains, before its node reboots or while it
-//! verifies comes back to the same step, and never reboots twice. Each test has its own
+//! verifies comes back to the same state, and never reboots twice. Each test has its own
 //! namespace and node names, so the tests can share one control plane and run in parallel.
 //!
 //! Pods are bound to their nodes without a controller, so the agents drain with `--drain-force`.

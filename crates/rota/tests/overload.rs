@@ -329,7 +329,7 @@ async fn three_agents_ask_a_database_that_refuses_them_less_and_less_often() {
     }
 }
 
-/// What an agent logs when its store refused a step of its loop.
+/// What an agent logs when its store refused a pass of its loop.
 const LOOP_REFUSED: &str = "the store is unavailable; retrying";
 /// What an agent logs when the API server refused its start-up check.
 const API_REFUSED: &str = "the API server is unavailable; checking the cluster again";

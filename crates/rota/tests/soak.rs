@@ -1,6 +1,6 @@
 //! The project's own fault-injection test (issue 29): a fleet of real `rota agent` processes on
 //! one store, each asked for one reboot, while a seeded schedule SIGKILLs agents at random
-//! moments and at aimed ones (restarted with `ROTA_CRASH_AT` at a persisted step, see
+//! moments and at aimed ones (restarted with `ROTA_CRASH_AT` at a crash point, see
 //! `crates/rota/tests/crash_points.rs`) and, on PostgreSQL, crashes the server
 //! (`scripts/postgres-crash`: `pg_ctl stop -m immediate` on a `--durable` server) and starts it
 //! again. The node actions are shell commands that append to one monitor log, independent of

@@ -11,7 +11,7 @@ use super::{Agent, Checked, Running};
 use crate::error::Result;
 
 impl Agent {
-    /// Whether anything holds the node back before a disruptive step: the fleet's pause or a
+    /// Whether anything holds the node back before it is disrupted: the fleet's pause or a
     /// blocker. If so, records the reasons (a write only when they change, logged once each
     /// time), and waits for the next check: `blocker_interval`, or a store change (a resume).
     /// If not, clears a recorded reason first, so that the node holds the queue again.
@@ -61,7 +61,7 @@ impl Agent {
     }
 
     /// The blockers' answer: asked again after `blocker_interval` or in another state, else
-    /// the last one (the agent steps far more often than blockers need asking).
+    /// the last one (the handlers run far more often than blockers need asking).
     pub(super) async fn ask_blockers(&self, running: &mut Running, state: NodeState) -> Vec<Block> {
         if let Some(checked) = &running.checked
             && checked.state == state

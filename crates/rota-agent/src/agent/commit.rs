@@ -14,7 +14,7 @@ use crate::error::Result;
 impl Agent {
     /// Marks the node as waiting for maintenance from the moment it has work until it is idle
     /// again. Best effort: a mark that cannot be set only costs the scheduler's hint, and the
-    /// next step tries again.
+    /// agent's next pass tries again.
     pub(super) async fn mark_pending(&self, running: &mut Running, record: &NodeRecord) {
         let pending = record.state != NodeState::Idle;
         if running.pending == Some(pending) {
@@ -23,14 +23,14 @@ impl Agent {
         match self.actions.mark_pending(pending).await {
             Ok(()) => running.pending = Some(pending),
             Err(e) => {
-                warn!(node = %self.config.node, error = %e, pending, "cannot mark the node as waiting for maintenance; trying again at the next step");
+                warn!(node = %self.config.node, error = %e, pending, "cannot mark the node as waiting for maintenance; trying again on the agent's next pass");
             }
         }
     }
 
     /// Keeps the host's window marker as the store says: present while the node holds a slot.
     /// Best effort: a marker that cannot be written costs only a delayed start (see
-    /// `window_marker`), and the next step tries again.
+    /// `window_marker`), and the agent's next pass tries again.
     pub(super) fn mark_window(&self, running: &mut Running, record: &NodeRecord) {
         let in_window = record.slot.is_some();
         if running.in_window == Some(in_window) {
@@ -39,13 +39,13 @@ impl Agent {
         match self.window_marker.set(in_window) {
             Ok(()) => running.in_window = Some(in_window),
             Err(e) => {
-                warn!(node = %self.config.node, error = %e, in_window, "cannot record on the host whether the node is in its window; a restart may wait --start-jitter; trying again at the next step");
+                warn!(node = %self.config.node, error = %e, in_window, "cannot record on the host whether the node is in its window; a restart may wait --start-jitter; trying again on the agent's next pass");
             }
         }
     }
 
-    /// Applies `event` to the node's lifecycle through the pure core and persists the step it
-    /// decides. The uncordon it asks for comes first, while the node still holds its slot.
+    /// Applies `event` to the node's lifecycle through the pure core and persists the
+    /// decision. The uncordon it asks for comes first, while the node still holds its slot.
     pub(super) async fn commit(
         &self,
         running: &mut Running,
@@ -67,7 +67,7 @@ impl Agent {
         self.commit_as(running, record, event, with, false).await
     }
 
-    /// [`Agent::commit_with`] for a step that a disruptive one follows at once: the transition
+    /// [`Agent::commit_with`] for a transition that something disruptive follows at once: it
     /// carries the fence (see [`StoreExt::fenced_transition`]).
     pub(super) async fn commit_fenced(
         &self,
@@ -81,7 +81,7 @@ impl Agent {
         Ok(updated)
     }
 
-    /// Proves right before a disruptive step that this session still holds the node's slot,
+    /// Proves right before anything disruptive that this session still holds the node's slot,
     /// unless the transition that led to `record` just proved it.
     pub(super) async fn fence(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
         if running.fenced.take() == Some((record.state, record.since)) {
@@ -99,7 +99,7 @@ impl Agent {
         Ok(())
     }
 
-    /// Writes `transition` as is. Lifecycle steps come through [`Agent::commit`], which checks
+    /// Writes `transition` as is. Lifecycle transitions come through [`Agent::commit`], which checks
     /// them against the lifecycle first; only bookkeeping that changes no state (the queue
     /// time, the cordon flags after an unlock) comes here directly.
     pub(super) async fn write(
@@ -129,14 +129,14 @@ impl Agent {
         with: impl FnOnce(&mut Transition) + Send,
         fenced: bool,
     ) -> Result<NodeRecord> {
-        let step = record.lifecycle().apply(&event)?;
+        let decision = record.lifecycle().apply(&event)?;
         if matches!(event, Event::Healthy) {
-            self.return_to_service(running, record, step.uncordon)
+            self.return_to_service(running, record, decision.uncordon)
                 .await?;
-        } else if step.uncordon {
+        } else if decision.uncordon {
             self.uncordon(running, record).await?;
         }
-        let mut transition = Transition::of(step);
+        let mut transition = Transition::of(decision);
         with(&mut transition);
         let ending = match &transition.window {
             WindowChange::Finish => Some((WorkOutcome::Finished, None)),
@@ -185,7 +185,7 @@ impl Agent {
 
     /// Returns the node to service at the end of a window it passed, retrying until it works
     /// as [`Agent::uncordon`] does; fenced only when it uncordons (the platform's record of the
-    /// reboot alone is no disruptive step).
+    /// reboot alone disrupts nothing).
     async fn return_to_service(
         &self,
         running: &mut Running,

@@ -1,5 +1,5 @@
-//! Maintenance hours, checked before the slot, the drain, each procedure and the reboot: a step
-//! that would start outside them is postponed until they start again, without backoff.
+//! Maintenance hours, checked before the slot, the drain, each procedure and the reboot: any of
+//! them that would start outside the hours is postponed until they start again, without backoff.
 
 use jiff::Timestamp;
 use rota_core::{Event, NodeState};
@@ -80,20 +80,20 @@ impl Agent {
         self.wait(running, starts.map(instant_at), None).await
     }
 
-    /// The maintenance hours ended while the node holds its slot, before `next_step` could
+    /// The maintenance hours ended while the node holds its slot, before `next` could
     /// start: the node is uncordoned (if rota cordoned it), gives its slot back and queues until
     /// the hours start again. Nothing failed, so nothing backs off.
     pub(super) async fn postpone(
         &self,
         running: &mut Running,
         record: &NodeRecord,
-        next_step: &str,
+        next: &str,
     ) -> Result<()> {
         let starts = self
             .next_hours(now_millis())
             .map_or_else(|| "never".to_string(), |at| timestamp(at).to_string());
         let reason = format!(
-            "the maintenance hours ended before {next_step}; the work waits until they start again ({starts})"
+            "the maintenance hours ended before {next}; the work waits until they start again ({starts})"
         );
         info!(node = %self.config.node, reason, "postponing the window's work");
         self.commit(running, record, Event::HoursEnded { reason })

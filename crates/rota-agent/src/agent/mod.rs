@@ -1,6 +1,7 @@
-//! The agent loop: read the node's record from the store, take the one step its state calls
-//! for, persist the result, repeat. Every step starts from persisted state, so an agent killed
-//! at any point continues where it stopped when it starts again.
+//! The agent loop: read the node's record from the store, run its state's handler (one module
+//! each in `states/`), persist the result, repeat; each round is a pass. Every pass starts from
+//! persisted state, so an agent killed at any point continues where it stopped when it starts
+//! again.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -35,10 +36,10 @@ mod kustodian;
 mod mops;
 mod requests;
 mod session;
-mod step;
+mod states;
 mod wait;
 
-/// Pause before retrying a step whose store write or node action failed transiently.
+/// Pause before the next pass after a store write or node action failed transiently.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
 
 pub struct Agent {
@@ -79,7 +80,7 @@ struct Running {
     /// Procedures whose request this incarnation has made (or found) on this node.
     ensured: HashSet<String>,
     /// When procedures are looked for next (jittered, so that a fleet started together spreads
-    /// out); `None`: at the next step.
+    /// out); `None`: on the next pass.
     procedures_due: Option<Instant>,
     /// The node has no request and waits for one: its wait re-reads the store only when
     /// procedures are due, since every operator's command wakes it.
@@ -90,11 +91,11 @@ struct Running {
     /// Before it, another look almost always says "wait" again (a store may answer it from
     /// memory), so the look reads nothing else that only a grant needs.
     turn_at: Option<u64>,
-    /// The record (state and since) that this incarnation's last fenced transition wrote: the
-    /// disruptive step right after it needs no fence of its own. Any wait ends the proof.
+    /// The record (state and since) that this incarnation's last fenced transition wrote: what
+    /// disrupts the node right after it needs no fence of its own. Any wait ends the proof.
     fenced: Option<(NodeState, Millis)>,
     /// A health check made along with the write that started a verification (its `since`), for
-    /// that verification's first step. Any wait makes it stale.
+    /// that verification's first check. Any wait makes it stale.
     health_ahead: Option<(Millis, std::result::Result<(), ActionError>)>,
     /// When the node's current verification (by its start) was first found healthy, for the
     /// release delay. Not persisted: a restart starts the delay again, the safe direction.
@@ -106,7 +107,7 @@ struct Running {
     /// When the reboot delay of the node's window (by the start of its `maintaining`) ends.
     /// Not persisted, like the drain delay.
     reboot_delay: Option<(Millis, Instant)>,
-    /// The pauses while the store is unavailable; a step that goes through resets them.
+    /// The pauses while the store is unavailable; a pass that goes through resets them.
     unavailable: RetryPauses,
     /// Whether the last check found now within the maintenance hours, so that each start and
     /// end of the hours is logged once.
@@ -282,7 +283,7 @@ impl Agent {
             self.config.node.as_str(),
         );
         // A marker left behind only misleads host scripts; the agent's work goes on without
-        // the cleaning, and a step that needs those files fails its own window.
+        // the cleaning, and a procedure that needs those files fails its own window.
         match runner.clean_stale_markers() {
             Ok(stale) => {
                 for stale in stale {

@@ -14,7 +14,7 @@ use crate::error::Result;
 use crate::procedures::{ORPHAN_POLL, RunState, attempt_run};
 
 impl Agent {
-    /// One step of the window's procedures, by the priority rule of docs/design.md §5: records an
+    /// Moves the window's procedures on, by the priority rule of docs/design.md §5: records an
     /// attempt that ended, starts the procedures the rule clears, or waits for a change.
     pub(super) async fn run_procedures(
         &self,
@@ -107,8 +107,8 @@ impl Agent {
                 if anything_running {
                     break;
                 }
-                let step = format!("procedure {}", spec.name);
-                return self.postpone(running, record, &step).await;
+                let next = format!("procedure {}", spec.name);
+                return self.postpone(running, record, &next).await;
             }
             self.prove_slot(running).await?;
             running.runner.start(run, spec, script)?;

@@ -1,4 +1,4 @@
-//! Keeping the node's requests in step with its sentinels and the procedures that target it:
+//! Keeping the node's requests in line with its sentinels and the procedures that target it:
 //! recording new ones, withdrawing those whose sentinel went away.
 
 use std::collections::BTreeMap;
@@ -36,7 +36,7 @@ impl Agent {
             open.push(request);
         }
         self.tell(|o| o.requests(&open));
-        // Only now: a failed write above leaves the flag set, so the next step tries again.
+        // Only now: a failed write above leaves the flag set, so the next pass tries again.
         running.sentinels_dirty = false;
         Ok(open)
     }

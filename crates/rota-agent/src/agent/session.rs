@@ -46,7 +46,7 @@ impl Agent {
         }
     }
 
-    /// Runs the steps under one session until shutdown, a fatal error or the session's loss.
+    /// Runs the state handlers under one session until shutdown, a fatal error or the session's loss.
     pub(super) async fn incarnation(
         &self,
         session: Session,
@@ -97,7 +97,7 @@ impl Agent {
             checked: None,
             unavailable: RetryPauses::new(),
         };
-        let result = self.run_steps(&mut running).await;
+        let result = self.run_handlers(&mut running).await;
         self.tell(|o| o.session(false));
         cancel.cancel();
         let _ = heartbeat.await;
@@ -111,7 +111,7 @@ impl Agent {
         (Ended::Stopped(result), running.runner)
     }
 
-    /// Before a step that others may wait on (the node queues, or has work): renews a session
+    /// Before a handler that others may wait on (the node queues, or has work): renews a session
     /// that was renewed with the idle TTL with the short one first, so that a node that dies
     /// right after it queues holds up no waiter behind it for longer than `--session-ttl`.
     pub(super) async fn renew_busy(&self, running: &Running) -> Result<()> {

@@ -1,4 +1,4 @@
-//! Waiting between steps: for a change in the store, a sentinel, a procedure's exit or a
+//! Waiting between the agent's passes: for a change in the store, a sentinel, a procedure's exit or a
 //! deadline, and the pauses while the store is out of reach.
 
 use std::time::Duration;
@@ -42,7 +42,7 @@ impl Agent {
         Ok(())
     }
 
-    /// Waits for anything that may change what the next step is: a sentinel, the deadline,
+    /// Waits for anything that may change what the next pass does: a sentinel, the deadline,
     /// the store re-read (slow for an idle node), shutdown, and the store's change counter reaching
     /// `store_changes`, or without it, jumping by [`WAKE_ALL`] since the node was read.
     pub(super) async fn wait(
@@ -53,8 +53,8 @@ impl Agent {
     ) -> Result<()> {
         running.fenced = None;
         running.health_ahead = None;
-        // A look at the procedures already due ends no wait: the idle and queued steps look
-        // before they wait, so it is due only when a step failed before its look, or in a state
+        // A look at the procedures already due ends no wait: the idle and queued handlers look
+        // before they wait, so it is due only when a handler failed before its look, or in a state
         // that never looks. A wait ended by it would end at once, again and again: after a
         // failure, a retry storm instead of a pause (test
         // three_agents_ask_an_api_server_that_rejects_them_less_and_less_often).

@@ -1,32 +1,32 @@
-//! The modelled agent: the step handlers of `crates/rota-agent/src/agent/step/` for a node with
-//! one reboot request, cut at every persisted step (a store write, a change on the host) so
-//! that a crash can fall between any two.
+//! The modelled agent: the state handlers of `crates/rota-agent/src/agent/states/` for a node
+//! with one reboot request, cut into one action per write it persists (to the store, or a
+//! change on the host) or read it acts on, so that a crash can fall between any two.
 //!
 //! Each state's handler, from the record read at [`Pc::Top`]:
 //!
-//! | state | steps, in order | mirrors |
+//! | state | actions, in order | mirrors |
 //! |---|---|---|
-//! | idle | commit `requested` with the sentinel's request | `step/idle.rs` |
-//! | queued | read the slot `schedule` grants (the lowest free); compare-and-swap it; commit `slot_acquired` (a slot already held is re-adopted) | `step/queued.rs` |
-//! | draining | fence; cordon (the drain's first step: its evictions change nothing the model keeps); commit `drained` | `step/draining.rs` |
-//! | maintaining | fence; commit `reboot_started` with the boot id (the agent goes on to `start_reboot` at once; the model reads `rebooting` first, and takes the same step) | `step/maintaining.rs` |
-//! | rebooting | new boot id: fence, commit `boot_changed`. Else without a marker of this boot: fence, then the reboot's steps of [`RebootProtocol`]. Else wait for the deadline, then commit `reboot_timed_out` | `step/rebooting.rs`, `start_reboot` in `step/maintaining.rs` |
-//! | verifying | fence; uncordon; commit `healthy` (it gives the slot back) | `step/verifying.rs`, `uncordon` in `commit.rs` |
-//! | failed | nothing: an operator's turn | `step/mod.rs` |
+//! | idle | commit `requested` with the sentinel's request | `states/idle.rs` |
+//! | queued | read the slot `schedule` grants (the lowest free); compare-and-swap it; commit `slot_acquired` (a slot already held is re-adopted) | `states/queued.rs` |
+//! | draining | fence; cordon (the drain's first part: its evictions change nothing the model keeps); commit `drained` | `states/draining.rs` |
+//! | maintaining | fence; commit `reboot_started` with the boot id (the agent goes on to `start_reboot` at once; the model reads `rebooting` first, and does the same) | `states/maintaining.rs` |
+//! | rebooting | new boot id: fence, commit `boot_changed`. Else without a marker of this boot: fence, then the reboot's actions in the order of [`RebootProtocol`]. Else wait for the deadline, then commit `reboot_timed_out` | `states/rebooting.rs`, `start_reboot` in `states/maintaining.rs` |
+//! | verifying | fence; uncordon; commit `healthy` (it gives the slot back) | `states/verifying.rs`, `uncordon` in `commit.rs` |
+//! | failed | nothing: an operator's turn | `states/mod.rs` |
 //!
 //! Every commit is `Lifecycle::apply` of the event on the record's lifecycle, written by the
-//! store as the `Transition` of that step (`commit_as` in `commit.rs`, [`transition`]), which
-//! `NodeOverview::apply` carries out. A fence that fails takes no step: the agent pauses and
-//! reads again, which the model leaves out, since nothing would change.
+//! store as the `Transition` of that decision (`commit_as` in `commit.rs`, [`transition`]),
+//! which `NodeOverview::apply` carries out. After a fence that fails the agent does nothing
+//! more: it pauses and reads again, which the model leaves out, since nothing would change.
 
 use std::fmt;
 
-use rota_core::{BackoffPolicy, Event, Failure, NodeState, Process, Step, Transition};
+use rota_core::{BackoffPolicy, Decision, Event, Failure, NodeState, Process, Transition};
 
 use crate::host::Host;
 use crate::store::{NOW, Store};
 
-/// The order of the reboot's persisted steps on the host.
+/// The order of the reboot's persisted actions on the host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RebootProtocol {
     /// The marker, synced, then the spawn of the reboot command: the order before the fix.
@@ -47,8 +47,8 @@ pub enum Flaw {
 /// Where an agent is within its state's handler: all it holds in memory, lost when it crashes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Pc {
-    /// Between handlers: the next step reads the record and is the first of its state's
-    /// handler (`run_steps` in step/mod.rs).
+    /// Between handlers: the next action reads the record and is the first of its state's
+    /// handler (`run_handlers` in states/mod.rs).
     Top,
     /// queued: read this slot free; next, the compare-and-swap that takes it.
     Claim(u8),
@@ -83,10 +83,10 @@ pub struct Agent {
     pub crashes: u8,
 }
 
-/// One step of an agent.
+/// One action of an agent.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Does {
-    /// Applies the event to the record's lifecycle and writes the step the core decided.
+    /// Applies the event to the record's lifecycle and writes what the core decided.
     Commit(Event),
     /// Reads the slots and finds this one free, granted by `schedule`.
     ReadSlot(u8),
@@ -131,12 +131,12 @@ pub fn timed_out() -> Event {
 /// Where the reboot sentinel's request comes from (its path, as the agent records it).
 pub const SENTINEL: &str = "/var/run/reboot-required";
 
-/// The write of `step`, which the core decided on `event`, with what the agent adds to it
+/// The write of `decision`, which the core made on `event`, with what the agent adds to it
 /// (`commit_with` and its callers): the sentinel's request recorded with `requested`
-/// (`step/idle.rs`), the process and the boot id with `reboot_started` (`step/maintaining.rs`;
+/// (`states/idle.rs`), the process and the boot id with `reboot_started` (`states/maintaining.rs`;
 /// its times are left out, as the model has no time).
-pub fn transition(step: Step, event: &Event, host: &Host) -> Transition {
-    let mut transition = Transition::of(step);
+pub fn transition(decision: Decision, event: &Event, host: &Host) -> Transition {
+    let mut transition = Transition::of(decision);
     match event {
         Event::Requested { .. } => transition = transition.request(Process::Reboot, SENTINEL),
         Event::RebootStarted => {
@@ -164,7 +164,7 @@ pub fn next(
 ) -> Option<Does> {
     let record = store.record(node);
     let holds_slot = store.holds_slot(node);
-    // A disruptive step, or a write that one follows at once, comes after the fence.
+    // Anything disruptive, or a write that it follows at once, comes after the fence.
     let fence = |does: Does| holds_slot.then_some(does);
     match agent.pc {
         Pc::Top => match record.state() {
@@ -186,11 +186,11 @@ pub fn next(
             }),
             NodeState::Rebooting => Some(Does::Wait),
             NodeState::Verifying => {
-                let step = record
+                let decision = record
                     .lifecycle()
                     .apply(&Event::Healthy)
                     .expect("verifying allows healthy");
-                if step.uncordon {
+                if decision.uncordon {
                     fence(Does::Uncordon)
                 } else {
                     Some(Does::Commit(Event::Healthy))

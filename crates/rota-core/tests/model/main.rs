@@ -1,15 +1,15 @@
 //! rota's protocol, model-checked with stateright: `N` nodes take turns for a reboot through
-//! `K` slots of a store with compare-and-swap, and every agent may crash and restart at any
-//! persisted step. The rules are rota-core's own: `Lifecycle::apply` decides every step,
-//! `NodeOverview::apply` what its write does to the node's record, and `schedule` which slot a
-//! queued node may take; the model adds the store that keeps what they decide, the machines and
+//! `K` slots of a store with compare-and-swap, and every agent may crash and restart between
+//! any two of its actions. The rules are rota-core's own: `Lifecycle::apply` decides every
+//! transition, `NodeOverview::apply` what its write does to the node's record, and `schedule`
+//! which slot a queued node may take; the model adds the store that keeps what they decide, the machines and
 //! the agents' programs around them (docs/design.md §10).
 //!
 //! - [`store`]: each node's `NodeOverview` and the slots, with their compare-and-swaps;
 //! - [`host`]: a machine: its boot id, the cordon, the sentinel, the reboot marker;
-//! - [`agent`]: the agent's program, one action per persisted step, and the two orders of the
-//!   reboot's steps ([`RebootProtocol`]);
-//! - [`system`]: the stateright model: the agents' steps, their crashes, the reboots;
+//! - [`agent`]: the agent's program, one action per write it persists (or read it acts on), and
+//!   the two orders of the reboot's actions ([`RebootProtocol`]);
+//! - [`system`]: the stateright model: the agents' actions, their crashes, the reboots;
 //! - [`properties`]: what must hold, and why the liveness check is complete.
 
 mod agent;
@@ -49,8 +49,8 @@ fn check(model: Rota, target: Option<&'static str>) -> Discoveries {
     checker.discoveries()
 }
 
-/// The path's steps, one a line.
-fn steps(path: &Path<State, Action>) -> String {
+/// The path's actions, one a line.
+fn actions(path: &Path<State, Action>) -> String {
     path.clone()
         .into_actions()
         .iter()
@@ -67,14 +67,14 @@ fn counterexample<'a>(
     let Some(path) = discoveries.get(property) else {
         panic!("no counterexample to {property:?}");
     };
-    eprintln!("counterexample to {property:?}:\n{}", steps(path));
+    eprintln!("counterexample to {property:?}:\n{}", actions(path));
     path
 }
 
 fn assert_none(discoveries: &Discoveries, properties: &[&'static str]) {
     for property in properties {
         if let Some(path) = discoveries.get(property) {
-            panic!("counterexample to {property:?}:\n{}", steps(path));
+            panic!("counterexample to {property:?}:\n{}", actions(path));
         }
     }
 }
@@ -112,7 +112,7 @@ fn the_marker_before_the_spawn_strands_a_node_whose_agent_dies_between_them() {
     };
     // ...because its agent was killed after the marker and before the spawn. (The checker
     // keeps the last counterexample it finds, not the shortest: other crashes may come first.)
-    let steps: Vec<Action> = path
+    let actions: Vec<Action> = path
         .clone()
         .into_actions()
         .into_iter()
@@ -126,14 +126,14 @@ fn the_marker_before_the_spawn_strands_a_node_whose_agent_dies_between_them() {
         .collect();
     assert!(
         matches!(
-            steps[..],
+            actions[..],
             [
                 ..,
                 Action::Agent(_, Does::WriteMarker),
                 Action::Crash { .. }
             ]
         ),
-        "{steps:?}"
+        "{actions:?}"
     );
 }
 

@@ -16,7 +16,7 @@ pub const ONE_REBOOT: &str = "no request reboots its node twice";
 /// Invariant 3: every node ends idle, its request done, uncordoned and holding no slot.
 pub const FINISHES: &str = "every request finishes";
 /// See [`rank`].
-pub const PROGRESS: &str = "every step makes progress";
+pub const PROGRESS: &str = "every action makes progress";
 
 pub fn all() -> Vec<Property<Rota>> {
     vec![
@@ -58,14 +58,14 @@ fn finished(state: &State, node: u8) -> bool {
         && !state.store.holds_slot(node)
 }
 
-/// A measure that every step increases, compared in order:
+/// A measure that every action increases, compared in order:
 /// 1. crashes and reboots, after which an agent starts its handler again;
 /// 2. how far each node's lifecycle went (a slot taken counts within queued);
 /// 3. how far each agent is within its handler, with the marker of this boot and a reboot
 ///    due on its host; a claim on a slot someone else took counts lowest, as it can only fail.
 ///
-/// Checked on every step ([`PROGRESS`]), it shows the state graph has no cycle, so every run
-/// ends in a state with no step left. The checker judges `eventually` by those last states
+/// Checked on every action ([`PROGRESS`]), it shows the state graph has no cycle, so every run
+/// ends in a state with no action left. The checker judges `eventually` by those last states
 /// and does not see cycles (stateright's `Property::eventually`); without one there is no
 /// endless run it could miss, and no unfair one: a run ends only when nothing can happen.
 fn rank(state: &State) -> (u32, u32, u32) {

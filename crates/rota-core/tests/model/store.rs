@@ -34,7 +34,7 @@ pub struct Record {
     /// The requests closed so far (done or canceled), oldest first.
     closed: Vec<RequestRecord>,
     /// The hash of the two, computed once per write: the checker hashes every state it
-    /// generates, and most steps write no record.
+    /// generates, and most actions write no record.
     digest: u64,
 }
 
@@ -159,7 +159,7 @@ fn digest(overview: &NodeOverview, closed: &[RequestRecord]) -> u64 {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Store {
     /// Node `n`'s record, shared between the states that did not write it: a state is cloned
-    /// for every step, and a step writes one record at most.
+    /// for every action, and an action writes one record at most.
     pub records: Vec<Arc<Record>>,
     /// Slot `i`'s holder, a node, or `None` while it is free.
     pub slots: Vec<Option<u8>>,

@@ -1,5 +1,5 @@
 //! The system the checker explores: `N` nodes, each a machine with its agent, and the store they
-//! share; the actions are the agents' steps, their crashes, and the machines' reboots.
+//! share; the actions are the agents' own, their crashes, and the machines' reboots.
 
 use std::fmt;
 
@@ -44,14 +44,14 @@ impl Rota {
         }
     }
 
-    /// Carries out `does`, node `node`'s agent's step.
-    fn step(&self, state: &mut State, node: u8, does: Does) {
+    /// Carries out `does`, node `node`'s agent's action.
+    fn carry_out(&self, state: &mut State, node: u8, does: Does) {
         let n = usize::from(node);
         let host = &mut state.hosts[n];
         let agent = &mut state.agents[n];
         agent.pc = match does {
             Does::Commit(event) => {
-                let step = state
+                let decision = state
                     .store
                     .record(node)
                     .lifecycle()
@@ -59,13 +59,13 @@ impl Rota {
                     .unwrap_or_else(|e| panic!("node {node}: {e}"));
                 // commit.rs uncordons before the write that asks for it.
                 assert!(
-                    !(step.uncordon && host.cordoned),
+                    !(decision.uncordon && host.cordoned),
                     "node {node}: {event} written while still cordoned"
                 );
-                let next = step.next;
+                let next = decision.next;
                 state
                     .store
-                    .transition(node, agent::transition(step, &event, host));
+                    .transition(node, agent::transition(decision, &event, host));
                 assert_eq!(
                     state.store.record(node).lifecycle(),
                     next,
@@ -84,7 +84,7 @@ impl Rota {
                 } else {
                     state.store.take_slot(slot, node);
                 }
-                // Taken or not, the next step reads the slots again (`Acquire::Granted` for a
+                // Taken or not, the next action reads the slots again (`Acquire::Granted` for a
                 // slot the node holds).
                 Pc::Top
             }
@@ -144,7 +144,7 @@ pub struct State {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
-    /// The node's agent takes its next step.
+    /// The node's agent takes its next action.
     Agent(u8, Does),
     /// The node's agent is killed and started again, with nothing of what it held in memory;
     /// its child, the reboot command, is killed with it (same cgroup). With `took_effect`,
@@ -201,7 +201,7 @@ impl Model for Rota {
                 actions.push(Action::Agent(node, does));
             }
             // A crash between two handlers loses nothing: the restarted agent reads the same
-            // record and takes the same step.
+            // record and takes the same action.
             if agent.pc != Pc::Top && agent.crashes < self.crashes {
                 actions.push(Action::Crash {
                     node,
@@ -223,7 +223,7 @@ impl Model for Rota {
     fn next_state(&self, state: &State, action: Action) -> Option<State> {
         let mut next = state.clone();
         match action {
-            Action::Agent(node, does) => self.step(&mut next, node, does),
+            Action::Agent(node, does) => self.carry_out(&mut next, node, does),
             Action::Crash { node, took_effect } => {
                 let n = usize::from(node);
                 next.agents[n].pc = Pc::Top;

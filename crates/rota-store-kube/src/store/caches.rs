@@ -186,16 +186,16 @@ impl KubeStore {
         *self.inner.newest.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The RotaNode of a node whose agent runs in this process, for its reads between steps.
+    /// The RotaNode of a node whose agent runs in this process, for its reads between writes.
     ///
-    /// The agent reads its node before every step, right after the write that ended the last
-    /// one, and nobody but the agent writes an agent's RotaNode except an operator (unlock,
-    /// retry). So the object this process last wrote or read is the answer while the own
+    /// The agent reads its node at the start of every pass of its loop, right after the write
+    /// that ended the last one, and nobody but the agent writes an agent's RotaNode except an
+    /// operator (unlock, retry). So the object this process last wrote or read is the answer while the own
     /// RotaNodes' watch is synced, which brings every write someone else made (see `recent`).
     /// An operator's command also announces its write with a wake (`wake_agents`), and what
     /// this process saw of the node before that wake arrived is not used. Nothing unsafe
     /// follows from a stale answer: every write of the agent is a compare-and-swap that fails
-    /// on the stale object, and every disruptive step is fenced. Other nodes' objects (an
+    /// on the stale object, and everything disruptive is fenced. Other nodes' objects (an
     /// operator's reads) always come from the API server.
     pub(super) async fn own_object(&self, node: &NodeName) -> Result<Option<RotaNode>> {
         if let Some(known) = self.recent(node) {

@@ -11,7 +11,7 @@ use super::KubeStore;
 
 impl KubeStore {
     /// An Event on the node's Node object, sent in the background: it stays off the path of
-    /// the step that caused it, and a node's maintenance does not stop because its Event could
+    /// the transition that caused it, and a node's maintenance does not stop because its Event could
     /// not be written.
     pub(super) fn emit(
         &self,

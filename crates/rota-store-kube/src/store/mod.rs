@@ -141,7 +141,7 @@ struct Inner {
     /// Each node's procedure ledger as this process last read or wrote it, by RotaNode name
     /// (see `ledger`).
     ledgers: Mutex<HashMap<String, Ledger>>,
-    /// The slot Lease each node holds as this process last read or wrote it: steps that only
+    /// The slot Lease each node holds as this process last read or wrote it: calls that only
     /// need to know which slot the node holds, and the fence's compare-and-swap, start from it
     /// without listing the Leases again (see `lease_of`).
     held: Mutex<HashMap<String, Lease>>,

@@ -13,7 +13,7 @@ use crate::crd::RotaNodeStatus;
 use crate::{slots, status};
 
 impl KubeStore {
-    /// `Store::record`. The agent reads its node before every step: right after its own
+    /// `Store::record`. The agent reads its node at the start of every pass: right after its own
     /// write, that write's answer (see `own_object`), and else one round trip, not two.
     pub(super) async fn read_record(&self, node: &NodeName) -> Result<Option<NodeOverview>> {
         if let Some(known) = self.recent(node).filter(|k| k.with_lease) {

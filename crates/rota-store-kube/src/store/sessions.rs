@@ -78,7 +78,7 @@ impl KubeStore {
         for _ in 0..CAS_ATTEMPTS {
             let now = now_millis();
             let deadline = Timestamp(now.saturating_add(ttl_ms));
-            // The Leases with the object: the agent's first step then needs no request, and
+            // The Leases with the object: the agent's first pass then needs no request, and
             // an idle node's leftover slot is found without another one.
             let (object, leases) = tokio::try_join!(self.get_rota_node(node), self.list_leases())?;
             let held = held_by(&leases, node).cloned();

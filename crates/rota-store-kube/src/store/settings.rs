@@ -39,7 +39,7 @@ const CONFIG_ATTEMPTS: u32 = 64;
 
 impl KubeStore {
     /// `rota-config` from its watch, or read now while the watch has not listed it (or failed
-    /// since). The pause before a disruptive step and the concurrency at a look at the queue
+    /// since). The pause read before anything disruptive and the concurrency at a look at the queue
     /// come from here: a change reaches them when its event arrives, milliseconds after the
     /// write, as a read would have found it a moment later.
     pub(super) async fn config_map(&self) -> Result<Option<ConfigMap>> {

@@ -26,7 +26,7 @@ impl KubeStore {
         self.forget_wait(&session.node);
         let releases = transition.window.releases_slot();
         // The Lease is read only where it matters: to give it back, and to name the slot (and
-        // date the history after it was taken) when the window opens. Other steps keep the
+        // date the history after it was taken) when the window opens. Other transitions keep the
         // slot recorded at the opening.
         let with_lease = releases || transition.window == WindowChange::Open;
         let processes: Vec<&Process> = transition.requests.iter().map(|(p, _)| p).collect();
@@ -56,7 +56,7 @@ impl KubeStore {
             let released = history_ring::last_entry_at(&status).unwrap_or(seen.now);
             self.release_lease(lease, &session.node, released).await?;
         }
-        // A Lease given back counts itself (its step from held to free); any other step that
+        // A Lease given back counts itself (its change from held to free); any other transition that
         // wakes waiters counts here: one change either way, as in the SQL stores.
         if transition.wakes() && lease.is_none() {
             self.inner.changes.bump(1);
@@ -77,17 +77,17 @@ impl KubeStore {
             }
             Ok(Edit::Write(()))
         });
-        // The two proofs are independent writes: both must succeed before the disruptive step,
+        // The two proofs are independent writes: both must succeed before anything disruptive,
         // in whichever order they land.
         let (current, slot) = tokio::join!(current, self.renew_lease(session));
         current?;
         slot
     }
 
-    /// A transition that a disruptive step follows at once, with the fence's proof. Its two
+    /// A transition that something disruptive follows at once, with the fence's proof. Its two
     /// proofs, the session (the transition's own compare-and-swap on the RotaNode, which
-    /// renews the session as the fence does) and the slot (the Lease), go out at once: the
-    /// step that follows waits for one round trip instead of two. A transition that gives the
+    /// renews the session as the fence does) and the slot (the Lease), go out at once: what
+    /// follows waits for one round trip instead of two. A transition that gives the
     /// slot back fences first: renewing the Lease while giving it back would race on its
     /// compare-and-swap.
     pub(super) async fn fenced_transition(

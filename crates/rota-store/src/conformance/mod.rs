@@ -1,7 +1,7 @@
 //! The store conformance suite: one set of tests that every [`Store`] must pass. A store's test
 //! file instantiates it with [`conformance_tests!`](crate::conformance_tests), giving a function
 //! that returns a fresh, empty store; the same test bodies then run against every substrate.
-//! Each file holds the cases of one concern; this one, the steps they share.
+//! Each file holds the cases of one concern; this one, the helpers they share.
 
 mod audit;
 mod blocked;
@@ -121,7 +121,7 @@ async fn finish_window(store: &dyn Store, s: &Session) -> NodeRecord {
         store
             .transition(s, Transition::new(from, to))
             .await
-            .expect("step");
+            .expect("transition");
     }
     store
         .transition(

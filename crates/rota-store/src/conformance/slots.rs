@@ -274,7 +274,7 @@ pub async fn giving_back_an_unused_grant_is_one_change(store: Arc<dyn Store>) {
     assert!(matches!(granted, Acquire::Granted(_)), "{granted:?}");
     let changes = store.changes();
     let before = *changes.borrow();
-    let step = rota_core::Lifecycle::idle()
+    let decision = rota_core::Lifecycle::idle()
         .apply(&rota_core::Event::Requested { eligible_at: 0 })
         .and_then(|queued| {
             queued
@@ -283,7 +283,7 @@ pub async fn giving_back_an_unused_grant_is_one_change(store: Arc<dyn Store>) {
         })
         .expect("a queued node may cancel");
     let idle = store
-        .transition(&s, Transition::of(step))
+        .transition(&s, Transition::of(decision))
         .await
         .expect("give the grant back");
     assert_eq!(idle.state, NodeState::Idle);

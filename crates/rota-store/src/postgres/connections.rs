@@ -33,7 +33,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// sqlx's pool (0.8) sends a Sync and waits for the server's answer every time a connection
 /// comes back, a second round trip per call; these connections never go back to a pool. A
 /// connection whose call did not finish (it failed, or its caller was cancelled halfway) may be
-/// out of step with the server, so it is closed instead, and a new one is opened when needed.
+/// out of sync with the server, so it is closed instead, and a new one is opened when needed.
 /// The idle ones are closed with it: a call fails most often because the server ended its
 /// connections (a restart, a failover), and then every idle connection is dead too, and would
 /// fail one call each (test `a_database_restart_costs_at_most_one_failed_call_and_loses_nothing`).

@@ -62,13 +62,13 @@ pub struct AgentArgs {
     /// A port already taken or a malformed address stops the agent at start.
     #[arg(long, value_name = "IP:PORT", env = "ROTA_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
-    /// Maintenance hours, when disruptive steps may start, such as "mon-fri 22:00-04:00
+    /// Maintenance hours, when nodes may be disrupted, such as "mon-fri 22:00-04:00
     /// Europe/Berlin" (repeatable).
     ///
-    /// The form is "[DAYS] HH:MM[:SS]-HH:MM[:SS] [TIME ZONE]". Disruptive steps start only within
-    /// the maintenance hours (within any of them, when several are given). They are checked
-    /// before the slot, the drain, each procedure and the reboot; work whose hours end gives its
-    /// slot back and waits until they start again. Default: any time. ROTA_HOURS holds one.
+    /// The form is "[DAYS] HH:MM[:SS]-HH:MM[:SS] [TIME ZONE]". A node takes its slot, drains, runs
+    /// each procedure and reboots only within the maintenance hours (within any of them, when
+    /// several are given); work whose hours end gives its slot back and waits until they start
+    /// again. Default: any time. ROTA_HOURS holds one.
     #[arg(long = "hours", value_name = "HOURS", env = "ROTA_HOURS", value_parser = hours)]
     pub hours: Vec<Hours>,
     /// Pause the whole fleet once this many nodes failed (default: no budget).
@@ -354,7 +354,7 @@ pub struct KubeDrainArgs {
     /// pods evicted from the nodes out now, prefer nodes that will not be drained soon and are not
     /// moved twice in one rollout. The Node's other taints are kept (the write is a
     /// compare-and-swap on the Node; an idle agent reads its Node once at start to clear a taint
-    /// left behind). A mark that cannot be written is tried again at the next step.
+    /// left behind). A mark that cannot be written is tried again on the agent's next pass.
     #[arg(long, value_name = "KEY", value_parser = taint_key)]
     pub prefer_no_schedule_taint: Option<String>,
     /// With --node-actions kube: rota records its reboots on the Node in annotations for other

@@ -95,7 +95,7 @@ pub enum Command {
     /// Withdraw a node's pending request (work already in a window is given up with unlock).
     Cancel(RequestArgs),
     /// Pause the whole fleet: no node takes a slot or starts a reboot until `rota resume`.
-    /// Windows already open finish their other steps.
+    /// Windows already open go on to their end.
     Pause(PauseArgs),
     /// Lift the fleet's pause.
     Resume(ResumeArgs),

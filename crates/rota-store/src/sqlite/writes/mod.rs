@@ -2,7 +2,7 @@
 //! that the [writer](super::writer) opened. An operation of several statements runs in a
 //! savepoint of its own, so that its failure undoes it alone and not its batch.
 //!
-//! One module per concern; the shared steps (the session check, the savepoint) are here.
+//! One module per concern; the shared parts (the session check, the savepoint) are here.
 
 use sqlx::SqliteConnection;
 

@@ -106,7 +106,7 @@ impl Agent {
         self.fence(running, record).await?;
         let started_at = record.reboot_started_at.unwrap_or_else(now_millis);
         if let Err(e) = self.actions.reboot_starting(started_at).await {
-            // The step repeats: a restarted agent, too, finds the reboot's command not run.
+            // The start repeats: a restarted agent, too, finds the reboot's command not run.
             warn!(node = %self.config.node, error = %e, "cannot record the reboot's start on the node; the reboot waits, trying again");
             return self.pause(running).await;
         }

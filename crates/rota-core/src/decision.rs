@@ -1,7 +1,7 @@
-//! What one lifecycle step does besides changing the state: the node's maintenance window and
-//! its requests ([`WindowChange`]), the uncordon that must come first, and whether the step may
-//! let a waiting node take its turn ([`wakes`]). [`Lifecycle::apply`] decides all of it; the
-//! agent and the stores carry it out.
+//! What the core decides one lifecycle event makes happen besides changing the state: the
+//! node's maintenance window and its requests ([`WindowChange`]), the uncordon that must come
+//! first, and whether the decision may let a waiting node take its turn ([`wakes`]).
+//! [`Lifecycle::apply`] decides all of it; the agent and the stores carry it out.
 
 use crate::backoff::BackoffPolicy;
 use crate::lifecycle::{Lifecycle, NodeState};
@@ -34,7 +34,8 @@ pub enum WindowChange {
     /// An operator canceled the window: active requests are canceled (`canceled` each, with the
     /// reason) and the slot is released.
     Cancel { reason: String },
-    /// The maintenance hours ended before the next disruptive step: the window ends, active
+    /// The maintenance hours ended before the node could drain, run its next procedure or
+    /// reboot: the window ends, active
     /// requests go back to pending (each gets `postponed`, with the reason), the slot is released,
     /// and no backoff is recorded: the work waits for the hours to start again. Requests already
     /// done stay done.
@@ -57,10 +58,10 @@ impl WindowChange {
     }
 }
 
-/// Whether a step from `from` to `to` with `window` may let a waiting node go on: a slot given
-/// back, or a waiter leaving the queue. Taking a slot never does (one free slot fewer, one
-/// waiter ahead fewer). A store counts one change for such a step, however many of the two it
-/// is.
+/// Whether a transition from `from` to `to` with `window` may let a waiting node go on: a slot
+/// given back, or a waiter leaving the queue. Taking a slot never does (one free slot fewer, one
+/// waiter ahead fewer). A store counts one change for such a transition, however many of the two
+/// it is.
 pub fn wakes(from: NodeState, to: NodeState, window: &WindowChange) -> bool {
     window.releases_slot() || (from == NodeState::Queued && to == NodeState::Idle)
 }
@@ -69,7 +70,7 @@ pub fn wakes(from: NodeState, to: NodeState, window: &WindowChange) -> bool {
 /// uncordon (while the node still holds its slot), then one write of the new state with the
 /// window change.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Step {
+pub struct Decision {
     /// The state the event arrived in.
     pub from: NodeState,
     /// The lifecycle after the event.
@@ -80,8 +81,8 @@ pub struct Step {
     pub window: WindowChange,
 }
 
-impl Step {
-    /// Whether the step may let a waiting node go on (see [`wakes`]).
+impl Decision {
+    /// Whether the decision may let a waiting node go on (see [`wakes`]).
     pub fn wakes(&self) -> bool {
         wakes(self.from, self.next.state, &self.window)
     }

@@ -52,7 +52,7 @@ impl Agent {
         for (process, source) in &new {
             info!(node = %self.config.node, %process, source, "request recorded");
         }
-        // Only now: a failed write above leaves the flag set, so the next step tries again.
+        // Only now: a failed write above leaves the flag set, so the next pass tries again.
         running.sentinels_dirty = false;
         Ok(())
     }

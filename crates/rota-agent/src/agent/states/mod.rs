@@ -1,5 +1,5 @@
-//! The state machine's steps: one module per state, each taking the one step its state calls
-//! for from the node's persisted record.
+//! The state handlers: one module per lifecycle state, each doing the next thing its state
+//! calls for, from the node's persisted record.
 
 use rota_core::{Event, Failure, NodeState};
 use rota_store::{NodeRecord, StoreExt, WAKE_ALL};
@@ -16,7 +16,9 @@ mod rebooting;
 mod verifying;
 
 impl Agent {
-    pub(super) async fn run_steps(&self, running: &mut Running) -> Result<()> {
+    /// Reads the node's record and runs its state's handler, over and over, until the
+    /// incarnation ends.
+    pub(super) async fn run_handlers(&self, running: &mut Running) -> Result<()> {
         while !running.cancel.is_cancelled() {
             let changes = *running.changes.borrow();
             if changes >= running.changes_at_read.saturating_add(WAKE_ALL) {
@@ -40,9 +42,9 @@ impl Agent {
                 o.record(&record);
             });
             self.mark_window(running, &record);
-            // The node's read may come from the store's memory (Kubernetes): only a step that
-            // went through shows the store answers again.
-            match self.step(running, &record).await {
+            // The node's read may come from the store's memory (Kubernetes): only a handler
+            // that went through shows the store answers again.
+            match self.handle(running, &record).await {
                 Ok(()) => {
                     running.unavailable.reset();
                     if record.state != NodeState::Failed {
@@ -57,8 +59,8 @@ impl Agent {
                     info!(node = %self.config.node, "state changed under this agent; re-reading");
                 }
                 Err(Error::Store(rota_store::Error::Fenced { .. })) => {
-                    // The slot or the session is gone: take no disruptive step, re-read.
-                    warn!(node = %self.config.node, "fenced: this agent no longer owns the step");
+                    // The slot or the session is gone: disrupt nothing more, re-read.
+                    warn!(node = %self.config.node, "fenced: this agent no longer holds the node's slot or session");
                     self.pause(running).await?;
                 }
                 Err(Error::Store(e)) => {
@@ -72,11 +74,11 @@ impl Agent {
         Ok(())
     }
 
-    /// A step that could not read or write the host's files (a missing directory, a read-only
-    /// or full filesystem). Inside maintenance the window fails closed with that cause in
-    /// history: the node keeps its slot and cordon, as after a failed script. Elsewhere the
-    /// step is tried again after a pause. The agent stays up either way, and `/readyz` names
-    /// the cause until a step succeeds outside `failed`.
+    /// A handler that could not read or write the host's files (a missing directory, a
+    /// read-only or full filesystem). Inside maintenance the window fails closed with that cause
+    /// in history: the node keeps its slot and cordon, as after a failed script. Elsewhere the
+    /// handler runs again after a pause. The agent stays up either way, and `/readyz` names the
+    /// cause until a handler succeeds outside `failed`.
     async fn host_failed(
         &self,
         running: &mut Running,
@@ -86,16 +88,18 @@ impl Agent {
         let cause = error.to_string();
         self.tell(|o| o.host_error(Some(&cause)));
         if record.state == NodeState::Maintaining {
-            warn!(node = %self.config.node, cause, "a step failed on the host's files; the window fails closed");
+            warn!(node = %self.config.node, cause, "an access to the host's files failed; the window fails closed");
             let failed = Event::WorkFailed(Failure::new(cause, self.config.backoff));
             self.commit(running, record, failed).await?;
             return Ok(());
         }
-        warn!(node = %self.config.node, state = %record.state, cause, "a step failed on the host's files; trying again");
+        warn!(node = %self.config.node, state = %record.state, cause, "an access to the host's files failed; trying again");
         self.pause(running).await
     }
 
-    async fn step(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
+    /// Runs the handler of the record's state, after what the states share: the busy session's
+    /// renewal (outside idle), the pending mark, and a stale block cleared instead.
+    async fn handle(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
         if record.state != NodeState::Idle {
             // An operator's command may have queued the node while its session ran long.
             self.renew_busy(running).await?;
