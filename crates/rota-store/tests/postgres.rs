@@ -314,6 +314,52 @@ async fn a_write_that_waited_for_the_nodes_lock_reads_what_the_other_wrote() {
     );
 }
 
+/// A handle decides an agent's write on what it last wrote of the node, without a read (see
+/// `postgres/record.rs`): only while nobody else wrote the node, and never to refuse a write or
+/// to let a write that changes nothing skip its session check.
+#[tokio::test]
+async fn a_handles_last_write_stands_for_a_read_only_until_another_writes_the_node() {
+    let Some(url) = fresh_database().await else {
+        return;
+    };
+    let agent = PostgresStore::open(&url).await.expect("open");
+    let operator = PostgresStore::open(&url).await.expect("open");
+    let s = holding_slot_0(&agent, Duration::from_secs(60)).await;
+    agent
+        .transition(
+            &s,
+            Transition::new(NodeState::Queued, NodeState::Draining).window(WindowChange::Open),
+        )
+        .await
+        .expect("the window opens");
+    operator.unlock(&s.node, "test").await.expect("unlock");
+    // Draining, as the agent's handle last wrote it, refuses this; idle, as the operator
+    // left it, allows it.
+    let record = agent
+        .transition(
+            &s,
+            Transition::new(NodeState::Idle, NodeState::Queued).window(WindowChange::Queue {
+                queued_at: Some(now_millis()),
+            }),
+        )
+        .await
+        .expect("decided on the record as it is, not as the handle last wrote it");
+    assert_eq!(record.state, NodeState::Queued);
+    assert_eq!(record.slot, None, "the unlock gave the slot back");
+    let newer = operator
+        .open_session(&s.node, Duration::from_secs(60))
+        .await
+        .expect("a newer session");
+    assert!(
+        matches!(
+            agent.set_blocked(&s, None).await,
+            Err(rota_store::Error::Fenced { .. })
+        ),
+        "a write that changes nothing still checks the session"
+    );
+    assert!(agent.set_blocked(&newer, None).await.is_ok());
+}
+
 #[tokio::test]
 async fn a_newer_schema_is_refused_without_change() {
     let Some(url) = fresh_database().await else {

@@ -43,7 +43,8 @@ mod sessions;
 mod settings;
 mod slots;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -53,6 +54,7 @@ use tokio::sync::watch;
 use self::changes::ListenerTask;
 use self::connections::Connections;
 pub(crate) use self::open::redact;
+use self::record::Known;
 use crate::Store;
 use crate::audit::{AuditRecord, NewAuditRecord};
 use crate::error::Result;
@@ -72,6 +74,33 @@ pub struct PostgresStore {
     origin: u64,
     changes: Arc<watch::Sender<u64>>,
     _listener: Arc<ListenerTask>,
+    /// Each node's record as this handle last wrote it (see [`record::Known`]).
+    known: Arc<Mutex<HashMap<NodeName, Known>>>,
+}
+
+impl PostgresStore {
+    fn known(&self, node: &NodeName) -> Option<Known> {
+        self.known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(node)
+            .cloned()
+    }
+
+    fn remember(&self, node: &NodeName, known: Known) {
+        self.known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(node.clone(), known);
+    }
+
+    /// The node was written by another write, or may have been: its next write reads it.
+    fn forget(&self, node: &NodeName) {
+        self.known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(node);
+    }
 }
 
 #[async_trait]

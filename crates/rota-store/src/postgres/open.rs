@@ -90,6 +90,7 @@ impl PostgresStore {
             origin,
             changes,
             _listener: Arc::new(listener),
+            known: Arc::default(),
         })
     }
 

@@ -18,7 +18,7 @@ use super::changes::{CHANNEL, OPERATOR_WAKES};
 use super::queries::{REQUEST_COLUMNS, existing_request};
 use crate::error::{Context, Error, Result};
 use crate::model::{
-    BackoffRecord, Millis, NodeOverview, NodeRecord, RequestRecord, Session, Writer,
+    BackoffRecord, Millis, NodeOverview, NodeRecord, RequestRecord, Session, Writer, now_millis,
 };
 use crate::rows::{NODE_COLUMNS, getter, node_record, parse, request_record, request_state};
 
@@ -172,19 +172,43 @@ async fn write_node(
     context: &'static str,
 ) -> Result<Written> {
     let mut conn = store.connections.checkout(context).await?;
+    // This handle's own last write of the node stands for a read, as long as its
+    // compare-and-swap holds (see `Known`).
+    let mut known = store.known(node);
     loop {
-        let read = read_record(conn.connection().await.context(context)?, node, session).await?;
-        let Some(Read {
-            record: before,
-            version,
-            now,
-            ..
-        }) = read.filter(|r| session.is_none() || r.current)
-        else {
-            return Err(Error::unwritable(node, session));
+        let from_known = known.is_some();
+        let (before, version, now) = match known.take() {
+            Some(known) => {
+                let now = now_millis().saturating_add(known.clock_offset);
+                (known.record, known.version, now)
+            }
+            None => {
+                let read =
+                    read_record(conn.connection().await.context(context)?, node, session).await?;
+                let Some(Read {
+                    record,
+                    version,
+                    now,
+                    ..
+                }) = read.filter(|r| session.is_none() || r.current)
+                else {
+                    return Err(Error::unwritable(node, session));
+                };
+                (record, version, now)
+            }
         };
-        let applied = before.apply(write, now)?;
+        let applied = match before.apply(write, now) {
+            Ok(applied) => applied,
+            // Refused on what this handle last wrote: the record as it is now decides.
+            Err(_) if from_known => continue,
+            Err(e) => return Err(e.into()),
+        };
         if !applied.changed {
+            if from_known {
+                // A write that changes nothing writes no row to check the session and the
+                // record against: it reads them.
+                continue;
+            }
             conn.finish();
             return Ok(Written {
                 applied,
@@ -202,17 +226,53 @@ async fn write_node(
             only_if_opened,
         };
         let tx = conn.connection().await.context(context)?;
-        let Some(opened) = persist(tx, &before, &applied, now, &guard).await? else {
+        let Some(persisted) = persist(tx, &before, &applied, now, &guard).await? else {
             // Another write changed the record since it was read, or the session is no
             // longer current: the next read tells which.
+            store.forget(node);
             continue;
         };
         conn.finish();
+        let Persisted {
+            opened,
+            version,
+            now,
+        } = persisted;
         if !only_if_opened || !opened.is_empty() {
             store.woke(count);
         }
+        let mut record = applied.after.clone();
+        record.open_requests.extend(opened.iter().cloned());
+        store.remember(
+            node,
+            Known {
+                record,
+                version,
+                clock_offset: now - now_millis(),
+            },
+        );
         return Ok(Written { applied, opened });
     }
+}
+
+/// A node's record as this handle last wrote it, with its row's version and the database's
+/// clock as an offset from this host's. A write decides on it without reading: its
+/// compare-and-swap refuses it if anyone wrote the node since (every write of a node, a grant
+/// and a new session included, gives its row a new version), and the write then reads. Its
+/// times are the database's clock of that last write plus the time since, by this host's.
+#[derive(Clone)]
+pub(super) struct Known {
+    record: NodeOverview,
+    version: String,
+    clock_offset: i64,
+}
+
+/// What a persisting statement wrote: the requests it opened as stored, the row's new version
+/// and the database's "now".
+struct Persisted {
+    opened: Vec<RequestRecord>,
+    version: String,
+    now: Millis,
 }
 
 /// What a persisting statement checks before it writes anything, and what it announces.
@@ -231,15 +291,14 @@ struct Guard<'a> {
 /// notification of its wake-ups, if `guard` holds: the node's row (always, so that its version
 /// changes), the slot given back, the requests moved or closed, the backoffs, the history
 /// entries, and last the requests opened (after the ones closed, whose key they may take).
-/// Returns the requests opened as stored, or `None` when the guard failed and nothing was
-/// written.
+/// Returns what it wrote, or `None` when the guard failed and nothing was written.
 async fn persist(
     conn: &mut PgConnection,
     before: &NodeOverview,
     applied: &Applied,
     now: Millis,
     guard: &Guard<'_>,
-) -> Result<Option<Vec<RequestRecord>>> {
+) -> Result<Option<Persisted>> {
     let after = &applied.after;
     let r = &after.record;
     let releases = before.record.slot.is_some() && r.slot.is_none();
@@ -285,7 +344,7 @@ async fn persist(
                OR EXISTS (SELECT 1 FROM sessions se WHERE se.id = $36 \
                  AND se.id = nodes.session_id AND NOT se.superseded \
                  AND se.deadline > rota_now_ms())) \
-           RETURNING node \
+           RETURNING node, xmin::TEXT AS version \
          ), released AS ( \
            UPDATE slot_rows SET holder = NULL, acquired_at = NULL WHERE $15 AND holder = $1 \
              AND EXISTS (SELECT 1 FROM node_row) \
@@ -324,7 +383,7 @@ async fn persist(
              AND (NOT $37 OR EXISTS (SELECT 1 FROM opened)) \
          ) \
          SELECT o.*, (SELECT count(*) FROM notified) AS notified, \
-           EXISTS (SELECT 1 FROM node_row) AS written FROM ( \
+           (SELECT version FROM node_row) AS version, rota_now_ms() AS now FROM ( \
            SELECT 1) one LEFT JOIN opened o ON TRUE ORDER BY o.id"
     );
     let rows = sqlx::query(&sql)
@@ -377,20 +436,27 @@ async fn persist(
         .await
         .context("writing the node's record")?;
     let get = getter("writing the node's record");
-    let written = match rows.first() {
-        Some(row) => row.try_get::<bool, _>("written").map_err(&get)?,
-        None => false,
-    };
-    if !written {
+    let Some(first) = rows.first() else {
         return Ok(None);
-    }
+    };
+    let Some(version) = first
+        .try_get::<Option<String>, _>("version")
+        .map_err(&get)?
+    else {
+        return Ok(None);
+    };
+    let now = first.try_get("now").map_err(&get)?;
     let mut opened = Vec::new();
     for row in &rows {
         if row.try_get::<Option<i64>, _>("id").map_err(&get)?.is_some() {
             opened.push(crate::rows::request_record(row)?);
         }
     }
-    Ok(Some(opened))
+    Ok(Some(Persisted {
+        opened,
+        version,
+        now,
+    }))
 }
 
 /// `Store::write`: the fence's proof first when asked for, then the node write. A waiter is

@@ -17,6 +17,8 @@ pub(super) async fn open_session(
     ttl: Duration,
 ) -> Result<Session> {
     const CONTEXT: &str = "opening a session";
+    // A new session writes the node's row.
+    store.forget(node);
     let mut conn = store.connections.checkout(CONTEXT).await?;
     let mut tx = conn.begin().await.context(CONTEXT)?;
     // The node's row first, as every write of the node locks it, so that a write of the old

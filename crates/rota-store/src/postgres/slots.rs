@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use rota_core::{Held, Limits, NodeName, Turn, Waiter, schedule};
+use rota_core::{Held, Limits, Turn, Waiter, schedule};
 use sqlx::{Acquire as _, PgConnection, Row};
 
 use super::PostgresStore;
@@ -18,15 +18,26 @@ use crate::rows::{concurrency as stored_concurrency, getter, parse, slot_index};
 /// they record a reason), the concurrency, and the database's "now". `locked` reads the slot
 /// rows `FOR UPDATE`, their latest versions, until the transaction ends.
 fn queue_sql(locked: bool) -> String {
-    let rows = if locked {
-        "SELECT slot, holder FROM slot_rows ORDER BY slot FOR UPDATE"
+    // Locked, the node's row first (as every write of the node locks it: under it no other
+    // grant or release of the node happens, so it never holds two slots), then the slot rows:
+    // the one-time filter on `me` runs before any slot row is read, so the locks are always
+    // taken in that order and a grant never deadlocks with a write that releases a slot.
+    let (me, rows) = if locked {
+        (
+            "FOR UPDATE OF n",
+            "SELECT slot, holder FROM slot_rows WHERE EXISTS (SELECT 1 FROM me) \
+             ORDER BY slot FOR UPDATE",
+        )
     } else {
-        "SELECT slot, holder FROM slots"
+        ("", "SELECT slot, holder FROM slots")
     };
     format!(
-        "WITH slot_list AS ({rows}), \
+        "WITH me AS (SELECT EXISTS (SELECT 1 FROM sessions s WHERE s.id = n.session_id \
+             AND s.id = $2 AND NOT s.superseded AND s.deadline > rota_now_ms()) AS current \
+           FROM nodes n WHERE n.node = $1 {me}), \
+           slot_list AS ({rows}), \
            held AS (SELECT slot, holder FROM slot_list WHERE holder IS NOT NULL) \
-         SELECT x.now, \
+         SELECT x.now, COALESCE((SELECT current FROM me), FALSE) AS current, \
            COALESCE((SELECT value FROM rota_meta WHERE key = 'concurrency'), '1') AS concurrency, \
            (SELECT slot FROM held WHERE holder = $1) AS own, \
            ARRAY(SELECT slot FROM held ORDER BY slot) AS held, \
@@ -45,20 +56,27 @@ fn queue_sql(locked: bool) -> String {
 
 /// What a node asking for a slot finds.
 enum Look {
+    /// Its session is not current: it may not take a slot.
+    Fenced,
     /// It holds this slot already.
     Holds(u32),
     /// Its turn in the queue as [`schedule`] decides it.
     Turn(Turn),
 }
 
-async fn look(conn: &mut PgConnection, node: &NodeName, locked: bool) -> Result<Look> {
+async fn look(conn: &mut PgConnection, session: &Session, locked: bool) -> Result<Look> {
     const CONTEXT: &str = "reading the queue";
+    let node = &session.node;
     let row = sqlx::query(&queue_sql(locked))
         .bind(node.as_str())
+        .bind(session.id)
         .fetch_one(&mut *conn)
         .await
         .context(CONTEXT)?;
     let get = getter(CONTEXT);
+    if !row.try_get::<bool, _>("current").map_err(&get)? {
+        return Ok(Look::Fenced);
+    }
     let own: Option<i64> = row.try_get("own").map_err(&get)?;
     if let Some(slot) = slot_index(own) {
         return Ok(Look::Holds(slot));
@@ -114,36 +132,26 @@ async fn look(conn: &mut PgConnection, node: &NodeName, locked: bool) -> Result<
 pub(super) async fn try_acquire_slot(store: &PostgresStore, session: &Session) -> Result<Acquire> {
     const CONTEXT: &str = "acquiring a slot";
     let node = &session.node;
+    let fenced = || Error::Fenced {
+        node: node.clone(),
+        session: session.id,
+    };
     let mut conn = store.connections.checkout(CONTEXT).await?;
     // A read-only look first, outside a transaction: waiters that are not at the front of the
     // queue take no lock, so a release does not set off a stampede of locking transactions.
-    if let Look::Turn(Turn::Wait { changes }) =
-        look(conn.connection().await.context(CONTEXT)?, node, false).await?
-    {
-        conn.finish();
-        return Ok(Acquire::Wait { changes });
+    match look(conn.connection().await.context(CONTEXT)?, session, false).await? {
+        Look::Fenced => return Err(fenced()),
+        Look::Turn(Turn::Wait { changes }) => {
+            conn.finish();
+            return Ok(Acquire::Wait { changes });
+        }
+        Look::Holds(_) | Look::Turn(Turn::Granted(_)) => {}
     }
+    // Then, in one transaction, the same look with the node's row and the slot rows locked:
+    // grants are decided one at a time.
     let mut tx = conn.begin().await.context(CONTEXT)?;
-    // The node's row first, as every write of the node locks it: under it no other grant or
-    // release of the node can happen, so it never holds two slots.
-    let current: Option<bool> = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM sessions s WHERE s.id = n.session_id AND s.id = $2 \
-           AND NOT s.superseded AND s.deadline > rota_now_ms()) \
-         FROM nodes n WHERE n.node = $1 FOR UPDATE OF n",
-    )
-    .bind(node.as_str())
-    .bind(session.id)
-    .fetch_optional(&mut *tx)
-    .await
-    .context(CONTEXT)?;
-    if current != Some(true) {
-        return Err(Error::Fenced {
-            node: node.clone(),
-            session: session.id,
-        });
-    }
-    // Then the queue and the slots, the slot rows locked: grants are decided one at a time.
-    let slot = match look(&mut tx, node, true).await? {
+    let slot = match look(&mut tx, session, true).await? {
+        Look::Fenced => return Err(fenced()),
         Look::Holds(slot) => {
             tx.commit().await.context(CONTEXT)?;
             conn.finish();
@@ -176,6 +184,8 @@ pub(super) async fn try_acquire_slot(store: &PostgresStore, session: &Session) -
     .context(CONTEXT)?;
     tx.commit().await.context(CONTEXT)?;
     conn.finish();
+    // A grant writes the node's row.
+    store.forget(node);
     Ok(match granted {
         Some(_) => Acquire::Granted(slot),
         None => Acquire::Wait { changes: 1 },
