@@ -330,11 +330,11 @@ pub enum RecordError {
         expected: NodeState,
         actual: NodeState,
     },
-    #[error("node {node} is {state}: {action} needs a node that {needs}")]
+    #[error("node {node} is {state}: {write} needs a node that {needs}")]
     NotAllowed {
         node: NodeName,
         state: NodeState,
-        action: &'static str,
+        write: &'static str,
         needs: &'static str,
     },
     #[error("node {node} has no active request for {process}")]
@@ -486,11 +486,11 @@ impl Applying {
         }
     }
 
-    fn not_allowed(&self, action: &'static str, needs: &'static str) -> RecordError {
+    fn not_allowed(&self, write: &'static str, needs: &'static str) -> RecordError {
         RecordError::NotAllowed {
             node: self.node().clone(),
             state: self.state(),
-            action,
+            write,
             needs,
         }
     }

@@ -669,11 +669,11 @@ fn unlock_needs_a_node_that_holds_a_slot() {
                 let idle = (after.state, after.slot) == (S::Idle, None);
                 assert!(idle, "{state} {slot:?}");
             } else {
-                let (node, action, needs) = (node(), "unlock", "holds a slot");
+                let (node, write, needs) = (node(), "unlock", "holds a slot");
                 let refused = RecordError::NotAllowed {
                     node,
                     state,
-                    action,
+                    write,
                     needs,
                 };
                 assert_eq!(got, Err(refused));
@@ -724,11 +724,11 @@ fn retry_takes_only_a_failed_node_back_to_maintaining() {
             assert_eq!(applied.after, expected);
             assert!(applied.history.is_empty() && applied.closed.is_empty());
         } else {
-            let (node, action, needs) = (node(), "retry", "is failed");
+            let (node, write, needs) = (node(), "retry", "is failed");
             let refused = RecordError::NotAllowed {
                 node,
                 state,
-                action,
+                write,
                 needs,
             };
             assert_eq!(got, Err(refused));

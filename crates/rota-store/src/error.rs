@@ -22,11 +22,11 @@ pub enum Error {
     },
     #[error("node {node} is not known to the store")]
     NoSuchNode { node: NodeName },
-    #[error("node {node} is {state}: {action} needs a node that {needs}")]
+    #[error("node {node} is {state}: {write} needs a node that {needs}")]
     NotAllowed {
         node: NodeName,
         state: NodeState,
-        action: &'static str,
+        write: &'static str,
         needs: &'static str,
     },
     #[error(
@@ -154,12 +154,12 @@ impl From<rota_core::RecordError> for Error {
             R::NotAllowed {
                 node,
                 state,
-                action,
+                write,
                 needs,
             } => Error::NotAllowed {
                 node,
                 state,
-                action,
+                write,
                 needs,
             },
             R::NotActive { node, process } => Error::NotActive { node, process },

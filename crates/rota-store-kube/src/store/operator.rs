@@ -31,7 +31,7 @@ impl KubeStore {
                 return Err(Error::NotAllowed {
                     node: node.clone(),
                     state: status.state,
-                    action: "unlock",
+                    write: "unlock",
                     needs: "holds a slot",
                 });
             }
@@ -71,7 +71,7 @@ impl KubeStore {
                 return Err(Error::NotAllowed {
                     node: node.clone(),
                     state: status.state,
-                    action: "retry",
+                    write: "retry",
                     needs: "is failed",
                 });
             }

@@ -195,15 +195,15 @@ impl KubeStore {
         self.record_of(object, &leases)
     }
 
-    /// Why this writer may not write `node` so: `action` needs a node that `needs`. Rota never
+    /// Why this writer may not write `node` so: `write` needs a node that `needs`. Rota never
     /// asks for such a write, so reading the node's state for the error costs nothing it
     /// would otherwise spend.
-    async fn refused(&self, node: &NodeName, action: &'static str, needs: &'static str) -> Error {
+    async fn refused(&self, node: &NodeName, write: &'static str, needs: &'static str) -> Error {
         match self.get_rota_node(node).await {
             Ok(Some(object)) => Error::NotAllowed {
                 node: node.clone(),
                 state: object.status.map_or(NodeState::Idle, |s| s.state),
-                action,
+                write,
                 needs,
             },
             Ok(None) => Error::NoSuchNode { node: node.clone() },
