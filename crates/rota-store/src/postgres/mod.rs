@@ -8,7 +8,8 @@
 //! [`NodeOverview::apply`](rota_core::NodeOverview::apply) decides; one statement persists the
 //! difference (with the write's NOTIFY) only if the row is still that version and the session
 //! still current, a compare-and-swap that commits all of it or nothing. A write that lost it
-//! reads and decides again. A slot is granted in a transaction that locks the node's row, reads
+//! reads and decides again. A handle's own last write of a node stands for the read of its
+//! next write of it (`record::Known`). A slot is granted in a transaction that locks the node's row, reads
 //! the queue and the slot rows (`FOR UPDATE`), and takes the slot
 //! [`schedule`](rota_core::schedule) names only while it is free (`slots.rs`); a waiter whose
 //! turn has not come learns it from one read-only statement and takes no lock.
