@@ -10,6 +10,7 @@
 //! - `sqlite`: [`SqliteStore`], one file shared by every agent on a host.
 //! - `postgres`: [`PostgresStore`], one database shared by every host's agent.
 //! - `rows`: how the rows of both SQL stores map to the model.
+//! - `reads`: the reads both SQL stores make alike: the fleet, its settings, procedures, the past.
 //! - `retry_pauses`: [`RetryPauses`], the waits before asking an unavailable store again.
 //! - `conformance`: the suite every store must pass, behind the feature `conformance`.
 
@@ -17,6 +18,7 @@ mod audit;
 mod error;
 mod model;
 mod postgres;
+mod reads;
 mod retry_pauses;
 mod rows;
 mod sqlite;

@@ -34,8 +34,6 @@
 mod audit;
 mod changes;
 mod connections;
-mod history;
-mod nodes;
 mod open;
 mod procedures;
 mod queries;
@@ -56,13 +54,14 @@ use self::changes::ListenerTask;
 use self::connections::Connections;
 pub(crate) use self::open::redact;
 use self::record::Known;
-use crate::Store;
 use crate::audit::{AuditRecord, NewAuditRecord};
-use crate::error::Result;
+use crate::error::{Context, Result};
 use crate::model::{
     Acquire, Fleet, History, HistoryFilter, NodeOverview, Parts, Pause, ProcedureRecord, Session,
     Setting, Settings, Writer, Written,
 };
+use crate::{Store, reads};
+use sqlx::Postgres;
 
 /// A [`Store`](crate::Store) in a PostgreSQL database. Clones share the connections, the
 /// change counter and the listener.
@@ -139,11 +138,20 @@ impl Store for PostgresStore {
     }
 
     async fn fleet(&self) -> Result<Fleet> {
-        nodes::fleet(self).await
+        let mut conn = self.connections.checkout("reading the fleet").await?;
+        let fleet =
+            reads::fleet::<Postgres>(conn.connection().await.context("reading the fleet")?).await?;
+        conn.finish();
+        Ok(fleet)
     }
 
     async fn settings(&self) -> Result<Settings> {
-        settings::settings(self).await
+        let mut conn = self.connections.checkout("reading the settings").await?;
+        let settings =
+            reads::settings::<Postgres>(conn.connection().await.context("reading the settings")?)
+                .await?;
+        conn.finish();
+        Ok(settings)
     }
 
     async fn set(&self, setting: Setting) -> Result<Option<Pause>> {
@@ -155,11 +163,25 @@ impl Store for PostgresStore {
     }
 
     async fn procedures(&self) -> Result<Vec<ProcedureRecord>> {
-        procedures::procedures(self).await
+        let mut conn = self.connections.checkout("reading procedures").await?;
+        let procedures =
+            reads::procedures::<Postgres>(conn.connection().await.context("reading procedures")?)
+                .await?;
+        conn.finish();
+        Ok(procedures)
     }
 
     async fn read_history(&self, filter: &HistoryFilter, parts: Parts) -> Result<History> {
-        history::read_history(self, filter, parts).await
+        const CONTEXT: &str = "reading history";
+        let mut conn = self.connections.checkout(CONTEXT).await?;
+        let history = reads::read_history::<Postgres>(
+            conn.connection().await.context(CONTEXT)?,
+            filter,
+            parts,
+        )
+        .await?;
+        conn.finish();
+        Ok(history)
     }
 
     async fn record_audit(&self, record: &NewAuditRecord) -> Result<AuditRecord> {

@@ -52,13 +52,3 @@ pub(super) async fn submit_procedure(
         })
     }
 }
-
-pub(super) async fn procedures(store: &PostgresStore) -> Result<Vec<ProcedureRecord>> {
-    let mut conn = store.connections.checkout("reading procedures").await?;
-    let rows = sqlx::query("SELECT spec, submitted_at FROM procedures ORDER BY seq")
-        .fetch_all(&mut *conn)
-        .await
-        .context("reading procedures")?;
-    conn.finish();
-    rows.iter().map(procedure_record).collect()
-}

@@ -5,27 +5,8 @@ use sqlx::Acquire as _;
 
 use super::PostgresStore;
 use crate::error::{Context, Result};
-use crate::model::{Pause, Setting, Settings, decode_resumed_at};
-use crate::rows::concurrency as stored_concurrency;
+use crate::model::{Pause, Setting};
 use crate::store::WAKE_ALL;
-
-pub(super) async fn settings(store: &PostgresStore) -> Result<Settings> {
-    const CONTEXT: &str = "reading the settings";
-    let mut conn = store.connections.checkout(CONTEXT).await?;
-    let rows: Vec<(String, String)> = sqlx::query_as("SELECT key, value FROM rota_meta")
-        .fetch_all(&mut *conn)
-        .await
-        .context(CONTEXT)?;
-    conn.finish();
-    let value = |key: &str| rows.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
-    Ok(Settings {
-        concurrency: value("concurrency")
-            .map(|v| stored_concurrency("rota_meta.concurrency", v))
-            .transpose()?,
-        pause: Pause::decode("rota_meta.paused", value("paused").as_deref())?,
-        resumed_at: decode_resumed_at("rota_meta.resumed_at", value("resumed_at").as_deref())?,
-    })
-}
 
 /// `Store::set`, in one transaction; times are the database's clock, like every history
 /// entry's.

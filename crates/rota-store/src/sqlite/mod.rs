@@ -5,7 +5,6 @@
 //! transaction: SQLite's single-writer lock serialises them across processes, and the primary
 //! and unique keys on `slots` make a double grant impossible even if a check were wrong.
 
-mod history;
 mod queries;
 mod wakes;
 
@@ -25,20 +24,17 @@ use sqlx::sqlite::{
 };
 use tokio::sync::{mpsc, oneshot, watch};
 
-use self::history::read_history;
 use self::queries::{fetch_record, turn};
 use self::writer::{Op, Reply};
-use crate::Store;
 use crate::audit::{AuditRecord, NewAuditRecord};
 use crate::error::{Context, Error, Result};
 use crate::model::{
     Acquire, Fleet, History, HistoryFilter, NodeOverview, Parts, Pause, ProcedureRecord, Session,
-    Setting, Settings, Writer, Written, decode_resumed_at,
+    Setting, Settings, Writer, Written,
 };
-use crate::rows::{
-    ALL_BACKOFFS_SQL, ALL_OPEN_REQUESTS_SQL, all_nodes_sql, concurrency as stored_concurrency,
-    procedure_record, slot_holder, slot_index,
-};
+use crate::rows::slot_index;
+use crate::{Store, reads};
+use sqlx::Sqlite;
 
 /// The setting that holds the number of slots.
 const CONCURRENCY_KEY: &str = "concurrency";
@@ -347,41 +343,12 @@ impl Store for SqliteStore {
 
     async fn fleet(&self) -> Result<Fleet> {
         let mut conn = self.pool.acquire().await.context("reading the fleet")?;
-        let nodes = sqlx::query(&all_nodes_sql())
-            .fetch_all(&mut *conn)
-            .await
-            .context("reading nodes")?;
-        let requests = sqlx::query(ALL_OPEN_REQUESTS_SQL)
-            .fetch_all(&mut *conn)
-            .await
-            .context("reading requests")?;
-        let backoffs = sqlx::query(ALL_BACKOFFS_SQL)
-            .fetch_all(&mut *conn)
-            .await
-            .context("reading backoff")?;
-        let slots = sqlx::query("SELECT slot, holder, acquired_at FROM slots ORDER BY slot")
-            .fetch_all(&mut *conn)
-            .await
-            .context("reading slots")?;
-        Ok(Fleet {
-            nodes: crate::rows::overview(&nodes, &requests, &backoffs)?,
-            slots: slots.iter().map(slot_holder).collect::<Result<_>>()?,
-        })
+        reads::fleet::<Sqlite>(&mut conn).await
     }
 
     async fn settings(&self) -> Result<Settings> {
-        let rows: Vec<(String, String)> = sqlx::query_as("SELECT key, value FROM rota_meta")
-            .fetch_all(&self.pool)
-            .await
-            .context("reading the settings")?;
-        let value = |key: &str| rows.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
-        Ok(Settings {
-            concurrency: value(CONCURRENCY_KEY)
-                .map(|v| stored_concurrency("rota_meta.concurrency", v))
-                .transpose()?,
-            pause: Pause::decode("rota_meta.paused", value(PAUSED_KEY).as_deref())?,
-            resumed_at: decode_resumed_at("rota_meta.resumed_at", value(RESUMED_KEY).as_deref())?,
-        })
+        let mut conn = self.pool.acquire().await.context("reading the settings")?;
+        reads::settings::<Sqlite>(&mut conn).await
     }
 
     async fn set(&self, setting: Setting) -> Result<Option<Pause>> {
@@ -394,18 +361,13 @@ impl Store for SqliteStore {
     }
 
     async fn procedures(&self) -> Result<Vec<ProcedureRecord>> {
-        sqlx::query("SELECT spec, submitted_at FROM procedures ORDER BY seq")
-            .fetch_all(&self.pool)
-            .await
-            .context("reading procedures")?
-            .iter()
-            .map(procedure_record)
-            .collect()
+        let mut conn = self.pool.acquire().await.context("reading procedures")?;
+        reads::procedures::<Sqlite>(&mut conn).await
     }
 
     async fn read_history(&self, filter: &HistoryFilter, parts: Parts) -> Result<History> {
         let mut conn = self.pool.acquire().await.context("reading history")?;
-        read_history(&mut conn, filter, parts).await
+        reads::read_history::<Sqlite>(&mut conn, filter, parts).await
     }
 
     async fn record_audit(&self, record: &NewAuditRecord) -> Result<AuditRecord> {
