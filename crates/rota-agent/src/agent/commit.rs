@@ -4,7 +4,7 @@
 use rota_actions::ActionError;
 use rota_core::{Event, NodeState, Process};
 use rota_observer::{StoreWrite, WorkOutcome};
-use rota_store::{NodeRecord, RequestState, RetryPauses, StoreExt, Transition, WindowChange};
+use rota_store::{NodeRecord, RetryPauses, StoreExt, Transition, WindowChange};
 use tracing::{info, warn};
 
 use super::{Agent, Running};
@@ -151,11 +151,9 @@ impl Agent {
         // that observers learn which work ended.
         let ended: Vec<Process> = match ending {
             Some(_) if !self.observers.is_empty() => self
-                .store
-                .open_requests(&self.config.node)
+                .active_requests()
                 .await?
                 .into_iter()
-                .filter(|r| r.state == RequestState::Active)
                 .map(|r| r.process)
                 .collect(),
             _ => Vec::new(),

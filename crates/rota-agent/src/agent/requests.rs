@@ -15,6 +15,17 @@ use super::{Agent, Procedures, Running, jittered, millis};
 use crate::error::Result;
 
 impl Agent {
+    /// The work of the node's open window: its active requests, oldest first.
+    pub(super) async fn active_requests(&self) -> Result<Vec<RequestRecord>> {
+        Ok(self
+            .store
+            .open_requests(&self.config.node)
+            .await?
+            .into_iter()
+            .filter(|r| r.state == RequestState::Active)
+            .collect())
+    }
+
     /// Turns present sentinels into requests and withdraws pending sentinel requests whose
     /// files are gone (see `wanted`).
     pub(super) async fn sync_requests(

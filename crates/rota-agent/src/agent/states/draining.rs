@@ -2,7 +2,7 @@
 //! after the drain delay when there is one.
 
 use rota_core::{Event, Failure, Process};
-use rota_store::{NodeRecord, RequestRecord, RequestState, StoreExt};
+use rota_store::{NodeRecord, RequestRecord};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
@@ -100,13 +100,7 @@ impl Agent {
     /// procedures are read only when the window has nothing but procedures: a reboot window
     /// pays nothing for the question.
     pub(super) async fn drain_skippable(&self) -> Result<bool> {
-        let active: Vec<RequestRecord> = self
-            .store
-            .open_requests(&self.config.node)
-            .await?
-            .into_iter()
-            .filter(|r| r.state == RequestState::Active)
-            .collect();
+        let active: Vec<RequestRecord> = self.active_requests().await?;
         if active.is_empty() || active.iter().any(|r| !matches!(r.process, Process::Mop(_))) {
             return Ok(false);
         }

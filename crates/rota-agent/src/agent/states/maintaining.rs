@@ -2,7 +2,7 @@
 //! reboot when one was requested.
 
 use rota_core::{Event, Process};
-use rota_store::{NodeRecord, RequestRecord, RequestState, StoreExt, now_millis};
+use rota_store::{NodeRecord, RequestRecord, now_millis};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
@@ -17,13 +17,7 @@ impl Agent {
         record: &NodeRecord,
     ) -> Result<()> {
         let record = self.join_pending(running, record).await?;
-        let active: Vec<RequestRecord> = self
-            .store
-            .open_requests(&self.config.node)
-            .await?
-            .into_iter()
-            .filter(|r| r.state == RequestState::Active)
-            .collect();
+        let active: Vec<RequestRecord> = self.active_requests().await?;
         let procedures: Vec<&RequestRecord> = active
             .iter()
             .filter(|r| matches!(r.process, Process::Mop(_)))
