@@ -75,10 +75,6 @@ pub enum Error {
     /// overload, the network): the same call may succeed a moment later.
     #[error(transparent)]
     Unavailable(Box<dyn std::error::Error + Send + Sync>),
-    #[error("the write was rolled back with the rest of its batch: {reason}")]
-    RolledBack { reason: String },
-    #[error("the store's writer has stopped")]
-    WriterStopped,
     #[error("{context}: {source}")]
     Database {
         context: &'static str,

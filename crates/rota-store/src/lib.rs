@@ -10,7 +10,7 @@
 //! - `sqlite`: [`SqliteStore`], one file shared by every agent on a host.
 //! - `postgres`: [`PostgresStore`], one database shared by every host's agent.
 //! - `rows`: how the rows of both SQL stores map to the model.
-//! - `reads`: the reads both SQL stores make alike: the fleet, its settings, procedures, the past.
+//! - `sql`: the statements both SQL stores make alike: reads, sessions, settings, procedures.
 //! - `retry_pauses`: [`RetryPauses`], the waits before asking an unavailable store again.
 //! - `conformance`: the suite every store must pass, behind the feature `conformance`.
 
@@ -18,9 +18,9 @@ mod audit;
 mod error;
 mod model;
 mod postgres;
-mod reads;
 mod retry_pauses;
 mod rows;
+mod sql;
 mod sqlite;
 mod store;
 mod url;

@@ -140,6 +140,17 @@ pub enum Setting {
     Resume,
 }
 
+impl Setting {
+    /// How far the change moves `Store::changes`: more slots, or a pause lifted, may let every
+    /// waiter go on.
+    pub(crate) fn wakes(&self) -> u64 {
+        match self {
+            Setting::Concurrency(_) | Setting::Resume => crate::WAKE_ALL,
+            Setting::Pause { .. } => 0,
+        }
+    }
+}
+
 /// Who writes a node's record.
 #[derive(Clone, Copy, Debug)]
 pub enum Writer<'a> {

@@ -109,23 +109,7 @@ pub(crate) const NODE_COLUMNS: &str = "n.node, n.state, n.since, n.process, n.pr
     n.cordoned_by_rota, n.boot_id, n.reboot_started_at, n.reboot_deadline, n.last_reboot_at, \
     n.queued_at, n.last_result, n.blocked_reason, n.blocked_since, s.slot";
 
-/// Every node with its slot, by name; `rota status`'s three reads (SQLite's and PostgreSQL's
-/// SQL alike).
-pub(crate) fn all_nodes_sql() -> String {
-    format!(
-        "SELECT {NODE_COLUMNS} FROM nodes n LEFT JOIN slots s ON s.holder = n.node ORDER BY n.node"
-    )
-}
-
-/// Every open request, oldest first.
-pub(crate) const ALL_OPEN_REQUESTS_SQL: &str = "SELECT id, node, process, source, created_at, state \
-     FROM requests WHERE state IN ('pending', 'active') ORDER BY id";
-
-/// Every backoff.
-pub(crate) const ALL_BACKOFFS_SQL: &str =
-    "SELECT node, process, until, last_interval_s, cause FROM backoff ORDER BY node, process";
-
-/// The rows of the three reads above as `Store::fleet`'s nodes.
+/// The rows of a node's (or every node's) three reads as their records.
 pub(crate) fn overview<R: SqlRow>(
     nodes: &[R],
     requests: &[R],
@@ -189,76 +173,6 @@ pub(crate) fn request_record(row: &impl SqlRow) -> Result<RequestRecord> {
         source: row.column("source").map_err(&get)?,
         created_at: row.column("created_at").map_err(&get)?,
         state: request_state(row.column("state").map_err(&get)?)?,
-    })
-}
-
-/// A node's open requests as one JSON array of `[id, process, source, created_at, state]`
-/// (SQLite's `json_group_array`), oldest first.
-pub(crate) fn stored_requests(node: &NodeName, json: &str) -> Result<Vec<RequestRecord>> {
-    requests_of(node, json).map_err(|e| e.of_node(node.as_str()))
-}
-
-fn requests_of(node: &NodeName, json: &str) -> Result<Vec<RequestRecord>> {
-    let mut requests = json_rows("requests", json)?
-        .iter()
-        .map(|row| {
-            Ok(RequestRecord {
-                id: field(row, 0, "requests.id")?,
-                node: node.clone(),
-                process: parse("requests.process", field(row, 1, "requests.process")?)?,
-                source: field(row, 2, "requests.source")?,
-                created_at: field(row, 3, "requests.created_at")?,
-                state: request_state(field(row, 4, "requests.state")?)?,
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    requests.sort_by_key(|r| r.id);
-    Ok(requests)
-}
-
-/// A node's backoffs as one JSON array of `[process, until, last_interval_s, cause]`, by
-/// process.
-pub(crate) fn stored_backoffs(node: &NodeName, json: &str) -> Result<Vec<BackoffRecord>> {
-    backoffs_of(node, json).map_err(|e| e.of_node(node.as_str()))
-}
-
-fn backoffs_of(node: &NodeName, json: &str) -> Result<Vec<BackoffRecord>> {
-    let mut backoffs = json_rows("backoff", json)?
-        .iter()
-        .map(|row| {
-            Ok(BackoffRecord {
-                node: node.clone(),
-                process: parse("backoff.process", field(row, 0, "backoff.process")?)?,
-                until: field(row, 1, "backoff.until")?,
-                last_interval: interval_seconds(field(row, 2, "backoff.last_interval_s")?)?,
-                cause: field(row, 3, "backoff.cause")?,
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    backoffs.sort_by_key(|b| b.process.to_string());
-    Ok(backoffs)
-}
-
-/// The rows of one JSON array of arrays, each value still to be read by [`field`].
-fn json_rows(table: &'static str, json: &str) -> Result<Vec<Vec<serde_json::Value>>> {
-    serde_json::from_str(json).map_err(|e| Error::Corrupt {
-        column: table,
-        value: json.to_string(),
-        reason: e.to_string(),
-    })
-}
-
-/// The `index`th value of a JSON row, refused naming its column and value.
-fn field<T: serde::de::DeserializeOwned>(
-    row: &[serde_json::Value],
-    index: usize,
-    column: &'static str,
-) -> Result<T> {
-    let value = row.get(index).cloned().unwrap_or_default();
-    serde_json::from_value(value.clone()).map_err(|e| Error::Corrupt {
-        column,
-        value: value.to_string(),
-        reason: e.to_string(),
     })
 }
 

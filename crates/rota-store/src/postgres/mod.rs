@@ -31,15 +31,10 @@
 //! The [`Store`] impl below hands each call to the file of its concern, so that the calls that
 //! share a table and its locks are read together.
 
-mod audit;
 mod changes;
 mod connections;
 mod open;
-mod procedures;
-mod queries;
 mod record;
-mod sessions;
-mod settings;
 mod slots;
 
 use std::collections::HashMap;
@@ -50,18 +45,20 @@ use async_trait::async_trait;
 use rota_core::{NodeName, ProcedureSpec, Write};
 use tokio::sync::watch;
 
-use self::changes::ListenerTask;
+use self::changes::{ListenerTask, OPERATOR_WAKES};
 use self::connections::Connections;
 pub(crate) use self::open::redact;
 use self::record::Known;
+use crate::Store;
 use crate::audit::{AuditRecord, NewAuditRecord};
+use crate::error::Error;
 use crate::error::{Context, Result};
 use crate::model::{
     Acquire, Fleet, History, HistoryFilter, NodeOverview, Parts, Pause, ProcedureRecord, Session,
     Setting, Settings, Writer, Written,
 };
-use crate::{Store, reads};
-use sqlx::Postgres;
+use crate::sql::{Sql, millis};
+use sqlx::{Acquire as _, PgConnection, Postgres};
 
 /// A [`Store`](crate::Store) in a PostgreSQL database. Clones share the connections, the
 /// change counter and the listener.
@@ -101,20 +98,70 @@ impl PostgresStore {
             .unwrap_or_else(|e| e.into_inner())
             .remove(node);
     }
+
+    /// One call on a connection of this handle, its statements each a transaction of its own.
+    /// The connection goes back for the next call unless the database failed it.
+    async fn call<T>(
+        &self,
+        context: &'static str,
+        call: impl AsyncFnOnce(&mut PgConnection) -> Result<T>,
+    ) -> Result<T> {
+        let mut conn = self.connections.checkout(context).await?;
+        let answer = call(conn.connection().await.context(context)?).await;
+        if !matches!(answer, Err(Error::Database { .. })) {
+            conn.finish();
+        }
+        answer
+    }
+
+    /// One call in one transaction, committed with the notification of the wakes `wakes`
+    /// counts in its answer.
+    async fn transaction<T>(
+        &self,
+        context: &'static str,
+        call: impl AsyncFnOnce(&mut PgConnection) -> Result<T>,
+        wakes: impl FnOnce(&T) -> u64,
+    ) -> Result<T> {
+        let mut conn = self.connections.checkout(context).await?;
+        let mut tx = conn.begin().await.context(context)?;
+        match call(&mut tx).await {
+            Ok(answer) => {
+                self.commit(tx, wakes(&answer), context).await?;
+                conn.finish();
+                Ok(answer)
+            }
+            Err(e @ Error::Database { .. }) => Err(e),
+            Err(e) => {
+                tx.rollback().await.context(context)?;
+                conn.finish();
+                Err(e)
+            }
+        }
+    }
 }
 
 #[async_trait]
 impl Store for PostgresStore {
     async fn open_session(&self, node: &NodeName, ttl: Duration) -> Result<Session> {
-        sessions::open_session(self, node, ttl).await
+        // A new session writes the node's row.
+        self.forget(node);
+        let open = async |tx: &mut PgConnection| {
+            Sql::<Postgres>::open_session(tx, node, millis(ttl)).await
+        };
+        self.transaction("opening a session", open, |_| 0).await
     }
 
     async fn heartbeat(&self, session: &Session, ttl: Duration) -> Result<()> {
-        sessions::heartbeat(self, session, ttl).await
+        let heartbeat = async |conn: &mut PgConnection| {
+            Sql::<Postgres>::heartbeat(conn, session, millis(ttl)).await
+        };
+        self.call("extending the session", heartbeat).await
     }
 
     async fn close_session(&self, session: &Session) -> Result<()> {
-        sessions::close_session(self, session).await
+        let close =
+            async |conn: &mut PgConnection| Sql::<Postgres>::close_session(conn, session).await;
+        self.call("closing the session", close).await
     }
 
     async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire> {
@@ -122,7 +169,10 @@ impl Store for PostgresStore {
     }
 
     async fn fence(&self, session: &Session, ttl: Duration) -> Result<u32> {
-        slots::fence(self, session, ttl).await
+        let fence = async |conn: &mut PgConnection| {
+            Sql::<Postgres>::fence(conn, session, millis(ttl)).await
+        };
+        self.call("checking slot ownership", fence).await
     }
 
     async fn write(&self, writer: Writer<'_>, write: Write) -> Result<Written> {
@@ -138,53 +188,44 @@ impl Store for PostgresStore {
     }
 
     async fn fleet(&self) -> Result<Fleet> {
-        let mut conn = self.connections.checkout("reading the fleet").await?;
-        let fleet =
-            reads::fleet::<Postgres>(conn.connection().await.context("reading the fleet")?).await?;
-        conn.finish();
-        Ok(fleet)
+        self.call("reading the fleet", Sql::<Postgres>::fleet).await
     }
 
     async fn settings(&self) -> Result<Settings> {
-        let mut conn = self.connections.checkout("reading the settings").await?;
-        let settings =
-            reads::settings::<Postgres>(conn.connection().await.context("reading the settings")?)
-                .await?;
-        conn.finish();
-        Ok(settings)
+        self.call("reading the settings", Sql::<Postgres>::settings)
+            .await
     }
 
     async fn set(&self, setting: Setting) -> Result<Option<Pause>> {
-        settings::set(self, &setting).await
+        let set = async |tx: &mut PgConnection| Sql::<Postgres>::set(tx, &setting).await;
+        self.transaction("changing the settings", set, |_| setting.wakes())
+            .await
     }
 
     async fn submit_procedure(&self, spec: &ProcedureSpec) -> Result<(ProcedureRecord, bool)> {
-        procedures::submit_procedure(self, spec).await
+        let submit =
+            async |tx: &mut PgConnection| Sql::<Postgres>::submit_procedure(tx, spec).await;
+        // A new procedure wakes every agent, which lists the procedures.
+        let wakes = |(_, new): &(ProcedureRecord, bool)| if *new { OPERATOR_WAKES } else { 0 };
+        self.transaction("submitting a procedure", submit, wakes)
+            .await
     }
 
     async fn procedures(&self) -> Result<Vec<ProcedureRecord>> {
-        let mut conn = self.connections.checkout("reading procedures").await?;
-        let procedures =
-            reads::procedures::<Postgres>(conn.connection().await.context("reading procedures")?)
-                .await?;
-        conn.finish();
-        Ok(procedures)
+        self.call("reading procedures", Sql::<Postgres>::procedures)
+            .await
     }
 
     async fn read_history(&self, filter: &HistoryFilter, parts: Parts) -> Result<History> {
-        const CONTEXT: &str = "reading history";
-        let mut conn = self.connections.checkout(CONTEXT).await?;
-        let history = reads::read_history::<Postgres>(
-            conn.connection().await.context(CONTEXT)?,
-            filter,
-            parts,
-        )
-        .await?;
-        conn.finish();
-        Ok(history)
+        let read = async |conn: &mut PgConnection| {
+            Sql::<Postgres>::read_history(conn, filter, parts).await
+        };
+        self.call("reading history", read).await
     }
 
     async fn record_audit(&self, record: &NewAuditRecord) -> Result<AuditRecord> {
-        audit::record(self, record).await
+        let write =
+            async |conn: &mut PgConnection| Sql::<Postgres>::record_audit(conn, record).await;
+        self.call("writing an audit record", write).await
     }
 }

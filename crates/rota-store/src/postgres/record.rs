@@ -11,16 +11,16 @@
 
 use rota_core::{Applied, NodeName, Write};
 use sqlx::postgres::PgRow;
-use sqlx::{PgConnection, Row};
+use sqlx::{PgConnection, Postgres, Row};
 
 use super::PostgresStore;
 use super::changes::{CHANNEL, OPERATOR_WAKES};
-use super::queries::{REQUEST_COLUMNS, existing_request};
 use crate::error::{Context, Error, Result};
 use crate::model::{
     BackoffRecord, Millis, NodeOverview, NodeRecord, RequestRecord, Session, Writer, now_millis,
 };
-use crate::rows::{NODE_COLUMNS, getter, node_record, parse, request_record, request_state};
+use crate::rows::{NODE_COLUMNS, getter, node_record, parse, request_state};
+use crate::sql::Sql;
 
 /// A write as it was committed: the core's answer, and the requests it created as stored.
 struct Written {
@@ -335,8 +335,7 @@ async fn persist(
         .collect();
     let h = &applied.history;
     let o = &applied.opened;
-    let sql = format!(
-        "WITH node_row AS ( \
+    let sql = "WITH node_row AS ( \
            UPDATE nodes SET state = $2, since = $3, process = $4, pre_cordoned = $5, \
              cordoned_by_rota = $6, boot_id = $7, reboot_started_at = $8, reboot_deadline = $9, \
              last_reboot_at = $10, queued_at = $11, last_result = $12, blocked_reason = $13, \
@@ -377,16 +376,16 @@ async fn persist(
            FROM unnest($30::TEXT[], $31::TEXT[], $32::BIGINT[]) WITH ORDINALITY \
              AS t (process, source, created_at, i) \
            WHERE (SELECT count(*) FROM moved) >= 0 AND EXISTS (SELECT 1 FROM node_row) \
-           ORDER BY t.i ON CONFLICT DO NOTHING RETURNING {REQUEST_COLUMNS} \
+           ORDER BY t.i ON CONFLICT DO NOTHING RETURNING id, node, process, source, created_at, state \
          ), notified AS ( \
            SELECT pg_notify($33, $34) WHERE $34 IS NOT NULL AND EXISTS (SELECT 1 FROM node_row) \
              AND (NOT $37 OR EXISTS (SELECT 1 FROM opened)) \
          ) \
          SELECT o.*, (SELECT count(*) FROM notified) AS notified, \
            (SELECT version FROM node_row) AS version, rota_now_ms() AS now FROM ( \
-           SELECT 1) one LEFT JOIN opened o ON TRUE ORDER BY o.id"
-    );
-    let rows = sqlx::query(&sql)
+           SELECT 1) one LEFT JOIN opened o ON TRUE ORDER BY o.id";
+
+    let rows = sqlx::query(sql)
         .bind(r.node.as_str())
         .bind(r.state.as_str())
         .bind(r.since)
@@ -471,7 +470,7 @@ pub(super) async fn write(
     let node = writer.node();
     let session = writer.session();
     if let Writer::Fenced(session, ttl) = writer {
-        super::slots::fence(store, session, ttl).await?;
+        crate::Store::fence(store, session, ttl).await?;
     }
     let operator = session.is_none();
     let wakes = |applied: &Applied| match write {
@@ -487,11 +486,11 @@ pub(super) async fn write(
         Write::AddRequest { process, .. }
             if opened.is_empty() && applied.request(process).is_none() =>
         {
-            let mut conn = store.connections.checkout(CONTEXT).await?;
-            let row =
-                existing_request(conn.connection().await.context(CONTEXT)?, node, process).await?;
-            conn.finish();
-            row.as_ref().map(request_record).transpose()?
+            store
+                .call(CONTEXT, async |conn| {
+                    Sql::<Postgres>::standing_request(conn, node, process).await
+                })
+                .await?
         }
         _ => None,
     };

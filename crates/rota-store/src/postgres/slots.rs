@@ -1,14 +1,11 @@
 //! Slots: who takes a slot is rota-core's
 //! [`schedule`](rota_core::schedule), read and applied in a transaction that locks the slot
-//! rows; a fence renews the session only while its node holds a slot.
-
-use std::time::Duration;
+//! rows.
 
 use rota_core::{Held, Limits, Turn, Waiter, schedule};
 use sqlx::{Acquire as _, PgConnection, Row};
 
 use super::PostgresStore;
-use super::queries::millis;
 use crate::error::{Context, Error, Result};
 use crate::model::{Acquire, Session};
 use crate::rows::{concurrency as stored_concurrency, getter, parse, slot_index};
@@ -189,29 +186,5 @@ pub(super) async fn try_acquire_slot(store: &PostgresStore, session: &Session) -
     Ok(match granted {
         Some(_) => Acquire::Granted(slot),
         None => Acquire::Wait { changes: 1 },
-    })
-}
-
-pub(super) async fn fence(store: &PostgresStore, session: &Session, ttl: Duration) -> Result<u32> {
-    let mut conn = store
-        .connections
-        .checkout("checking slot ownership")
-        .await?;
-    let slot: Option<i64> = sqlx::query_scalar(
-        "UPDATE sessions s SET deadline = rota_now_ms() + $3 FROM nodes n, slots h \
-         WHERE s.id = $1 AND n.node = $2 AND n.session_id = s.id AND h.holder = n.node \
-           AND NOT s.superseded AND s.deadline > rota_now_ms() \
-         RETURNING h.slot",
-    )
-    .bind(session.id)
-    .bind(session.node.as_str())
-    .bind(millis(ttl))
-    .fetch_optional(&mut *conn)
-    .await
-    .context("checking slot ownership")?;
-    conn.finish();
-    slot_index(slot).ok_or_else(|| Error::Fenced {
-        node: session.node.clone(),
-        session: session.id,
     })
 }

@@ -1,15 +1,12 @@
 //! The embedded default store: one SQLite file, shared by every agent on the host.
 //!
-//! Reads share a pool of connections. Writes go to one [writer](writer) task per store, which
-//! owns a connection of its own and commits whatever is queued in one `BEGIN IMMEDIATE`
+//! Reads and writes share a pool of connections. Each write is one `BEGIN IMMEDIATE`
 //! transaction: SQLite's single-writer lock serialises them across processes, and the primary
-//! and unique keys on `slots` make a double grant impossible even if a check were wrong.
+//! and unique keys on `slots` make a double grant impossible even if a check were wrong. A
+//! write that is canceled halfway is rolled back whole.
 
 mod queries;
 mod wakes;
-
-use wakes::OwnWakes;
-mod writer;
 mod writes;
 
 use std::path::{Path, PathBuf};
@@ -18,14 +15,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rota_core::{NodeName, ProcedureSpec, Write};
-use sqlx::ConnectOptions;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use tokio::sync::{mpsc, oneshot, watch};
+use sqlx::{Sqlite, SqliteConnection, Transaction};
+use tokio::sync::{Mutex, MutexGuard, watch};
+use tokio::task::JoinHandle;
 
-use self::queries::{fetch_record, turn};
-use self::writer::{Op, Reply};
+use self::queries::turn;
+use self::wakes::OwnWakes;
+use crate::Store;
 use crate::audit::{AuditRecord, NewAuditRecord};
 use crate::error::{Context, Error, Result};
 use crate::model::{
@@ -33,36 +32,42 @@ use crate::model::{
     Setting, Settings, Writer, Written,
 };
 use crate::rows::slot_index;
-use crate::{Store, reads};
-use sqlx::Sqlite;
-
-/// The setting that holds the number of slots.
-const CONCURRENCY_KEY: &str = "concurrency";
-/// The setting that holds the fleet's pause.
-const PAUSED_KEY: &str = "paused";
-/// The setting that holds when the fleet was last resumed (the start of the rollout).
-const RESUMED_KEY: &str = "resumed_at";
+use crate::sql::{Sql, millis};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
-fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// A [`Store`](crate::Store) in one SQLite file. Clones share the pool, the writer and the
-/// change counter.
+/// A [`Store`](crate::Store) in one SQLite file. Clones share the pool, the write gate, the
+/// change counter and the background tasks, which stop with the last clone.
 #[derive(Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
     path: PathBuf,
-    writer: mpsc::UnboundedSender<Op>,
+    /// Queues this process's writers in order; SQLite's busy handler would have them poll.
+    gate: Arc<Mutex<()>>,
     changes: Arc<watch::Sender<u64>>,
+    own_wakes: Arc<OwnWakes>,
+    _tasks: Arc<Tasks>,
+}
+
+/// The checkpoints and the watch for other processes' operator changes.
+struct Tasks([JoinHandle<()>; 2]);
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        self.0.iter().for_each(JoinHandle::abort);
+    }
+}
+
+/// A write transaction, with this process's turn to write.
+struct WriteTx<'a> {
+    tx: Transaction<'static, Sqlite>,
+    _turn: MutexGuard<'a, ()>,
 }
 
 impl SqliteStore {
     /// Opens (creating if missing) the database at `path` and applies migrations. A file that
     /// is not SQLite, a SQLite file that is not rota's, or a schema newer than this binary are
-    /// refused without changing anything. Needs a tokio runtime (the writer is a task).
+    /// refused without changing anything. Needs a tokio runtime (checkpoints and the watch for operators are tasks).
     pub async fn open(path: &Path) -> Result<SqliteStore> {
         let location = path.display().to_string();
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
@@ -79,45 +84,28 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(30))
-            .foreign_keys(true);
+            .foreign_keys(true)
+            // No write checkpoints: a checkpoint syncs the database file, and every agent
+            // waiting to write would wait for the disk too. A background task does it instead.
+            .pragma("wal_autocheckpoint", "0");
         let pool = connect(&options, &location).await?;
         migrate(&pool, &location).await?;
-        // The writer never checkpoints: a checkpoint syncs the database file, and every agent
-        // waiting on the writer would wait for the disk too. A background task does it instead.
-        let conn = options
-            .clone()
-            .pragma("wal_autocheckpoint", "0")
-            .connect()
-            .await
-            .context("opening the write connection")?;
-        let (changes, _) = watch::channel(0);
-        let changes = Arc::new(changes);
-        let (writer, ops) = mpsc::unbounded_channel();
-        let own_wake = Arc::new(OwnWakes::default());
-        let (stopped, writer_gone) = oneshot::channel();
-        tokio::spawn(writer::run(
-            conn,
-            ops,
+        let changes = Arc::new(watch::channel(0).0);
+        let own_wakes = Arc::new(OwnWakes::default());
+        let watch = wakes::watch_operators(
+            path.to_path_buf(),
+            pool.clone(),
             changes.clone(),
-            own_wake.clone(),
-            stopped,
-        ));
-        tokio::spawn(checkpoint(pool.clone(), writer.downgrade()));
-        tokio::spawn({
-            let (path, pool, changes) = (path.to_path_buf(), pool.clone(), changes.clone());
-            async move {
-                let watch = wakes::watch_operators(&path, pool, changes, own_wake);
-                tokio::select! {
-                    () = watch => {}
-                    _ = writer_gone => {}
-                }
-            }
-        });
+            own_wakes.clone(),
+        );
+        let tasks = [tokio::spawn(checkpoint(pool.clone())), tokio::spawn(watch)];
         Ok(SqliteStore {
             pool,
             path: path.to_path_buf(),
-            writer,
+            gate: Arc::default(),
             changes,
+            own_wakes,
+            _tasks: Arc::new(Tasks(tasks)),
         })
     }
 
@@ -125,13 +113,44 @@ impl SqliteStore {
         &self.path
     }
 
-    /// Hands an operation to the writer and waits until its batch has committed.
-    async fn send<T>(&self, op: impl FnOnce(Reply<T>) -> Op) -> Result<T> {
-        let (reply, result) = oneshot::channel();
-        self.writer
-            .send(op(reply))
-            .map_err(|_| Error::WriterStopped)?;
-        result.await.map_err(|_| Error::WriterStopped)?
+    /// Takes this process's turn to write, then SQLite's write lock.
+    async fn begin(&self) -> Result<WriteTx<'_>> {
+        let turn = self.gate.lock().await;
+        let tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .context("beginning a write")?;
+        Ok(WriteTx { tx, _turn: turn })
+    }
+
+    /// Commits `write`, then moves the change counter by `wakes`. An operator's write first
+    /// moves the `wake` setting, which is how other processes' agents hear of it (see `wakes`).
+    async fn commit(&self, mut write: WriteTx<'_>, wakes: u64, operator: bool) -> Result<()> {
+        if operator {
+            let value = sqlx::query_scalar::<_, i64>(wakes::BUMP)
+                .fetch_one(&mut *write.tx)
+                .await
+                .context("moving the operators' wake")?;
+            self.own_wakes.record(value);
+        }
+        write.tx.commit().await.context("committing a write")?;
+        if wakes > 0 {
+            self.changes.send_modify(|n| *n = n.wrapping_add(wakes));
+        }
+        Ok(())
+    }
+
+    /// Runs one write, in a transaction of its own, that wakes no waiter.
+    async fn quietly<T>(
+        &self,
+        operator: bool,
+        write: impl AsyncFnOnce(&mut SqliteConnection) -> Result<T>,
+    ) -> Result<T> {
+        let mut tx = self.begin().await?;
+        let answer = write(&mut tx.tx).await?;
+        self.commit(tx, 0, operator).await?;
+        Ok(answer)
     }
 }
 
@@ -174,16 +193,13 @@ async fn connect(options: &SqliteConnectOptions, location: &str) -> Result<Sqlit
 /// How often the write-ahead log is folded into the database file.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 
-/// Checkpoints the write-ahead log beside the writer until the store is dropped. PASSIVE never
+/// Checkpoints the write-ahead log beside the writes until the store is dropped. PASSIVE never
 /// blocks a writer or a reader; a log that keeps growing is folded in on the next round.
-async fn checkpoint(pool: SqlitePool, writer: mpsc::WeakUnboundedSender<Op>) {
+async fn checkpoint(pool: SqlitePool) {
     let mut every = tokio::time::interval(CHECKPOINT_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
-        if writer.upgrade().is_none() {
-            return;
-        }
         if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
             .execute(&pool)
             .await
@@ -254,30 +270,24 @@ async fn check_is_rota(pool: &SqlitePool, location: &str) -> Result<()> {
 #[async_trait]
 impl Store for SqliteStore {
     async fn open_session(&self, node: &NodeName, ttl: Duration) -> Result<Session> {
-        let node = node.clone();
-        let ttl_ms = millis(ttl);
-        self.send(|reply| Op::OpenSession {
-            node,
-            ttl_ms,
-            reply,
+        self.quietly(false, async |tx| {
+            Sql::<Sqlite>::open_session(tx, node, millis(ttl)).await
         })
         .await
     }
 
     async fn heartbeat(&self, session: &Session, ttl: Duration) -> Result<()> {
-        let session = session.clone();
-        let ttl_ms = millis(ttl);
-        self.send(|reply| Op::Heartbeat {
-            session,
-            ttl_ms,
-            reply,
+        self.quietly(false, async |tx| {
+            Sql::<Sqlite>::heartbeat(tx, session, millis(ttl)).await
         })
         .await
     }
 
     async fn close_session(&self, session: &Session) -> Result<()> {
-        let session = session.clone();
-        self.send(|reply| Op::CloseSession { session, reply }).await
+        self.quietly(false, async |tx| {
+            Sql::<Sqlite>::close_session(tx, session).await
+        })
+        .await
     }
 
     async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire> {
@@ -297,37 +307,26 @@ impl Store for SqliteStore {
             return Ok(Acquire::Wait { changes });
         }
         drop(conn);
-        let session = session.clone();
-        self.send(|reply| Op::AcquireSlot { session, reply }).await
+        self.quietly(false, async |tx| writes::acquire_slot(tx, session).await)
+            .await
     }
 
     async fn fence(&self, session: &Session, ttl: Duration) -> Result<u32> {
-        let session = session.clone();
-        let ttl_ms = millis(ttl);
-        self.send(|reply| Op::Fence {
-            session,
-            ttl_ms,
-            reply,
+        self.quietly(false, async |tx| {
+            Sql::<Sqlite>::fence(tx, session, millis(ttl)).await
         })
         .await
     }
 
     async fn write(&self, writer: Writer<'_>, write: Write) -> Result<Written> {
-        let node = writer.node().clone();
-        let session = writer.session().cloned();
-        let fence_ttl_ms = match writer {
-            Writer::Fenced(_, ttl) => Some(millis(ttl)),
-            Writer::Agent(_) | Writer::Operator(_) => None,
-        };
-        let write = Box::new(write);
-        self.send(|reply| Op::Write {
-            node,
-            session,
-            fence_ttl_ms,
-            write,
-            reply,
-        })
-        .await
+        let mut tx = self.begin().await?;
+        if let Writer::Fenced(session, ttl) = writer {
+            Sql::<Sqlite>::fence(&mut tx.tx, session, millis(ttl)).await?;
+        }
+        let (written, wakes) = writes::write(&mut tx.tx, writer, &write).await?;
+        let operator = matches!(writer, Writer::Operator(_));
+        self.commit(tx, u64::from(wakes), operator).await?;
+        Ok(written)
     }
 
     fn changes(&self) -> watch::Receiver<u64> {
@@ -336,42 +335,49 @@ impl Store for SqliteStore {
 
     async fn record(&self, node: &NodeName) -> Result<Option<NodeOverview>> {
         let mut conn = self.pool.acquire().await.context("reading a node")?;
-        Ok(fetch_record(&mut conn, node, None)
+        Ok(Sql::<Sqlite>::record(&mut conn, node, None)
             .await?
             .map(|(record, _)| record))
     }
 
     async fn fleet(&self) -> Result<Fleet> {
         let mut conn = self.pool.acquire().await.context("reading the fleet")?;
-        reads::fleet::<Sqlite>(&mut conn).await
+        Sql::<Sqlite>::fleet(&mut conn).await
     }
 
     async fn settings(&self) -> Result<Settings> {
         let mut conn = self.pool.acquire().await.context("reading the settings")?;
-        reads::settings::<Sqlite>(&mut conn).await
+        Sql::<Sqlite>::settings(&mut conn).await
     }
 
     async fn set(&self, setting: Setting) -> Result<Option<Pause>> {
-        self.send(|reply| Op::Set { setting, reply }).await
+        let mut tx = self.begin().await?;
+        let answer = Sql::<Sqlite>::set(&mut tx.tx, &setting).await?;
+        self.commit(tx, setting.wakes(), true).await?;
+        Ok(answer)
     }
 
     async fn submit_procedure(&self, spec: &ProcedureSpec) -> Result<(ProcedureRecord, bool)> {
-        let spec = Box::new(spec.clone());
-        self.send(|reply| Op::SubmitProcedure { spec, reply }).await
+        self.quietly(true, async |tx| {
+            Sql::<Sqlite>::submit_procedure(tx, spec).await
+        })
+        .await
     }
 
     async fn procedures(&self) -> Result<Vec<ProcedureRecord>> {
         let mut conn = self.pool.acquire().await.context("reading procedures")?;
-        reads::procedures::<Sqlite>(&mut conn).await
+        Sql::<Sqlite>::procedures(&mut conn).await
     }
 
     async fn read_history(&self, filter: &HistoryFilter, parts: Parts) -> Result<History> {
         let mut conn = self.pool.acquire().await.context("reading history")?;
-        reads::read_history::<Sqlite>(&mut conn, filter, parts).await
+        Sql::<Sqlite>::read_history(&mut conn, filter, parts).await
     }
 
     async fn record_audit(&self, record: &NewAuditRecord) -> Result<AuditRecord> {
-        let record = Box::new(record.clone());
-        self.send(|reply| Op::RecordAudit { record, reply }).await
+        self.quietly(false, async |tx| {
+            Sql::<Sqlite>::record_audit(tx, record).await
+        })
+        .await
     }
 }

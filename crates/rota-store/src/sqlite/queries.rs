@@ -1,56 +1,11 @@
-//! The queries both the readers and the writes need: a node's whole record, the
-//! concurrency, and a node's turn in the queue.
+//! A node's turn in the queue, which both the look before a grant and the grant read.
 
 use rota_core::{Held, Limits, NodeName, Turn, Waiter, schedule};
 use sqlx::Row;
 
 use crate::error::{Context, Error, Result};
-use crate::model::{NodeOverview, Session, now_millis};
-use crate::rows::{
-    NODE_COLUMNS, concurrency, getter, node_record, parse, stored_backoffs, stored_requests,
-};
-
-/// The node's whole record (its row, its open requests and its backoffs, read in one
-/// statement: each statement is a round trip to SQLite's thread), and whether `session` is its
-/// current unexpired session.
-pub(super) async fn fetch_record(
-    conn: &mut sqlx::SqliteConnection,
-    node: &NodeName,
-    session: Option<&Session>,
-) -> Result<Option<(NodeOverview, bool)>> {
-    const CONTEXT: &str = "reading the node's record";
-    let sql = format!(
-        "SELECT {NODE_COLUMNS}, EXISTS ( \
-           SELECT 1 FROM sessions se WHERE se.id = n.session_id AND se.id = ?2 \
-             AND se.superseded = 0 AND se.deadline > ?3) AS current, \
-           (SELECT json_group_array(json_array(q.id, q.process, q.source, q.created_at, q.state)) \
-              FROM (SELECT * FROM requests WHERE node = n.node \
-                      AND state IN ('pending', 'active') ORDER BY id) q) AS requests, \
-           (SELECT json_group_array(json_array(k.process, k.until, k.last_interval_s, k.cause)) \
-              FROM (SELECT * FROM backoff WHERE node = n.node ORDER BY process) k) AS backoffs \
-         FROM nodes n LEFT JOIN slots s ON s.holder = n.node WHERE n.node = ?1"
-    );
-    let row = sqlx::query(&sql)
-        .bind(node.as_str())
-        .bind(session.map(|s| s.id))
-        .bind(now_millis())
-        .fetch_optional(&mut *conn)
-        .await
-        .context(CONTEXT)?;
-    let Some(row) = row else {
-        return Ok(None);
-    };
-    let get = getter(CONTEXT);
-    let record = node_record(&row)?;
-    let requests: String = row.try_get("requests").map_err(&get)?;
-    let backoffs: String = row.try_get("backoffs").map_err(&get)?;
-    let overview = NodeOverview {
-        open_requests: stored_requests(&record.node, &requests)?,
-        backoffs: stored_backoffs(&record.node, &backoffs)?,
-        record,
-    };
-    Ok(Some((overview, row.try_get("current").map_err(&get)?)))
-}
+use crate::model::now_millis;
+use crate::rows::{concurrency, getter, parse};
 
 /// The turn of `node` in the queue as it stands, decided by [`rota_core::schedule`]: the
 /// queued nodes that hold no slot (alive when their session is current, blocked when they

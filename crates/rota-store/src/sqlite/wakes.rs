@@ -3,12 +3,12 @@
 //! the `wake` setting in its own transaction; this process watches the database's write-ahead
 //! log with inotify and, when a commit there moved `wake`, jumps its change counter by
 //! [`WAKE_ALL`], so that every waiting agent looks again (for new procedures too). Agents' own
-//! writes leave `wake` alone: they wake nobody beyond what the writer already counts, and moves
+//! writes leave `wake` alone: they wake nobody beyond what their commit already counts, and moves
 //! that were all this process's own operator writes are not counted twice.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::Mutex;
 
@@ -65,12 +65,12 @@ async fn wake_value(pool: &SqlitePool) -> Option<i64> {
     }
 }
 
-/// Watches the directory of the database at `path`; the caller ends it with the store's
-/// writer, which also closes the inotify instance (a process has few of them). Without inotify
+/// Watches the directory of the database at `path` until the store's last handle ends it,
+/// which also closes the inotify instance (a process has few of them). Without inotify
 /// (a filesystem that has none), agents see other processes' changes at their store poll, as
 /// before, and the log says so.
 pub(super) async fn watch_operators(
-    path: &Path,
+    path: PathBuf,
     pool: SqlitePool,
     changes: Arc<watch::Sender<u64>>,
     own_wake: Arc<OwnWakes>,
@@ -127,7 +127,7 @@ pub(super) async fn watch_operators(
 mod tests {
     use super::*;
 
-    /// A process's own operator writes wake its agents through the writer, not again through
+    /// A process's own operator writes wake its agents at their commit, not again through
     /// the log: the first ever (the setting did not exist, a wake of 0), and several that one
     /// batch of log events shows at once. A move by another process among them wakes them.
     #[test]

@@ -1,17 +1,17 @@
-//! Every write of a node's record: read it inside the writer's transaction (`BEGIN
+//! Every write of a node's record: read it inside the write's transaction (`BEGIN
 //! IMMEDIATE` holds SQLite's one write lock, so what is read stays current until the commit),
 //! let rota-core decide ([`NodeOverview::apply`]), and persist what changed. Each statement is a
 //! round trip to SQLite's own thread, so a write reads in one and writes no more than it must.
 
-use rota_core::{Applied, NodeName, Process, Write};
-use sqlx::SqliteConnection;
+use rota_core::{Applied, NodeName, Write};
+use sqlx::{Sqlite, SqliteConnection};
 
 use crate::error::{Context, Error, Result};
 use crate::model::{
-    BackoffRecord, Millis, NodeOverview, NodeRecord, RequestRecord, Session, now_millis,
+    BackoffRecord, Millis, NodeOverview, NodeRecord, RequestRecord, Session, Writer, now_millis,
 };
 use crate::rows::request_record;
-use crate::sqlite::queries::fetch_record;
+use crate::sql::Sql;
 
 /// A write as it was committed: the core's answer, and the requests it created as stored.
 struct Written {
@@ -28,7 +28,7 @@ async fn write_node(
     session: Option<&Session>,
     write: &Write,
 ) -> Result<Written> {
-    let read = fetch_record(tx, node, session).await?;
+    let read = Sql::<Sqlite>::record(tx, node, session).await?;
     let Some((before, _)) = read.filter(|(_, current)| session.is_none() || *current) else {
         return Err(Error::unwritable(node, session));
     };
@@ -54,52 +54,29 @@ async fn write_node(
             opened: Vec::new(),
         });
     }
-    let opened = atomically!(tx, { persist(tx, &before, &applied, now).await })?;
+    let opened = persist(tx, &before, &applied, now).await?;
     Ok(Written { applied, opened })
 }
 
-/// `Store::write`: the fence's proof first when asked for, then the write; with the answer,
-/// whether it wakes a waiter ([`Write::wakes`]).
+/// `Store::write` after the fence's proof; with the answer, whether it wakes a waiter
+/// ([`Write::wakes`]).
 pub(in crate::sqlite) async fn write(
     tx: &mut SqliteConnection,
-    node: &NodeName,
-    session: Option<&Session>,
-    fence_ttl_ms: Option<i64>,
+    writer: Writer<'_>,
     write: &Write,
 ) -> Result<(crate::Written, bool)> {
-    if let (Some(session), Some(ttl_ms)) = (session, fence_ttl_ms) {
-        super::fence(tx, session, ttl_ms).await?;
-    }
+    let (node, session) = (writer.node(), writer.session());
     let Written { applied, opened } = write_node(tx, node, session, write).await?;
     let standing = match write {
         Write::AddRequest { process, .. }
             if opened.is_empty() && applied.request(process).is_none() =>
         {
-            standing_request(tx, node, process).await?
+            Sql::<Sqlite>::standing_request(tx, node, process).await?
         }
         _ => None,
     };
     let wakes = write.wakes(&applied);
     Ok((crate::Written::of(write, applied, opened, standing), wakes))
-}
-
-/// The request of a procedure the node ever had, which stands for it: a procedure's request
-/// is made once per node.
-async fn standing_request(
-    conn: &mut SqliteConnection,
-    node: &NodeName,
-    process: &Process,
-) -> Result<Option<RequestRecord>> {
-    let row = sqlx::query(
-        "SELECT * FROM requests WHERE node = ? AND process = ? \
-         AND (state IN ('pending', 'active') OR process LIKE 'mop/%') ORDER BY id DESC LIMIT 1",
-    )
-    .bind(node.as_str())
-    .bind(process.to_string())
-    .fetch_optional(&mut *conn)
-    .await
-    .context("reading requests")?;
-    row.as_ref().map(request_record).transpose()
 }
 
 /// Writes what changed between `before` and the core's answer.

@@ -1,5 +1,5 @@
 //! Slots: which one a node holds, and taking one by the queue's rule (rota-core's
-//! [`schedule`](rota_core::schedule), read and applied under the writer's lock).
+//! [`schedule`](rota_core::schedule), read and applied in the write transaction).
 
 use rota_core::{NodeName, Turn};
 use sqlx::SqliteConnection;
@@ -23,22 +23,20 @@ pub(in crate::sqlite) async fn acquire_slot(
     tx: &mut SqliteConnection,
     session: &Session,
 ) -> Result<Acquire> {
-    atomically!(tx, {
-        check_session(tx, session).await?;
-        if let Some(slot) = held_slot(tx, &session.node).await? {
-            return Ok(Acquire::Granted(slot));
-        }
-        let slot = match turn(tx, &session.node).await? {
-            Turn::Granted(slot) => slot,
-            Turn::Wait { changes } => return Ok(Acquire::Wait { changes }),
-        };
-        sqlx::query("INSERT INTO slots (slot, holder, acquired_at) VALUES (?, ?, ?)")
-            .bind(i64::from(slot))
-            .bind(session.node.as_str())
-            .bind(now_millis())
-            .execute(&mut *tx)
-            .await
-            .context("taking a slot")?;
-        Ok(Acquire::Granted(slot))
-    })
+    check_session(tx, session).await?;
+    if let Some(slot) = held_slot(tx, &session.node).await? {
+        return Ok(Acquire::Granted(slot));
+    }
+    let slot = match turn(tx, &session.node).await? {
+        Turn::Granted(slot) => slot,
+        Turn::Wait { changes } => return Ok(Acquire::Wait { changes }),
+    };
+    sqlx::query("INSERT INTO slots (slot, holder, acquired_at) VALUES (?, ?, ?)")
+        .bind(i64::from(slot))
+        .bind(session.node.as_str())
+        .bind(now_millis())
+        .execute(&mut *tx)
+        .await
+        .context("taking a slot")?;
+    Ok(Acquire::Granted(slot))
 }
