@@ -28,16 +28,32 @@ pub(crate) trait Dialect: Database {
     /// Locks the rows a read selects until the transaction ends; SQLite's write transaction
     /// holds its one lock already.
     const FOR_UPDATE: &'static str;
+    /// The version of a node's row `n`, which every write of it changes: PostgreSQL's
+    /// compare-and-swap checks it. SQLite's write transaction needs none.
+    const VERSION: &'static str;
 }
 
 impl Dialect for Sqlite {
     const NOW: &'static str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
     const FOR_UPDATE: &'static str = "";
+    const VERSION: &'static str = "''";
 }
 
 impl Dialect for Postgres {
     const NOW: &'static str = "rota_now_ms()";
     const FOR_UPDATE: &'static str = "FOR UPDATE";
+    const VERSION: &'static str = "CAST(n.xmin AS TEXT)";
+}
+
+/// A node's record as a write reads it.
+pub(crate) struct Read {
+    pub(crate) record: NodeOverview,
+    /// Whether the writer's session is the node's current, unexpired one.
+    pub(crate) current: bool,
+    /// The version of the node's row ([`Dialect::VERSION`]).
+    pub(crate) version: String,
+    /// The database's clock, for every timestamp of the write.
+    pub(crate) now: i64,
 }
 
 /// A duration as the stores keep it, in milliseconds, capped far below `i64::MAX` so that
@@ -76,40 +92,50 @@ where
         })
     }
 
-    /// `node`'s record (its row, slot, open requests and backoffs), and whether `session` is its
-    /// current, unexpired session: three statements.
+    /// `node`'s record (its row, slot, open requests and backoffs) as a write reads it:
+    /// three statements.
     pub(crate) async fn record(
         conn: &mut DB::Connection,
         node: &NodeName,
         session: Option<&Session>,
-    ) -> Result<Option<(NodeOverview, bool)>> {
-        let (records, current) = Self::records(conn, Some((node, session.map(|s| s.id))))
+    ) -> Result<Option<Read>> {
+        let (records, read) = Self::records(conn, Some((node, session.map(|s| s.id))))
             .await
             .map_err(|e| e.of_node(node.as_str()))?;
-        Ok(records.into_iter().next().map(|record| (record, current)))
+        Ok(records
+            .into_iter()
+            .next()
+            .zip(read)
+            .map(|(record, (current, version, now))| Read {
+                record,
+                current,
+                version,
+                now,
+            }))
     }
 
-    /// Every node's record, or with `only` one node's, and whether the session given with it
-    /// is that node's current, unexpired session.
+    /// Every node's record, or with `only` one node's and the rest of a [`Read`] with the
+    /// session given.
     async fn records(
         conn: &mut DB::Connection,
         only: Option<(&NodeName, Option<i64>)>,
-    ) -> Result<(Vec<NodeOverview>, bool)> {
-        let (of_node, of_row, current) = match only {
+    ) -> Result<(Vec<NodeOverview>, Option<(bool, String, i64)>)> {
+        let (of_node, of_row, read) = match only {
             Some(_) => (
                 "WHERE n.node = $1",
                 "AND node = $1",
                 format!(
-                    "EXISTS (SELECT 1 FROM sessions se WHERE se.id = n.session_id \
+                    ", EXISTS (SELECT 1 FROM sessions se WHERE se.id = n.session_id \
                        AND se.id = CAST($2 AS BIGINT) AND NOT se.superseded \
-                       AND se.deadline > {})",
-                    DB::NOW
+                       AND se.deadline > {now}) AS current, {version} AS version, {now} AS now",
+                    now = DB::NOW,
+                    version = DB::VERSION,
                 ),
             ),
-            None => ("", "", "FALSE".to_string()),
+            None => ("", "", String::new()),
         };
         let nodes_sql = format!(
-            "SELECT {NODE_COLUMNS}, {current} AS current FROM nodes n \
+            "SELECT {NODE_COLUMNS}{read} FROM nodes n \
              LEFT JOIN slots s ON s.holder = n.node {of_node} ORDER BY n.node"
         );
         let requests_sql = format!(
@@ -134,11 +160,15 @@ where
         let requests = rows(&requests_sql, "reading requests", false).await?;
         let backoffs = rows(&backoffs_sql, "reading backoff", false).await?;
         let get = getter("reading nodes");
-        let mut current = false;
-        for row in &nodes {
-            current |= row.column::<bool>("current").map_err(&get)?;
-        }
-        Ok((overview(&nodes, &requests, &backoffs)?, current))
+        let read = match (only, nodes.first()) {
+            (Some(_), Some(row)) => Some((
+                row.column("current").map_err(&get)?,
+                row.column("version").map_err(&get)?,
+                row.column("now").map_err(&get)?,
+            )),
+            _ => None,
+        };
+        Ok((overview(&nodes, &requests, &backoffs)?, read))
     }
 
     /// The fleet's settings, each a key of `rota_meta`.

@@ -2,15 +2,15 @@
 //!
 //! The rules are rota-core's, as in the SQLite store: every write of a node's record (a
 //! transition, a request added, canceled or completed, a blocked reason, an operator's unlock,
-//! retry, request or cancel) is two statements on the writer's connection (`record.rs`): one
-//! reads the node's whole record (its row, slot, open requests and backoffs) with its row's
-//! version (`xmin`), whether the writer's session is current and what time it is;
+//! retry, request or cancel) is on the writer's connection (`record.rs`): three statements read
+//! the node's whole record (its row and slot with its row's version (`xmin`), whether the
+//! writer's session is current and what time it is, then its open requests and backoffs);
 //! [`NodeOverview::apply`](rota_core::NodeOverview::apply) decides; one statement persists the
 //! difference (with the write's NOTIFY) only if the row is still that version and the session
 //! still current, a compare-and-swap that commits all of it or nothing. A write that lost it
 //! reads and decides again. A handle's own last write of a node stands for the read of its
-//! next write of it (`record::Known`). A slot is granted in a transaction that locks the node's row, reads
-//! the queue and the slot rows (`FOR UPDATE`), and takes the slot
+//! next write of it (`record::Known`). A slot is granted in a transaction that locks the
+//! node's row, reads the queue and the slot rows (`FOR UPDATE`), and takes the slot
 //! [`schedule`](rota_core::schedule) names only while it is free (`slots.rs`); a waiter whose
 //! turn has not come learns it from one read-only statement and takes no lock.
 //!
@@ -184,7 +184,9 @@ impl Store for PostgresStore {
     }
 
     async fn record(&self, node: &NodeName) -> Result<Option<NodeOverview>> {
-        record::record(self, node).await
+        let read = async |conn: &mut PgConnection| Sql::<Postgres>::record(conn, node, None).await;
+        let read = self.call("reading the node's record", read).await?;
+        Ok(read.map(|read| read.record))
     }
 
     async fn fleet(&self) -> Result<Fleet> {

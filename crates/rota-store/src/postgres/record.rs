@@ -1,26 +1,25 @@
-//! Every write of a node's record, in two statements and no transaction of its own: one reads
-//! the whole record (its row, slot, open requests and backoffs) with its version, rota-core
-//! decides ([`NodeOverview::apply`]), and one persists the difference only if the node's row is
-//! still that version and the writer's session still current (a compare-and-swap; the
-//! statement is its own transaction, so it commits all of it or nothing). A write that lost its
-//! compare-and-swap reads again and decides again.
+//! Every write of a node's record, with no transaction of its own: the whole record is read
+//! (its row with its version, then its open requests and backoffs; `Sql::record`), rota-core
+//! decides ([`NodeOverview::apply`]), and one statement persists the difference only if the
+//! node's row is still that version and the writer's session still current (a
+//! compare-and-swap; the statement is its own transaction, so it commits all of it or nothing).
+//! A write that lost its compare-and-swap reads again and decides again.
 //!
 //! The version is the row's `xmin`: every write that changes a node's record writes its row
-//! (a grant too, see `slots.rs`), so a record changed since it was read has a row of another
-//! transaction.
+//! (a grant too, see `slots.rs`), so a record changed since its row was read has a row of
+//! another transaction, and a read that met such a write between its statements is refused too.
 
 use rota_core::{Applied, NodeName, Write};
-use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Postgres, Row};
 
 use super::PostgresStore;
 use super::changes::{CHANNEL, OPERATOR_WAKES};
 use crate::error::{Context, Error, Result};
 use crate::model::{
-    BackoffRecord, Millis, NodeOverview, NodeRecord, RequestRecord, Session, Writer, now_millis,
+    BackoffRecord, Millis, NodeOverview, RequestRecord, Session, Writer, now_millis,
 };
-use crate::rows::{NODE_COLUMNS, getter, node_record, parse, request_state};
-use crate::sql::Sql;
+use crate::rows::getter;
+use crate::sql::{Read, Sql};
 
 /// A write as it was committed: the core's answer, and the requests it created as stored.
 struct Written {
@@ -35,129 +34,6 @@ enum Wakes {
     /// This many if it stored a new request (a procedure's request the node had before is not
     /// stored again), else none.
     IfOpened(u64),
-}
-
-/// The node's record as read, with the version of its row, whether `session` is its current
-/// unexpired session, and the database's "now" for every timestamp of the write.
-struct Read {
-    record: NodeOverview,
-    version: String,
-    current: bool,
-    now: Millis,
-}
-
-fn read_sql() -> String {
-    format!(
-        "SELECT {NODE_COLUMNS}, rota_now_ms() AS now, n.xmin::TEXT AS version, EXISTS ( \
-           SELECT 1 FROM sessions se WHERE se.id = n.session_id AND se.id = $2 \
-             AND NOT se.superseded AND se.deadline > rota_now_ms()) AS current, \
-           r.ids AS r_ids, r.processes AS r_processes, r.sources AS r_sources, \
-           r.created AS r_created, r.states AS r_states, \
-           b.processes AS b_processes, b.until AS b_until, b.intervals AS b_intervals, \
-           b.causes AS b_causes \
-         FROM nodes n LEFT JOIN slots s ON s.holder = n.node \
-         CROSS JOIN LATERAL ( \
-           SELECT COALESCE(array_agg(q.id ORDER BY q.id), '{{}}') AS ids, \
-             COALESCE(array_agg(q.process ORDER BY q.id), '{{}}') AS processes, \
-             COALESCE(array_agg(q.source ORDER BY q.id), '{{}}') AS sources, \
-             COALESCE(array_agg(q.created_at ORDER BY q.id), '{{}}') AS created, \
-             COALESCE(array_agg(q.state ORDER BY q.id), '{{}}') AS states \
-           FROM requests q WHERE q.node = n.node AND q.state IN ('pending', 'active')) r \
-         CROSS JOIN LATERAL ( \
-           SELECT COALESCE(array_agg(k.process ORDER BY k.process), '{{}}') AS processes, \
-             COALESCE(array_agg(k.until ORDER BY k.process), '{{}}') AS until, \
-             COALESCE(array_agg(k.last_interval_s ORDER BY k.process), '{{}}') AS intervals, \
-             COALESCE(array_agg(k.cause ORDER BY k.process), '{{}}') AS causes \
-           FROM backoff k WHERE k.node = n.node) b \
-         WHERE n.node = $1"
-    )
-}
-
-/// Reads `node`'s whole record in one statement (one snapshot).
-async fn read_record(
-    conn: &mut PgConnection,
-    node: &NodeName,
-    session: Option<&Session>,
-) -> Result<Option<Read>> {
-    const CONTEXT: &str = "reading the node's record";
-    let row = sqlx::query(&read_sql())
-        .bind(node.as_str())
-        .bind(session.map(|s| s.id))
-        .fetch_optional(&mut *conn)
-        .await
-        .context(CONTEXT)?;
-    let Some(row) = row else {
-        return Ok(None);
-    };
-    let get = getter(CONTEXT);
-    Ok(Some(Read {
-        record: overview(&row)?,
-        version: row.try_get("version").map_err(&get)?,
-        current: row.try_get("current").map_err(&get)?,
-        now: row.try_get("now").map_err(&get)?,
-    }))
-}
-
-fn overview(row: &PgRow) -> Result<NodeOverview> {
-    let record = node_record(row)?;
-    let node = record.node.to_string();
-    work(row, record).map_err(|e| e.of_node(&node))
-}
-
-/// The node's open requests and backoffs beside its row.
-fn work(row: &PgRow, record: NodeRecord) -> Result<NodeOverview> {
-    let get = getter("reading the node's record");
-    let ids: Vec<i64> = row.try_get("r_ids").map_err(&get)?;
-    let processes: Vec<String> = row.try_get("r_processes").map_err(&get)?;
-    let sources: Vec<String> = row.try_get("r_sources").map_err(&get)?;
-    let created: Vec<i64> = row.try_get("r_created").map_err(&get)?;
-    let states: Vec<String> = row.try_get("r_states").map_err(&get)?;
-    let open_requests = ids
-        .into_iter()
-        .zip(processes)
-        .zip(sources)
-        .zip(created)
-        .zip(states)
-        .map(|((((id, process), source), created_at), state)| {
-            Ok(RequestRecord {
-                id,
-                node: record.node.clone(),
-                process: parse("requests.process", process)?,
-                source,
-                created_at,
-                state: request_state(state)?,
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let processes: Vec<String> = row.try_get("b_processes").map_err(&get)?;
-    let until: Vec<i64> = row.try_get("b_until").map_err(&get)?;
-    let intervals: Vec<i64> = row.try_get("b_intervals").map_err(&get)?;
-    let causes: Vec<String> = row.try_get("b_causes").map_err(&get)?;
-    let backoffs = processes
-        .into_iter()
-        .zip(until)
-        .zip(intervals)
-        .zip(causes)
-        .map(|(((process, until), seconds), cause)| {
-            let seconds = u64::try_from(seconds).map_err(|_| Error::Corrupt {
-                column: "backoff.last_interval_s",
-                value: seconds.to_string(),
-                reason: "expected a number of seconds, 0 or more".into(),
-            })?;
-            Ok(BackoffRecord {
-                node: record.node.clone(),
-                process: parse("backoff.process", process)?,
-                until,
-                last_interval: std::time::Duration::from_secs(seconds),
-                cause,
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(NodeOverview {
-        record,
-        open_requests,
-        backoffs,
-    })
 }
 
 /// Applies `write` to `node`'s record, fenced by `session` when an agent writes (a missing node
@@ -183,8 +59,8 @@ async fn write_node(
                 (known.record, known.version, now)
             }
             None => {
-                let read =
-                    read_record(conn.connection().await.context(context)?, node, session).await?;
+                let conn = conn.connection().await.context(context)?;
+                let read = Sql::<Postgres>::record(conn, node, session).await?;
                 let Some(Read {
                     record,
                     version,
@@ -495,13 +371,4 @@ pub(super) async fn write(
         _ => None,
     };
     Ok(crate::Written::of(write, applied, opened, standing))
-}
-
-/// `Store::record`: the node's whole record in one statement.
-pub(super) async fn record(store: &PostgresStore, node: &NodeName) -> Result<Option<NodeOverview>> {
-    const CONTEXT: &str = "reading the node's record";
-    let mut conn = store.connections.checkout(CONTEXT).await?;
-    let read = read_record(conn.connection().await.context(CONTEXT)?, node, None).await?;
-    conn.finish();
-    Ok(read.map(|r| r.record))
 }

@@ -337,7 +337,7 @@ impl Store for SqliteStore {
         let mut conn = self.pool.acquire().await.context("reading a node")?;
         Ok(Sql::<Sqlite>::record(&mut conn, node, None)
             .await?
-            .map(|(record, _)| record))
+            .map(|read| read.record))
     }
 
     async fn fleet(&self) -> Result<Fleet> {

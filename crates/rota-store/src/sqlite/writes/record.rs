@@ -8,10 +8,10 @@ use sqlx::{Sqlite, SqliteConnection};
 
 use crate::error::{Context, Error, Result};
 use crate::model::{
-    BackoffRecord, Millis, NodeOverview, NodeRecord, RequestRecord, Session, Writer, now_millis,
+    BackoffRecord, Millis, NodeOverview, NodeRecord, RequestRecord, Session, Writer,
 };
 use crate::rows::request_record;
-use crate::sql::Sql;
+use crate::sql::{Read, Sql};
 
 /// A write as it was committed: the core's answer, and the requests it created as stored.
 struct Written {
@@ -29,10 +29,14 @@ async fn write_node(
     write: &Write,
 ) -> Result<Written> {
     let read = Sql::<Sqlite>::record(tx, node, session).await?;
-    let Some((before, _)) = read.filter(|(_, current)| session.is_none() || *current) else {
+    let Some(Read {
+        record: before,
+        now,
+        ..
+    }) = read.filter(|read| session.is_none() || read.current)
+    else {
         return Err(Error::unwritable(node, session));
     };
-    let now = now_millis();
     let applied = before.apply(write, now)?;
     if !applied.changed {
         return Ok(Written {
