@@ -142,30 +142,3 @@ pub fn os_actor() -> String {
     let host = whoami::fallible::hostname().unwrap_or_else(|_| "unknown-host".to_owned());
     format!("{user}@{host}")
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn command_names_read_back_and_nonsense_is_refused_by_name() {
-        for command in OperatorCommand::ALL {
-            assert_eq!(command.as_str().parse::<OperatorCommand>(), Ok(command));
-        }
-        let message = "reboot"
-            .parse::<OperatorCommand>()
-            .expect_err("not an operator command")
-            .to_string();
-        assert!(
-            message.contains("\"reboot\"") && message.contains("unlock, retry"),
-            "{message}"
-        );
-    }
-
-    #[test]
-    fn the_os_actor_names_a_user_and_a_host() {
-        let actor = os_actor();
-        let (user, host) = actor.split_once('@').expect("user@host");
-        assert!(!user.is_empty() && !host.is_empty(), "{actor}");
-    }
-}

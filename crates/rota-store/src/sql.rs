@@ -8,6 +8,7 @@
 use std::marker::PhantomData;
 
 use rota_core::{HistoryEvent, NodeName, ProcedureSpec, Process};
+use sqlx::migrate::Migrator;
 use sqlx::{Database, Encode, Executor, IntoArguments, Postgres, Sqlite, Type};
 
 use crate::audit::{AuditRecord, NewAuditRecord};
@@ -31,18 +32,26 @@ pub(crate) trait Dialect: Database {
     /// The version of a node's row `n`, which every write of it changes: PostgreSQL's
     /// compare-and-swap checks it. SQLite's write transaction needs none.
     const VERSION: &'static str;
+    /// The names of the tables in the database (in its current schema).
+    const TABLES: &'static str;
 }
 
 impl Dialect for Sqlite {
     const NOW: &'static str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
     const FOR_UPDATE: &'static str = "";
     const VERSION: &'static str = "''";
+    const TABLES: &'static str =
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'";
 }
 
 impl Dialect for Postgres {
     const NOW: &'static str = "rota_now_ms()";
     const FOR_UPDATE: &'static str = "FOR UPDATE";
     const VERSION: &'static str = "CAST(n.xmin AS TEXT)";
+    // Only the current schema's, so that a shared database can give rota a schema of its own
+    // through `search_path`.
+    const TABLES: &'static str = "SELECT CAST(table_name AS TEXT) AS name \
+         FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY table_name";
 }
 
 /// A node's record as a write reads it.
@@ -246,6 +255,53 @@ where
             history.requests = read.iter().map(request_record).collect::<Result<_>>()?;
         }
         Ok(history)
+    }
+
+    /// Refuses a database that holds other programs' tables, or a rota schema newer than
+    /// `migrator`'s, before anything is changed.
+    pub(crate) async fn check_is_rota(
+        conn: &mut DB::Connection,
+        location: &str,
+        migrator: &Migrator,
+    ) -> Result<()> {
+        let not_rota = |e: sqlx::Error| Error::NotRota {
+            location: location.to_string(),
+            reason: e.to_string(),
+        };
+        let tables = sqlx::query::<DB>(DB::TABLES)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(not_rota)?
+            .iter()
+            .map(|row| row.column("name"))
+            .collect::<std::result::Result<Vec<String>, _>>()
+            .map_err(not_rota)?;
+        // Only the migrations table: another process is creating the schema right now.
+        if tables.iter().all(|t| t == "_sqlx_migrations") {
+            return Ok(());
+        }
+        if !tables.iter().any(|t| t == "rota_meta") {
+            return Err(Error::NotRota {
+                location: location.to_string(),
+                reason: format!("it holds other tables ({})", tables.join(", ")),
+            });
+        }
+        let found: Option<i64> =
+            sqlx::query::<DB>("SELECT MAX(version) AS version FROM _sqlx_migrations")
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(not_rota)?
+                .column("version")
+                .map_err(not_rota)?;
+        let supported = migrator.iter().map(|m| m.version).max().unwrap_or(0);
+        match found {
+            Some(found) if found > supported => Err(Error::SchemaTooNew {
+                location: location.to_string(),
+                found,
+                supported,
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// The database's clock now.

@@ -4,13 +4,15 @@ use std::hash::{BuildHasher, Hasher};
 use std::str::FromStr;
 use std::sync::Arc;
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::Postgres;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::sync::watch;
 
 use super::PostgresStore;
 use super::changes::ListenerTask;
 use super::connections::{Connections, SHARED_CONNECTIONS, probe};
 use crate::error::{Error, Result};
+use crate::sql::Sql;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
@@ -72,7 +74,12 @@ impl PostgresStore {
             .connect_with(options.clone())
             .await
             .map_err(|e| connect_error(&location, e))?;
-        check_is_rota(&pool, &location).await?;
+        let mut conn = pool
+            .acquire()
+            .await
+            .map_err(|e| connect_error(&location, e))?;
+        Sql::<Postgres>::check_is_rota(&mut conn, &location, &MIGRATOR).await?;
+        drop(conn);
         MIGRATOR.run(&pool).await.map_err(|e| Error::NotRota {
             location: location.clone(),
             reason: format!("migration failed: {e}"),
@@ -115,46 +122,6 @@ fn connect_error(location: &str, source: sqlx::Error) -> Error {
             url: location.to_string(),
             reason,
         }
-    }
-}
-
-/// Refuses a database that holds other programs' tables or a newer rota schema. Only tables in
-/// the connection's current schema count, so a shared database can give rota a schema of its
-/// own through `search_path`.
-async fn check_is_rota(pool: &PgPool, location: &str) -> Result<()> {
-    let not_rota = |e: sqlx::Error| Error::NotRota {
-        location: location.to_string(),
-        reason: e.to_string(),
-    };
-    let tables: Vec<String> = sqlx::query_scalar(
-        "SELECT table_name::TEXT FROM information_schema.tables \
-         WHERE table_schema = current_schema() ORDER BY table_name",
-    )
-    .fetch_all(pool)
-    .await
-    .map_err(not_rota)?;
-    // Only the migrations table: another agent is creating the schema right now.
-    if tables.iter().all(|t| t == "_sqlx_migrations") {
-        return Ok(());
-    }
-    if !tables.iter().any(|t| t == "rota_meta") {
-        return Err(Error::NotRota {
-            location: location.to_string(),
-            reason: format!("it holds other tables ({})", tables.join(", ")),
-        });
-    }
-    let found: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations")
-        .fetch_one(pool)
-        .await
-        .map_err(not_rota)?;
-    let supported = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
-    match found {
-        Some(found) if found > supported => Err(Error::SchemaTooNew {
-            location: location.to_string(),
-            found,
-            supported,
-        }),
-        _ => Ok(()),
     }
 }
 

@@ -5,15 +5,16 @@
 //! and unique keys on `slots` make a double grant impossible even if a check were wrong. A
 //! write that is canceled halfway is rolled back whole.
 
-mod queries;
+mod record;
+mod slots;
 mod wakes;
-mod writes;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use backon::{ConstantBuilder, Retryable};
 use rota_core::{NodeName, ProcedureSpec, Write};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -22,7 +23,6 @@ use sqlx::{Sqlite, SqliteConnection, Transaction};
 use tokio::sync::{Mutex, MutexGuard, watch};
 use tokio::task::JoinHandle;
 
-use self::queries::turn;
 use self::wakes::OwnWakes;
 use crate::Store;
 use crate::audit::{AuditRecord, NewAuditRecord};
@@ -31,7 +31,6 @@ use crate::model::{
     Acquire, Fleet, History, HistoryFilter, NodeOverview, Parts, Pause, ProcedureRecord, Session,
     Setting, Settings, Writer, Written,
 };
-use crate::rows::slot_index;
 use crate::sql::{Sql, millis};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
@@ -167,27 +166,21 @@ fn is_busy(error: &sqlx::Error) -> bool {
 /// Opens the pool. Switching a new file to WAL takes a lock that SQLite does not wait for, so
 /// agents creating the same file at once may be told it is busy: they try again shortly.
 async fn connect(options: &SqliteConnectOptions, location: &str) -> Result<SqlitePool> {
-    const ATTEMPTS: u32 = 50;
-    let mut attempt = 1;
-    loop {
-        match SqlitePoolOptions::new()
+    let open = || {
+        SqlitePoolOptions::new()
             .max_connections(8)
             .connect_with(options.clone())
-            .await
-        {
-            Ok(pool) => return Ok(pool),
-            Err(e) if is_busy(&e) && attempt < ATTEMPTS => {
-                attempt += 1;
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Err(e) => {
-                return Err(Error::NotRota {
-                    location: location.to_string(),
-                    reason: e.to_string(),
-                });
-            }
-        }
-    }
+    };
+    let shortly = ConstantBuilder::new()
+        .with_delay(Duration::from_millis(20))
+        .with_max_times(50);
+    open.retry(shortly)
+        .when(is_busy)
+        .await
+        .map_err(|e| Error::NotRota {
+            location: location.to_string(),
+            reason: e.to_string(),
+        })
 }
 
 /// How often the write-ahead log is folded into the database file.
@@ -212,59 +205,26 @@ async fn checkpoint(pool: SqlitePool) {
 /// Applies the migrations. Two processes opening a new file at once both try to; the loser's
 /// attempt fails on the winner's tables and simply runs again, finding them applied.
 async fn migrate(pool: &SqlitePool, location: &str) -> Result<()> {
-    const ATTEMPTS: u32 = 5;
-    let mut attempt = 1;
-    loop {
-        check_is_rota(pool, location).await?;
-        match MIGRATOR.run(pool).await {
-            Ok(()) => return Ok(()),
-            Err(_) if attempt < ATTEMPTS => {
-                attempt += 1;
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(e) => {
-                return Err(Error::NotRota {
-                    location: location.to_string(),
-                    reason: format!("migration failed: {e}"),
-                });
-            }
-        }
-    }
-}
-
-async fn check_is_rota(pool: &SqlitePool, location: &str) -> Result<()> {
-    let tables: Vec<String> = sqlx::query_scalar(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
-    )
-    .fetch_all(pool)
-    .await
-    .map_err(|e| Error::NotRota {
+    let not_rota = |reason: String| Error::NotRota {
         location: location.to_string(),
-        reason: e.to_string(),
-    })?;
-    // Only the migrations table: another process is creating the schema right now.
-    if tables.iter().all(|t| t == "_sqlx_migrations") {
-        return Ok(());
-    }
-    if !tables.iter().any(|t| t == "rota_meta") {
-        return Err(Error::NotRota {
-            location: location.to_string(),
-            reason: format!("it holds other tables ({})", tables.join(", ")),
-        });
-    }
-    let found: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations")
-        .fetch_one(pool)
+        reason,
+    };
+    let attempt = async || {
+        let mut conn = pool.acquire().await.map_err(|e| not_rota(e.to_string()))?;
+        Sql::<Sqlite>::check_is_rota(&mut conn, location, &MIGRATOR).await?;
+        drop(conn);
+        MIGRATOR
+            .run(pool)
+            .await
+            .map_err(|e| not_rota(format!("migration failed: {e}")))
+    };
+    let shortly = ConstantBuilder::new()
+        .with_delay(Duration::from_millis(50))
+        .with_max_times(4);
+    attempt
+        .retry(shortly)
+        .when(|e| matches!(e, Error::NotRota { reason, .. } if reason.starts_with("migration failed")))
         .await
-        .context("reading the schema version")?;
-    let supported = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
-    match found {
-        Some(found) if found > supported => Err(Error::SchemaTooNew {
-            location: location.to_string(),
-            found,
-            supported,
-        }),
-        _ => Ok(()),
-    }
 }
 
 #[async_trait]
@@ -291,23 +251,12 @@ impl Store for SqliteStore {
     }
 
     async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire> {
-        // A read-only look first: waiters that are not at the front of the queue never take the
-        // write lock, so a release does not set off a stampede of write transactions.
         let mut conn = self.pool.acquire().await.context("acquiring a slot")?;
-        let already = slot_index(
-            sqlx::query_scalar("SELECT slot FROM slots WHERE holder = ?")
-                .bind(session.node.as_str())
-                .fetch_optional(&mut *conn)
-                .await
-                .context("acquiring a slot")?,
-        );
-        if already.is_none()
-            && let rota_core::Turn::Wait { changes } = turn(&mut conn, &session.node).await?
-        {
+        if let Some(changes) = slots::wait(&mut conn, &session.node).await? {
             return Ok(Acquire::Wait { changes });
         }
         drop(conn);
-        self.quietly(false, async |tx| writes::acquire_slot(tx, session).await)
+        self.quietly(false, async |tx| slots::acquire_slot(tx, session).await)
             .await
     }
 
@@ -323,7 +272,7 @@ impl Store for SqliteStore {
         if let Writer::Fenced(session, ttl) = writer {
             Sql::<Sqlite>::fence(&mut tx.tx, session, millis(ttl)).await?;
         }
-        let (written, wakes) = writes::write(&mut tx.tx, writer, &write).await?;
+        let (written, wakes) = record::write(&mut tx.tx, writer, &write).await?;
         let operator = matches!(writer, Writer::Operator(_));
         self.commit(tx, u64::from(wakes), operator).await?;
         Ok(written)

@@ -64,7 +64,7 @@ async fn write_node(
 
 /// `Store::write` after the fence's proof; with the answer, whether it wakes a waiter
 /// ([`Write::wakes`]).
-pub(in crate::sqlite) async fn write(
+pub(super) async fn write(
     tx: &mut SqliteConnection,
     writer: Writer<'_>,
     write: &Write,
