@@ -337,7 +337,9 @@ pub enum RecordError {
         write: &'static str,
         needs: &'static str,
     },
-    #[error("node {node} has no active request for {process}")]
+    #[error(
+        "node {node} has no active request for {process}: only work of the open window can complete"
+    )]
     NotActive { node: NodeName, process: Process },
 }
 

@@ -303,7 +303,12 @@ async fn an_unlock_elsewhere_stops_the_agents_next_write_and_then_shows() {
         )
         .await;
     assert!(
-        matches!(next, Err(rota_store::Error::Conflict { .. })),
+        matches!(
+            next,
+            Err(rota_store::Error::Refused(
+                rota_core::RecordError::Conflict { .. }
+            ))
+        ),
         "the transition after the unlock is refused: {next:?}"
     );
     let record = store.node(&node).await.expect("read").expect("the node");

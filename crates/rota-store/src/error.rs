@@ -1,4 +1,4 @@
-use rota_core::{NodeName, NodeState, ProcedureError, Process};
+use rota_core::{NodeName, ProcedureError, RecordError};
 
 use crate::model::Session;
 
@@ -14,25 +14,11 @@ pub enum Error {
          the node over: a new session may carry on"
     )]
     Expired { node: NodeName, session: i64 },
-    #[error("node {node} is {actual}, not {expected}: transition refused")]
-    Conflict {
-        node: NodeName,
-        expected: NodeState,
-        actual: String,
-    },
+    /// A write the node's record does not allow, as rota-core decided it.
+    #[error(transparent)]
+    Refused(#[from] RecordError),
     #[error("node {node} is not known to the store")]
     NoSuchNode { node: NodeName },
-    #[error("node {node} is {state}: {write} needs a node that {needs}")]
-    NotAllowed {
-        node: NodeName,
-        state: NodeState,
-        write: &'static str,
-        needs: &'static str,
-    },
-    #[error(
-        "node {node} has no active request for {process}: only work of the open window can complete"
-    )]
-    NotActive { node: NodeName, process: Process },
     #[error(
         "procedure {name} already exists with a different spec: procedures are immutable, submit the change under a new name"
     )]
@@ -131,35 +117,6 @@ pub(crate) trait Context<T> {
 impl<T> Context<T> for std::result::Result<T, sqlx::Error> {
     fn context(self, context: &'static str) -> Result<T> {
         self.map_err(|source| Error::Database { context, source })
-    }
-}
-
-impl From<rota_core::RecordError> for Error {
-    fn from(e: rota_core::RecordError) -> Error {
-        use rota_core::RecordError as R;
-        match e {
-            R::Conflict {
-                node,
-                expected,
-                actual,
-            } => Error::Conflict {
-                node,
-                expected,
-                actual: actual.to_string(),
-            },
-            R::NotAllowed {
-                node,
-                state,
-                write,
-                needs,
-            } => Error::NotAllowed {
-                node,
-                state,
-                write,
-                needs,
-            },
-            R::NotActive { node, process } => Error::NotActive { node, process },
-        }
     }
 }
 

@@ -127,9 +127,11 @@ pub trait StoreExt: Store {
         self.write(Writer::Agent(session), write)
             .await?
             .request
-            .ok_or_else(|| Error::NotActive {
-                node: session.node.clone(),
-                process: process.clone(),
+            .ok_or_else(|| {
+                Error::Refused(rota_core::RecordError::NotActive {
+                    node: session.node.clone(),
+                    process: process.clone(),
+                })
             })
     }
 

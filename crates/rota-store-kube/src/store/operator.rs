@@ -28,12 +28,12 @@ impl KubeStore {
             };
             let mut status = object.status.take().unwrap_or_default();
             if seen.held.is_none() && !status.state.holds_slot() {
-                return Err(Error::NotAllowed {
+                return Err(Error::Refused(rota_core::RecordError::NotAllowed {
                     node: node.clone(),
                     state: status.state,
                     write: "unlock",
                     needs: "holds a slot",
-                });
+                }));
             }
             status::apply_unlock(&mut status, reason, seen.slot(), seen.history_time());
             object.status = Some(status);
@@ -68,12 +68,12 @@ impl KubeStore {
             };
             let mut status = object.status.take().unwrap_or_default();
             if status.state != NodeState::Failed {
-                return Err(Error::NotAllowed {
+                return Err(Error::Refused(rota_core::RecordError::NotAllowed {
                     node: node.clone(),
                     state: status.state,
                     write: "retry",
                     needs: "is failed",
-                });
+                }));
             }
             status::enter(&mut status, NodeState::Maintaining, now_millis());
             object.status = Some(status);

@@ -33,11 +33,11 @@ impl KubeStore {
         let (slot, status, seen) = self
             .edit_with_ledger(session, with_lease, &processes, |status, seen, ledger| {
                 if status.state != transition.from {
-                    return Err(Error::Conflict {
+                    return Err(Error::Refused(rota_core::RecordError::Conflict {
                         node: session.node.clone(),
                         expected: transition.from,
-                        actual: status.state.to_string(),
-                    });
+                        actual: status.state,
+                    }));
                 }
                 let slot = if with_lease { seen.slot() } else { status.slot };
                 status::apply_transition(status, &transition, slot, seen.history_time());

@@ -154,16 +154,18 @@ impl KubeStore {
             .edit(session, false, |status, seen| {
                 let fails = matches!(outcome, Outcome::Failed { .. });
                 if fails && status.state != NodeState::Maintaining {
-                    return Err(Error::Conflict {
+                    return Err(Error::Refused(rota_core::RecordError::Conflict {
                         node: session.node.clone(),
                         expected: NodeState::Maintaining,
-                        actual: status.state.to_string(),
-                    });
+                        actual: status.state,
+                    }));
                 }
                 let request = status::complete_request(status, process, outcome, seen.now)
-                    .ok_or_else(|| Error::NotActive {
-                        node: session.node.clone(),
-                        process: process.clone(),
+                    .ok_or_else(|| {
+                        Error::Refused(rota_core::RecordError::NotActive {
+                            node: session.node.clone(),
+                            process: process.clone(),
+                        })
                     })?;
                 if fails {
                     // Fail closed in the same write: a failure recorded without it would let
@@ -200,12 +202,12 @@ impl KubeStore {
     /// would otherwise spend.
     async fn refused(&self, node: &NodeName, write: &'static str, needs: &'static str) -> Error {
         match self.get_rota_node(node).await {
-            Ok(Some(object)) => Error::NotAllowed {
+            Ok(Some(object)) => Error::Refused(rota_core::RecordError::NotAllowed {
                 node: node.clone(),
                 state: object.status.map_or(NodeState::Idle, |s| s.state),
                 write,
                 needs,
-            },
+            }),
             Ok(None) => Error::NoSuchNode { node: node.clone() },
             Err(e) => e,
         }

@@ -75,7 +75,10 @@ pub async fn unlock_frees_a_failed_node(store: Arc<dyn Store>) {
     let s = session(&*store, "a").await;
     let refused = store.unlock(&node("a"), "x").await;
     assert!(
-        matches!(refused, Err(Error::NotAllowed { .. })),
+        matches!(
+            refused,
+            Err(Error::Refused(rota_core::RecordError::NotAllowed { .. }))
+        ),
         "{refused:?}"
     );
 
@@ -123,7 +126,10 @@ pub async fn retry_resumes_a_failed_node(store: Arc<dyn Store>) {
     let s = session(&*store, "a").await;
     let refused = store.retry(&node("a")).await;
     assert!(
-        matches!(refused, Err(Error::NotAllowed { .. })),
+        matches!(
+            refused,
+            Err(Error::Refused(rota_core::RecordError::NotAllowed { .. }))
+        ),
         "{refused:?}"
     );
     enqueue(&*store, &s, now_millis() - 1000).await;

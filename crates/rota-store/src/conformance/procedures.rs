@@ -191,7 +191,13 @@ pub async fn completing_a_request_keeps_the_window_open(store: Arc<dyn Store>) {
     let again = store
         .complete_request(&s, &first, &Outcome::Succeeded { detail: None })
         .await;
-    assert!(matches!(again, Err(Error::NotActive { .. })), "{again:?}");
+    assert!(
+        matches!(
+            again,
+            Err(Error::Refused(rota_core::RecordError::NotActive { .. }))
+        ),
+        "{again:?}"
+    );
     let stale = session(&*store, "a").await;
     let fenced = store
         .complete_request(&s, &second, &Outcome::Succeeded { detail: None })
@@ -264,7 +270,10 @@ pub async fn a_failed_request_stays_active_and_backs_off(store: Arc<dyn Store>) 
             )
             .await;
         assert!(
-            matches!(refused, Err(Error::Conflict { .. })),
+            matches!(
+                refused,
+                Err(Error::Refused(rota_core::RecordError::Conflict { .. }))
+            ),
             "{refused:?}"
         );
         store.retry(&node("a")).await.expect("operator retries");

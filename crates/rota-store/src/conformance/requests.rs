@@ -86,7 +86,10 @@ pub async fn a_transition_records_its_requests_only_when_written(store: Arc<dyn 
         )
         .await;
     assert!(
-        matches!(refused, Err(Error::Conflict { .. })),
+        matches!(
+            refused,
+            Err(Error::Refused(rota_core::RecordError::Conflict { .. }))
+        ),
         "{refused:?}"
     );
     assert!(

@@ -133,11 +133,11 @@ pub async fn transition_is_compare_and_swap(store: Arc<dyn Store>) {
         .transition(&s, Transition::new(NodeState::Queued, NodeState::Draining))
         .await;
     match refused {
-        Err(Error::Conflict {
+        Err(Error::Refused(rota_core::RecordError::Conflict {
             expected, actual, ..
-        }) => {
+        })) => {
             assert_eq!(expected, NodeState::Queued);
-            assert_eq!(actual, "idle");
+            assert_eq!(actual, NodeState::Idle);
         }
         other => panic!("expected a conflict, got {other:?}"),
     }

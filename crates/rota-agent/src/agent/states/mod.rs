@@ -55,7 +55,9 @@ impl Agent {
                 Err(Error::Store(e)) if e.is_unavailable() => {
                     self.pause_unavailable(running, &e).await?;
                 }
-                Err(Error::Store(rota_store::Error::Conflict { .. })) => {
+                Err(Error::Store(rota_store::Error::Refused(
+                    rota_core::RecordError::Conflict { .. },
+                ))) => {
                     info!(node = %self.config.node, "state changed under this agent; re-reading");
                 }
                 Err(Error::Store(rota_store::Error::Fenced { .. })) => {
