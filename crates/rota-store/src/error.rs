@@ -133,10 +133,12 @@ impl Error {
         }
     }
 
-    /// This error as part of `node`'s record.
+    /// This error as part of `node`'s record; a database that is unavailable stays what it is,
+    /// so that the caller sees it (and tries again).
     pub(crate) fn of_node(self, node: &str) -> Error {
         match self {
             Error::Record { .. } => self,
+            source if source.is_unavailable() => source,
             source => Error::Record {
                 node: node.to_string(),
                 source: Box::new(source),

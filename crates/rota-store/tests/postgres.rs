@@ -314,11 +314,11 @@ async fn a_write_that_waited_for_the_nodes_lock_reads_what_the_other_wrote() {
     );
 }
 
-/// A handle decides an agent's write on what it last wrote of the node, without a read (see
-/// `postgres/record.rs`): only while nobody else wrote the node, and never to refuse a write or
-/// to let a write that changes nothing skip its session check.
+/// An agent's write is decided on the node's record as it is, not as the agent's handle last
+/// wrote it (another handle may have written it since), and a write that changes nothing still
+/// checks the session.
 #[tokio::test]
-async fn a_handles_last_write_stands_for_a_read_only_until_another_writes_the_node() {
+async fn a_write_decides_on_the_record_as_it_is_and_always_checks_the_session() {
     let Some(url) = fresh_database().await else {
         return;
     };

@@ -8,11 +8,11 @@
 //! [`NodeOverview::apply`](rota_core::NodeOverview::apply) decides; one statement persists the
 //! difference (with the write's NOTIFY) only if the row is still that version and the session
 //! still current, a compare-and-swap that commits all of it or nothing. A write that lost it
-//! reads and decides again. A handle's own last write of a node stands for the read of its
-//! next write of it (`record::Known`). A slot is granted in a transaction that locks the
+//! reads and decides again. A slot is granted in a transaction that locks the
 //! node's row, reads the queue and the slot rows (`FOR UPDATE`), and takes the slot
-//! [`schedule`](rota_core::schedule) names only while it is free (`slots.rs`); a waiter whose
-//! turn has not come learns it from one read-only statement and takes no lock.
+//! [`schedule`](rota_core::schedule) names only while it is free (`Sql::acquire`, as on
+//! SQLite); a waiter whose turn has not come learns it from the same reads without a
+//! transaction, and takes no lock.
 //!
 //! Exclusion comes from compare-and-swaps, row locks and keys, never from a check followed by
 //! an insert: every write of a node's record writes its row, so two writes decided on the same
@@ -35,10 +35,8 @@ mod changes;
 mod connections;
 mod open;
 mod record;
-mod slots;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -48,7 +46,6 @@ use tokio::sync::watch;
 use self::changes::{ListenerTask, OPERATOR_WAKES};
 use self::connections::Connections;
 pub(crate) use self::open::redact;
-use self::record::Known;
 use crate::Store;
 use crate::audit::{AuditRecord, NewAuditRecord};
 use crate::error::Error;
@@ -71,34 +68,9 @@ pub struct PostgresStore {
     origin: u64,
     changes: Arc<watch::Sender<u64>>,
     _listener: Arc<ListenerTask>,
-    /// Each node's record as this handle last wrote it (see [`record::Known`]).
-    known: Arc<Mutex<HashMap<NodeName, Known>>>,
 }
 
 impl PostgresStore {
-    fn known(&self, node: &NodeName) -> Option<Known> {
-        self.known
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(node)
-            .cloned()
-    }
-
-    fn remember(&self, node: &NodeName, known: Known) {
-        self.known
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(node.clone(), known);
-    }
-
-    /// The node was written by another write, or may have been: its next write reads it.
-    fn forget(&self, node: &NodeName) {
-        self.known
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(node);
-    }
-
     /// One call on a connection of this handle, its statements each a transaction of its own.
     /// The connection goes back for the next call unless the database failed it.
     async fn call<T>(
@@ -143,8 +115,6 @@ impl PostgresStore {
 #[async_trait]
 impl Store for PostgresStore {
     async fn open_session(&self, node: &NodeName, ttl: Duration) -> Result<Session> {
-        // A new session writes the node's row.
-        self.forget(node);
         let open = async |tx: &mut PgConnection| {
             Sql::<Postgres>::open_session(tx, node, millis(ttl)).await
         };
@@ -165,7 +135,13 @@ impl Store for PostgresStore {
     }
 
     async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire> {
-        slots::try_acquire_slot(self, session).await
+        const CONTEXT: &str = "acquiring a slot";
+        let wait = async |conn: &mut PgConnection| Sql::<Postgres>::wait(conn, session).await;
+        if let Some(changes) = self.call(CONTEXT, wait).await? {
+            return Ok(Acquire::Wait { changes });
+        }
+        let acquire = async |tx: &mut PgConnection| Sql::<Postgres>::acquire(tx, session).await;
+        self.transaction(CONTEXT, acquire, |_| 0).await
     }
 
     async fn fence(&self, session: &Session, ttl: Duration) -> Result<u32> {

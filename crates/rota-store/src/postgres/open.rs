@@ -97,7 +97,6 @@ impl PostgresStore {
             origin,
             changes,
             _listener: Arc::new(listener),
-            known: Arc::default(),
         })
     }
 

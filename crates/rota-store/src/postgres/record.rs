@@ -6,7 +6,7 @@
 //! A write that lost its compare-and-swap reads again and decides again.
 //!
 //! The version is the row's `xmin`: every write that changes a node's record writes its row
-//! (a grant too, see `slots.rs`), so a record changed since its row was read has a row of
+//! (a grant too, see `Dialect::TAKE_SLOT`), so a record changed since its row was read has a row of
 //! another transaction, and a read that met such a write between its statements is refused too.
 
 use rota_core::{Applied, NodeName, Write};
@@ -15,9 +15,7 @@ use sqlx::{PgConnection, Postgres, Row};
 use super::PostgresStore;
 use super::changes::{CHANNEL, OPERATOR_WAKES};
 use crate::error::{Context, Error, Result};
-use crate::model::{
-    BackoffRecord, Millis, NodeOverview, RequestRecord, Session, Writer, now_millis,
-};
+use crate::model::{BackoffRecord, Millis, NodeOverview, RequestRecord, Session, Writer};
 use crate::rows::getter;
 use crate::sql::{Read, Sql};
 
@@ -47,45 +45,19 @@ async fn write_node(
     wakes: impl Fn(&Applied) -> Wakes,
     context: &'static str,
 ) -> Result<Written> {
-    let mut conn = store.connections.checkout(context).await?;
-    // This handle's own last write of the node stands for a read, as long as its
-    // compare-and-swap holds (see `Known`).
-    let mut known = store.known(node);
-    loop {
-        let from_known = known.is_some();
-        let (before, version, now) = match known.take() {
-            Some(known) => {
-                let now = now_millis().saturating_add(known.clock_offset);
-                (known.record, known.version, now)
-            }
-            None => {
-                let conn = conn.connection().await.context(context)?;
-                let read = Sql::<Postgres>::record(conn, node, session).await?;
-                let Some(Read {
-                    record,
-                    version,
-                    now,
-                    ..
-                }) = read.filter(|r| session.is_none() || r.current)
-                else {
-                    return Err(Error::unwritable(node, session));
-                };
-                (record, version, now)
-            }
+    let write_once = async |conn: &mut PgConnection| loop {
+        let read = Sql::<Postgres>::record(conn, node, session).await?;
+        let Some(Read {
+            record: before,
+            version,
+            now,
+            ..
+        }) = read.filter(|r| session.is_none() || r.current)
+        else {
+            return Err(Error::unwritable(node, session));
         };
-        let applied = match before.apply(write, now) {
-            Ok(applied) => applied,
-            // Refused on what this handle last wrote: the record as it is now decides.
-            Err(_) if from_known => continue,
-            Err(e) => return Err(e.into()),
-        };
+        let applied = before.apply(write, now)?;
         if !applied.changed {
-            if from_known {
-                // A write that changes nothing writes no row to check the session and the
-                // record against: it reads them.
-                continue;
-            }
-            conn.finish();
             return Ok(Written {
                 applied,
                 opened: Vec::new(),
@@ -101,54 +73,16 @@ async fn write_node(
             notify: store.payload(count),
             only_if_opened,
         };
-        let tx = conn.connection().await.context(context)?;
-        let Some(persisted) = persist(tx, &before, &applied, now, &guard).await? else {
-            // Another write changed the record since it was read, or the session is no
-            // longer current: the next read tells which.
-            store.forget(node);
-            continue;
-        };
-        conn.finish();
-        let Persisted {
-            opened,
-            version,
-            now,
-        } = persisted;
-        if !only_if_opened || !opened.is_empty() {
-            store.woke(count);
+        // `None`: another write changed the record since it was read, or the session is no
+        // longer current; the next read tells which.
+        if let Some(opened) = persist(conn, &before, &applied, now, &guard).await? {
+            if !only_if_opened || !opened.is_empty() {
+                store.woke(count);
+            }
+            return Ok(Written { applied, opened });
         }
-        let mut record = applied.after.clone();
-        record.open_requests.extend(opened.iter().cloned());
-        store.remember(
-            node,
-            Known {
-                record,
-                version,
-                clock_offset: now - now_millis(),
-            },
-        );
-        return Ok(Written { applied, opened });
-    }
-}
-
-/// A node's record as this handle last wrote it, with its row's version and the database's
-/// clock as an offset from this host's. A write decides on it without reading: its
-/// compare-and-swap refuses it if anyone wrote the node since (every write of a node, a grant
-/// and a new session included, gives its row a new version), and the write then reads. Its
-/// times are the database's clock of that last write plus the time since, by this host's.
-#[derive(Clone)]
-pub(super) struct Known {
-    record: NodeOverview,
-    version: String,
-    clock_offset: i64,
-}
-
-/// What a persisting statement wrote: the requests it opened as stored, the row's new version
-/// and the database's "now".
-struct Persisted {
-    opened: Vec<RequestRecord>,
-    version: String,
-    now: Millis,
+    };
+    store.call(context, write_once).await
 }
 
 /// What a persisting statement checks before it writes anything, and what it announces.
@@ -174,7 +108,7 @@ async fn persist(
     applied: &Applied,
     now: Millis,
     guard: &Guard<'_>,
-) -> Result<Option<Persisted>> {
+) -> Result<Option<Vec<RequestRecord>>> {
     let after = &applied.after;
     let r = &after.record;
     let releases = before.record.slot.is_some() && r.slot.is_none();
@@ -258,7 +192,7 @@ async fn persist(
              AND (NOT $37 OR EXISTS (SELECT 1 FROM opened)) \
          ) \
          SELECT o.*, (SELECT count(*) FROM notified) AS notified, \
-           (SELECT version FROM node_row) AS version, rota_now_ms() AS now FROM ( \
+           (SELECT version FROM node_row) AS version FROM ( \
            SELECT 1) one LEFT JOIN opened o ON TRUE ORDER BY o.id";
 
     let rows = sqlx::query(sql)
@@ -314,24 +248,20 @@ async fn persist(
     let Some(first) = rows.first() else {
         return Ok(None);
     };
-    let Some(version) = first
+    if first
         .try_get::<Option<String>, _>("version")
         .map_err(&get)?
-    else {
+        .is_none()
+    {
         return Ok(None);
-    };
-    let now = first.try_get("now").map_err(&get)?;
+    }
     let mut opened = Vec::new();
     for row in &rows {
         if row.try_get::<Option<i64>, _>("id").map_err(&get)?.is_some() {
             opened.push(crate::rows::request_record(row)?);
         }
     }
-    Ok(Some(Persisted {
-        opened,
-        version,
-        now,
-    }))
+    Ok(Some(opened))
 }
 
 /// `Store::write`: the fence's proof first when asked for, then the node write. A waiter is

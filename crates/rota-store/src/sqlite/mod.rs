@@ -6,7 +6,6 @@
 //! write that is canceled halfway is rolled back whole.
 
 mod record;
-mod slots;
 mod wakes;
 
 use std::path::{Path, PathBuf};
@@ -252,11 +251,11 @@ impl Store for SqliteStore {
 
     async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire> {
         let mut conn = self.pool.acquire().await.context("acquiring a slot")?;
-        if let Some(changes) = slots::wait(&mut conn, &session.node).await? {
+        if let Some(changes) = Sql::<Sqlite>::wait(&mut conn, session).await? {
             return Ok(Acquire::Wait { changes });
         }
         drop(conn);
-        self.quietly(false, async |tx| slots::acquire_slot(tx, session).await)
+        self.quietly(false, async |tx| Sql::<Sqlite>::acquire(tx, session).await)
             .await
     }
 
