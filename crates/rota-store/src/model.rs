@@ -307,37 +307,3 @@ pub fn decode_resumed_at(
             reason: e.to_string(),
         })
 }
-
-impl Written {
-    /// A SQL store's answer to `write` as rota-core applied it: `opened` are the requests it
-    /// stored, `standing` the request that already stood for an added one.
-    pub(crate) fn of(
-        write: &rota_core::Write,
-        applied: rota_core::Applied,
-        opened: Vec<RequestRecord>,
-        standing: Option<RequestRecord>,
-    ) -> Written {
-        use rota_core::Write;
-        let (request, changed) = match write {
-            Write::AddRequest { process, .. } => {
-                let created = !opened.is_empty();
-                let request = opened
-                    .into_iter()
-                    .next()
-                    .or_else(|| applied.request(process).cloned())
-                    .or(standing);
-                (request, created)
-            }
-            Write::CancelRequest { .. } => (None, !applied.closed.is_empty()),
-            Write::CompleteRequest { process, .. } => {
-                (applied.request(process).cloned(), applied.changed)
-            }
-            _ => (None, applied.changed),
-        };
-        Written {
-            record: applied.after.record,
-            request,
-            changed,
-        }
-    }
-}

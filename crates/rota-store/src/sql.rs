@@ -8,7 +8,8 @@
 use std::marker::PhantomData;
 
 use rota_core::{
-    Held, HistoryEvent, Limits, NodeName, ProcedureSpec, Process, Turn, Waiter, schedule,
+    Applied, Held, HistoryEvent, Limits, NodeName, ProcedureSpec, Process, Turn, Waiter, Write,
+    schedule,
 };
 use sqlx::migrate::Migrator;
 use sqlx::{Database, Encode, Executor, IntoArguments, Postgres, Sqlite, Type};
@@ -17,7 +18,7 @@ use crate::audit::{AuditRecord, NewAuditRecord};
 use crate::error::{Context, Error, Result};
 use crate::model::{
     Acquire, Fleet, History, HistoryFilter, NodeOverview, Parts, Pause, ProcedureRecord,
-    RequestRecord, Session, Setting, Settings, decode_resumed_at,
+    RequestRecord, Session, Setting, Settings, Written, decode_resumed_at,
 };
 use crate::rows::{
     NODE_COLUMNS, SqlRow, audit_record, concurrency, getter, history_entry, overview, parse,
@@ -704,9 +705,43 @@ where
         audit_record(&row)
     }
 
+    /// A store's answer to `write` as rota-core applied it, `opened` the requests it stored; a
+    /// request added that the write did not open is answered with the one that stands for it.
+    pub(crate) async fn written(
+        conn: &mut DB::Connection,
+        node: &NodeName,
+        write: &Write,
+        applied: Applied,
+        opened: Vec<RequestRecord>,
+    ) -> Result<Written> {
+        let (request, changed) = match write {
+            Write::AddRequest { process, .. } => {
+                let created = !opened.is_empty();
+                let request = match opened.into_iter().next() {
+                    Some(request) => Some(request),
+                    None => match applied.request(process) {
+                        Some(request) => Some(request.clone()),
+                        None => Self::standing_request(conn, node, process).await?,
+                    },
+                };
+                (request, created)
+            }
+            Write::CancelRequest { .. } => (None, !applied.closed.is_empty()),
+            Write::CompleteRequest { process, .. } => {
+                (applied.request(process).cloned(), applied.changed)
+            }
+            _ => (None, applied.changed),
+        };
+        Ok(Written {
+            record: applied.after.record,
+            request,
+            changed,
+        })
+    }
+
     /// The request that stands for `process` on `node`: its open one, or for a procedure any
     /// one ever made (a procedure's request is made once per node).
-    pub(crate) async fn standing_request(
+    async fn standing_request(
         conn: &mut DB::Connection,
         node: &NodeName,
         process: &Process,

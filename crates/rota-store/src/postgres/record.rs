@@ -19,12 +19,6 @@ use crate::model::{BackoffRecord, Millis, NodeOverview, RequestRecord, Session, 
 use crate::rows::getter;
 use crate::sql::{Read, Sql};
 
-/// A write as it was committed: the core's answer, and the requests it created as stored.
-struct Written {
-    applied: Applied,
-    opened: Vec<RequestRecord>,
-}
-
 /// The wake-ups a committed node write sends.
 enum Wakes {
     /// This many, known before it is persisted.
@@ -44,7 +38,7 @@ async fn write_node(
     write: &Write,
     wakes: impl Fn(&Applied) -> Wakes,
     context: &'static str,
-) -> Result<Written> {
+) -> Result<crate::Written> {
     let write_once = async |conn: &mut PgConnection| loop {
         let read = Sql::<Postgres>::record(conn, node, session).await?;
         let Some(Read {
@@ -58,10 +52,7 @@ async fn write_node(
         };
         let applied = before.apply(write, now)?;
         if !applied.changed {
-            return Ok(Written {
-                applied,
-                opened: Vec::new(),
-            });
+            return Sql::<Postgres>::written(conn, node, write, applied, Vec::new()).await;
         }
         let (count, only_if_opened) = match wakes(&applied) {
             Wakes::Known(count) => (count, false),
@@ -79,7 +70,7 @@ async fn write_node(
             if !only_if_opened || !opened.is_empty() {
                 store.woke(count);
             }
-            return Ok(Written { applied, opened });
+            return Sql::<Postgres>::written(conn, node, write, applied, opened).await;
         }
     };
     store.call(context, write_once).await
@@ -286,19 +277,5 @@ pub(super) async fn write(
         }
         _ => Wakes::Known(u64::from(write.wakes(applied))),
     };
-    let Written { applied, opened } =
-        write_node(store, node, session, write, wakes, CONTEXT).await?;
-    let standing = match write {
-        Write::AddRequest { process, .. }
-            if opened.is_empty() && applied.request(process).is_none() =>
-        {
-            store
-                .call(CONTEXT, async |conn| {
-                    Sql::<Postgres>::standing_request(conn, node, process).await
-                })
-                .await?
-        }
-        _ => None,
-    };
-    Ok(crate::Written::of(write, applied, opened, standing))
+    write_node(store, node, session, write, wakes, CONTEXT).await
 }

@@ -7,27 +7,21 @@ use rota_core::{Applied, NodeName, Write};
 use sqlx::{Sqlite, SqliteConnection};
 
 use crate::error::{Context, Error, Result};
-use crate::model::{
-    BackoffRecord, Millis, NodeOverview, NodeRecord, RequestRecord, Session, Writer,
-};
+use crate::model::{BackoffRecord, Millis, NodeOverview, NodeRecord, RequestRecord, Writer};
 use crate::rows::request_record;
 use crate::sql::{Read, Sql};
 
-/// A write as it was committed: the core's answer, and the requests it created as stored.
-struct Written {
-    applied: Applied,
-    opened: Vec<RequestRecord>,
-}
-
-/// Applies `write` to `node`'s record, fenced by `session` when an agent writes (a node
-/// without a record is then fenced too); an operator's write of an unknown node is
-/// `NoSuchNode`. A refused write writes nothing.
-async fn write_node(
+/// `Store::write` after the fence's proof: reads the node's record, fenced by the writer's
+/// session when an agent writes (a node without a record is then fenced too; an operator's
+/// write of an unknown node is `NoSuchNode`), lets rota-core decide, and persists what
+/// changed; a refused write writes nothing. With the answer, whether it wakes a waiter
+/// ([`Write::wakes`]).
+pub(super) async fn write(
     tx: &mut SqliteConnection,
-    node: &NodeName,
-    session: Option<&Session>,
+    writer: Writer<'_>,
     write: &Write,
-) -> Result<Written> {
+) -> Result<(crate::Written, bool)> {
+    let (node, session) = (writer.node(), writer.session());
     let read = Sql::<Sqlite>::record(tx, node, session).await?;
     let Some(Read {
         record: before,
@@ -38,49 +32,10 @@ async fn write_node(
         return Err(Error::unwritable(node, session));
     };
     let applied = before.apply(write, now)?;
-    if !applied.changed {
-        return Ok(Written {
-            applied,
-            opened: Vec::new(),
-        });
-    }
-    let row_only = applied.closed.is_empty()
-        && applied.opened.is_empty()
-        && applied.history.is_empty()
-        && applied.after.open_requests == before.open_requests
-        && applied.after.backoffs == before.backoffs
-        && applied.after.record.slot == before.record.slot;
-    if row_only {
-        // One statement needs no savepoint of its own.
-        write_row(tx, &applied.after.record).await?;
-        return Ok(Written {
-            applied,
-            opened: Vec::new(),
-        });
-    }
     let opened = persist(tx, &before, &applied, now).await?;
-    Ok(Written { applied, opened })
-}
-
-/// `Store::write` after the fence's proof; with the answer, whether it wakes a waiter
-/// ([`Write::wakes`]).
-pub(super) async fn write(
-    tx: &mut SqliteConnection,
-    writer: Writer<'_>,
-    write: &Write,
-) -> Result<(crate::Written, bool)> {
-    let (node, session) = (writer.node(), writer.session());
-    let Written { applied, opened } = write_node(tx, node, session, write).await?;
-    let standing = match write {
-        Write::AddRequest { process, .. }
-            if opened.is_empty() && applied.request(process).is_none() =>
-        {
-            Sql::<Sqlite>::standing_request(tx, node, process).await?
-        }
-        _ => None,
-    };
     let wakes = write.wakes(&applied);
-    Ok((crate::Written::of(write, applied, opened, standing), wakes))
+    let written = Sql::<Sqlite>::written(tx, node, write, applied, opened).await?;
+    Ok((written, wakes))
 }
 
 /// Writes what changed between `before` and the core's answer.
