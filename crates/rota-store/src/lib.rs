@@ -34,7 +34,7 @@ pub use model::{
     Acquire, BackoffRecord, Blocked, Fleet, History, HistoryEntry, HistoryFilter, Millis,
     NodeFields, NodeOverview, NodeRecord, Outcome, Parts, Pause, ProcedureRecord, RequestRecord,
     RequestState, Session, Setting, Settings, SlotHolder, StepRecord, Transition, WindowChange,
-    Writer, Written, decode_resumed_at, now_millis,
+    Writer, Written, decode_setting, now_millis,
 };
 pub use postgres::PostgresStore;
 pub use retry_pauses::{FIRST_RETRY_PAUSE, LONGEST_RETRY_PAUSE, RetryPauses, retry_pauses};

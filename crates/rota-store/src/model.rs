@@ -274,36 +274,25 @@ impl Pause {
         serde_json::to_string(self).unwrap_or_default()
     }
 
-    /// Reads a stored pause; a missing or empty value means none.
-    pub fn decode(column: &'static str, value: Option<&str>) -> crate::Result<Option<Pause>> {
-        let Some(value) = value.filter(|v| !v.is_empty()) else {
-            return Ok(None);
-        };
+    /// A pause as [`Pause::encode`] stored it.
+    pub fn decode(value: &str) -> serde_json::Result<Pause> {
         serde_json::from_str(value)
-            .map(Some)
-            .map_err(|e| crate::Error::Corrupt {
-                column,
-                value: value.to_string(),
-                reason: e.to_string(),
-            })
     }
 }
 
-/// Reads the stored time of the last resume (decimal milliseconds, one value in the store's
-/// key-value settings); a missing or empty value means the fleet was never resumed.
-pub fn decode_resumed_at(
+/// Reads one value of the store's key-value settings with `read` (a pause is JSON, the time
+/// of the last resume decimal milliseconds); a missing or empty value means none.
+pub fn decode_setting<T, E: std::fmt::Display>(
     column: &'static str,
     value: Option<&str>,
-) -> crate::Result<Option<Millis>> {
+    read: impl FnOnce(&str) -> Result<T, E>,
+) -> crate::Result<Option<T>> {
     let Some(value) = value.filter(|v| !v.is_empty()) else {
         return Ok(None);
     };
-    value
-        .parse()
-        .map(Some)
-        .map_err(|e: std::num::ParseIntError| crate::Error::Corrupt {
-            column,
-            value: value.to_string(),
-            reason: e.to_string(),
-        })
+    read(value).map(Some).map_err(|e| crate::Error::Corrupt {
+        column,
+        value: value.to_string(),
+        reason: e.to_string(),
+    })
 }

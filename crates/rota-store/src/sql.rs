@@ -18,7 +18,7 @@ use crate::audit::{AuditRecord, NewAuditRecord};
 use crate::error::{Context, Error, Result};
 use crate::model::{
     Acquire, Fleet, History, HistoryFilter, NodeOverview, Parts, Pause, ProcedureRecord,
-    RequestRecord, Session, Setting, Settings, Written, decode_resumed_at,
+    RequestRecord, Session, Setting, Settings, Written, decode_setting,
 };
 use crate::rows::{
     NODE_COLUMNS, SqlRow, audit_record, concurrency, getter, history_entry, overview, parse,
@@ -233,8 +233,16 @@ where
             concurrency: value("concurrency")
                 .map(|v| concurrency("rota_meta.concurrency", v))
                 .transpose()?,
-            pause: Pause::decode("rota_meta.paused", value("paused").as_deref())?,
-            resumed_at: decode_resumed_at("rota_meta.resumed_at", value("resumed_at").as_deref())?,
+            pause: decode_setting(
+                "rota_meta.paused",
+                value("paused").as_deref(),
+                Pause::decode,
+            )?,
+            resumed_at: decode_setting(
+                "rota_meta.resumed_at",
+                value("resumed_at").as_deref(),
+                str::parse,
+            )?,
         })
     }
 
@@ -613,7 +621,7 @@ where
                 let now = Self::now(conn).await?;
                 Self::set_meta(conn, "resumed_at", Some(now.to_string())).await?;
                 let lifted = Self::set_meta(conn, "paused", None).await?;
-                Pause::decode("rota_meta.paused", lifted.as_deref())
+                decode_setting("rota_meta.paused", lifted.as_deref(), Pause::decode)
             }
         }
     }

@@ -260,7 +260,7 @@ fn columns() -> Vec<Column> {
             "rota_meta.paused",
             "key = 'paused'",
             text(r#"{"reason":"by hand","since":1000}"#),
-            |v| v.is_empty() || Pause::decode("rota_meta.paused", Some(v)).is_ok(),
+            |v| v.is_empty() || Pause::decode(v).is_ok(),
         ),
         meta(
             "rota_meta.resumed_at",

@@ -124,3 +124,17 @@ fn the_os_actor_names_a_user_and_a_host() {
     let (user, host) = actor.split_once('@').expect("user@host");
     assert!(!user.is_empty() && !host.is_empty(), "{actor}");
 }
+
+#[test]
+fn a_postgres_url_is_shown_without_its_password_alone() {
+    let shown = |url: &str| url.parse::<StoreUrl>().expect(url).to_string();
+    assert_eq!(
+        shown("postgres://rota:secret@db:5432/rota"),
+        "postgres://rota:***@db:5432/rota"
+    );
+    assert_eq!(
+        shown("postgres://rota@127.0.0.1/rota"),
+        "postgres://rota@127.0.0.1/rota"
+    );
+    assert_eq!(shown("postgresql://db/rota"), "postgresql://db/rota");
+}

@@ -96,8 +96,8 @@ impl KubeStore {
         };
         Ok(Settings {
             concurrency: concurrency_of(map.as_ref())?,
-            pause: Pause::decode(PAUSED_COLUMN, value(PAUSED_KEY))?,
-            resumed_at: rota_store::decode_resumed_at(RESUMED_COLUMN, value(RESUMED_KEY))?,
+            pause: rota_store::decode_setting(PAUSED_COLUMN, value(PAUSED_KEY), Pause::decode)?,
+            resumed_at: rota_store::decode_setting(RESUMED_COLUMN, value(RESUMED_KEY), str::parse)?,
         })
     }
 }

@@ -181,7 +181,7 @@ impl KubeStore {
                         Ok((String::new(), current.unwrap_or_default().to_string()))
                     })
                     .await?;
-                Pause::decode(PAUSED_COLUMN, Some(&previous))
+                rota_store::decode_setting(PAUSED_COLUMN, Some(&previous), Pause::decode)
             }
         }
     }

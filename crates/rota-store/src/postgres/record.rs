@@ -9,7 +9,7 @@
 //! (a grant too, see `Dialect::TAKE_SLOT`), so a record changed since its row was read has a row of
 //! another transaction, and a read that met such a write between its statements is refused too.
 
-use rota_core::{Applied, NodeName, Write};
+use rota_core::{Applied, Write};
 use sqlx::{PgConnection, Postgres, Row};
 
 use super::PostgresStore;
@@ -19,26 +19,29 @@ use crate::model::{BackoffRecord, Millis, NodeOverview, RequestRecord, Session, 
 use crate::rows::getter;
 use crate::sql::{Read, Sql};
 
-/// The wake-ups a committed node write sends.
-enum Wakes {
-    /// This many, known before it is persisted.
-    Known(u64),
-    /// This many if it stored a new request (a procedure's request the node had before is not
-    /// stored again), else none.
-    IfOpened(u64),
-}
-
-/// Applies `write` to `node`'s record, fenced by `session` when an agent writes (a missing node
-/// is then fenced too); an operator's write of an unknown node is `NoSuchNode`. `wakes` says
-/// which wake-ups the committed write sends. A refused write writes nothing and wakes no one.
-async fn write_node(
+/// `Store::write`: the fence's proof first when asked for, then the node write. A waiter is
+/// woken as rota-core says ([`Write::wakes`]); an operator's request or cancel wakes every agent
+/// ([`OPERATOR_WAKES`]), so that the node's own idle agent hears of it.
+pub(super) async fn write(
     store: &PostgresStore,
-    node: &NodeName,
-    session: Option<&Session>,
+    writer: Writer<'_>,
     write: &Write,
-    wakes: impl Fn(&Applied) -> Wakes,
-    context: &'static str,
 ) -> Result<crate::Written> {
+    let (node, session) = (writer.node(), writer.session());
+    if let Writer::Fenced(session, ttl) = writer {
+        crate::Store::fence(store, session, ttl).await?;
+    }
+    // How many wake-ups the write sends, and whether only if it stored a request (a
+    // procedure's request the node had before is not stored again).
+    let wakes = |applied: &Applied| match write {
+        Write::AddRequest { .. } if session.is_none() => (OPERATOR_WAKES, true),
+        Write::CancelRequest { .. } if session.is_none() && !applied.closed.is_empty() => {
+            (OPERATOR_WAKES, false)
+        }
+        _ => (u64::from(write.wakes(applied)), false),
+    };
+    // Fenced by the session when an agent writes (a missing node is then fenced too); an
+    // operator's write of an unknown node is `NoSuchNode`. A refused write writes nothing.
     let write_once = async |conn: &mut PgConnection| loop {
         let read = Sql::<Postgres>::record(conn, node, session).await?;
         let Some(Read {
@@ -54,10 +57,7 @@ async fn write_node(
         if !applied.changed {
             return Sql::<Postgres>::written(conn, node, write, applied, Vec::new()).await;
         }
-        let (count, only_if_opened) = match wakes(&applied) {
-            Wakes::Known(count) => (count, false),
-            Wakes::IfOpened(count) => (count, true),
-        };
+        let (count, only_if_opened) = wakes(&applied);
         let guard = Guard {
             version: &version,
             session,
@@ -73,7 +73,7 @@ async fn write_node(
             return Sql::<Postgres>::written(conn, node, write, applied, opened).await;
         }
     };
-    store.call(context, write_once).await
+    store.call("writing the node's record", write_once).await
 }
 
 /// What a persisting statement checks before it writes anything, and what it announces.
@@ -253,29 +253,4 @@ async fn persist(
         }
     }
     Ok(Some(opened))
-}
-
-/// `Store::write`: the fence's proof first when asked for, then the node write. A waiter is
-/// woken as rota-core says ([`Write::wakes`]); an operator's request or cancel wakes every agent
-/// ([`OPERATOR_WAKES`]), so that the node's own idle agent hears of it.
-pub(super) async fn write(
-    store: &PostgresStore,
-    writer: Writer<'_>,
-    write: &Write,
-) -> Result<crate::Written> {
-    const CONTEXT: &str = "writing the node's record";
-    let node = writer.node();
-    let session = writer.session();
-    if let Writer::Fenced(session, ttl) = writer {
-        crate::Store::fence(store, session, ttl).await?;
-    }
-    let operator = session.is_none();
-    let wakes = |applied: &Applied| match write {
-        Write::AddRequest { .. } if operator => Wakes::IfOpened(OPERATOR_WAKES),
-        Write::CancelRequest { .. } if operator && !applied.closed.is_empty() => {
-            Wakes::Known(OPERATOR_WAKES)
-        }
-        _ => Wakes::Known(u64::from(write.wakes(applied))),
-    };
-    write_node(store, node, session, write, wakes, CONTEXT).await
 }
