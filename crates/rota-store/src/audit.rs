@@ -8,7 +8,7 @@ use std::str::FromStr;
 use rota_core::{NodeName, Process};
 use serde::{Deserialize, Serialize};
 
-use crate::model::{HistoryFilter, Millis};
+use crate::model::Millis;
 
 /// The operator command an audit record is of. Named apart from the node actions (cordon,
 /// drain, reboot) so that "action" keeps one meaning.
@@ -118,27 +118,4 @@ impl AuditRecord {
             reason: new.reason.clone(),
         }
     }
-
-    /// Whether a history filter lets this record through: its node and process filters match
-    /// only commands on that node or process, and an event filter (history events only) none.
-    pub fn matches(&self, filter: &HistoryFilter) -> bool {
-        filter.event.is_none()
-            && filter
-                .node
-                .as_ref()
-                .is_none_or(|n| self.node.as_ref() == Some(n))
-            && filter
-                .process
-                .as_ref()
-                .is_none_or(|p| self.process.as_ref() == Some(p))
-            && filter.since.is_none_or(|since| self.at >= since)
-            && filter.until.is_none_or(|until| self.at <= until)
-    }
-}
-
-/// Who runs this process, as the SQL stores record an operator: the OS user and the host.
-pub fn os_actor() -> String {
-    let user = whoami::fallible::username().unwrap_or_else(|_| "unknown-user".to_owned());
-    let host = whoami::fallible::hostname().unwrap_or_else(|_| "unknown-host".to_owned());
-    format!("{user}@{host}")
 }

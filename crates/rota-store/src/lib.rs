@@ -28,7 +28,7 @@ mod url;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use audit::{AuditRecord, NewAuditRecord, OperatorCommand, UnknownCommand, os_actor};
+pub use audit::{AuditRecord, NewAuditRecord, OperatorCommand, UnknownCommand};
 pub use error::{Error, Result};
 pub use model::{
     Acquire, BackoffRecord, Blocked, Fleet, History, HistoryEntry, HistoryFilter, Millis,

@@ -100,15 +100,6 @@ pub struct History {
     pub requests: Vec<RequestRecord>,
 }
 
-impl HistoryFilter {
-    /// Whether a request is of the filter's node and process (requests have no event, and are
-    /// read whatever their time).
-    pub fn admits(&self, request: &RequestRecord) -> bool {
-        self.node.as_ref().is_none_or(|n| *n == request.node)
-            && self.process.as_ref().is_none_or(|p| *p == request.process)
-    }
-}
-
 /// Every node's record and every slot's holder, read at once.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Fleet {

@@ -79,7 +79,7 @@ pub trait Store: Send + Sync {
 
     /// The past that `filter` lets through, oldest first, of the `parts` asked for: history
     /// entries, steps (bounded: a node keeps them for about as many windows as its history),
-    /// audit records (see [`AuditRecord::matches`]) and requests ever made.
+    /// audit records (of the filter's node and process; none for an event) and requests ever made.
     async fn read_history(&self, filter: &HistoryFilter, parts: Parts) -> Result<History>;
 
     /// Writes one audit record of an operator command, with the store's time. Records are

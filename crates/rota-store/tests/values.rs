@@ -3,9 +3,7 @@
 
 use std::time::Duration;
 
-use rota_store::{
-    FIRST_RETRY_PAUSE, LONGEST_RETRY_PAUSE, OperatorCommand, RetryPauses, StoreUrl, os_actor,
-};
+use rota_store::{FIRST_RETRY_PAUSE, LONGEST_RETRY_PAUSE, OperatorCommand, RetryPauses, StoreUrl};
 
 #[test]
 fn parses_relative_and_absolute_sqlite_paths() {
@@ -116,13 +114,6 @@ fn command_names_read_back_and_nonsense_is_refused_by_name() {
         message.contains("\"reboot\"") && message.contains("unlock, retry"),
         "{message}"
     );
-}
-
-#[test]
-fn the_os_actor_names_a_user_and_a_host() {
-    let actor = os_actor();
-    let (user, host) = actor.split_once('@').expect("user@host");
-    assert!(!user.is_empty() && !host.is_empty(), "{actor}");
 }
 
 #[test]

@@ -154,8 +154,15 @@ pub async fn open_operator(args: &StoreArgs) -> Result<(Arc<dyn Store>, String)>
             let actor = store.actor().await.context(who)?;
             Ok((Arc::new(store), actor))
         }
-        StoreLocation::Url(_) => Ok((open(args, false).await?, rota_store::os_actor())),
+        StoreLocation::Url(_) => Ok((open(args, false).await?, os_actor())),
     }
+}
+
+/// Who runs this process, as the SQL stores record an operator: the OS user and the host.
+pub fn os_actor() -> String {
+    let user = whoami::fallible::username().unwrap_or_else(|_| "unknown-user".to_owned());
+    let host = whoami::fallible::hostname().unwrap_or_else(|_| "unknown-host".to_owned());
+    format!("{user}@{host}")
 }
 
 /// [`open`], with the Kubernetes store on `cluster`'s client; `checked`: the caller has just
@@ -192,4 +199,14 @@ async fn open_kube(args: &StoreArgs, cluster: &Cluster, checked: bool) -> Result
     KubeStore::connect(client, config)
         .await
         .context("opening the Kubernetes store")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_os_actor_names_a_user_and_a_host() {
+        let actor = super::os_actor();
+        let (user, host) = actor.split_once('@').expect("user@host");
+        assert!(!user.is_empty() && !host.is_empty(), "{actor}");
+    }
 }

@@ -500,7 +500,11 @@ async fn operator_commands_are_audited_with_who_and_why() {
     ok(&db, &submit);
     ok(&db, &submit);
 
-    let by = rota_store::os_actor();
+    let by = format!(
+        "{}@{}",
+        whoami::fallible::username().expect("a user name"),
+        whoami::fallible::hostname().expect("a host name")
+    );
     let rows = json(&ok(&db, &["history", "-o", "json"]));
     let audited: Vec<(String, Value, Value, Value)> = rows
         .iter()

@@ -70,9 +70,25 @@ impl KubeStore {
                     None
                 }
             })
-            .filter(|record| record.matches(filter))
+            .filter(|record| admits(filter, record))
             .collect();
         records.sort_by_key(|r| r.at);
         Ok(records)
     }
+}
+
+/// Whether a history filter lets an audit record through: its node and process filters match
+/// only commands on that node or process, and an event filter (history events only) none.
+fn admits(filter: &HistoryFilter, record: &AuditRecord) -> bool {
+    filter.event.is_none()
+        && filter
+            .node
+            .as_ref()
+            .is_none_or(|n| record.node.as_ref() == Some(n))
+        && filter
+            .process
+            .as_ref()
+            .is_none_or(|p| record.process.as_ref() == Some(p))
+        && filter.since.is_none_or(|since| record.at >= since)
+        && filter.until.is_none_or(|until| record.at <= until)
 }

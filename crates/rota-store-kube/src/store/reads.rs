@@ -78,7 +78,11 @@ impl KubeStore {
             all.extend(
                 status::every_request(&status, &ledger)
                     .map(|r| status::request_record(&node, &r))
-                    .filter(|r| filter.admits(r)),
+                    .filter(|r| {
+                        // Requests have no event, and are read whatever their time.
+                        filter.node.as_ref().is_none_or(|n| *n == r.node)
+                            && filter.process.as_ref().is_none_or(|p| *p == r.process)
+                    }),
             );
         }
         all.sort_by_key(|r| r.id);
