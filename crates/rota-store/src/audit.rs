@@ -106,16 +106,3 @@ pub struct AuditRecord {
     pub by: String,
     pub reason: Option<String>,
 }
-
-impl AuditRecord {
-    pub fn new(at: Millis, new: &NewAuditRecord) -> AuditRecord {
-        AuditRecord {
-            at,
-            command: new.command,
-            node: new.node.clone(),
-            process: new.process.clone(),
-            by: new.by.clone(),
-            reason: new.reason.clone(),
-        }
-    }
-}

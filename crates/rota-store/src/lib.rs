@@ -32,7 +32,7 @@ pub use audit::{AuditRecord, NewAuditRecord, OperatorCommand, UnknownCommand};
 pub use error::{Error, Result};
 pub use model::{
     Acquire, BackoffRecord, Blocked, Fleet, History, HistoryEntry, HistoryFilter, Millis,
-    NodeFields, NodeOverview, NodeRecord, Outcome, Parts, Pause, ProcedureRecord, RequestRecord,
+    NodeFields, NodeOverview, NodeRecord, Outcome, Part, Pause, ProcedureRecord, RequestRecord,
     RequestState, Session, Setting, Settings, SlotHolder, StepRecord, Transition, WindowChange,
     Writer, Written, decode_setting, now_millis,
 };

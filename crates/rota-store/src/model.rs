@@ -55,43 +55,16 @@ pub struct HistoryFilter {
     pub until: Option<Millis>,
 }
 
-/// Which parts of the past [`Store::read_history`](crate::Store::read_history) reads.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Parts {
-    pub entries: bool,
-    pub steps: bool,
-    pub audit: bool,
-    pub requests: bool,
+/// The part of the past [`Store::read_history`](crate::Store::read_history) reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    Entries,
+    Steps,
+    Audit,
+    Requests,
 }
 
-impl Parts {
-    pub const ENTRIES: Parts = Parts {
-        entries: true,
-        steps: false,
-        audit: false,
-        requests: false,
-    };
-    pub const STEPS: Parts = Parts {
-        steps: true,
-        ..Parts::NONE
-    };
-    pub const AUDIT: Parts = Parts {
-        audit: true,
-        ..Parts::NONE
-    };
-    pub const REQUESTS: Parts = Parts {
-        requests: true,
-        ..Parts::NONE
-    };
-    const NONE: Parts = Parts {
-        entries: false,
-        steps: false,
-        audit: false,
-        requests: false,
-    };
-}
-
-/// The past a store read: each part empty unless asked for.
+/// The past a store read: each part empty but the one asked for.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct History {
     pub entries: Vec<HistoryEntry>,

@@ -17,7 +17,7 @@ use sqlx::{Database, Encode, Executor, IntoArguments, Postgres, Sqlite, Type};
 use crate::audit::{AuditRecord, NewAuditRecord};
 use crate::error::{Context, Error, Result};
 use crate::model::{
-    Acquire, Fleet, History, HistoryFilter, NodeOverview, Parts, Pause, ProcedureRecord,
+    Acquire, Fleet, History, HistoryFilter, NodeOverview, Part, Pause, ProcedureRecord,
     RequestRecord, Session, Setting, Settings, Written, decode_setting,
 };
 use crate::rows::{
@@ -260,7 +260,7 @@ where
     pub(crate) async fn read_history(
         conn: &mut DB::Connection,
         filter: &HistoryFilter,
-        parts: Parts,
+        part: Part,
     ) -> Result<History> {
         let node = filter.node.as_ref().map(NodeName::as_str);
         let process = filter.process.as_ref().map(ToString::to_string);
@@ -277,22 +277,25 @@ where
                 .context(context)
         };
         let mut history = History::default();
-        if parts.entries {
-            let read = rows(ENTRIES, "reading history").await?;
-            history.entries = read.iter().map(history_entry).collect::<Result<_>>()?;
-        }
-        if parts.steps {
-            let read = rows(STEPS, "reading steps").await?;
-            history.steps = read.iter().map(step_record).collect::<Result<_>>()?;
-        }
-        // An operator's command is no history event: a filter by event lets none through.
-        if parts.audit && filter.event.is_none() {
-            let read = rows(AUDIT, "reading audit records").await?;
-            history.audit = read.iter().map(audit_record).collect::<Result<_>>()?;
-        }
-        if parts.requests {
-            let read = rows(REQUESTS, "reading requests").await?;
-            history.requests = read.iter().map(request_record).collect::<Result<_>>()?;
+        match part {
+            Part::Entries => {
+                let read = rows(ENTRIES, "reading history").await?;
+                history.entries = read.iter().map(history_entry).collect::<Result<_>>()?;
+            }
+            Part::Steps => {
+                let read = rows(STEPS, "reading steps").await?;
+                history.steps = read.iter().map(step_record).collect::<Result<_>>()?;
+            }
+            // An operator's command is no history event: a filter by event lets none through.
+            Part::Audit if filter.event.is_some() => {}
+            Part::Audit => {
+                let read = rows(AUDIT, "reading audit records").await?;
+                history.audit = read.iter().map(audit_record).collect::<Result<_>>()?;
+            }
+            Part::Requests => {
+                let read = rows(REQUESTS, "reading requests").await?;
+                history.requests = read.iter().map(request_record).collect::<Result<_>>()?;
+            }
         }
         Ok(history)
     }

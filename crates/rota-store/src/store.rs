@@ -8,7 +8,7 @@ use crate::audit::{AuditRecord, NewAuditRecord};
 use crate::error::{Error, Result};
 use crate::model::{
     Acquire, BackoffRecord, Blocked, Fleet, History, HistoryEntry, HistoryFilter, Millis,
-    NodeOverview, NodeRecord, Outcome, Parts, Pause, ProcedureRecord, RequestRecord, Session,
+    NodeOverview, NodeRecord, Outcome, Part, Pause, ProcedureRecord, RequestRecord, Session,
     Setting, Settings, SlotHolder, StepRecord, Transition, Writer, Written,
 };
 
@@ -77,10 +77,10 @@ pub trait Store: Send + Sync {
     /// Every procedure, in the order they were submitted.
     async fn procedures(&self) -> Result<Vec<ProcedureRecord>>;
 
-    /// The past that `filter` lets through, oldest first, of the `parts` asked for: history
+    /// The past that `filter` lets through, oldest first, of the `part` asked for: history
     /// entries, steps (bounded: a node keeps them for about as many windows as its history),
     /// audit records (of the filter's node and process; none for an event) and requests ever made.
-    async fn read_history(&self, filter: &HistoryFilter, parts: Parts) -> Result<History>;
+    async fn read_history(&self, filter: &HistoryFilter, part: Part) -> Result<History>;
 
     /// Writes one audit record of an operator command, with the store's time. Records are
     /// written once; agents never read them.
@@ -286,24 +286,24 @@ pub trait StoreExt: Store {
 
     /// History entries matching `filter`, oldest first.
     async fn history(&self, filter: &HistoryFilter) -> Result<Vec<HistoryEntry>> {
-        Ok(self.read_history(filter, Parts::ENTRIES).await?.entries)
+        Ok(self.read_history(filter, Part::Entries).await?.entries)
     }
 
     /// The steps of `filter.node` (every node's when `None`) between `filter.since` and
     /// `filter.until`, oldest first, each node's in the order they were taken.
     async fn steps(&self, filter: &HistoryFilter) -> Result<Vec<StepRecord>> {
-        Ok(self.read_history(filter, Parts::STEPS).await?.steps)
+        Ok(self.read_history(filter, Part::Steps).await?.steps)
     }
 
     /// The audit records that `filter` lets through, oldest first.
     async fn audit_records(&self, filter: &HistoryFilter) -> Result<Vec<AuditRecord>> {
-        Ok(self.read_history(filter, Parts::AUDIT).await?.audit)
+        Ok(self.read_history(filter, Part::Audit).await?.audit)
     }
 
     /// Every request ever made, open or closed, oldest first.
     async fn all_requests(&self) -> Result<Vec<RequestRecord>> {
         let filter = HistoryFilter::default();
-        Ok(self.read_history(&filter, Parts::REQUESTS).await?.requests)
+        Ok(self.read_history(&filter, Part::Requests).await?.requests)
     }
 }
 

@@ -1,14 +1,13 @@
 //! [`Store`] for [`KubeStore`]: each method handed to the file of its concern (see the map in
 //! `store`).
 
-use std::future::Future;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use rota_core::{NodeName, ProcedureSpec, Write};
 use rota_store::{
-    Acquire, AuditRecord, Fleet, History, HistoryFilter, NewAuditRecord, NodeOverview, Parts,
-    Pause, ProcedureRecord, Result, Session, Setting, Settings, Store, Writer, Written,
+    Acquire, AuditRecord, Fleet, History, HistoryFilter, NewAuditRecord, NodeOverview, Part, Pause,
+    ProcedureRecord, Result, Session, Setting, Settings, Store, Writer, Written,
 };
 use tokio::sync::watch;
 
@@ -80,29 +79,18 @@ impl Store for KubeStore {
         self.inner.procedures.list(agent).await
     }
 
-    async fn read_history(&self, filter: &HistoryFilter, parts: Parts) -> Result<History> {
-        // The parts read different objects: asked together (`rota history`), they go out at
-        // once.
-        let (entries, steps, audit, requests) = tokio::try_join!(
-            part(parts.entries, self.read_entries(filter)),
-            part(parts.steps, self.read_steps(filter)),
-            part(parts.audit, self.read_audit(filter)),
-            part(parts.requests, self.read_requests(filter)),
-        )?;
-        Ok(History {
-            entries,
-            steps,
-            audit,
-            requests,
-        })
+    async fn read_history(&self, filter: &HistoryFilter, part: Part) -> Result<History> {
+        let mut history = History::default();
+        match part {
+            Part::Entries => history.entries = self.read_entries(filter).await?,
+            Part::Steps => history.steps = self.read_steps(filter).await?,
+            Part::Audit => history.audit = self.read_audit(filter).await?,
+            Part::Requests => history.requests = self.read_requests(filter).await?,
+        }
+        Ok(history)
     }
 
     async fn record_audit(&self, record: &NewAuditRecord) -> Result<AuditRecord> {
         self.write_audit(record).await
     }
-}
-
-/// What `read` reads if the part was `asked` for, else nothing (without a request).
-async fn part<T>(asked: bool, read: impl Future<Output = Result<Vec<T>>>) -> Result<Vec<T>> {
-    if asked { read.await } else { Ok(Vec::new()) }
 }

@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use sqlx::{Postgres, Transaction};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
 use super::PostgresStore;
@@ -22,25 +21,6 @@ pub(super) const OPERATOR_WAKES: u64 = WAKE_ALL;
 
 /// The channel every wake-worthy write notifies; the payload is `ORIGIN:WAKES`.
 pub(super) const CHANNEL: &str = "rota_changes";
-
-/// Stops the LISTEN loop when the last clone of the store is dropped.
-pub(super) struct ListenerTask(JoinHandle<()>);
-
-impl ListenerTask {
-    pub(super) fn spawn(
-        connections: Arc<Connections>,
-        origin: u64,
-        changes: Arc<watch::Sender<u64>>,
-    ) -> ListenerTask {
-        ListenerTask(tokio::spawn(follow_changes(connections, origin, changes)))
-    }
-}
-
-impl Drop for ListenerTask {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
 
 impl PostgresStore {
     /// Notifies every listener of `wakes` inside the transaction (delivered only if it commits),
@@ -79,7 +59,7 @@ impl PostgresStore {
 /// Moves the change counter by every other handle's notifications. Notifications sent while
 /// the connection was down are lost, so a connection opened again wakes every waiter to re-read
 /// the store (see [`Connections`]).
-async fn follow_changes(
+pub(super) async fn follow_changes(
     connections: Arc<Connections>,
     origin: u64,
     changes: Arc<watch::Sender<u64>>,

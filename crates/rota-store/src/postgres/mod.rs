@@ -42,8 +42,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rota_core::{NodeName, ProcedureSpec, Write};
 use tokio::sync::watch;
+use tokio_util::task::AbortOnDropHandle;
 
-use self::changes::{ListenerTask, OPERATOR_WAKES};
+use self::changes::OPERATOR_WAKES;
 use self::connections::Connections;
 pub(crate) use self::open::redact;
 use crate::Store;
@@ -51,7 +52,7 @@ use crate::audit::{AuditRecord, NewAuditRecord};
 use crate::error::Error;
 use crate::error::{Context, Result};
 use crate::model::{
-    Acquire, Fleet, History, HistoryFilter, NodeOverview, Parts, Pause, ProcedureRecord, Session,
+    Acquire, Fleet, History, HistoryFilter, NodeOverview, Part, Pause, ProcedureRecord, Session,
     Setting, Settings, Writer, Written,
 };
 use crate::sql::{Sql, millis};
@@ -67,7 +68,8 @@ pub struct PostgresStore {
     /// its writer sees the change at once, and skips them when they come back from the server.
     origin: u64,
     changes: Arc<watch::Sender<u64>>,
-    _listener: Arc<ListenerTask>,
+    /// The LISTEN loop, which stops with the last clone.
+    _listener: Arc<AbortOnDropHandle<()>>,
 }
 
 impl PostgresStore {
@@ -194,10 +196,9 @@ impl Store for PostgresStore {
             .await
     }
 
-    async fn read_history(&self, filter: &HistoryFilter, parts: Parts) -> Result<History> {
-        let read = async |conn: &mut PgConnection| {
-            Sql::<Postgres>::read_history(conn, filter, parts).await
-        };
+    async fn read_history(&self, filter: &HistoryFilter, part: Part) -> Result<History> {
+        let read =
+            async |conn: &mut PgConnection| Sql::<Postgres>::read_history(conn, filter, part).await;
         self.call("reading history", read).await
     }
 

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use sqlx::Postgres;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::sync::watch;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::PostgresStore;
-use super::changes::ListenerTask;
+use super::changes::follow_changes;
 use super::connections::{Connections, SHARED_CONNECTIONS, probe};
 use crate::error::{Error, Result};
 use crate::sql::Sql;
@@ -90,13 +91,13 @@ impl PostgresStore {
         let changes = Arc::new(changes);
         let connections = Arc::new(Connections::new(options, &pool, extra, changes.clone()).await?);
         let origin = random_origin();
-        let listener = ListenerTask::spawn(connections.clone(), origin, changes.clone());
+        let listener = tokio::spawn(follow_changes(connections.clone(), origin, changes.clone()));
         Ok(PostgresStore {
             connections,
             location,
             origin,
             changes,
-            _listener: Arc::new(listener),
+            _listener: Arc::new(AbortOnDropHandle::new(listener)),
         })
     }
 

@@ -20,14 +20,14 @@ use sqlx::sqlite::{
 };
 use sqlx::{Sqlite, SqliteConnection, Transaction};
 use tokio::sync::{Mutex, MutexGuard, watch};
-use tokio::task::JoinHandle;
+use tokio_util::task::AbortOnDropHandle;
 
 use self::wakes::OwnWakes;
 use crate::Store;
 use crate::audit::{AuditRecord, NewAuditRecord};
 use crate::error::{Context, Error, Result};
 use crate::model::{
-    Acquire, Fleet, History, HistoryFilter, NodeOverview, Parts, Pause, ProcedureRecord, Session,
+    Acquire, Fleet, History, HistoryFilter, NodeOverview, Part, Pause, ProcedureRecord, Session,
     Setting, Settings, Writer, Written,
 };
 use crate::sql::{Sql, millis};
@@ -44,16 +44,8 @@ pub struct SqliteStore {
     gate: Arc<Mutex<()>>,
     changes: Arc<watch::Sender<u64>>,
     own_wakes: Arc<OwnWakes>,
-    _tasks: Arc<Tasks>,
-}
-
-/// The checkpoints and the watch for other processes' operator changes.
-struct Tasks([JoinHandle<()>; 2]);
-
-impl Drop for Tasks {
-    fn drop(&mut self) {
-        self.0.iter().for_each(JoinHandle::abort);
-    }
+    /// The checkpoints and the watch for other processes' operator changes.
+    _tasks: Arc<[AbortOnDropHandle<()>; 2]>,
 }
 
 /// A write transaction, with this process's turn to write.
@@ -96,14 +88,15 @@ impl SqliteStore {
             changes.clone(),
             own_wakes.clone(),
         );
-        let tasks = [tokio::spawn(checkpoint(pool.clone())), tokio::spawn(watch)];
+        let tasks = [tokio::spawn(checkpoint(pool.clone())), tokio::spawn(watch)]
+            .map(AbortOnDropHandle::new);
         Ok(SqliteStore {
             pool,
             path: path.to_path_buf(),
             gate: Arc::default(),
             changes,
             own_wakes,
-            _tasks: Arc::new(Tasks(tasks)),
+            _tasks: Arc::new(tasks),
         })
     }
 
@@ -317,9 +310,9 @@ impl Store for SqliteStore {
         Sql::<Sqlite>::procedures(&mut conn).await
     }
 
-    async fn read_history(&self, filter: &HistoryFilter, parts: Parts) -> Result<History> {
+    async fn read_history(&self, filter: &HistoryFilter, part: Part) -> Result<History> {
         let mut conn = self.pool.acquire().await.context("reading history")?;
-        Sql::<Sqlite>::read_history(&mut conn, filter, parts).await
+        Sql::<Sqlite>::read_history(&mut conn, filter, part).await
     }
 
     async fn record_audit(&self, record: &NewAuditRecord) -> Result<AuditRecord> {
