@@ -107,20 +107,7 @@ impl Error {
             _ => false,
         }
     }
-}
 
-/// Adds the boundary's context to a database error.
-pub(crate) trait Context<T> {
-    fn context(self, context: &'static str) -> Result<T>;
-}
-
-impl<T> Context<T> for std::result::Result<T, sqlx::Error> {
-    fn context(self, context: &'static str) -> Result<T> {
-        self.map_err(|source| Error::Database { context, source })
-    }
-}
-
-impl Error {
     /// Why a write of `node` found no record it may write: the agent's `session` is not
     /// current (or its node has no record), or an operator named a node the store does not know.
     pub(crate) fn unwritable(node: &NodeName, session: Option<&Session>) -> Error {
@@ -144,5 +131,16 @@ impl Error {
                 source: Box::new(source),
             },
         }
+    }
+}
+
+/// Adds the boundary's context to a database error.
+pub(crate) trait Context<T> {
+    fn context(self, context: &'static str) -> Result<T>;
+}
+
+impl<T> Context<T> for std::result::Result<T, sqlx::Error> {
+    fn context(self, context: &'static str) -> Result<T> {
+        self.map_err(|source| Error::Database { context, source })
     }
 }

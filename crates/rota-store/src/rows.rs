@@ -82,10 +82,6 @@ pub(crate) fn request_state(value: String) -> Result<RequestState> {
     }
 }
 
-pub(crate) fn slot_index(value: Option<i64>) -> Option<u32> {
-    value.and_then(|v| u32::try_from(v).ok())
-}
-
 /// A slot number as a record shows it: one that no slot can have (a hand edit, another
 /// program's write) is refused by name, not read as another slot or as none.
 fn stored_slot(column: &'static str, value: i64) -> Result<u32> {
@@ -97,7 +93,7 @@ fn stored_slot(column: &'static str, value: i64) -> Result<u32> {
 }
 
 /// A slot number that may be absent (no slot held), as [`stored_slot`] reads it.
-fn stored_slot_if_any(column: &'static str, value: Option<i64>) -> Result<Option<u32>> {
+pub(crate) fn stored_slot_if_any(column: &'static str, value: Option<i64>) -> Result<Option<u32>> {
     value.map(|v| stored_slot(column, v)).transpose()
 }
 

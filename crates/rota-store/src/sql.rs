@@ -22,7 +22,7 @@ use crate::model::{
 };
 use crate::rows::{
     NODE_COLUMNS, SqlRow, audit_record, concurrency, getter, history_entry, overview, parse,
-    procedure_record, request_record, slot_holder, slot_index, step_record,
+    procedure_record, request_record, slot_holder, step_record, stored_slot_if_any,
 };
 
 /// What the two databases spell differently.
@@ -476,7 +476,7 @@ where
             Some(row) => row.column("slot").map_err(getter(CONTEXT))?,
             None => None,
         };
-        slot_index(slot).ok_or_else(|| Error::Fenced {
+        stored_slot_if_any("slots.slot", slot)?.ok_or_else(|| Error::Fenced {
             node: session.node.clone(),
             session: session.id,
         })
@@ -554,7 +554,7 @@ where
             .await
             .context(CONTEXT)?
         {
-            let slot = slot_index(row.column("slot").map_err(&get)?);
+            let slot = stored_slot_if_any("slots.slot", row.column("slot").map_err(&get)?)?;
             let holder: Option<String> = row.column("holder").map_err(&get)?;
             match (slot, holder) {
                 (Some(slot), Some(holder)) if holder == node.as_str() => {

@@ -1,35 +1,23 @@
 //! The store for bare-metal fleets: one PostgreSQL database shared by every host's agent.
 //!
-//! The rules are rota-core's, as in the SQLite store: every write of a node's record (a
-//! transition, a request added, canceled or completed, a blocked reason, an operator's unlock,
-//! retry, request or cancel) is on the writer's connection (`record.rs`): three statements read
-//! the node's whole record (its row and slot with its row's version (`xmin`), whether the
-//! writer's session is current and what time it is, then its open requests and backoffs);
-//! [`NodeOverview::apply`](rota_core::NodeOverview::apply) decides; one statement persists the
-//! difference (with the write's NOTIFY) only if the row is still that version and the session
-//! still current, a compare-and-swap that commits all of it or nothing. A write that lost it
-//! reads and decides again. A slot is granted in a transaction that locks the
-//! node's row, reads the queue and the slot rows (`FOR UPDATE`), and takes the slot
-//! [`schedule`](rota_core::schedule) names only while it is free (`Sql::acquire`, as on
-//! SQLite); a waiter whose turn has not come learns it from the same reads without a
-//! transaction, and takes no lock.
+//! It makes the statements both SQL stores share (`crate::sql`: reads, grants by
+//! [`schedule`](rota_core::schedule), sessions, settings), and two of its own. A write of a
+//! node's record persists rota-core's answer in one statement, a compare-and-swap on the row's
+//! version (`record.rs`). Every wake-worthy write sends `NOTIFY rota_changes`, which
+//! [`Store::changes`] follows (`changes.rs`), so that waiting agents on every host learn of a
+//! released slot when it commits, without polling. An agent's handle holds one connection
+//! (`connections.rs`).
 //!
 //! Exclusion comes from compare-and-swaps, row locks and keys, never from a check followed by
 //! an insert: every write of a node's record writes its row, so two writes decided on the same
 //! version cannot both commit; `open_session` locks the row to supersede a session, so a fenced
-//! write and a new session are strictly ordered. A grant writes the node's row under its lock,
-//! so it never holds two slots; a grant updates a slot row only while it has no holder, so a
-//! slot never has two holders (the schema's slot rows, `migrations/postgres/0001_init.sql`).
+//! write and a new session are strictly ordered. A grant locks the node's row and then the slot
+//! rows, and writes the node's row, so it never holds two slots; it updates a slot row only
+//! while it has no holder, so a slot never has two holders (`migrations/postgres/0001_init.sql`).
 //!
 //! "Now" is always the database's clock (`rota_now_ms()`), and session deadlines are checked
 //! in the writing statement itself, so an agent whose session expired cannot write however far
 //! its own clock drifts.
-//!
-//! [`Store::changes`] follows `NOTIFY rota_changes` sent inside every wake-worthy write, so
-//! waiting agents on every host learn of a released slot when it commits, without polling.
-//!
-//! The [`Store`] impl below hands each call to the file of its concern, so that the calls that
-//! share a table and its locks are read together.
 
 mod changes;
 mod connections;
@@ -63,7 +51,6 @@ use sqlx::{Acquire as _, PgConnection, Postgres};
 #[derive(Clone)]
 pub struct PostgresStore {
     connections: Arc<Connections>,
-    location: String,
     /// Tells this handle's own notifications apart: it counts them when it commits, so that
     /// its writer sees the change at once, and skips them when they come back from the server.
     origin: u64,

@@ -1,6 +1,5 @@
 //! Opening a store: the URL, the checks and migrations of the schema, and the listener.
 
-use std::hash::{BuildHasher, Hasher};
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -29,18 +28,6 @@ pub(crate) fn redact(url: &str) -> String {
         },
         None => url.to_string(),
     }
-}
-
-/// A random id for this handle, from the standard library's per-process random hash keys.
-fn random_origin() -> u64 {
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::UNIX_EPOCH
-            .elapsed()
-            .unwrap_or_default()
-            .as_nanos(),
-    );
-    hasher.finish()
 }
 
 impl PostgresStore {
@@ -90,20 +77,15 @@ impl PostgresStore {
         let (changes, _) = watch::channel(0);
         let changes = Arc::new(changes);
         let connections = Arc::new(Connections::new(options, &pool, extra, changes.clone()).await?);
-        let origin = random_origin();
+        // Tells this handle's own notifications apart from other handles'.
+        let origin = fastrand::u64(..);
         let listener = tokio::spawn(follow_changes(connections.clone(), origin, changes.clone()));
         Ok(PostgresStore {
             connections,
-            location,
             origin,
             changes,
             _listener: Arc::new(AbortOnDropHandle::new(listener)),
         })
-    }
-
-    /// The database's URL, without its password.
-    pub fn location(&self) -> &str {
-        &self.location
     }
 }
 

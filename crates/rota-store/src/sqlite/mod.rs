@@ -8,7 +8,7 @@
 mod record;
 mod wakes;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,7 +39,6 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 #[derive(Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
-    path: PathBuf,
     /// Queues this process's writers in order; SQLite's busy handler would have them poll.
     gate: Arc<Mutex<()>>,
     changes: Arc<watch::Sender<u64>>,
@@ -92,16 +91,11 @@ impl SqliteStore {
             .map(AbortOnDropHandle::new);
         Ok(SqliteStore {
             pool,
-            path: path.to_path_buf(),
             gate: Arc::default(),
             changes,
             own_wakes,
             _tasks: Arc::new(tasks),
         })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// Takes this process's turn to write, then SQLite's write lock.

@@ -20,10 +20,8 @@ use tracing::warn;
 
 use crate::WAKE_ALL;
 
-/// The setting every operator write moves.
-pub(super) const WAKE_KEY: &str = "wake";
-
-/// The statement that moves it, inside the operator write's transaction.
+/// The statement that moves `wake`, the setting every operator write moves, inside the
+/// operator write's transaction.
 pub(super) const BUMP: &str = "INSERT INTO rota_meta (key, value) VALUES ('wake', '1') \
      ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1 \
      RETURNING CAST(value AS INTEGER)";
@@ -52,8 +50,7 @@ impl OwnWakes {
 }
 
 async fn wake_value(pool: &SqlitePool) -> Option<i64> {
-    match sqlx::query_scalar("SELECT CAST(value AS INTEGER) FROM rota_meta WHERE key = ?")
-        .bind(WAKE_KEY)
+    match sqlx::query_scalar("SELECT CAST(value AS INTEGER) FROM rota_meta WHERE key = 'wake'")
         .fetch_optional(pool)
         .await
     {
