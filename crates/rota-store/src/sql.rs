@@ -7,21 +7,18 @@
 
 use std::marker::PhantomData;
 
-use rota_core::{
-    Applied, Held, HistoryEvent, Limits, NodeName, ProcedureSpec, Process, Turn, Waiter, Write,
-    schedule,
-};
+use rota_core::{Applied, HistoryEvent, NodeName, ProcedureSpec, Process, Write};
 use sqlx::migrate::Migrator;
 use sqlx::{Database, Encode, Executor, IntoArguments, Postgres, Sqlite, Type};
 
 use crate::audit::{AuditRecord, NewAuditRecord};
 use crate::error::{Context, Error, Result};
 use crate::model::{
-    Acquire, Fleet, History, HistoryFilter, NodeOverview, Part, Pause, ProcedureRecord,
-    RequestRecord, Session, Setting, Settings, Written, decode_setting,
+    Fleet, History, HistoryFilter, NodeOverview, Part, Pause, ProcedureRecord, RequestRecord,
+    Session, Setting, Settings, Written, decode_setting,
 };
 use crate::rows::{
-    NODE_COLUMNS, SqlRow, audit_record, concurrency, getter, history_entry, overview, parse,
+    NODE_COLUMNS, SqlRow, audit_record, concurrency, getter, history_entry, overview,
     procedure_record, request_record, slot_holder, step_record, stored_slot_if_any,
 };
 
@@ -29,61 +26,22 @@ use crate::rows::{
 pub(crate) trait Dialect: Database {
     /// The database's clock, in milliseconds since the epoch.
     const NOW: &'static str;
-    /// Locks the rows a read selects until the transaction ends; SQLite's write transaction
-    /// holds its one lock already.
-    const FOR_UPDATE: &'static str;
-    /// The version of a node's row `n`, which every write of it changes: PostgreSQL's
-    /// compare-and-swap checks it. SQLite's write transaction needs none.
-    const VERSION: &'static str;
     /// The names of the tables in the database (in its current schema).
     const TABLES: &'static str;
-    /// Every slot row with its holder (none while free), by slot: locked, they order grants.
-    const SLOT_ROWS: &'static str;
-    /// Takes slot `$1` for node `$2` only while it is free, returning it if taken; the node's
-    /// row gets a new version, so that a write of the node that read it before reads again.
-    const TAKE_SLOT: &'static str;
 }
 
 impl Dialect for Sqlite {
     const NOW: &'static str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
-    const FOR_UPDATE: &'static str = "";
-    const VERSION: &'static str = "''";
     const TABLES: &'static str =
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'";
-    const SLOT_ROWS: &'static str = "SELECT slot, holder FROM slots ORDER BY slot";
-    const TAKE_SLOT: &'static str = "INSERT INTO slots (slot, holder, acquired_at) \
-         VALUES ($1, $2, CAST(unixepoch('subsec') * 1000 AS INTEGER)) \
-         ON CONFLICT DO NOTHING RETURNING slot";
 }
 
 impl Dialect for Postgres {
     const NOW: &'static str = "rota_now_ms()";
-    const FOR_UPDATE: &'static str = "FOR UPDATE";
-    const VERSION: &'static str = "CAST(n.xmin AS TEXT)";
     // Only the current schema's, so that a shared database can give rota a schema of its own
     // through `search_path`.
     const TABLES: &'static str = "SELECT CAST(table_name AS TEXT) AS name \
          FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY table_name";
-    // The free rows too, so that a grant locks the row it takes.
-    const SLOT_ROWS: &'static str = "SELECT slot, holder FROM slot_rows ORDER BY slot";
-    // A row not made yet is made; the node's row is written so that its version changes.
-    const TAKE_SLOT: &'static str = "WITH taken AS ( \
-           INSERT INTO slot_rows (slot, holder, acquired_at) VALUES ($1, $2, rota_now_ms()) \
-           ON CONFLICT (slot) DO UPDATE SET holder = excluded.holder, \
-             acquired_at = excluded.acquired_at \
-           WHERE slot_rows.holder IS NULL RETURNING slot \
-         ), touched AS ( \
-           UPDATE nodes SET node = node WHERE node = $2 AND EXISTS (SELECT 1 FROM taken) \
-           RETURNING node \
-         ) SELECT slot FROM taken";
-}
-
-/// What a node asking for a slot finds.
-enum Look {
-    /// It holds this slot already.
-    Holds(u32),
-    /// Its turn in the queue as [`schedule`] decides it.
-    Turn(Turn),
 }
 
 /// A node's record as a write reads it.
@@ -91,7 +49,8 @@ pub(crate) struct Read {
     pub(crate) record: NodeOverview,
     /// Whether the writer's session is the node's current, unexpired one.
     pub(crate) current: bool,
-    /// The version of the node's row ([`Dialect::VERSION`]).
+    /// The version of the node's row, which PostgreSQL's compare-and-swap checks (empty from
+    /// SQLite, whose write transaction needs none).
     pub(crate) version: String,
     /// The database's clock, for every timestamp of the write.
     pub(crate) now: i64,
@@ -147,10 +106,10 @@ where
             .into_iter()
             .next()
             .zip(read)
-            .map(|(record, (current, version, now))| Read {
+            .map(|(record, (current, now))| Read {
                 record,
                 current,
-                version,
+                version: String::new(),
                 now,
             }))
     }
@@ -160,7 +119,7 @@ where
     async fn records(
         conn: &mut DB::Connection,
         only: Option<(&NodeName, Option<i64>)>,
-    ) -> Result<(Vec<NodeOverview>, Option<(bool, String, i64)>)> {
+    ) -> Result<(Vec<NodeOverview>, Option<(bool, i64)>)> {
         let (of_node, of_row, read) = match only {
             Some(_) => (
                 "WHERE n.node = $1",
@@ -168,9 +127,8 @@ where
                 format!(
                     ", EXISTS (SELECT 1 FROM sessions se WHERE se.id = n.session_id \
                        AND se.id = CAST($2 AS BIGINT) AND NOT se.superseded \
-                       AND se.deadline > {now}) AS current, {version} AS version, {now} AS now",
+                       AND se.deadline > {now}) AS current, {now} AS now",
                     now = DB::NOW,
-                    version = DB::VERSION,
                 ),
             ),
             None => ("", "", String::new()),
@@ -204,7 +162,6 @@ where
         let read = match (only, nodes.first()) {
             (Some(_), Some(row)) => Some((
                 row.column("current").map_err(&get)?,
-                row.column("version").map_err(&get)?,
                 row.column("now").map_err(&get)?,
             )),
             _ => None,
@@ -356,56 +313,6 @@ where
         row.column("now").map_err(getter("reading the clock"))
     }
 
-    /// Opens a session of `node`, superseding its older ones, and registers the node (idle) if
-    /// it is new. The node's row is locked first, as every write of the node locks it, so that a
-    /// write of the old session either commits before the new session exists or is refused.
-    pub(crate) async fn open_session(
-        conn: &mut DB::Connection,
-        node: &NodeName,
-        ttl_ms: i64,
-    ) -> Result<Session> {
-        const CONTEXT: &str = "opening a session";
-        let node_name = node.as_str();
-        let lock = format!("SELECT node FROM nodes WHERE node = $1 {}", DB::FOR_UPDATE);
-        sqlx::query::<DB>(&lock)
-            .bind(node_name)
-            .fetch_optional(&mut *conn)
-            .await
-            .context(CONTEXT)?;
-        sqlx::query::<DB>(
-            "UPDATE sessions SET superseded = TRUE WHERE node = $1 AND NOT superseded",
-        )
-        .bind(node_name)
-        .execute(&mut *conn)
-        .await
-        .context(CONTEXT)?;
-        let now = Self::now(conn).await?;
-        let row = sqlx::query::<DB>(
-            "INSERT INTO sessions (node, started_at, deadline) VALUES ($1, $2, $3) RETURNING id",
-        )
-        .bind(node_name)
-        .bind(now)
-        .bind(now.saturating_add(ttl_ms))
-        .fetch_one(&mut *conn)
-        .await
-        .context(CONTEXT)?;
-        let id: i64 = row.column("id").map_err(getter(CONTEXT))?;
-        sqlx::query::<DB>(
-            "INSERT INTO nodes (node, session_id, state, since) VALUES ($1, $2, 'idle', $3) \
-             ON CONFLICT (node) DO UPDATE SET session_id = excluded.session_id",
-        )
-        .bind(node_name)
-        .bind(id)
-        .bind(now)
-        .execute(&mut *conn)
-        .await
-        .context(CONTEXT)?;
-        Ok(Session {
-            id,
-            node: node.clone(),
-        })
-    }
-
     /// Extends `session` only while it is its node's current, unexpired session.
     pub(crate) async fn heartbeat(
         conn: &mut DB::Connection,
@@ -480,127 +387,6 @@ where
             node: session.node.clone(),
             session: session.id,
         })
-    }
-
-    /// A waiter's look at the queue, outside a transaction: how many changes it waits for, or
-    /// `None` when it holds a slot or its turn has come. Waiters behind the front take no
-    /// lock, so a release does not set off a stampede of locking transactions.
-    pub(crate) async fn wait(conn: &mut DB::Connection, session: &Session) -> Result<Option<u64>> {
-        Ok(match Self::look(conn, session, "").await? {
-            Look::Turn(Turn::Wait { changes }) => Some(changes),
-            Look::Holds(_) | Look::Turn(Turn::Granted(_)) => None,
-        })
-    }
-
-    /// `Store::try_acquire_slot` in a transaction: the look again with the node's row and the
-    /// slot rows locked (on PostgreSQL; SQLite's write lock is held already), so that grants
-    /// are decided one at a time, and the slot [`schedule`] names taken only while it is free.
-    pub(crate) async fn acquire(conn: &mut DB::Connection, session: &Session) -> Result<Acquire> {
-        let slot = match Self::look(conn, session, DB::FOR_UPDATE).await? {
-            Look::Holds(slot) => return Ok(Acquire::Granted(slot)),
-            Look::Turn(Turn::Wait { changes }) => return Ok(Acquire::Wait { changes }),
-            Look::Turn(Turn::Granted(slot)) => slot,
-        };
-        let taken = sqlx::query::<DB>(DB::TAKE_SLOT)
-            .bind(i64::from(slot))
-            .bind(session.node.as_str())
-            .fetch_optional(&mut *conn)
-            .await
-            .context("taking a slot")?;
-        Ok(match taken {
-            Some(_) => Acquire::Granted(slot),
-            None => Acquire::Wait { changes: 1 },
-        })
-    }
-
-    /// The queue as it stands and the slots, for [`schedule`]: the node's session (which must
-    /// be current), its own slot, the slots held, the queued nodes that hold no slot (alive
-    /// when their session is current, blocked when they record a reason) and the concurrency.
-    /// `lock` locks the node's row first, as every write of the node does (so that it never
-    /// holds two slots), then the slot rows: always in that order, so a grant never deadlocks
-    /// with a write that releases a slot.
-    async fn look(conn: &mut DB::Connection, session: &Session, lock: &str) -> Result<Look> {
-        const CONTEXT: &str = "reading the queue";
-        let get = getter(CONTEXT);
-        let node = &session.node;
-        let me = sqlx::query::<DB>(&format!(
-            "SELECT {now} AS now, EXISTS (SELECT 1 FROM sessions s WHERE s.id = n.session_id \
-               AND s.id = $2 AND NOT s.superseded AND s.deadline > {now}) AS current, \
-               (SELECT value FROM rota_meta WHERE key = 'concurrency') AS concurrency \
-             FROM nodes n WHERE n.node = $1 {lock}",
-            now = DB::NOW
-        ))
-        .bind(node.as_str())
-        .bind(session.id)
-        .fetch_optional(&mut *conn)
-        .await
-        .context(CONTEXT)?;
-        let Some(me) = me.filter(|me| me.column("current").unwrap_or(false)) else {
-            return Err(Error::Fenced {
-                node: node.clone(),
-                session: session.id,
-            });
-        };
-        let now: i64 = me.column("now").map_err(&get)?;
-        let concurrency = me
-            .column::<Option<String>>("concurrency")
-            .map_err(&get)?
-            .map(|v| concurrency("rota_meta.concurrency", v))
-            .transpose()?
-            .unwrap_or(1);
-        let mut held = Vec::new();
-        for row in sqlx::query::<DB>(&format!("{} {lock}", DB::SLOT_ROWS))
-            .fetch_all(&mut *conn)
-            .await
-            .context(CONTEXT)?
-        {
-            let slot = stored_slot_if_any("slots.slot", row.column("slot").map_err(&get)?)?;
-            let holder: Option<String> = row.column("holder").map_err(&get)?;
-            match (slot, holder) {
-                (Some(slot), Some(holder)) if holder == node.as_str() => {
-                    return Ok(Look::Holds(slot));
-                }
-                (Some(slot), Some(_)) => held.push(Held { slot, group: None }),
-                _ => {}
-            }
-        }
-        let rows = sqlx::query::<DB>(&format!(
-            "SELECT n.node, n.queued_at, n.blocked_reason IS NOT NULL AS blocked, \
-               COALESCE(NOT s.superseded AND s.deadline > {}, FALSE) AS alive \
-             FROM nodes n LEFT JOIN sessions s ON s.id = n.session_id \
-             WHERE n.state = 'queued' AND n.queued_at IS NOT NULL \
-               AND n.node NOT IN (SELECT holder FROM slots)",
-            DB::NOW
-        ))
-        .fetch_all(&mut *conn)
-        .await
-        .context(CONTEXT)?;
-        // A queued row that does not read (edited by hand, or written by a newer rota) holds no
-        // place: its own agent is refused when it reads its record, and the others go on.
-        let queue: Vec<Waiter> = rows
-            .iter()
-            .filter_map(|row| {
-                let waiter = (|| {
-                    Ok::<_, Error>(Waiter {
-                        node: parse("nodes.node", row.column("node").map_err(&get)?)?,
-                        place: row.column("queued_at").map_err(&get)?,
-                        blocked: row.column("blocked").map_err(&get)?,
-                        alive: row.column("alive").map_err(&get)?,
-                        group: None,
-                    })
-                })();
-                waiter
-                    .inspect_err(|e| {
-                        tracing::warn!(error = %e, "a queued node's row does not read; it holds no place");
-                    })
-                    .ok()
-            })
-            .collect();
-        let schedule = schedule(&queue, &held, &Limits::fleet(concurrency), now);
-        // A node that is not queued waits for its own change, counted as one.
-        Ok(Look::Turn(
-            schedule.turn(node).unwrap_or(Turn::Wait { changes: 1 }),
-        ))
     }
 
     /// `Store::set`: a resume records its rollout and lifts the pause in one transaction.

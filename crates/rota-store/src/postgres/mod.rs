@@ -1,9 +1,10 @@
 //! The store for bare-metal fleets: one PostgreSQL database shared by every host's agent.
 //!
 //! It makes the statements both SQL stores share (`crate::sql`: reads, grants by
-//! [`schedule`](rota_core::schedule), sessions, settings), and two of its own. A write of a
-//! node's record persists rota-core's answer in one statement, a compare-and-swap on the row's
-//! version (`record.rs`). Every wake-worthy write sends `NOTIFY rota_changes`, which
+//! [`schedule`](rota_core::schedule), sessions, settings), and its own where a round trip
+//! costs: a node's record is read in one statement (`read.rs`), a waiter looks at the queue and a
+//! grant takes its slot in one (`slots.rs`), and a write of a node's record persists rota-core's answer in one, a
+//! compare-and-swap on the row's version (`record.rs`). Every wake-worthy write sends `NOTIFY rota_changes`, which
 //! [`Store::changes`] follows (`changes.rs`), so that waiting agents on every host learn of a
 //! released slot when it commits, without polling. An agent's handle holds one connection
 //! (`connections.rs`).
@@ -22,7 +23,9 @@
 mod changes;
 mod connections;
 mod open;
+mod read;
 mod record;
+mod slots;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -104,8 +107,38 @@ impl PostgresStore {
 #[async_trait]
 impl Store for PostgresStore {
     async fn open_session(&self, node: &NodeName, ttl: Duration) -> Result<Session> {
+        // The node's row first, as every write of the node locks it, so that a write of the old
+        // session either commits before the new session exists or sees it and is refused;
+        // then, in one statement (`Sql::open_session` makes four), every earlier session is
+        // superseded and the node (idle if new) points at the new one.
         let open = async |tx: &mut PgConnection| {
-            Sql::<Postgres>::open_session(tx, node, millis(ttl)).await
+            sqlx::query("SELECT 1 FROM nodes WHERE node = $1 FOR UPDATE")
+                .bind(node.as_str())
+                .execute(&mut *tx)
+                .await
+                .context("opening a session")?;
+            let id = sqlx::query_scalar(
+                "WITH superseded AS ( \
+                   UPDATE sessions SET superseded = TRUE WHERE node = $1 AND NOT superseded \
+                 ), opened AS ( \
+                   INSERT INTO sessions (node, started_at, deadline) \
+                   SELECT $1, t.now, t.now + $2 FROM (SELECT rota_now_ms() AS now) t \
+                   RETURNING id, started_at \
+                 ), pointed AS ( \
+                   INSERT INTO nodes (node, session_id, state, since) \
+                   SELECT $1, id, 'idle', started_at FROM opened \
+                   ON CONFLICT (node) DO UPDATE SET session_id = excluded.session_id \
+                 ) SELECT id FROM opened",
+            )
+            .bind(node.as_str())
+            .bind(millis(ttl))
+            .fetch_one(&mut *tx)
+            .await
+            .context("opening a session")?;
+            Ok(Session {
+                id,
+                node: node.clone(),
+            })
         };
         self.transaction("opening a session", open, |_| 0).await
     }
@@ -124,13 +157,7 @@ impl Store for PostgresStore {
     }
 
     async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire> {
-        const CONTEXT: &str = "acquiring a slot";
-        let wait = async |conn: &mut PgConnection| Sql::<Postgres>::wait(conn, session).await;
-        if let Some(changes) = self.call(CONTEXT, wait).await? {
-            return Ok(Acquire::Wait { changes });
-        }
-        let acquire = async |tx: &mut PgConnection| Sql::<Postgres>::acquire(tx, session).await;
-        self.transaction(CONTEXT, acquire, |_| 0).await
+        slots::try_acquire_slot(self, session).await
     }
 
     async fn fence(&self, session: &Session, ttl: Duration) -> Result<u32> {
@@ -149,7 +176,7 @@ impl Store for PostgresStore {
     }
 
     async fn record(&self, node: &NodeName) -> Result<Option<NodeOverview>> {
-        let read = async |conn: &mut PgConnection| Sql::<Postgres>::record(conn, node, None).await;
+        let read = async |conn: &mut PgConnection| read::read_record(conn, node, None).await;
         let read = self.call("reading the node's record", read).await?;
         Ok(read.map(|read| read.record))
     }

@@ -43,7 +43,7 @@ pub(super) async fn write(
     // Fenced by the session when an agent writes (a missing node is then fenced too); an
     // operator's write of an unknown node is `NoSuchNode`. A refused write writes nothing.
     let write_once = async |conn: &mut PgConnection| loop {
-        let read = Sql::<Postgres>::record(conn, node, session).await?;
+        let read = super::read::read_record(conn, node, session).await?;
         let Some(Read {
             record: before,
             version,

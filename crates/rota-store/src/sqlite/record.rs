@@ -7,9 +7,11 @@ use rota_core::{Applied, NodeName, Write};
 use sqlx::{Sqlite, SqliteConnection};
 
 use crate::error::{Context, Error, Result};
-use crate::model::{BackoffRecord, Millis, NodeOverview, NodeRecord, RequestRecord, Writer};
-use crate::rows::request_record;
-use crate::sql::{Read, Sql};
+use crate::model::{
+    BackoffRecord, Millis, NodeOverview, NodeRecord, RequestRecord, Session, Writer,
+};
+use crate::rows::{SqlRow, getter, request_record};
+use crate::sql::{Dialect, Read, Sql};
 
 /// `Store::write` after the fence's proof: reads the node's record, fenced by the writer's
 /// session when an agent writes (a node without a record is then fenced too; an operator's
@@ -190,4 +192,47 @@ async fn write_backoffs(
         .context("recording backoff")?;
     }
     Ok(())
+}
+
+/// Opens a session of `node`, superseding its older ones, and registers the node (idle) if
+/// it is new, in the write transaction, so that a write of the old session either commits
+/// before the new session exists or is refused.
+pub(super) async fn open_session(
+    conn: &mut SqliteConnection,
+    node: &NodeName,
+    ttl_ms: i64,
+) -> Result<Session> {
+    const CONTEXT: &str = "opening a session";
+    let node_name = node.as_str();
+    sqlx::query("UPDATE sessions SET superseded = TRUE WHERE node = $1 AND NOT superseded")
+        .bind(node_name)
+        .execute(&mut *conn)
+        .await
+        .context(CONTEXT)?;
+    let row = sqlx::query(&format!(
+        "INSERT INTO sessions (node, started_at, deadline) VALUES ($1, {now}, {now} + $2) \
+         RETURNING id, started_at",
+        now = <Sqlite as Dialect>::NOW
+    ))
+    .bind(node_name)
+    .bind(ttl_ms)
+    .fetch_one(&mut *conn)
+    .await
+    .context(CONTEXT)?;
+    let now: i64 = row.column("started_at").map_err(getter(CONTEXT))?;
+    let id: i64 = row.column("id").map_err(getter(CONTEXT))?;
+    sqlx::query(
+        "INSERT INTO nodes (node, session_id, state, since) VALUES ($1, $2, 'idle', $3) \
+         ON CONFLICT (node) DO UPDATE SET session_id = excluded.session_id",
+    )
+    .bind(node_name)
+    .bind(id)
+    .bind(now)
+    .execute(&mut *conn)
+    .await
+    .context(CONTEXT)?;
+    Ok(Session {
+        id,
+        node: node.clone(),
+    })
 }
