@@ -1,7 +1,7 @@
 //! The store for bare-metal fleets: one PostgreSQL database shared by every host's agent.
 //!
-//! It makes the statements both SQL stores share (`crate::sql`: reads, grants by
-//! [`schedule`](rota_core::schedule), sessions, settings), and its own where a round trip
+//! It makes the statements both SQL stores share (`crate::sql`: reads, the
+//! fence and heartbeats, settings, procedures), and its own where a round trip
 //! costs: a node's record is read in one statement (`read.rs`), a waiter looks at the queue and a
 //! grant takes its slot in one (`slots.rs`), and a write of a node's record persists rota-core's answer in one, a
 //! compare-and-swap on the row's version (`record.rs`). Every wake-worthy write sends `NOTIFY rota_changes`, which
@@ -109,7 +109,7 @@ impl Store for PostgresStore {
     async fn open_session(&self, node: &NodeName, ttl: Duration) -> Result<Session> {
         // The node's row first, as every write of the node locks it, so that a write of the old
         // session either commits before the new session exists or sees it and is refused;
-        // then, in one statement (`Sql::open_session` makes four), every earlier session is
+        // then, in one statement (SQLite's `sqlite/record.rs` makes three), every earlier session is
         // superseded and the node (idle if new) points at the new one.
         let open = async |tx: &mut PgConnection| {
             sqlx::query("SELECT 1 FROM nodes WHERE node = $1 FOR UPDATE")

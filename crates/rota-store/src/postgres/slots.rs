@@ -1,5 +1,5 @@
 //! Slots: who takes a slot is rota-core's [`schedule`](rota_core::schedule), read in one
-//! statement (`Sql::wait` and `Sql::acquire` make three, each a round trip here) and applied in
+//! statement (SQLite's `sqlite/slots.rs` makes three, each a round trip here) and applied in
 //! a transaction that locks the slot rows.
 
 use rota_core::{Held, Limits, Turn, Waiter, schedule};
