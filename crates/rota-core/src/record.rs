@@ -3,7 +3,6 @@
 //! persists what it answers ([`Applied`]) in one transaction, refusing a stale version or a
 //! fenced session; it adds no rule of its own.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -96,6 +95,18 @@ impl RequestState {
     /// Whether the request is still the node's work on its process (pending or active).
     pub fn is_open(self) -> bool {
         matches!(self, RequestState::Pending | RequestState::Active)
+    }
+}
+
+impl std::str::FromStr for RequestState {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        use RequestState::*;
+        [Pending, Active, Done, Canceled]
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| format!("expected pending, active, done or canceled, not {s:?}"))
     }
 }
 
@@ -362,42 +373,6 @@ impl NodeOverview {
             open_requests: Vec::new(),
             backoffs: Vec::new(),
         }
-    }
-
-    /// Each of `nodes` with the open requests and backoffs that name it, in the order given.
-    pub fn group(
-        nodes: Vec<NodeRecord>,
-        open_requests: Vec<RequestRecord>,
-        backoffs: Vec<BackoffRecord>,
-    ) -> Vec<NodeOverview> {
-        let mut requests_of: HashMap<NodeName, Vec<RequestRecord>> = HashMap::new();
-        for request in open_requests {
-            requests_of
-                .entry(request.node.clone())
-                .or_default()
-                .push(request);
-        }
-        let mut backoffs_of: HashMap<NodeName, Vec<BackoffRecord>> = HashMap::new();
-        for backoff in backoffs {
-            backoffs_of
-                .entry(backoff.node.clone())
-                .or_default()
-                .push(backoff);
-        }
-        nodes
-            .into_iter()
-            .map(|record| {
-                let mut open_requests = requests_of.remove(&record.node).unwrap_or_default();
-                open_requests.sort_by_key(|r| r.id);
-                let mut backoffs = backoffs_of.remove(&record.node).unwrap_or_default();
-                backoffs.sort_by_key(|b| b.process.to_string());
-                NodeOverview {
-                    record,
-                    open_requests,
-                    backoffs,
-                }
-            })
-            .collect()
     }
 
     /// Everything `write` does to this record at `now`, or why the record does not allow it.

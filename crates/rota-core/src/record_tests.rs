@@ -796,3 +796,18 @@ fn a_whole_window_through_the_lifecycles_decisions() {
     let started = entry(Reboot, H::Started, None, false);
     assert_eq!(history, [started, entry(Reboot, H::Finished, None, true)]);
 }
+
+#[test]
+fn a_request_state_reads_back_from_its_name_and_an_unknown_one_is_refused_by_name() {
+    for state in [R::Pending, R::Active, R::Done, R::Canceled] {
+        assert_eq!(state.as_str().parse::<RequestState>(), Ok(state));
+    }
+    let refused = "finished"
+        .parse::<RequestState>()
+        .expect_err("no such state");
+    assert!(refused.contains("\"finished\""), "{refused}");
+    assert!(
+        refused.contains("pending, active, done or canceled"),
+        "{refused}"
+    );
+}

@@ -10,14 +10,17 @@
 //! - `sqlite`: [`SqliteStore`], one file shared by every agent on a host.
 //! - `postgres`: [`PostgresStore`], one database shared by every host's agent.
 //! - `rows`: how the rows of both SQL stores map to the model.
-//! - `sql`: the statements both SQL stores make alike: reads, sessions, settings, procedures.
+//! - `sql`: the statements both SQL stores make alike: reads, writes, sessions, settings;
+//!   `queue`, a node's look at the queue; `history`, reads of the past.
 //! - `retry_pauses`: [`RetryPauses`], the waits before asking an unavailable store again.
 //! - `conformance`: the suite every store must pass, behind the feature `conformance`.
 
 mod audit;
 mod error;
+mod history;
 mod model;
 mod postgres;
+mod queue;
 mod retry_pauses;
 mod rows;
 mod sql;

@@ -13,7 +13,7 @@ use crate::audit::AuditRecord;
 use crate::error::{Error, Result};
 use crate::model::{
     BackoffRecord, Blocked, HistoryEntry, NodeOverview, NodeRecord, ProcedureRecord, RequestRecord,
-    RequestState, SlotHolder, StepRecord,
+    SlotHolder, StepRecord,
 };
 
 /// A value that both databases decode.
@@ -29,17 +29,25 @@ impl<T> Value for T where
 
 /// A row of either database, read by column name.
 pub(crate) trait SqlRow {
-    fn column<T: Value>(&self, name: &str) -> std::result::Result<T, sqlx::Error>;
+    fn try_column<T: Value>(&self, name: &str) -> std::result::Result<T, sqlx::Error>;
+
+    /// Column `name`'s value; one that does not decode is an error that names the column.
+    fn column<T: Value>(&self, name: &str) -> Result<T> {
+        self.try_column(name).map_err(|source| Error::Database {
+            context: "reading a row",
+            source,
+        })
+    }
 }
 
 impl SqlRow for PgRow {
-    fn column<T: Value>(&self, name: &str) -> std::result::Result<T, sqlx::Error> {
+    fn try_column<T: Value>(&self, name: &str) -> std::result::Result<T, sqlx::Error> {
         self.try_get(name)
     }
 }
 
 impl SqlRow for SqliteRow {
-    fn column<T: Value>(&self, name: &str) -> std::result::Result<T, sqlx::Error> {
+    fn try_column<T: Value>(&self, name: &str) -> std::result::Result<T, sqlx::Error> {
         self.try_get(name)
     }
 }
@@ -68,23 +76,9 @@ pub(crate) fn concurrency(column: &'static str, value: String) -> Result<u32> {
     }
 }
 
-pub(crate) fn request_state(value: String) -> Result<RequestState> {
-    match value.as_str() {
-        "pending" => Ok(RequestState::Pending),
-        "active" => Ok(RequestState::Active),
-        "done" => Ok(RequestState::Done),
-        "canceled" => Ok(RequestState::Canceled),
-        _ => Err(Error::Corrupt {
-            column: "requests.state",
-            value,
-            reason: "expected pending, active, done or canceled".into(),
-        }),
-    }
-}
-
 /// A slot number as a record shows it: one that no slot can have (a hand edit, another
 /// program's write) is refused by name, not read as another slot or as none.
-fn stored_slot(column: &'static str, value: i64) -> Result<u32> {
+pub(crate) fn stored_slot(column: &'static str, value: i64) -> Result<u32> {
     u32::try_from(value).map_err(|_| Error::Corrupt {
         column,
         value: value.to_string(),
@@ -97,58 +91,102 @@ pub(crate) fn stored_slot_if_any(column: &'static str, value: Option<i64>) -> Re
     value.map(|v| stored_slot(column, v)).transpose()
 }
 
-pub(crate) fn getter(context: &'static str) -> impl Fn(sqlx::Error) -> Error {
-    move |source| Error::Database { context, source }
-}
-
 pub(crate) const NODE_COLUMNS: &str = "n.node, n.state, n.since, n.process, n.pre_cordoned, \
     n.cordoned_by_rota, n.boot_id, n.reboot_started_at, n.reboot_deadline, n.last_reboot_at, \
     n.queued_at, n.last_result, n.blocked_reason, n.blocked_since, s.slot";
 
-/// The rows of a node's (or every node's) three reads as their records.
-pub(crate) fn overview<R: SqlRow>(
-    nodes: &[R],
-    requests: &[R],
-    backoffs: &[R],
-) -> Result<Vec<NodeOverview>> {
-    Ok(NodeOverview::group(
-        nodes.iter().map(node_record).collect::<Result<_>>()?,
-        requests.iter().map(request_record).collect::<Result<_>>()?,
-        backoffs.iter().map(backoff_record).collect::<Result<_>>()?,
-    ))
+/// A node's row with its open requests and backoffs, as JSON arrays in the columns `requests`
+/// and `backoffs`.
+pub(crate) fn overview(row: &impl SqlRow) -> Result<NodeOverview> {
+    let record = node_record(row)?;
+    let node = record.node.clone();
+    let open_requests = json_rows("requests", row.column("requests")?)?
+        .iter()
+        .map(|r| {
+            Ok(RequestRecord {
+                id: field(r, "requests.id")?,
+                node: node.clone(),
+                process: parse("requests.process", field(r, "requests.process")?)?,
+                source: field(r, "requests.source")?,
+                created_at: field(r, "requests.created_at")?,
+                state: parse("requests.state", field(r, "requests.state")?)?,
+            })
+        })
+        .collect::<Result<_>>();
+    let backoffs = json_rows("backoff", row.column("backoffs")?)?
+        .iter()
+        .map(|b| {
+            Ok(BackoffRecord {
+                node: node.clone(),
+                process: parse("backoff.process", field(b, "backoff.process")?)?,
+                until: field(b, "backoff.until")?,
+                last_interval: interval_seconds(field(b, "backoff.last_interval_s")?)?,
+                cause: field(b, "backoff.cause")?,
+            })
+        })
+        .collect::<Result<_>>();
+    let of_node = |e: Error| e.of_node(node.as_str());
+    Ok(NodeOverview {
+        open_requests: open_requests.map_err(of_node)?,
+        backoffs: backoffs.map_err(of_node)?,
+        record,
+    })
+}
+
+/// Rows of `table` that a read aggregated into a JSON array, each an object of its columns.
+pub(crate) fn json_rows(table: &'static str, text: String) -> Result<Vec<JsonRow>> {
+    serde_json::from_str(&text).map_err(|e| Error::Corrupt {
+        column: table,
+        reason: e.to_string(),
+        value: text,
+    })
+}
+
+pub(crate) type JsonRow = serde_json::Map<String, serde_json::Value>;
+
+/// The value of `column` (`table.name`) in a row of [`json_rows`], refused by the column's
+/// name when it is not a `T` (SQLite keeps any value in any column).
+pub(crate) fn field<T: serde::de::DeserializeOwned>(
+    row: &JsonRow,
+    column: &'static str,
+) -> Result<T> {
+    let name = column.split_once('.').map_or(column, |(_, name)| name);
+    let value = row.get(name).cloned().unwrap_or_default();
+    serde_json::from_value(value.clone()).map_err(|e| Error::Corrupt {
+        column,
+        reason: e.to_string(),
+        value: match value {
+            serde_json::Value::String(text) => text,
+            other => other.to_string(),
+        },
+    })
 }
 
 /// A node's row with its slot, as [`NODE_COLUMNS`] selects them.
 pub(crate) fn node_record(row: &impl SqlRow) -> Result<NodeRecord> {
-    let get = getter("reading a node");
-    let name: String = row.column("node").map_err(&get)?;
+    let name: String = row.column("node")?;
     node_fields(row, parse("nodes.node", name.clone())?).map_err(|e| e.of_node(&name))
 }
 
 fn node_fields(row: &impl SqlRow, node: NodeName) -> Result<NodeRecord> {
-    let get = getter("reading a node");
     Ok(NodeRecord {
         node,
-        state: parse("nodes.state", row.column("state").map_err(&get)?)?,
-        since: row.column("since").map_err(&get)?,
+        state: parse("nodes.state", row.column("state")?)?,
+        since: row.column("since")?,
         process: row
-            .column::<Option<String>>("process")
-            .map_err(&get)?
+            .column::<Option<String>>("process")?
             .map(|p| parse("nodes.process", p))
             .transpose()?,
-        slot: stored_slot_if_any("slots.slot", row.column("slot").map_err(&get)?)?,
-        pre_cordoned: row.column("pre_cordoned").map_err(&get)?,
-        cordoned_by_rota: row.column("cordoned_by_rota").map_err(&get)?,
-        boot_id: row.column("boot_id").map_err(&get)?,
-        reboot_started_at: row.column("reboot_started_at").map_err(&get)?,
-        reboot_deadline: row.column("reboot_deadline").map_err(&get)?,
-        last_reboot_at: row.column("last_reboot_at").map_err(&get)?,
-        queued_at: row.column("queued_at").map_err(&get)?,
-        last_result: row.column("last_result").map_err(&get)?,
-        blocked: blocked(
-            row.column("blocked_reason").map_err(&get)?,
-            row.column("blocked_since").map_err(&get)?,
-        ),
+        slot: stored_slot_if_any("slots.slot", row.column("slot")?)?,
+        pre_cordoned: row.column("pre_cordoned")?,
+        cordoned_by_rota: row.column("cordoned_by_rota")?,
+        boot_id: row.column("boot_id")?,
+        reboot_started_at: row.column("reboot_started_at")?,
+        reboot_deadline: row.column("reboot_deadline")?,
+        last_reboot_at: row.column("last_reboot_at")?,
+        queued_at: row.column("queued_at")?,
+        last_result: row.column("last_result")?,
+        blocked: blocked(row.column("blocked_reason")?, row.column("blocked_since")?),
     })
 }
 
@@ -161,14 +199,13 @@ fn blocked(reason: Option<String>, since: Option<i64>) -> Option<Blocked> {
 }
 
 pub(crate) fn request_record(row: &impl SqlRow) -> Result<RequestRecord> {
-    let get = getter("reading a request");
     Ok(RequestRecord {
-        id: row.column("id").map_err(&get)?,
-        node: parse("requests.node", row.column("node").map_err(&get)?)?,
-        process: parse("requests.process", row.column("process").map_err(&get)?)?,
-        source: row.column("source").map_err(&get)?,
-        created_at: row.column("created_at").map_err(&get)?,
-        state: request_state(row.column("state").map_err(&get)?)?,
+        id: row.column("id")?,
+        node: parse("requests.node", row.column("node")?)?,
+        process: parse("requests.process", row.column("process")?)?,
+        source: row.column("source")?,
+        created_at: row.column("created_at")?,
+        state: parse("requests.state", row.column("state")?)?,
     })
 }
 
@@ -183,72 +220,52 @@ fn interval_seconds(secs: i64) -> Result<Duration> {
 }
 
 pub(crate) fn procedure_record(row: &impl SqlRow) -> Result<ProcedureRecord> {
-    let get = getter("reading a procedure");
-    let json: String = row.column("spec").map_err(&get)?;
-    ProcedureRecord::from_stored(&json, row.column("submitted_at").map_err(&get)?)
+    let json: String = row.column("spec")?;
+    ProcedureRecord::from_stored(&json, row.column("submitted_at")?)
 }
 
 pub(crate) fn slot_holder(row: &impl SqlRow) -> Result<SlotHolder> {
-    let get = getter("reading slots");
     Ok(SlotHolder {
-        slot: stored_slot("slots.slot", row.column("slot").map_err(&get)?)?,
-        node: parse("slots.holder", row.column("holder").map_err(&get)?)?,
-        acquired_at: row.column("acquired_at").map_err(&get)?,
-    })
-}
-
-pub(crate) fn backoff_record(row: &impl SqlRow) -> Result<BackoffRecord> {
-    let get = getter("reading backoff");
-    let secs: i64 = row.column("last_interval_s").map_err(&get)?;
-    Ok(BackoffRecord {
-        node: parse("backoff.node", row.column("node").map_err(&get)?)?,
-        process: parse("backoff.process", row.column("process").map_err(&get)?)?,
-        until: row.column("until").map_err(&get)?,
-        last_interval: interval_seconds(secs)?,
-        cause: row.column("cause").map_err(&get)?,
+        slot: stored_slot("slots.slot", row.column("slot")?)?,
+        node: parse("slots.holder", row.column("holder")?)?,
+        acquired_at: row.column("acquired_at")?,
     })
 }
 
 pub(crate) fn history_entry(row: &impl SqlRow) -> Result<HistoryEntry> {
-    let get = getter("reading history");
     Ok(HistoryEntry {
-        id: row.column("id").map_err(&get)?,
-        node: parse("history.node", row.column("node").map_err(&get)?)?,
-        process: parse("history.process", row.column("process").map_err(&get)?)?,
-        event: parse("history.event", row.column("event").map_err(&get)?)?,
-        at: row.column("at").map_err(&get)?,
-        cause: row.column("cause").map_err(&get)?,
-        slot: stored_slot_if_any("history.slot", row.column("slot").map_err(&get)?)?,
-        released: row.column("released").map_err(&get)?,
+        id: row.column("id")?,
+        node: parse("history.node", row.column("node")?)?,
+        process: parse("history.process", row.column("process")?)?,
+        event: parse("history.event", row.column("event")?)?,
+        at: row.column("at")?,
+        cause: row.column("cause")?,
+        slot: stored_slot_if_any("history.slot", row.column("slot")?)?,
+        released: row.column("released")?,
     })
 }
 
 /// A row of `steps`.
 pub(crate) fn step_record(row: &impl SqlRow) -> Result<StepRecord> {
-    let get = getter("reading steps");
     Ok(StepRecord {
-        node: parse("steps.node", row.column("node").map_err(&get)?)?,
-        state: parse("steps.state", row.column("state").map_err(&get)?)?,
-        at: row.column("at").map_err(&get)?,
+        node: parse("steps.node", row.column("node")?)?,
+        state: parse("steps.state", row.column("state")?)?,
+        at: row.column("at")?,
     })
 }
 
 /// A row of `audit_records`.
 pub(crate) fn audit_record(row: &impl SqlRow) -> Result<AuditRecord> {
-    let get = getter("reading audit records");
-    let node: Option<String> = row.column("node").map_err(&get)?;
-    let process: Option<String> = row.column("process").map_err(&get)?;
+    let node: Option<String> = row.column("node")?;
+    let process: Option<String> = row.column("process")?;
     Ok(AuditRecord {
-        at: row.column("at").map_err(&get)?,
-        command: parse(
-            "audit_records.command",
-            row.column("command").map_err(&get)?,
-        )?,
+        at: row.column("at")?,
+        command: parse("audit_records.command", row.column("command")?)?,
         node: node.map(|n| parse("audit_records.node", n)).transpose()?,
         process: process
             .map(|p| parse("audit_records.process", p))
             .transpose()?,
-        by: row.column("by").map_err(&get)?,
-        reason: row.column("reason").map_err(&get)?,
+        by: row.column("by")?,
+        reason: row.column("reason")?,
     })
 }

@@ -1,25 +1,32 @@
-//! The statements both SQL stores make alike, on one connection: the reads (the fleet, its
-//! settings, the procedures, the past) and the writes that need no rule of the core (sessions,
-//! the fence, settings, procedures, the audit trail). The SQL is the same on SQLite and
+//! The statements both SQL stores make alike, on one connection: the reads (a node's record or
+//! the fleet's, its settings, the procedures, the past), a look at the queue and a grant by
+//! rota-core's [`schedule`], and the writes that need no rule of the core (sessions, the fence,
+//! settings, procedures, the audit trail). A record and a look are one statement each, with
+//! the rows beside a row aggregated as JSON. The SQL is the same on SQLite and
 //! PostgreSQL (`$N` parameters, which SQLite reads as positions too, and `CAST` where
 //! PostgreSQL must know a parameter's type before it sees a value); what differs is a
 //! [`Dialect`]'s. A write runs in the transaction its store began, which commits it.
 
 use std::marker::PhantomData;
 
-use rota_core::{Applied, HistoryEvent, NodeName, ProcedureSpec, Process, Write};
+use rota_core::{Applied, HistoryEvent, NodeName, ProcedureSpec, Process, Turn, Write};
+use serde_json::json;
 use sqlx::migrate::Migrator;
+use sqlx::query::Query;
 use sqlx::{Database, Encode, Executor, IntoArguments, Postgres, Sqlite, Type};
 
 use crate::audit::{AuditRecord, NewAuditRecord};
 use crate::error::{Context, Error, Result};
+use crate::history::{history_of, history_sql};
 use crate::model::{
-    Fleet, History, HistoryFilter, NodeOverview, Part, Pause, ProcedureRecord, RequestRecord,
-    Session, Setting, Settings, Written, decode_setting,
+    Acquire, BackoffRecord, Fleet, History, HistoryFilter, Millis, NodeOverview, NodeRecord, Part,
+    Pause, ProcedureRecord, RequestRecord, Session, Setting, Settings, Writer, Written,
+    decode_setting,
 };
+use crate::queue::{self, Look};
 use crate::rows::{
-    NODE_COLUMNS, SqlRow, audit_record, concurrency, getter, history_entry, overview,
-    procedure_record, request_record, slot_holder, step_record, stored_slot_if_any,
+    NODE_COLUMNS, SqlRow, audit_record, concurrency, overview, procedure_record, request_record,
+    slot_holder, stored_slot_if_any,
 };
 
 /// What the two databases spell differently.
@@ -28,12 +35,50 @@ pub(crate) trait Dialect: Database {
     const NOW: &'static str;
     /// The names of the tables in the database (in its current schema).
     const TABLES: &'static str;
+    /// The version of a node's row `n` that PostgreSQL's compare-and-swap checks.
+    const VERSION: &'static str;
+    /// The aggregate of values into a JSON array, and the JSON object of keys and values.
+    const JSON_AGG: &'static str;
+    const JSON_OBJECT: &'static str;
+    /// How a look at the queue in a write transaction locks the node's row `n` (in the CTE
+    /// `me`), and reads the slots with their holders, locked.
+    const LOCK_NODE: &'static str;
+    const LOCKED_SLOTS: &'static str;
+    /// Takes slot `$1` for node `$2` only while it is free, answering the slot taken.
+    const TAKE_SLOT: &'static str;
+
+    /// The rows `j` of the JSON array in parameter `param`: each object `j.value` (whose fields
+    /// `->>` reads), in the array's order `j.key`.
+    fn json_rows(param: &str) -> String;
+
+    /// The JSON array, as text, of objects of `fields` (keys and values, alternately) over the
+    /// rows in `order`: `[]` for no row.
+    fn json_objects(fields: &str, order: &str) -> String {
+        format!(
+            "CAST(COALESCE({}({}({fields}) ORDER BY {order}), '[]') AS TEXT)",
+            Self::JSON_AGG,
+            Self::JSON_OBJECT
+        )
+    }
 }
 
 impl Dialect for Sqlite {
     const NOW: &'static str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
     const TABLES: &'static str =
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'";
+    // A write holds SQLite's one write lock from its read to its commit: it needs no version.
+    const VERSION: &'static str = "''";
+    const JSON_AGG: &'static str = "json_group_array";
+    const JSON_OBJECT: &'static str = "json_object";
+    fn json_rows(param: &str) -> String {
+        format!("json_each({param}) j")
+    }
+    const LOCK_NODE: &'static str = "";
+    const LOCKED_SLOTS: &'static str = "SELECT slot, holder FROM slots";
+    // The keys of `slots` refuse a second holder even if a check were wrong.
+    const TAKE_SLOT: &'static str = "INSERT INTO slots (slot, holder, acquired_at) \
+         VALUES ($1, $2, CAST(unixepoch('subsec') * 1000 AS INTEGER)) \
+         ON CONFLICT DO NOTHING RETURNING slot";
 }
 
 impl Dialect for Postgres {
@@ -42,6 +87,30 @@ impl Dialect for Postgres {
     // through `search_path`.
     const TABLES: &'static str = "SELECT CAST(table_name AS TEXT) AS name \
          FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY table_name";
+    const VERSION: &'static str = "CAST(n.xmin AS TEXT)";
+    const JSON_AGG: &'static str = "json_agg";
+    const JSON_OBJECT: &'static str = "json_build_object";
+    fn json_rows(param: &str) -> String {
+        format!("json_array_elements(CAST({param} AS JSON)) WITH ORDINALITY AS j (value, key)")
+    }
+    // The node's row first (as every write of the node locks it: under it no other grant or
+    // release of the node happens, so it never holds two slots), then the slot rows: the
+    // one-time filter on `me` runs before any slot row is read, so the locks are always taken
+    // in that order and a grant never deadlocks with a write that releases a slot.
+    const LOCK_NODE: &'static str = "FOR UPDATE OF n";
+    const LOCKED_SLOTS: &'static str = "SELECT slot, holder FROM slot_rows \
+         WHERE EXISTS (SELECT 1 FROM me) ORDER BY slot FOR UPDATE";
+    // A row not made yet is made; the node's row gets a new version, so that a write of the
+    // node that waited for its lock reads its record again.
+    const TAKE_SLOT: &'static str = "WITH taken AS ( \
+           INSERT INTO slot_rows (slot, holder, acquired_at) VALUES ($1, $2, rota_now_ms()) \
+           ON CONFLICT (slot) DO UPDATE SET holder = excluded.holder, \
+             acquired_at = excluded.acquired_at \
+           WHERE slot_rows.holder IS NULL RETURNING slot \
+         ), touched AS ( \
+           UPDATE nodes SET node = node WHERE node = $2 AND EXISTS (SELECT 1 FROM taken) \
+           RETURNING node \
+         ) SELECT slot FROM taken";
 }
 
 /// A node's record as a write reads it.
@@ -54,6 +123,122 @@ pub(crate) struct Read {
     pub(crate) version: String,
     /// The database's clock, for every timestamp of the write.
     pub(crate) now: i64,
+}
+
+/// The update of a node's row `$1` to a record, with [`Sql::bind_row`]'s parameters `$2` to `$14`.
+pub(crate) const UPDATE_NODE: &str = "UPDATE nodes SET state = $2, since = $3, process = $4, \
+     pre_cordoned = $5, cordoned_by_rota = $6, boot_id = $7, reboot_started_at = $8, \
+     reboot_deadline = $9, last_reboot_at = $10, queued_at = $11, last_result = $12, \
+     blocked_reason = $13, blocked_since = $14 WHERE node = $1";
+
+/// What a write changed beside the node's row, each a JSON array of objects that a statement
+/// reads as rows ([`Dialect::json_rows`]), so that a change of any size is one statement.
+pub(crate) struct Changes {
+    /// The requests whose state moved (`id`, `state`, `finished_at` for those it closed).
+    pub(crate) moved: String,
+    /// The processes whose backoff is gone (`process`), and the backoffs set anew (`process`,
+    /// `until`, `last_interval_s`, `cause`).
+    pub(crate) cleared: String,
+    pub(crate) backoffs: String,
+    /// The history entries to append, in order (`process`, `event`, `at`, `cause`, `slot`,
+    /// `released`), and the requests to open (`process`, `source`, `created_at`).
+    pub(crate) history: String,
+    pub(crate) opened: String,
+}
+
+impl Changes {
+    pub(crate) fn of(before: &NodeOverview, applied: &Applied, now: Millis) -> Changes {
+        let after = &applied.after;
+        let moved = after.open_requests.iter().filter(|r| {
+            let was = |b: &RequestRecord| b.id == r.id && b.state != r.state;
+            before.open_requests.iter().any(was)
+        });
+        let moved = moved.map(|r| (r, None));
+        let closed = applied.closed.iter().map(|r| (r, Some(now)));
+        let kept = |b: &&BackoffRecord| after.backoffs.iter().any(|a| a.process == b.process);
+        let cleared = before.backoffs.iter().filter(|b| !kept(b));
+        let set = after
+            .backoffs
+            .iter()
+            .filter(|a| !before.backoffs.contains(a));
+        Changes {
+            moved: rows(
+                moved.chain(closed),
+                |(r, at)| json!({"id": r.id, "state": r.state.as_str(), "finished_at": at}),
+            ),
+            cleared: rows(cleared, |b| json!({"process": b.process.to_string()})),
+            backoffs: rows(set, |b| {
+                json!({"process": b.process.to_string(), "until": b.until,
+                    "last_interval_s": b.last_interval.as_secs(), "cause": b.cause})
+            }),
+            history: rows(&applied.history, |e| {
+                json!({"process": e.process.to_string(), "event": e.event.as_str(), "at": e.at,
+                    "cause": e.cause, "slot": e.slot, "released": e.released})
+            }),
+            opened: rows(&applied.opened, |n| {
+                json!({"process": n.process.to_string(), "source": n.source,
+                    "created_at": n.created_at})
+            }),
+        }
+    }
+}
+
+/// The statements that persist [`Changes`] of node `$1`: its requests moved, its backoffs
+/// cleared and set, its history appended and its requests opened, each from its JSON array in
+/// the parameter `json` names and only where its `guard` holds. The requests opened come back.
+pub(crate) fn change_sql<DB: Dialect>(json: [&str; 5], guard: [&str; 5]) -> [String; 5] {
+    let rows = json.map(DB::json_rows);
+    let at = |field: &str| format!("CAST(j.value ->> '{field}' AS BIGINT)");
+    [
+        format!(
+            "UPDATE requests SET state = j.value ->> 'state', finished_at = {} FROM {} \
+             WHERE requests.id = {} AND requests.node = $1 AND {} RETURNING requests.id",
+            at("finished_at"),
+            rows[0],
+            at("id"),
+            guard[0]
+        ),
+        format!(
+            "DELETE FROM backoff WHERE node = $1 \
+             AND process IN (SELECT j.value ->> 'process' FROM {}) AND {}",
+            rows[1], guard[1]
+        ),
+        format!(
+            "INSERT INTO backoff (node, process, until, last_interval_s, cause) \
+             SELECT $1, j.value ->> 'process', {}, {}, j.value ->> 'cause' FROM {} WHERE {} \
+             ON CONFLICT (node, process) DO UPDATE SET until = excluded.until, \
+               last_interval_s = excluded.last_interval_s, cause = excluded.cause",
+            at("until"),
+            at("last_interval_s"),
+            rows[2],
+            guard[2]
+        ),
+        format!(
+            "INSERT INTO history (node, process, event, at, cause, slot, released) \
+             SELECT $1, j.value ->> 'process', j.value ->> 'event', {}, j.value ->> 'cause', {}, \
+               CAST(j.value ->> 'released' AS BOOLEAN) FROM {} WHERE {} ORDER BY j.key",
+            at("at"),
+            at("slot"),
+            rows[3],
+            guard[3]
+        ),
+        // The keys refuse a second request of a procedure the node ever had: its request is
+        // made once per node.
+        format!(
+            "INSERT INTO requests (node, process, source, created_at, state) \
+             SELECT $1, j.value ->> 'process', j.value ->> 'source', {}, 'pending' FROM {} \
+             WHERE {} ORDER BY j.key ON CONFLICT DO NOTHING \
+             RETURNING id, node, process, source, created_at, state",
+            at("created_at"),
+            rows[4],
+            guard[4]
+        ),
+    ]
+}
+
+/// A JSON array of one object per item.
+fn rows<T>(items: impl IntoIterator<Item = T>, row: impl Fn(T) -> serde_json::Value) -> String {
+    serde_json::Value::Array(items.into_iter().map(row).collect()).to_string()
 }
 
 /// A duration as the stores keep it, in milliseconds, capped far below `i64::MAX` so that
@@ -78,95 +263,168 @@ where
     String: for<'q> Encode<'q, DB> + Type<DB>,
     i64: for<'q> Encode<'q, DB> + Type<DB>,
     Option<i64>: for<'q> Encode<'q, DB> + Type<DB>,
+    bool: for<'q> Encode<'q, DB> + Type<DB>,
+    Option<String>: for<'q> Encode<'q, DB> + Type<DB>,
 {
-    /// Every node's record and every slot's holder: four statements, whatever the fleet's size.
+    /// Every node's record and every slot's holder: two statements, whatever the fleet's size.
     pub(crate) async fn fleet(conn: &mut DB::Connection) -> Result<Fleet> {
-        let (nodes, _) = Self::records(conn, None).await?;
+        let nodes = Self::records(conn, None).await?;
         let slots = sqlx::query::<DB>("SELECT slot, holder, acquired_at FROM slots ORDER BY slot")
             .fetch_all(&mut *conn)
             .await
             .context("reading slots")?;
         Ok(Fleet {
-            nodes,
+            nodes: nodes.iter().map(overview).collect::<Result<_>>()?,
             slots: slots.iter().map(slot_holder).collect::<Result<_>>()?,
         })
     }
 
-    /// `node`'s record (its row, slot, open requests and backoffs) as a write reads it:
-    /// three statements.
+    /// `query` with the first parameters of [`UPDATE_NODE`]: `record`'s node and fields.
+    pub(crate) fn bind_row<'q>(
+        query: Query<'q, DB, DB::Arguments<'q>>,
+        record: &'q NodeRecord,
+    ) -> Query<'q, DB, DB::Arguments<'q>> {
+        query
+            .bind(record.node.as_str())
+            .bind(record.state.as_str())
+            .bind(record.since)
+            .bind(record.process.as_ref().map(ToString::to_string))
+            .bind(record.pre_cordoned)
+            .bind(record.cordoned_by_rota)
+            .bind(record.boot_id.as_deref())
+            .bind(record.reboot_started_at)
+            .bind(record.reboot_deadline)
+            .bind(record.last_reboot_at)
+            .bind(record.queued_at)
+            .bind(record.last_result.as_deref())
+            .bind(record.blocked.as_ref().map(|b| b.reason.as_str()))
+            .bind(record.blocked.as_ref().map(|b| b.since))
+    }
+
+    /// A write's decision: the node's record, fenced by the writer's session when an agent
+    /// writes (a node without a record is then fenced too; an operator's write of an unknown
+    /// node is `NoSuchNode`), and rota-core's answer; a refused write is an error.
+    pub(crate) async fn decide(
+        conn: &mut DB::Connection,
+        writer: Writer<'_>,
+        write: &Write,
+    ) -> Result<(Read, Applied)> {
+        let (node, session) = (writer.node(), writer.session());
+        let read = Self::record(conn, node, session)
+            .await?
+            .filter(|read| session.is_none() || read.current)
+            .ok_or_else(|| Error::unwritable(node, session))?;
+        let applied = read.record.apply(write, read.now)?;
+        Ok((read, applied))
+    }
+
+    /// `node`'s record (its row, slot, open requests and backoffs) as a write reads it, in one
+    /// statement (one snapshot).
     pub(crate) async fn record(
         conn: &mut DB::Connection,
         node: &NodeName,
         session: Option<&Session>,
     ) -> Result<Option<Read>> {
-        let (records, read) = Self::records(conn, Some((node, session.map(|s| s.id))))
+        let read = async |conn: &mut DB::Connection| {
+            let rows = Self::records(conn, Some((node, session.map(|s| s.id)))).await?;
+            rows.first()
+                .map(|row| {
+                    Ok(Read {
+                        record: overview(row)?,
+                        current: row.column("current")?,
+                        version: row.column("version")?,
+                        now: row.column("now")?,
+                    })
+                })
+                .transpose()
+        };
+        read(conn)
             .await
-            .map_err(|e| e.of_node(node.as_str()))?;
-        Ok(records
-            .into_iter()
-            .next()
-            .zip(read)
-            .map(|(record, (current, now))| Read {
-                record,
-                current,
-                version: String::new(),
-                now,
-            }))
+            .map_err(|e: Error| e.of_node(node.as_str()))
     }
 
     /// Every node's record, or with `only` one node's and the rest of a [`Read`] with the
-    /// session given.
+    /// session given: one statement, the open requests and backoffs beside each row as JSON.
     async fn records(
         conn: &mut DB::Connection,
         only: Option<(&NodeName, Option<i64>)>,
-    ) -> Result<(Vec<NodeOverview>, Option<(bool, i64)>)> {
-        let (of_node, of_row, read) = match only {
+    ) -> Result<Vec<DB::Row>> {
+        let (of_node, read) = match only {
             Some(_) => (
                 "WHERE n.node = $1",
-                "AND node = $1",
                 format!(
                     ", EXISTS (SELECT 1 FROM sessions se WHERE se.id = n.session_id \
                        AND se.id = CAST($2 AS BIGINT) AND NOT se.superseded \
-                       AND se.deadline > {now}) AS current, {now} AS now",
+                       AND se.deadline > {now}) AS current, {now} AS now, {version} AS version",
                     now = DB::NOW,
+                    version = DB::VERSION,
                 ),
             ),
-            None => ("", "", String::new()),
+            None => ("", String::new()),
         };
-        let nodes_sql = format!(
-            "SELECT {NODE_COLUMNS}{read} FROM nodes n \
-             LEFT JOIN slots s ON s.holder = n.node {of_node} ORDER BY n.node"
+        let sql = format!(
+            "SELECT {NODE_COLUMNS}{read}, \
+               (SELECT {requests} FROM requests q \
+                 WHERE q.node = n.node AND q.state IN ('pending', 'active')) AS requests, \
+               (SELECT {backoffs} FROM backoff k WHERE k.node = n.node) AS backoffs \
+             FROM nodes n LEFT JOIN slots s ON s.holder = n.node {of_node} ORDER BY n.node",
+            requests = DB::json_objects(
+                "'id', q.id, 'process', q.process, 'source', q.source, \
+                 'created_at', q.created_at, 'state', q.state",
+                "q.id"
+            ),
+            backoffs = DB::json_objects(
+                "'process', k.process, 'until', k.until, \
+                 'last_interval_s', k.last_interval_s, 'cause', k.cause",
+                "k.process"
+            ),
         );
-        let requests_sql = format!(
-            "SELECT id, node, process, source, created_at, state FROM requests \
-             WHERE state IN ('pending', 'active') {of_row} ORDER BY id"
-        );
-        let backoffs_sql = format!(
-            "SELECT node, process, until, last_interval_s, cause FROM backoff \
-             WHERE TRUE {of_row} ORDER BY node, process"
-        );
-        let mut rows = async |sql: &str, context: &'static str, session: bool| {
-            let mut query = sqlx::query::<DB>(sql);
-            if let Some((node, id)) = only {
-                query = query.bind(node.as_str());
-                if session {
-                    query = query.bind(id);
-                }
-            }
-            query.fetch_all(&mut *conn).await.context(context)
+        let mut query = sqlx::query::<DB>(&sql);
+        if let Some((node, id)) = only {
+            query = query.bind(node.as_str()).bind(id);
+        }
+        query.fetch_all(&mut *conn).await.context("reading nodes")
+    }
+
+    /// A waiter's look at the queue, outside a write transaction: how many changes it waits
+    /// for, or `None` when it holds a slot or its turn has come. Waiters behind the front take
+    /// no lock, so a release does not set off a stampede of write transactions.
+    pub(crate) async fn waits(conn: &mut DB::Connection, session: &Session) -> Result<Option<u64>> {
+        Ok(match Self::look(conn, session, false).await? {
+            Look::Turn(Turn::Wait { changes }) => Some(changes),
+            Look::Holds(_) | Look::Turn(Turn::Granted(_)) => None,
+        })
+    }
+
+    /// `Store::try_acquire_slot` in a write transaction: the look again, locked, so that grants
+    /// are decided one at a time, and the slot [`schedule`] names taken while it is free.
+    pub(crate) async fn acquire(conn: &mut DB::Connection, session: &Session) -> Result<Acquire> {
+        let slot = match Self::look(conn, session, true).await? {
+            Look::Holds(slot) => return Ok(Acquire::Granted(slot)),
+            Look::Turn(Turn::Wait { changes }) => return Ok(Acquire::Wait { changes }),
+            Look::Turn(Turn::Granted(slot)) => slot,
         };
-        let nodes = rows(&nodes_sql, "reading nodes", true).await?;
-        let requests = rows(&requests_sql, "reading requests", false).await?;
-        let backoffs = rows(&backoffs_sql, "reading backoff", false).await?;
-        let get = getter("reading nodes");
-        let read = match (only, nodes.first()) {
-            (Some(_), Some(row)) => Some((
-                row.column("current").map_err(&get)?,
-                row.column("now").map_err(&get)?,
-            )),
-            _ => None,
-        };
-        Ok((overview(&nodes, &requests, &backoffs)?, read))
+        let taken = sqlx::query::<DB>(DB::TAKE_SLOT)
+            .bind(i64::from(slot))
+            .bind(session.node.as_str())
+            .fetch_optional(&mut *conn)
+            .await
+            .context("taking a slot")?;
+        Ok(match taken {
+            Some(_) => Acquire::Granted(slot),
+            None => Acquire::Wait { changes: 1 },
+        })
+    }
+
+    /// The node's look at the queue and the slots, in one statement ([`queue::look_sql`]).
+    async fn look(conn: &mut DB::Connection, session: &Session, locked: bool) -> Result<Look> {
+        let row = sqlx::query::<DB>(&queue::look_sql::<DB>(locked))
+            .bind(session.node.as_str())
+            .bind(session.id)
+            .fetch_optional(&mut *conn)
+            .await
+            .context("reading the queue")?;
+        queue::look(row, session)
     }
 
     /// The fleet's settings, each a key of `rota_meta`.
@@ -175,15 +433,9 @@ where
             .fetch_all(&mut *conn)
             .await
             .context("reading the settings")?;
-        let get = getter("reading the settings");
         let rows = rows
             .iter()
-            .map(|row| {
-                Ok((
-                    row.column("key").map_err(&get)?,
-                    row.column("value").map_err(&get)?,
-                ))
-            })
+            .map(|row| Ok((row.column("key")?, row.column("value")?)))
             .collect::<Result<Vec<(String, String)>>>()?;
         let value = |key: &str| rows.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
         Ok(Settings {
@@ -219,42 +471,20 @@ where
         filter: &HistoryFilter,
         part: Part,
     ) -> Result<History> {
-        let node = filter.node.as_ref().map(NodeName::as_str);
-        let process = filter.process.as_ref().map(ToString::to_string);
-        let event = filter.event.map(HistoryEvent::as_str);
-        let mut rows = async |sql: &'static str, context: &'static str| {
-            sqlx::query::<DB>(sql)
-                .bind(node)
-                .bind(process.as_deref())
-                .bind(event)
-                .bind(filter.since)
-                .bind(filter.until)
-                .fetch_all(&mut *conn)
-                .await
-                .context(context)
+        let Some(sql) = history_sql(part, filter) else {
+            return Ok(History::default());
         };
-        let mut history = History::default();
-        match part {
-            Part::Entries => {
-                let read = rows(ENTRIES, "reading history").await?;
-                history.entries = read.iter().map(history_entry).collect::<Result<_>>()?;
-            }
-            Part::Steps => {
-                let read = rows(STEPS, "reading steps").await?;
-                history.steps = read.iter().map(step_record).collect::<Result<_>>()?;
-            }
-            // An operator's command is no history event: a filter by event lets none through.
-            Part::Audit if filter.event.is_some() => {}
-            Part::Audit => {
-                let read = rows(AUDIT, "reading audit records").await?;
-                history.audit = read.iter().map(audit_record).collect::<Result<_>>()?;
-            }
-            Part::Requests => {
-                let read = rows(REQUESTS, "reading requests").await?;
-                history.requests = read.iter().map(request_record).collect::<Result<_>>()?;
-            }
-        }
-        Ok(history)
+        let process = filter.process.as_ref().map(ToString::to_string);
+        let rows = sqlx::query::<DB>(&sql)
+            .bind(filter.node.as_ref().map(NodeName::as_str))
+            .bind(process.as_deref())
+            .bind(filter.event.map(HistoryEvent::as_str))
+            .bind(filter.since)
+            .bind(filter.until)
+            .fetch_all(&mut *conn)
+            .await
+            .context("reading history")?;
+        history_of(part, &rows)
     }
 
     /// Refuses a database that holds other programs' tables, or a rota schema newer than
@@ -273,7 +503,7 @@ where
             .await
             .map_err(not_rota)?
             .iter()
-            .map(|row| row.column("name"))
+            .map(|row| row.try_column("name"))
             .collect::<std::result::Result<Vec<String>, _>>()
             .map_err(not_rota)?;
         // Only the migrations table: another process is creating the schema right now.
@@ -291,7 +521,7 @@ where
                 .fetch_one(&mut *conn)
                 .await
                 .map_err(not_rota)?
-                .column("version")
+                .try_column("version")
                 .map_err(not_rota)?;
         let supported = migrator.iter().map(|m| m.version).max().unwrap_or(0);
         match found {
@@ -310,7 +540,53 @@ where
             .fetch_one(&mut *conn)
             .await
             .context("reading the clock")?;
-        row.column("now").map_err(getter("reading the clock"))
+        row.column("now")
+    }
+
+    /// Opens a session of `node`, superseding its older ones, and registers the node (idle) if
+    /// it is new, in the store's write transaction. The node's row is locked first, as every
+    /// write of the node locks it, so that a write of the old session either commits before
+    /// the new session exists or is refused.
+    pub(crate) async fn open_session(
+        conn: &mut DB::Connection,
+        node: &NodeName,
+        ttl_ms: i64,
+    ) -> Result<Session> {
+        const CONTEXT: &str = "opening a session";
+        let lock = format!(
+            "SELECT n.node FROM nodes n WHERE n.node = $1 {}",
+            DB::LOCK_NODE
+        );
+        let supersede = "UPDATE sessions SET superseded = TRUE WHERE node = $1 AND NOT superseded";
+        for sql in [lock.as_str(), supersede] {
+            let query = sqlx::query::<DB>(sql).bind(node.as_str());
+            query.execute(&mut *conn).await.context(CONTEXT)?;
+        }
+        let opened = sqlx::query::<DB>(&format!(
+            "INSERT INTO sessions (node, started_at, deadline) \
+             VALUES ($1, {now}, {now} + CAST($2 AS BIGINT)) RETURNING id, started_at",
+            now = DB::NOW
+        ))
+        .bind(node.as_str())
+        .bind(ttl_ms)
+        .fetch_one(&mut *conn)
+        .await
+        .context(CONTEXT)?;
+        let id: i64 = opened.column("id")?;
+        sqlx::query::<DB>(
+            "INSERT INTO nodes (node, session_id, state, since) VALUES ($1, $2, 'idle', $3) \
+             ON CONFLICT (node) DO UPDATE SET session_id = excluded.session_id",
+        )
+        .bind(node.as_str())
+        .bind(id)
+        .bind(opened.column::<i64>("started_at")?)
+        .execute(&mut *conn)
+        .await
+        .context(CONTEXT)?;
+        Ok(Session {
+            id,
+            node: node.clone(),
+        })
     }
 
     /// Extends `session` only while it is its node's current, unexpired session.
@@ -380,7 +656,7 @@ where
         .await
         .context(CONTEXT)?;
         let slot = match row {
-            Some(row) => row.column("slot").map_err(getter(CONTEXT))?,
+            Some(row) => row.column("slot")?,
             None => None,
         };
         stored_slot_if_any("slots.slot", slot)?.ok_or_else(|| Error::Fenced {
@@ -415,33 +691,27 @@ where
         }
     }
 
-    /// Sets (or with `None` removes) one of the settings; returns the value it had.
+    /// Sets (or with `None` removes) one of the settings; a removal returns the value it had.
     async fn set_meta(
         conn: &mut DB::Connection,
         key: &str,
         value: Option<String>,
     ) -> Result<Option<String>> {
-        let previous = sqlx::query::<DB>("SELECT value FROM rota_meta WHERE key = $1")
-            .bind(key)
-            .fetch_optional(&mut *conn)
-            .await
-            .context("reading a setting")?
-            .map(|row| row.column("value"))
-            .transpose()
-            .map_err(getter("reading a setting"))?;
-        match value {
+        let query = match value {
             Some(value) => sqlx::query::<DB>(
                 "INSERT INTO rota_meta (key, value) VALUES ($1, $2) \
-                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value \
+                 RETURNING CAST(NULL AS TEXT) AS value",
             )
             .bind(key)
             .bind(value),
-            None => sqlx::query::<DB>("DELETE FROM rota_meta WHERE key = $1").bind(key),
-        }
-        .execute(&mut *conn)
-        .await
-        .context("writing a setting")?;
-        Ok(previous)
+            None => {
+                sqlx::query::<DB>("DELETE FROM rota_meta WHERE key = $1 RETURNING value").bind(key)
+            }
+        };
+        let row = query.fetch_optional(&mut *conn).await;
+        let row = row.context("writing a setting")?;
+        Ok(row.map(|row| row.column("value")).transpose()?.flatten())
     }
 
     /// Stores a new procedure (answering `true`), or answers the stored one when it is the same:
@@ -557,23 +827,3 @@ where
         row.as_ref().map(request_record).transpose()
     }
 }
-
-const ENTRIES: &str = "SELECT id, node, process, event, at, cause, slot, released FROM history \
-     WHERE (CAST($1 AS TEXT) IS NULL OR node = $1) AND (CAST($2 AS TEXT) IS NULL OR process = $2) \
-     AND (CAST($3 AS TEXT) IS NULL OR event = $3) AND (CAST($4 AS BIGINT) IS NULL OR at >= $4) \
-     AND (CAST($5 AS BIGINT) IS NULL OR at <= $5) ORDER BY id";
-
-const STEPS: &str = "SELECT node, state, at FROM steps \
-     WHERE (CAST($1 AS TEXT) IS NULL OR node = $1) AND (CAST($2 AS TEXT) IS NULL OR TRUE) \
-     AND (CAST($3 AS TEXT) IS NULL OR TRUE) AND (CAST($4 AS BIGINT) IS NULL OR at >= $4) \
-     AND (CAST($5 AS BIGINT) IS NULL OR at <= $5) ORDER BY id";
-
-const AUDIT: &str = "SELECT at, command, node, process, by, reason FROM audit_records \
-     WHERE (CAST($1 AS TEXT) IS NULL OR node = $1) AND (CAST($2 AS TEXT) IS NULL OR process = $2) \
-     AND (CAST($3 AS TEXT) IS NULL OR TRUE) AND (CAST($4 AS BIGINT) IS NULL OR at >= $4) \
-     AND (CAST($5 AS BIGINT) IS NULL OR at <= $5) ORDER BY id";
-
-const REQUESTS: &str = "SELECT id, node, process, source, created_at, state FROM requests \
-     WHERE (CAST($1 AS TEXT) IS NULL OR node = $1) AND (CAST($2 AS TEXT) IS NULL OR process = $2) \
-     AND (CAST($3 AS TEXT) IS NULL OR TRUE) AND (CAST($4 AS BIGINT) IS NULL OR TRUE) \
-     AND (CAST($5 AS BIGINT) IS NULL OR TRUE) ORDER BY id";

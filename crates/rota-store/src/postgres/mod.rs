@@ -1,12 +1,11 @@
 //! The store for bare-metal fleets: one PostgreSQL database shared by every host's agent.
 //!
-//! It makes the statements both SQL stores share (`crate::sql`: reads, the
-//! fence and heartbeats, settings, procedures), and its own where a round trip
-//! costs: a node's record is read in one statement (`read.rs`), a waiter looks at the queue and a
-//! grant takes its slot in one (`slots.rs`), and a write of a node's record persists rota-core's answer in one, a
-//! compare-and-swap on the row's version (`record.rs`). Every wake-worthy write sends `NOTIFY rota_changes`, which
-//! [`Store::changes`] follows (`changes.rs`), so that waiting agents on every host learn of a
-//! released slot when it commits, without polling. An agent's handle holds one connection
+//! It makes the statements both SQL stores share (`crate::sql`: a node's record and the queue,
+//! each read in one statement, the fence and heartbeats, settings, procedures), and its own
+//! write of a node's record: rota-core's answer persisted in one statement, a compare-and-swap
+//! on the row's version (`record.rs`). Every wake-worthy write sends `NOTIFY rota_changes`,
+//! which [`Store::changes`] follows (`changes.rs`), so that waiting agents on every host learn
+//! of a released slot when it commits, without polling. An agent's handle holds one connection
 //! (`connections.rs`).
 //!
 //! Exclusion comes from compare-and-swaps, row locks and keys, never from a check followed by
@@ -23,9 +22,7 @@
 mod changes;
 mod connections;
 mod open;
-mod read;
 mod record;
-mod slots;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -107,38 +104,8 @@ impl PostgresStore {
 #[async_trait]
 impl Store for PostgresStore {
     async fn open_session(&self, node: &NodeName, ttl: Duration) -> Result<Session> {
-        // The node's row first, as every write of the node locks it, so that a write of the old
-        // session either commits before the new session exists or sees it and is refused;
-        // then, in one statement (SQLite's `sqlite/record.rs` makes three), every earlier session is
-        // superseded and the node (idle if new) points at the new one.
         let open = async |tx: &mut PgConnection| {
-            sqlx::query("SELECT 1 FROM nodes WHERE node = $1 FOR UPDATE")
-                .bind(node.as_str())
-                .execute(&mut *tx)
-                .await
-                .context("opening a session")?;
-            let id = sqlx::query_scalar(
-                "WITH superseded AS ( \
-                   UPDATE sessions SET superseded = TRUE WHERE node = $1 AND NOT superseded \
-                 ), opened AS ( \
-                   INSERT INTO sessions (node, started_at, deadline) \
-                   SELECT $1, t.now, t.now + $2 FROM (SELECT rota_now_ms() AS now) t \
-                   RETURNING id, started_at \
-                 ), pointed AS ( \
-                   INSERT INTO nodes (node, session_id, state, since) \
-                   SELECT $1, id, 'idle', started_at FROM opened \
-                   ON CONFLICT (node) DO UPDATE SET session_id = excluded.session_id \
-                 ) SELECT id FROM opened",
-            )
-            .bind(node.as_str())
-            .bind(millis(ttl))
-            .fetch_one(&mut *tx)
-            .await
-            .context("opening a session")?;
-            Ok(Session {
-                id,
-                node: node.clone(),
-            })
+            Sql::<Postgres>::open_session(tx, node, millis(ttl)).await
         };
         self.transaction("opening a session", open, |_| 0).await
     }
@@ -157,7 +124,15 @@ impl Store for PostgresStore {
     }
 
     async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire> {
-        slots::try_acquire_slot(self, session).await
+        const CONTEXT: &str = "acquiring a slot";
+        // A read-only look first, outside a transaction; then, in one transaction, the same
+        // look with the node's row and the slot rows locked, and the grant.
+        let waits = async |conn: &mut PgConnection| Sql::<Postgres>::waits(conn, session).await;
+        if let Some(changes) = self.call(CONTEXT, waits).await? {
+            return Ok(Acquire::Wait { changes });
+        }
+        let acquire = async |tx: &mut PgConnection| Sql::<Postgres>::acquire(tx, session).await;
+        self.transaction(CONTEXT, acquire, |_| 0).await
     }
 
     async fn fence(&self, session: &Session, ttl: Duration) -> Result<u32> {
@@ -176,7 +151,7 @@ impl Store for PostgresStore {
     }
 
     async fn record(&self, node: &NodeName) -> Result<Option<NodeOverview>> {
-        let read = async |conn: &mut PgConnection| read::read_record(conn, node, None).await;
+        let read = async |conn: &mut PgConnection| Sql::<Postgres>::record(conn, node, None).await;
         let read = self.call("reading the node's record", read).await?;
         Ok(read.map(|read| read.record))
     }

@@ -6,7 +6,6 @@
 //! write that is canceled halfway is rolled back whole.
 
 mod record;
-mod slots;
 mod wakes;
 
 use std::path::Path;
@@ -218,7 +217,7 @@ async fn migrate(pool: &SqlitePool, location: &str) -> Result<()> {
 impl Store for SqliteStore {
     async fn open_session(&self, node: &NodeName, ttl: Duration) -> Result<Session> {
         self.quietly(false, async |tx| {
-            record::open_session(tx, node, millis(ttl)).await
+            Sql::<Sqlite>::open_session(tx, node, millis(ttl)).await
         })
         .await
     }
@@ -239,11 +238,11 @@ impl Store for SqliteStore {
 
     async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire> {
         let mut conn = self.pool.acquire().await.context("acquiring a slot")?;
-        if let Some(changes) = slots::wait(&mut conn, session).await? {
+        if let Some(changes) = Sql::<Sqlite>::waits(&mut conn, session).await? {
             return Ok(Acquire::Wait { changes });
         }
         drop(conn);
-        self.quietly(false, async |tx| slots::acquire(tx, session).await)
+        self.quietly(false, async |tx| Sql::<Sqlite>::acquire(tx, session).await)
             .await
     }
 

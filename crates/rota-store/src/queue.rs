@@ -1,0 +1,108 @@
+//! A node's look at the queue, which both SQL stores read in one statement and rota-core's
+//! [`schedule`] decides.
+
+use rota_core::{Held, Limits, Turn, Waiter, schedule};
+
+use crate::error::{Error, Result};
+use crate::model::Session;
+use crate::rows::stored_slot_if_any;
+use crate::rows::{JsonRow, SqlRow, concurrency, field, json_rows, parse, stored_slot};
+use crate::sql::Dialect;
+
+/// What a node asking for a slot finds.
+pub(crate) enum Look {
+    /// It holds this slot already.
+    Holds(u32),
+    /// Its turn in the queue as [`schedule`] decides it.
+    Turn(Turn),
+}
+
+/// The queue and the slots for [`schedule`], as the node `$1` of session `$2` sees them: its
+/// session (which must be current), its own slot, the slots held, the queued nodes that hold
+/// no slot (alive when their session is current, blocked when they record a reason) as JSON,
+/// the concurrency and the database's clock. `locked` reads the node's row and the slots as a
+/// grant does, locked until the transaction ends.
+pub(crate) fn look_sql<DB: Dialect>(locked: bool) -> String {
+    let (lock_node, slots) = match locked {
+        true => (DB::LOCK_NODE, DB::LOCKED_SLOTS),
+        false => ("", "SELECT slot, holder FROM slots"),
+    };
+    format!(
+        "WITH me AS (SELECT {now} AS now, EXISTS (SELECT 1 FROM sessions se \
+             WHERE se.id = n.session_id AND se.id = $2 AND NOT se.superseded \
+             AND se.deadline > {now}) AS current FROM nodes n WHERE n.node = $1 {lock_node}), \
+           slot_list AS ({slots}), \
+           held AS (SELECT slot, holder FROM slot_list WHERE holder IS NOT NULL) \
+         SELECT me.now, me.current, \
+           (SELECT value FROM rota_meta WHERE key = 'concurrency') AS concurrency, \
+           (SELECT slot FROM held WHERE holder = $1) AS own, \
+           (SELECT {held} FROM held) AS held, \
+           (SELECT {queue} FROM nodes q LEFT JOIN sessions s ON s.id = q.session_id \
+             WHERE q.state = 'queued' AND q.queued_at IS NOT NULL \
+             AND q.node NOT IN (SELECT holder FROM held)) AS queue \
+         FROM me",
+        now = DB::NOW,
+        held = DB::json_objects("'slot', slot", "slot"),
+        queue = DB::json_objects(
+            "'node', q.node, 'queued_at', q.queued_at, \
+             'blocked', CASE WHEN q.blocked_reason IS NULL THEN 0 ELSE 1 END, \
+             'alive', CASE WHEN NOT s.superseded AND s.deadline > me.now THEN 1 ELSE 0 END",
+            "q.queued_at, q.node"
+        ),
+    )
+}
+
+/// What [`look_sql`]'s row says to `session`: fenced unless its session is current.
+pub(crate) fn look(row: Option<impl SqlRow>, session: &Session) -> Result<Look> {
+    let node = &session.node;
+    let Some(row) = row.filter(|row| row.column("current").unwrap_or(false)) else {
+        return Err(Error::Fenced {
+            node: node.clone(),
+            session: session.id,
+        });
+    };
+    if let Some(slot) = stored_slot_if_any("slots.slot", row.column("own")?)? {
+        return Ok(Look::Holds(slot));
+    }
+    let now: i64 = row.column("now")?;
+    let concurrency = row
+        .column::<Option<String>>("concurrency")?
+        .map(|v| concurrency("rota_meta.concurrency", v))
+        .transpose()?
+        .unwrap_or(1);
+    let held = json_rows("slots", row.column("held")?)?
+        .iter()
+        .map(|slot| {
+            Ok(Held {
+                slot: stored_slot("slots.slot", field(slot, "slots.slot")?)?,
+                group: None,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    // A queued row that does not read (edited by hand, or written by a newer rota) holds no
+    // place: its own agent is refused when it reads its record, and the others go on.
+    let waiter = |w: &JsonRow| {
+        Ok::<_, Error>(Waiter {
+            node: parse("nodes.node", field(w, "nodes.node")?)?,
+            place: field(w, "nodes.queued_at")?,
+            blocked: field::<u8>(w, "nodes.blocked")? != 0,
+            alive: field::<u8>(w, "nodes.alive")? != 0,
+            group: None,
+        })
+    };
+    let queue: Vec<Waiter> = json_rows("nodes", row.column("queue")?)?
+        .iter()
+        .filter_map(|w| {
+            waiter(w)
+                .inspect_err(|e| {
+                    tracing::warn!(error = %e, "a queued node's row does not read; it holds no place");
+                })
+                .ok()
+        })
+        .collect();
+    let schedule = schedule(&queue, &held, &Limits::fleet(concurrency), now);
+    // A node that is not queued waits for its own change, counted as one.
+    Ok(Look::Turn(
+        schedule.turn(node).unwrap_or(Turn::Wait { changes: 1 }),
+    ))
+}
