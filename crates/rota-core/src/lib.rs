@@ -19,6 +19,7 @@
 
 pub mod backoff;
 pub mod decision;
+pub mod grants;
 pub mod hours;
 pub mod labels;
 pub mod lifecycle;

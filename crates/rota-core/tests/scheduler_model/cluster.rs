@@ -21,14 +21,6 @@ pub struct RotaNode {
     pub status: Status,
 }
 
-impl RotaNode {
-    /// Whether the node took up a grant of `slot`, the one state in which a Lease of it is in
-    /// use rather than to be given back.
-    pub fn in_window_of(self, slot: u8) -> bool {
-        self.status == Status::Window && self.grant == Some(slot)
-    }
-}
-
 impl fmt::Display for RotaNode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.grant {

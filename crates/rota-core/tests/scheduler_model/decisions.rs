@@ -1,61 +1,64 @@
-//! What a scheduler's read allows it to decide: the grants of rota-core's `schedule`, and the
-//! withdrawals.
+//! What a scheduler's read allows it to decide: rota-core's `grants::decide`, on the model's
+//! objects.
 
-use rota_core::{Held, Limits, NodeName, Waiter, schedule};
+use rota_core::grants::{Granted, LeaseView, NodeView, Operation, Withdrawal, decide};
+use rota_core::{Limits, NodeName};
 
 use crate::cluster::{Lease, RotaNode, Status};
 use crate::scheduler::{Kind, Op};
 
-/// The model has no time: every node was queued at this instant, and `schedule` runs at it.
+/// The model has no time: every node was queued, and every grant written, at this instant,
+/// and `decide` runs at it with no take-up time, so that a scheduler may withdraw a grant not
+/// taken up whenever it reads one.
 const NOW: i64 = 0;
 
-/// The operations a read of `nodes` and `leases` allows: the grants of `schedule`, and the
-/// withdrawals of every Lease naming a node not in a window of it.
+/// The operations a read of `nodes` and `leases` allows: every one `decide` makes on it.
 pub fn decisions(nodes: &[RotaNode], leases: &[Lease]) -> Vec<Op> {
-    let named = |node| leases.iter().any(|lease| lease.holder == Some(node));
-    let waiters: Vec<u8> = (0u8..)
+    let views: Vec<NodeView> = (0u8..)
         .zip(nodes)
-        .filter(|(node, rota_node)| {
-            rota_node.status == Status::Queued && rota_node.grant.is_none() && !named(*node)
-        })
-        .map(|(node, _)| node)
-        .collect();
-    let queue: Vec<Waiter> = waiters
-        .iter()
-        .map(|&node| Waiter {
+        .map(|(node, read)| NodeView {
             node: name(node),
-            place: NOW,
+            queued: (read.status == Status::Queued).then_some(NOW),
             blocked: false,
             alive: true,
             group: None,
+            grant: read.grant.map(|slot| Granted {
+                slot: u32::from(slot),
+                at: NOW,
+            }),
+            taken_up: read.status == Status::Window,
         })
         .collect();
-    let held: Vec<Held> = (0u32..)
+    let leases: Vec<LeaseView> = (0u32..)
         .zip(leases)
-        .filter(|(_, lease)| lease.holder.is_some())
-        .map(|(slot, _)| Held { slot, group: None })
+        .map(|(slot, lease)| LeaseView {
+            slot,
+            holder: lease.holder.map(name),
+        })
         .collect();
     let concurrency = u32::try_from(leases.len()).expect("K fits");
-    let grants = schedule(&queue, &held, &Limits::fleet(concurrency), NOW).grants;
-    let grants = grants.into_iter().map(|grant| {
-        let waiter = queue.iter().position(|w| w.node == grant.node);
-        Op {
-            kind: Kind::Grant,
-            node: waiters[waiter.expect("a grant to a waiter")],
-            slot: u8::try_from(grant.slot).expect("a slot below K"),
-        }
-    });
-    let withdrawals = (0u8..).zip(leases).filter_map(|(slot, lease)| {
-        let node = lease.holder?;
-        let read = nodes[usize::from(node)];
-        let timeout = read.status == Status::Queued && read.grant == Some(slot);
-        (!read.in_window_of(slot)).then_some(Op {
-            kind: Kind::Withdraw { timeout },
-            node,
-            slot,
+    let index = |node: &NodeName| {
+        let node = views.iter().position(|v| &v.node == node);
+        u8::try_from(node.expect("a node of the model")).expect("N fits")
+    };
+    let slot = |slot: u32| u8::try_from(slot).expect("a slot below K");
+    decide(&views, &leases, &Limits::fleet(concurrency), NOW, 0)
+        .into_iter()
+        .map(|operation| match operation {
+            Operation::Grant { node, slot: s } => Op {
+                kind: Kind::Grant,
+                node: index(&node),
+                slot: slot(s),
+            },
+            Operation::Withdraw { node, slot: s, why } => Op {
+                kind: Kind::Withdraw {
+                    timeout: why == Withdrawal::NotTakenUp,
+                },
+                node: index(&node),
+                slot: slot(s),
+            },
         })
-    });
-    grants.chain(withdrawals).collect()
+        .collect()
 }
 
 /// Node `node`'s name, by which `schedule` orders nodes queued at the same instant.
