@@ -13,7 +13,9 @@
 //!   the window change, the uncordon, and whether it wakes waiting nodes (§3, §4);
 //! - [`record`]: a node's record, and what every write does to it: requests, backoff,
 //!   history, the slot given back (§3, §6);
-//! - [`schedule`]: who takes a slot next, the queue's one rule (§3, §4);
+//! - [`schedule`](mod@schedule): who takes a slot next, the queue's one rule (§3, §4);
+//! - [`grants`]: what a Kubernetes scheduler does on its read of the fleet: the grants of
+//!   `schedule`, and the Leases it takes back;
 //! - [`hours`]: maintenance hours, the days and times of day in which disruptive work may
 //!   start (§2).
 

@@ -15,7 +15,7 @@ use crate::model::{
 /// rota's state, on any substrate: what a store must do, and nothing a caller can derive.
 /// A store persists; rota-core decides (every [`Write`] is
 /// [`NodeOverview::apply`](rota_core::NodeOverview::apply)'s, every grant
-/// [`schedule`](rota_core::schedule)'s). Callers hold an `Arc<dyn Store>` and use the
+/// [`schedule`](rota_core::schedule())'s). Callers hold an `Arc<dyn Store>` and use the
 /// conveniences of [`StoreExt`].
 #[async_trait]
 pub trait Store: Send + Sync {
@@ -31,7 +31,7 @@ pub trait Store: Send + Sync {
     /// Ends the session now (graceful shutdown). The node keeps whatever slot it holds.
     async fn close_session(&self, session: &Session) -> Result<()>;
 
-    /// Takes the slot [`schedule`](rota_core::schedule) gives the session's node, or
+    /// Takes the slot [`schedule`](rota_core::schedule()) gives the session's node, or
     /// re-adopts the one it already holds; else says how many changes to wait for.
     async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire>;
 

@@ -39,7 +39,7 @@ impl PostgresStore {
     }
 
     /// [`PostgresStore::open`] for a handle that many callers share (`rota simulate`, `rota
-    /// bench`): it has [`SHARED_CONNECTIONS`] connections for calls besides the listener's.
+    /// bench`): it has a few connections (`SHARED_CONNECTIONS`) for calls besides the listener's.
     pub async fn open_shared(url: &str) -> Result<PostgresStore> {
         PostgresStore::open_with(url, SHARED_CONNECTIONS).await
     }
