@@ -220,3 +220,26 @@ fn a_link_to_a_missing_page_or_id_is_found() {
         ]
     );
 }
+
+/// The walk from a sentinel file to the uncordon names files of the code: each one exists, so
+/// that a file renamed or removed shows up here rather than in a reader's search.
+#[test]
+fn every_file_the_walk_names_exists() {
+    let root = repo_root();
+    let walk = std::fs::read_to_string(root.join("docs/design/walk.md")).expect("the walk");
+    let named: Vec<&str> = walk
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|code| code.starts_with("rota") && code.contains("/src/"))
+        .collect();
+    assert!(named.len() >= 20, "the walk names its files: {named:?}");
+    let missing: Vec<&&str> = named
+        .iter()
+        .filter(|path| !root.join("crates").join(path).exists())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the walk names files that do not exist: {missing:?}"
+    );
+}
