@@ -12,6 +12,29 @@
 {{- printf "%s-node-scoped" (include "rota.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end }}
 
+{{/* The scheduler's Deployment, ServiceAccount and RBAC objects. */}}
+{{- define "rota.schedulerName" -}}
+{{- printf "%s-scheduler" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end }}
+
+{{/* The leader Lease of the schedulers, in rota's namespace (rota_scheduler::LEADER_LEASE). */}}
+{{- define "rota.schedulerLease" -}}
+rota-scheduler
+{{- end }}
+
+{{- define "rota.schedulerSelectorLabels" -}}
+app.kubernetes.io/name: rota
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: scheduler
+{{- end }}
+
+{{- define "rota.schedulerLabels" -}}
+{{ include "rota.schedulerSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end }}
+
 {{- define "rota.selectorLabels" -}}
 app.kubernetes.io/name: rota
 app.kubernetes.io/instance: {{ .Release.Name }}

@@ -26,6 +26,8 @@ pub struct NodeView {
     pub grant: Option<Granted>,
     /// Its agent took the grant up: the node is in its window.
     pub taken_up: bool,
+    /// When its state last changed.
+    pub since: Millis,
 }
 
 /// A grant as a RotaNode records it.
@@ -44,12 +46,18 @@ impl NodeView {
     }
 }
 
-/// The scheduler's read of one slot's Lease: the node it names, if any.
+/// The scheduler's read of one slot's Lease: the node it names, if any, and since when.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseView {
     pub slot: u32,
     pub holder: Option<NodeName>,
+    pub acquired_at: Millis,
 }
+
+/// How long a Lease not in use is left to its node's agent to give back: long enough for the
+/// agent's own release after it writes idle, short enough that a Lease it could not give back
+/// (the API server was out of reach, the agent died) holds its slot only briefly.
+pub const RELEASE_GRACE: Millis = 5_000;
 
 /// One thing a scheduler does, as one decision on one read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,12 +81,19 @@ pub enum Withdrawal {
     /// The node is in no window of the Lease: its grant was never written (a scheduler stopped
     /// between its two writes), or was given up, or the window ended without the Lease.
     Unused,
+    /// The node became blocked (a blocker, the fleet's pause) before its agent took the grant
+    /// up: its agent will not take it up while it is, and the slot goes to the next waiter.
+    Blocked,
 }
 
 /// The operations a read of `nodes` and `leases` calls for at `now`: the grants [`schedule`]
 /// makes among the nodes queued without a grant and named by no Lease, in queue order, then
 /// the withdrawals, by slot. A grant is withdrawn once `take_up` has passed since it was
-/// written; a Lease whose node is in no window of it, at once.
+/// written, or at once when its node is blocked. A Lease whose node is in no window of it goes
+/// back once [`RELEASE_GRACE`] (or `take_up`, if shorter) has passed since it was taken and
+/// since its node last changed: the node's agent gives it back itself right after it leaves
+/// its window, and a read that shows a Lease just taken without its grant may be older than
+/// the grant's write.
 pub fn decide(
     nodes: &[NodeView],
     leases: &[LeaseView],
@@ -122,6 +137,12 @@ pub fn decide(
             Some(n) if n.in_window_of(lease.slot) => return None,
             Some(NodeView {
                 queued: Some(_),
+                grant: Some(Granted { slot, .. }),
+                blocked: true,
+                ..
+            }) if *slot == lease.slot => Withdrawal::Blocked,
+            Some(NodeView {
+                queued: Some(_),
                 grant: Some(Granted { slot, at }),
                 ..
             }) if *slot == lease.slot => {
@@ -130,7 +151,13 @@ pub fn decide(
                 }
                 Withdrawal::NotTakenUp
             }
-            _ => Withdrawal::Unused,
+            other => {
+                let since = other.map_or(0, |n| n.since).max(lease.acquired_at);
+                if now.saturating_sub(since) < take_up.min(RELEASE_GRACE) {
+                    return None;
+                }
+                Withdrawal::Unused
+            }
         };
         Some(Operation::Withdraw {
             node: node.clone(),

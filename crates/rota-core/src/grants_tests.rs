@@ -19,6 +19,7 @@ fn queued(node: &str, place: Millis) -> NodeView {
         group: None,
         grant: None,
         taken_up: false,
+        since: place,
     }
 }
 
@@ -52,6 +53,7 @@ fn leases(holders: &[Option<&str>]) -> Vec<LeaseView> {
         .map(|(slot, holder)| LeaseView {
             slot,
             holder: holder.map(name),
+            acquired_at: 0,
         })
         .collect()
 }
@@ -105,6 +107,28 @@ fn a_grant_not_taken_up_is_withdrawn_once_the_take_up_time_has_passed() {
 }
 
 #[test]
+fn a_grant_not_taken_up_by_a_node_that_became_blocked_is_withdrawn_at_once() {
+    let blocked = NodeView {
+        blocked: true,
+        ..granted(queued("a", 10), 0, NOW)
+    };
+    assert_eq!(
+        decided(&[blocked, queued("b", 20)], &[Some("a")]),
+        [withdraw("a", 0, Withdrawal::Blocked)],
+        "its agent takes no slot while blocked: the next read grants it to b"
+    );
+    let taken_up = NodeView {
+        blocked: true,
+        ..in_window("a", 0)
+    };
+    assert_eq!(
+        decided(&[taken_up, queued("b", 20)], &[Some("a")]),
+        [],
+        "a window under way keeps its slot, blocked or not"
+    );
+}
+
+#[test]
 fn a_lease_whose_node_is_in_no_window_of_it_goes_back_at_once() {
     // Its grant never written (a scheduler stopped between its writes), a node gone idle, a
     // node whose RotaNode grants another slot, a node the scheduler does not know.
@@ -124,6 +148,29 @@ fn a_lease_whose_node_is_in_no_window_of_it_goes_back_at_once() {
             "{nodes:?}"
         );
     }
+}
+
+#[test]
+fn a_lease_not_in_use_waits_a_moment_for_its_agent_to_give_it_back() {
+    // The node just left its window (its agent gives the Lease back a moment later), or the
+    // Lease was just taken and its grant's write is not read yet.
+    let left = NodeView {
+        since: NOW - 1,
+        ..idle("a")
+    };
+    assert_eq!(decided(&[left], &[Some("a")]), []);
+    let mut just_taken = leases(&[Some("a")]);
+    just_taken[0].acquired_at = NOW - 1;
+    let node = [queued("a", 10)];
+    assert_eq!(
+        decide(&node, &just_taken, &Limits::fleet(1), NOW, TAKE_UP),
+        []
+    );
+    just_taken[0].acquired_at = NOW - RELEASE_GRACE;
+    assert_eq!(
+        decide(&node, &just_taken, &Limits::fleet(1), NOW, TAKE_UP),
+        [withdraw("a", 0, Withdrawal::Unused)]
+    );
 }
 
 #[test]
@@ -187,16 +234,20 @@ fn arb_node(index: usize) -> impl Strategy<Value = NodeView> {
         any::<bool>(),
         prop::option::of((0u32..4, 0..NOW)),
         any::<bool>(),
+        0..NOW,
     )
-        .prop_map(move |(queued, blocked, alive, grant, taken_up)| NodeView {
-            node: node.clone(),
-            queued,
-            blocked,
-            alive,
-            group: None,
-            grant: grant.map(|(slot, at)| Granted { slot, at }),
-            taken_up,
-        })
+        .prop_map(
+            move |(queued, blocked, alive, grant, taken_up, since)| NodeView {
+                node: node.clone(),
+                queued,
+                blocked,
+                alive,
+                group: None,
+                grant: grant.map(|(slot, at)| Granted { slot, at }),
+                taken_up,
+                since,
+            },
+        )
 }
 
 fn arb_read() -> impl Strategy<Value = (Vec<NodeView>, Vec<LeaseView>, u32)> {
@@ -209,6 +260,12 @@ fn arb_read() -> impl Strategy<Value = (Vec<NodeView>, Vec<LeaseView>, u32)> {
                 .map(|(slot, holder)| LeaseView {
                     slot,
                     holder: holder.map(|i| name(&format!("n{i}"))),
+                    // Even slots taken long ago, odd ones a moment ago.
+                    acquired_at: if slot % 2 == 0 {
+                        NOW - 2 * TAKE_UP
+                    } else {
+                        NOW - TAKE_UP / 2
+                    },
                 })
                 .collect();
             (nodes, leases, concurrency)
@@ -246,9 +303,18 @@ proptest! {
                     prop_assert_eq!(lease.holder.as_ref(), Some(node));
                     let view = nodes.iter().find(|n| &n.node == node);
                     prop_assert!(!view.is_some_and(|n| n.in_window_of(*slot)));
-                    if *why == Withdrawal::NotTakenUp {
-                        let at = view.and_then(|n| n.grant).expect("a grant").at;
-                        prop_assert!(NOW - at >= TAKE_UP);
+                    match why {
+                        Withdrawal::NotTakenUp => {
+                            let at = view.and_then(|n| n.grant).expect("a grant").at;
+                            prop_assert!(NOW - at >= TAKE_UP);
+                        }
+                        Withdrawal::Blocked => {
+                            prop_assert!(view.is_some_and(|n| n.blocked));
+                        }
+                        Withdrawal::Unused => {
+                            let since = view.map_or(0, |n| n.since).max(lease.acquired_at);
+                            prop_assert!(NOW - since >= TAKE_UP.min(RELEASE_GRACE));
+                        }
                     }
                 }
             }

@@ -34,7 +34,7 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt as _};
 use rota_core::{NodeName, Process};
 use rota_store::now_millis;
-use rota_store_kube::crd::{RequestStatus, Timestamp};
+use rota_store_kube::crd::{RequestStateName, RequestStatus, Timestamp};
 use rota_store_kube::{KubeStore, KubeStoreConfig, NAMESPACE_LABEL, RotaNode, crds};
 use tokio::task::JoinHandle;
 
@@ -52,16 +52,17 @@ pub async fn request_reboot_by_hand(client: Client, object: &str) -> Result<()> 
     let api: Api<RotaNode> = Api::all(client);
     for _ in 0..5 {
         let mut edited = api.get(object).await?;
-        edited
+        let status = edited
             .status
-            .get_or_insert_with(Default::default)
-            .requests
-            .push(RequestStatus::pending(
-                1,
-                Process::Reboot,
-                "kubectl",
-                Timestamp(now_millis()),
-            ));
+            .get_or_insert_with(|| rota_store_kube::record::new_status(now_millis()));
+        status.last_id += 1;
+        status.requests.push(RequestStatus {
+            id: status.last_id,
+            process: Process::Reboot,
+            source: "kubectl".into(),
+            created_at: Timestamp(now_millis()),
+            state: RequestStateName::Pending,
+        });
         match api.replace(object, &PostParams::default(), &edited).await {
             Err(kube::Error::Api(e)) if e.code == 409 => {}
             written => {
@@ -211,10 +212,19 @@ struct Launch {
     reboot_hook: Option<String>,
 }
 
-/// Real `rota agent` processes, one per node, and the supervisor that reboots their machines.
+/// The schedulers every fleet runs, as the chart's two replicas do.
+pub const SCHEDULERS: [&str; 2] = ["scheduler-a", "scheduler-b"];
+/// Their leader Lease's duration: a failover grants again within it.
+pub const SCHEDULER_LEASE: Duration = Duration::from_secs(4);
+/// How long an agent has to take a grant up in a test's fleet.
+pub const TAKE_UP: Duration = Duration::from_secs(10);
+
+/// Real `rota agent` processes, one per node, the supervisor that reboots their machines, and
+/// two `rota scheduler` processes.
 pub struct Fleet {
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     launch: Launch,
+    schedulers: BTreeMap<String, Mutex<Option<Child>>>,
     namespace: String,
     client: Client,
     hosts: BTreeMap<String, Arc<Host>>,
@@ -270,15 +280,76 @@ impl Fleet {
             launch.clone(),
             errors.clone(),
         ));
-        Ok(Fleet {
-            _dir: dir,
+        let schedulers = SCHEDULERS
+            .iter()
+            .map(|name| (name.to_string(), Mutex::new(None)))
+            .collect();
+        let fleet = Fleet {
+            dir,
             launch,
+            schedulers,
             namespace: scope.namespace().to_string(),
             client: scope.client(),
             hosts,
             supervisor,
             errors,
-        })
+        };
+        for name in SCHEDULERS {
+            fleet.start_scheduler(name)?;
+        }
+        Ok(fleet)
+    }
+
+    /// Starts scheduler `name` (one of [`SCHEDULERS`]); its output goes to `<name>.log`.
+    pub fn start_scheduler(&self, name: &str) -> Result<()> {
+        let slot = self
+            .schedulers
+            .get(name)
+            .with_context(|| format!("{name} is not a scheduler of this fleet"))?;
+        let log_path = self.dir.path().join(format!("{name}.log"));
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .with_context(|| format!("opening {}", log_path.display()))?;
+        let stderr = log
+            .try_clone()
+            .with_context(|| format!("opening {}", log_path.display()))?;
+        let child = Command::new(&self.launch.binary)
+            .process_group(0)
+            .arg("scheduler")
+            .arg("--kubeconfig")
+            .arg(&self.launch.kubeconfig)
+            .args(["--namespace", &self.launch.namespace, "--identity", name])
+            .arg("--lease-duration")
+            .arg(format!("{}s", SCHEDULER_LEASE.as_secs()))
+            .arg("--take-up")
+            .arg(format!("{}s", TAKE_UP.as_secs()))
+            .env("RUST_LOG", "info,rota_scheduler=debug")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(stderr)
+            .spawn()
+            .with_context(|| format!("starting {} scheduler", self.launch.binary.display()))?;
+        let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(mut old) = slot.replace(child) {
+            let _ = old.kill();
+            let _ = old.wait();
+        }
+        Ok(())
+    }
+
+    /// SIGKILLs scheduler `name`, if it runs.
+    pub fn kill_scheduler(&self, name: &str) -> Result<()> {
+        let slot = self
+            .schedulers
+            .get(name)
+            .with_context(|| format!("{name} is not a scheduler of this fleet"))?;
+        if let Some(mut child) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            child.kill().context("killing a scheduler")?;
+            child.wait().context("waiting for a killed scheduler")?;
+        }
+        Ok(())
     }
 
     fn host(&self, node: &str) -> Result<&Arc<Host>> {
@@ -392,6 +463,16 @@ impl Fleet {
                 out.push('\n');
             }
         }
+        for name in SCHEDULERS {
+            let path = self.dir.path().join(format!("{name}.log"));
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            let all: Vec<&str> = text.lines().collect();
+            out.push_str(&format!("==== {name} ====\n"));
+            for line in &all[all.len().saturating_sub(lines)..] {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
         out
     }
 
@@ -427,6 +508,9 @@ impl Fleet {
         for host in self.hosts.values() {
             host.kill()?;
         }
+        for name in SCHEDULERS {
+            self.kill_scheduler(name)?;
+        }
         let rota_nodes: Api<RotaNode> = Api::all(self.client.clone());
         let selector = format!("{NAMESPACE_LABEL}={}", self.namespace);
         for object in rota_nodes
@@ -446,6 +530,12 @@ impl Fleet {
 impl Drop for Fleet {
     fn drop(&mut self) {
         self.supervisor.abort();
+        for slot in self.schedulers.values() {
+            if let Some(mut child) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
         for host in self.hosts.values() {
             if let Some(mut child) = host.agent().take() {
                 let _ = child.kill();

@@ -151,10 +151,18 @@ fn real_node_with_the_image() -> Result<RealNode> {
     Ok(node)
 }
 
+/// The release's agents' pods (component `agent`), not its scheduler's replicas (component
+/// `scheduler`), which run on the same node.
+fn agent_selector() -> String {
+    format!(
+        "app.kubernetes.io/name=rota,app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=agent"
+    )
+}
+
 /// The agent pod on the real node once it is Ready (its probes passed), and its name.
 async fn agent_ready(client: &Client, node: &str) -> Result<Pod> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    let selector = format!("app.kubernetes.io/name=rota,app.kubernetes.io/instance={RELEASE}");
+    let selector = agent_selector();
     wait_for("the agent pod Ready on the real node", TIMEOUT, || async {
         let list = pods.list(&ListParams::default().labels(&selector)).await?;
         Ok(running_on(&list.items, node).cloned())
@@ -305,12 +313,13 @@ impl Fixture {
         Ok(agent)
     }
 
-    /// `helm uninstall`, until the agent pods are gone.
+    /// `helm uninstall`, until the release's pods are gone: its agents' and its scheduler's (a
+    /// scheduler left over would compete with the next install's for the lead).
     async fn uninstall(&self) -> Result<()> {
         helm(&self.node, &["uninstall", RELEASE, "--wait"])?;
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), NAMESPACE);
         let selector = format!("app.kubernetes.io/instance={RELEASE}");
-        wait_for("the agent pods gone", TIMEOUT, || async {
+        wait_for("the agent and scheduler pods gone", TIMEOUT, || async {
             let left = pods.list(&ListParams::default().labels(&selector)).await?;
             Ok(left.items.is_empty().then_some(()))
         })
@@ -436,7 +445,7 @@ async fn finished_entries(client: &Client, node: &str) -> Result<usize> {
         .items
         .into_iter()
         .filter(|w| w.spec.node == node)
-        .flat_map(|w| w.spec.entries);
+        .flat_map(|w| w.spec.history);
     let ids: BTreeSet<i64> = status
         .map(|s| s.history)
         .unwrap_or_default()
@@ -638,7 +647,7 @@ async fn an_agent_without_its_rbac_names_what_it_lacks_in_its_pod_logs() -> Resu
     let host = Host::new(&node, "real-node-rbac")?;
     helm_install(&node, &host, &["rbac.create=false"])?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    let selector = format!("app.kubernetes.io/instance={RELEASE}");
+    let selector = agent_selector();
     let logs = wait_for("the agent's error in its pod's logs", TIMEOUT, || async {
         for pod in pods
             .list(&ListParams::default().labels(&selector))

@@ -1,7 +1,7 @@
 //! The Helm chart `charts/rota`, applied to the real control plane of testenv/ with the helm and
 //! kubectl that `testenv/build` builds: its objects exist, and its RBAC (under its node-scoped
-//! policy) is enough for a drain and no more. What `helm template` renders from the values is
-//! tested in `chart_values.rs`.
+//! policy) is enough for a drain, for the agent's windows and for the scheduler's grants, and no
+//! more. What `helm template` renders from the values is tested in `chart_values.rs`.
 
 use std::io::Write as _;
 use std::process::{Command, Stdio};
@@ -11,7 +11,7 @@ use anyhow::{Context as _, Result, bail, ensure};
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
-use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -19,11 +19,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use rota_core::{NodeName, NodeState, Process};
 use rota_e2e::chart;
 use rota_e2e::testenv::{TestEnv, pod_is_running, tool, wait_for};
+use rota_store::{Session, Store, StoreExt, Transition, WindowChange, now_millis};
+use rota_store_kube::{KubeStore, KubeStoreConfig, RotaNode, RotaWindow};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
+/// The agent's session in the store.
+const TTL: Duration = Duration::from_secs(30);
 
 fn kubectl(env: &TestEnv, args: &[&str], stdin: &[u8]) -> Result<()> {
     let mut child = Command::new(tool("kubectl")?)
@@ -65,6 +70,69 @@ async fn running_pod(pods: &Api<Pod>, selector: &str) -> Result<Pod> {
     .await
 }
 
+/// One whole window of a reboot through the store as the agent (its pod's token, under the
+/// node-scoped policy), granted by a scheduler round as the scheduler's service account:
+/// request, queue, grant, take-up, fence, drain, maintain, verify, finish. Each of the agent's
+/// writes is one the chart lets it make: its RotaNode created and updated, the grant taken up
+/// and cleared, the ended window written as a RotaWindow, the oldest deleted, and the Lease
+/// given back.
+async fn one_window(
+    agent: &KubeStore,
+    session: &Session,
+    scheduler: &kube::Client,
+    namespace: &str,
+) -> Result<()> {
+    agent
+        .add_request(session, &Process::Reboot, "chart")
+        .await
+        .context("the agent requesting a reboot")?;
+    agent
+        .transition(
+            session,
+            Transition::new(NodeState::Idle, NodeState::Queued).window(WindowChange::Queue {
+                queued_at: Some(now_millis() - 1000),
+            }),
+        )
+        .await
+        .context("the agent queueing")?;
+    rota_scheduler::round(scheduler.clone(), namespace, Duration::from_secs(600))
+        .await
+        .context("a scheduler round as the scheduler's service account")?;
+    let slot = wait_for("the agent taking its grant up", TIMEOUT, || async {
+        Ok(agent.try_acquire_slot(session).await?.slot())
+    })
+    .await?;
+    ensure!(slot == 0, "granted slot {slot}");
+    let fenced = agent
+        .fence(session, TTL)
+        .await
+        .context("the agent's fence")?;
+    ensure!(fenced == slot, "fenced on slot {fenced}");
+    agent
+        .transition(
+            session,
+            Transition::new(NodeState::Queued, NodeState::Draining)
+                .process(Some(Process::Reboot))
+                .window(WindowChange::Open),
+        )
+        .await
+        .context("the agent opening its window")?;
+    for (from, to) in [
+        (NodeState::Draining, NodeState::Maintaining),
+        (NodeState::Maintaining, NodeState::Verifying),
+    ] {
+        agent.transition(session, Transition::new(from, to)).await?;
+    }
+    agent
+        .transition(
+            session,
+            Transition::new(NodeState::Verifying, NodeState::Idle).window(WindowChange::Finish),
+        )
+        .await
+        .context("the agent ending its window")?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn the_chart_applies_and_its_rbac_is_enough_to_drain_and_no_more() -> Result<()> {
     let Some(env) = TestEnv::get()? else {
@@ -81,6 +149,7 @@ async fn the_chart_applies_and_its_rbac_is_enough_to_drain_and_no_more() -> Resu
     let namespace_value = format!("namespace.name={}", json!(namespace));
     let node_selector = format!("nodeSelector={}", json!(scope.labels()));
     let rendered = chart::rendered(release, &[&namespace_value, &node_selector], None)?;
+    rota_e2e::fleet::install_crd(admin.clone()).await?;
     kubectl(env, &["apply", "-f", "-"], rendered.as_bytes())?;
 
     let fullname = format!("{release}-agent");
@@ -104,6 +173,66 @@ async fn the_chart_applies_and_its_rbac_is_enough_to_drain_and_no_more() -> Resu
     Api::<RoleBinding>::namespaced(admin.clone(), &namespace)
         .get(&fullname)
         .await?;
+    // The scheduler: its own service account and roles, and a Deployment of two replicas.
+    let scheduler_name = format!("{release}-scheduler");
+    Api::<ServiceAccount>::namespaced(admin.clone(), &namespace)
+        .get(&scheduler_name)
+        .await
+        .context("the scheduler's service account")?;
+    Api::<ClusterRole>::all(admin.clone())
+        .get(&scheduler_name)
+        .await?;
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .get(&scheduler_name)
+        .await?;
+    Api::<Role>::namespaced(admin.clone(), &namespace)
+        .get(&scheduler_name)
+        .await?;
+    Api::<RoleBinding>::namespaced(admin.clone(), &namespace)
+        .get(&scheduler_name)
+        .await?;
+    let deployment = Api::<Deployment>::namespaced(admin.clone(), &namespace)
+        .get(&scheduler_name)
+        .await
+        .context("the scheduler's Deployment")?;
+    let deployment_spec = &deployment.spec;
+    ensure!(deployment_spec.replicas == Some(2), "{deployment_spec:?}");
+    let scheduler_pod = deployment_spec
+        .template
+        .spec
+        .as_ref()
+        .context("the scheduler's Deployment without a pod spec")?;
+    ensure!(
+        scheduler_pod.service_account_name.as_deref() == Some(scheduler_name.as_str()),
+        "the scheduler runs as {:?}",
+        scheduler_pod.service_account_name
+    );
+    let container = scheduler_pod.containers.first().context("no container")?;
+    ensure!(
+        container.command.as_deref() == Some(&["rota".to_string(), "scheduler".to_string()][..]),
+        "{:?}",
+        container.command
+    );
+    let args = container.args.clone().unwrap_or_default();
+    for arg in [
+        format!("--namespace={namespace}"),
+        "--lease-duration=15s".into(),
+        "--take-up=60s".into(),
+    ] {
+        ensure!(
+            args.contains(&arg),
+            "no {arg} in the scheduler's args: {args:?}"
+        );
+    }
+    let identity = container
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "POD_NAME")
+        .and_then(|e| e.value_from.as_ref())
+        .and_then(|v| v.field_ref.as_ref())
+        .map(|f| f.field_path.clone());
+    ensure!(identity.as_deref() == Some("metadata.name"), "{identity:?}");
     let policy = format!("{fullname}-node-scoped");
     Api::<ValidatingAdmissionPolicy>::all(admin.clone())
         .get(&policy)
@@ -124,10 +253,13 @@ async fn the_chart_applies_and_its_rbac_is_enough_to_drain_and_no_more() -> Resu
     ensure!(pod_spec.host_pid == Some(true), "the agent needs hostPID");
     let container = pod_spec.containers.first().context("no container")?;
     let args = container.args.clone().unwrap_or_default();
-    ensure!(
-        args.iter().any(|a| a == "--host-root=/host"),
-        "args: {args:?}"
-    );
+    for arg in [
+        "--host-root=/host".to_string(),
+        format!("--namespace={namespace}"),
+        "--kept-windows=20".into(),
+    ] {
+        ensure!(args.contains(&arg), "no {arg} in args: {args:?}");
+    }
     // The API server accepts the default metrics port, probes and annotations as rendered.
     for arg in ["--metrics-addr=0.0.0.0:9746", "--log-format=text"] {
         ensure!(args.iter().any(|a| a == arg), "no {arg} in args: {args:?}");
@@ -190,10 +322,12 @@ async fn the_chart_applies_and_its_rbac_is_enough_to_drain_and_no_more() -> Resu
         );
     }
 
-    // The DaemonSet controller puts an agent on the node; kwok runs it.
+    // The DaemonSet controller puts an agent on the node, and the Deployment its schedulers
+    // (on the agents' nodes too); kwok runs them.
     let agents: Api<Pod> = Api::namespaced(admin.clone(), &namespace);
-    let agent = running_pod(&agents, "app.kubernetes.io/name=rota").await?;
+    let agent = running_pod(&agents, "app.kubernetes.io/component=agent").await?;
     ensure!(agent.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str()));
+    running_pod(&agents, "app.kubernetes.io/component=scheduler").await?;
 
     // Acting as the chart's service account: a whole drain and uncordon work...
     scope.create_deployment("api", 1, None).await?;
@@ -208,6 +342,14 @@ async fn the_chart_applies_and_its_rbac_is_enough_to_drain_and_no_more() -> Resu
     ensure!(
         missing.is_empty(),
         "the chart does not grant what the agent checks for: {missing:?}"
+    );
+    // ...and the scheduler's, as its own service account.
+    let scheduler_client = env.client_as(&admin, &namespace, &scheduler_name).await?;
+    let wanted = rota_store_kube::permissions::scheduler_permissions(&namespace);
+    let missing = rota_store_kube::permissions::missing(&scheduler_client, &wanted).await?;
+    ensure!(
+        missing.is_empty(),
+        "the chart does not grant what the scheduler needs: {missing:?}"
     );
     let options = rota_kube_actions::DrainOptions {
         retry_initial: Duration::from_millis(200),
@@ -270,25 +412,127 @@ async fn the_chart_applies_and_its_rbac_is_enough_to_drain_and_no_more() -> Resu
         "the uncordon kept the record of evictions"
     );
 
-    // ...Leases in its own namespace too, but nothing beyond what it needs.
+    // The node-scoped policy in force (the API server picks a new one up within seconds): a
+    // dry run of another node's RotaNode, which RBAC allows, is refused by it.
+    let policy_named = format!("ValidatingAdmissionPolicy '{policy}'");
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let rota_nodes_as_agent: Api<RotaNode> = Api::all(agent_client.clone());
+    let other = format!("{node}-other");
+    wait_for("the node-scoped policy to be enforced", TIMEOUT, || async {
+        let probe = RotaNode::new(
+            &other,
+            rota_store_kube::crd::RotaNodeSpec {
+                node: other.clone(),
+                grant: None,
+                withdrawn: None,
+            },
+        );
+        match rota_nodes_as_agent.create(&dry_run, &probe).await {
+            Ok(_) => Ok(None),
+            Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains(&policy_named) => {
+                Ok(Some(()))
+            }
+            Err(e) => Err(e.into()),
+        }
+    })
+    .await?;
+
+    // ...two whole windows through the store, each granted by the scheduler's round as the
+    // scheduler's service account; the agent keeps one ended window (history.keptWindows
+    // as 1), so the second deletes the first...
+    let store = KubeStore::connect(
+        agent_client.clone(),
+        KubeStoreConfig {
+            namespace: namespace.clone(),
+            kept_windows: 1,
+            ..KubeStoreConfig::default()
+        },
+    )
+    .await
+    .context("the store's start-up check as the agent")?;
+    let node_name = NodeName::new(&node)?;
+    let session = store
+        .open_session(&node_name, TTL)
+        .await
+        .context("the agent's first session (its RotaNode created)")?;
+    // The agent grants itself no slot: only the scheduler writes spec.grant.
+    let mut self_granted = rota_nodes_as_agent.get(&node).await?;
+    self_granted.spec.grant = Some(rota_store_kube::crd::GrantSpec {
+        slot: 0,
+        at: rota_store_kube::crd::Timestamp(now_millis()),
+    });
+    match rota_nodes_as_agent
+        .replace(&node, &dry_run, &self_granted)
+        .await
+    {
+        Err(kube::Error::Api(s))
+            if s.code == 403
+                && s.message.contains(&policy_named)
+                && s.message.contains("only the scheduler grants") => {}
+        other => bail!("the agent granting itself a slot: {other:?}"),
+    }
+    let windows: Api<RotaWindow> = Api::all(admin.clone());
+    let mut ended: Vec<String> = Vec::new();
+    for window in 1..=2 {
+        one_window(&store, &session, &scheduler_client, &namespace)
+            .await
+            .with_context(|| format!("window {window}"))?;
+        let object = Api::<RotaNode>::all(admin.clone()).get(&node).await?;
+        ensure!(
+            object.spec.grant.is_none(),
+            "window {window}: the grant stayed: {:?}",
+            object.spec
+        );
+        let status = object.status.context("a RotaNode without status")?;
+        ensure!(
+            status.slot.is_none() && status.windows.len() == 1,
+            "window {window}: {status:?}"
+        );
+        ended.push(status.windows[0].clone());
+        let lease = Api::<Lease>::namespaced(admin.clone(), &namespace)
+            .get("rota-slot-0")
+            .await?;
+        ensure!(
+            rota_store_kube::slots::holder(&lease).is_none(),
+            "window {window}: the agent did not give its Lease back: {:?}",
+            lease.spec
+        );
+    }
+    ensure!(ended[0] != ended[1], "{ended:?}");
+    windows
+        .get(&ended[1])
+        .await
+        .context("the last ended window")?;
+    ensure!(
+        windows.get_opt(&ended[0]).await?.is_none(),
+        "the agent did not delete the window it no longer keeps, {}",
+        ended[0]
+    );
+    drop(store);
+
+    // ...but it takes no Lease: neither in its own namespace nor elsewhere.
     let lease = Lease {
         metadata: ObjectMeta {
-            name: Some("rota-slot-0".into()),
+            name: Some("rota-slot-1".into()),
             ..ObjectMeta::default()
         },
         ..Lease::default()
     };
-    Api::<Lease>::namespaced(agent_client.clone(), &namespace)
-        .create(&PostParams::default(), &lease)
-        .await
-        .context("creating a slot Lease as the agent")?;
-    let elsewhere = Api::<Lease>::namespaced(agent_client.clone(), scope.namespace())
-        .create(&PostParams::default(), &lease)
-        .await;
-    ensure!(
-        api_code(elsewhere) == Some(403),
-        "a Lease outside the namespace"
-    );
+    for (where_, leases) in [
+        ("its namespace", &namespace),
+        ("another namespace", &scope.namespace().to_string()),
+    ] {
+        let created = Api::<Lease>::namespaced(agent_client.clone(), leases)
+            .create(&PostParams::default(), &lease)
+            .await;
+        ensure!(
+            api_code(created) == Some(403),
+            "the agent may create a Lease in {where_}"
+        );
+    }
     let pods_as_agent: Api<Pod> = Api::namespaced(agent_client.clone(), scope.namespace());
     let replacement = running_pod(&scope.pods(), "app=api").await?;
     ensure!(
@@ -305,6 +549,10 @@ async fn the_chart_applies_and_its_rbac_is_enough_to_drain_and_no_more() -> Resu
         "the agent may delete nodes"
     );
 
+    // The node's RotaNode is cluster-scoped: deleted with it go its RotaWindows (their owner).
+    Api::<RotaNode>::all(admin.clone())
+        .delete(&node, &DeleteParams::default())
+        .await?;
     kubectl(
         env,
         &["delete", "--wait=false", "-f", "-"],

@@ -182,8 +182,86 @@ fn bad_values_fail_helm_template_with_a_clear_message() -> Result<()> {
             "rbac.viewers=[{\"kind\":\"Robot\",\"name\":\"x\"}]",
             "at '/rbac/viewers/0/kind': value must be one of 'User', 'Group', 'ServiceAccount'",
         ),
+        ("scheduler.replicas=0", "at '/scheduler/replicas': minimum"),
+        ("scheduler.takeUp=\"0s\"", "at '/scheduler/takeUp'"),
+        (
+            "scheduler.leaseDuration=15",
+            "at '/scheduler/leaseDuration': got number, want string",
+        ),
+        (
+            "scheduler.leader=true",
+            "additional properties 'leader' not allowed",
+        ),
+        (
+            "history.keptWindows=0",
+            "at '/history/keptWindows': minimum",
+        ),
+        (
+            "history.keptWindows=1001",
+            "at '/history/keptWindows': maximum",
+        ),
     ];
     chart::ensure_rejected(&cases)
+}
+
+/// The scheduler's Deployment, rendered with `--set-json` arguments.
+fn rendered_scheduler(sets: &[&str]) -> Result<String> {
+    chart::rendered("rota", sets, Some("templates/scheduler.yaml"))
+}
+
+#[test]
+fn the_chart_renders_the_scheduler_values_as_scheduler_flags() -> Result<()> {
+    if chart::skipped() {
+        return Ok(());
+    }
+    let default = rendered_scheduler(&[])?;
+    for line in [
+        "command: [\"rota\", \"scheduler\"]",
+        "replicas: 2",
+        "serviceAccountName: rota-scheduler",
+        "- \"--namespace=rota-system\"",
+        "- \"--lease-duration=15s\"",
+        "- \"--take-up=60s\"",
+        "fieldPath: metadata.name",
+        // The agents' nodeSelector, and the replicas spread over nodes.
+        "kubernetes.io/os: linux",
+        "topologyKey: kubernetes.io/hostname",
+    ] {
+        ensure!(default.contains(line), "no {line:?} in:\n{default}");
+    }
+    let custom = rendered_scheduler(&[
+        "namespace.name=\"ops\"",
+        "scheduler.replicas=3",
+        "scheduler.leaseDuration=\"30s\"",
+        "scheduler.takeUp=\"2m\"",
+        "scheduler.nodeSelector={\"pool\":\"system\"}",
+        "scheduler.affinity={\"nodeAffinity\":{}}",
+    ])?;
+    for line in [
+        "replicas: 3",
+        "- \"--namespace=ops\"",
+        "- \"--lease-duration=30s\"",
+        "- \"--take-up=2m\"",
+        "pool: system",
+        "nodeAffinity: {}",
+    ] {
+        ensure!(custom.contains(line), "no {line:?} in:\n{custom}");
+    }
+    for gone in ["kubernetes.io/os: linux", "podAntiAffinity"] {
+        ensure!(!custom.contains(gone), "{gone:?} in:\n{custom}");
+    }
+    // The agents' flags for the history and the namespace.
+    let flags = agent_flags(
+        &["namespace.name=\"ops\""],
+        &["--namespace", "--kept-windows"],
+    )?;
+    ensure!(
+        flags == ["--namespace=ops", "--kept-windows=20"],
+        "{flags:?}"
+    );
+    let flags = agent_flags(&["history.keptWindows=5"], &["--kept-windows"])?;
+    ensure!(flags == ["--kept-windows=5"], "{flags:?}");
+    Ok(())
 }
 
 #[test]

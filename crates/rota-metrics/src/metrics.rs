@@ -74,6 +74,11 @@ pub struct Metrics {
     slot_wait: Histogram,
     session_current: AtomicBool,
     store_ok: AtomicBool,
+    /// Whether the store answered the agent's last access (1), or was unavailable (0).
+    store_available: Family<NodeLabels, Gauge>,
+    /// Why the store was last unavailable, until an access succeeds again (on Kubernetes:
+    /// also that no scheduler runs).
+    store_unavailable: Mutex<Option<String>>,
     /// The state the node entered and when, as this process saw it: a transition within one
     /// state (requests joining a window) restarts the store's `since`, not the step.
     entered: Mutex<Option<(NodeState, Millis)>>,
@@ -155,6 +160,13 @@ impl Metrics {
                 })
                 .set(0);
         }
+        let store_available = Family::<NodeLabels, Gauge>::default();
+        registry.register(
+            "store_available",
+            "Whether the store answered the agent's last access (1) or was unavailable (0): \
+             unreachable, overloaded, or on Kubernetes with no scheduler running",
+            store_available.clone(),
+        );
         let histograms = [
             (
                 "drain_duration",
@@ -203,6 +215,8 @@ impl Metrics {
             slot_wait,
             session_current: AtomicBool::new(false),
             store_ok: AtomicBool::new(false),
+            store_available,
+            store_unavailable: Mutex::new(None),
             entered: Mutex::new(None),
             host_error: Mutex::new(None),
         }
@@ -222,7 +236,14 @@ impl Metrics {
         if !self.session_current.load(Ordering::Relaxed) {
             missing.push("the agent has no current session".to_owned());
         }
-        if !self.store_ok.load(Ordering::Relaxed) {
+        if let Some(cause) = self
+            .store_unavailable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            missing.push(format!("the store is unavailable: {cause}"));
+        } else if !self.store_ok.load(Ordering::Relaxed) {
             missing.push("the agent's last store access failed or none was made yet".to_owned());
         }
         if let Some(cause) = self
@@ -265,6 +286,22 @@ impl AgentObserver for Metrics {
 
     fn store_access(&self, ok: bool) {
         self.store_ok.store(ok, Ordering::Relaxed);
+        if ok {
+            *self
+                .store_unavailable
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = None;
+        }
+        self.store_available
+            .get_or_create(&self.node_labels())
+            .set(i64::from(ok));
+    }
+
+    fn store_unavailable(&self, cause: &str) {
+        *self
+            .store_unavailable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(cause.to_owned());
     }
 
     fn host_error(&self, cause: Option<&str>) {

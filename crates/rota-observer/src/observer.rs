@@ -66,6 +66,8 @@ pub trait AgentObserver: Send + Sync {
     fn session(&self, _current: bool) {}
     /// Whether the agent's last store access succeeded.
     fn store_access(&self, _ok: bool) {}
+    /// The store could not serve the agent for now, and why (told after `store_access(false)`).
+    fn store_unavailable(&self, _cause: &str) {}
     /// An access to the host's files failed (`Some` with the cause), or one succeeded again
     /// outside `failed` (`None`).
     fn host_error(&self, _cause: Option<&str>) {}

@@ -65,6 +65,11 @@ pub(crate) struct Cluster {
 impl Cluster {
     /// A run in `namespace` (a fresh `rota-simulate-<random>` when `None`); nothing is created
     /// until [`Cluster::prepare`].
+    /// The run's namespace.
+    pub(crate) fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
     pub(crate) fn new(client: Client, namespace: Option<String>) -> Cluster {
         Cluster {
             client,
@@ -104,6 +109,7 @@ impl Cluster {
             // cluster's Procedures.
             name_prefix: format!("{}-", self.namespace),
             event_reporter: "rota-simulate".into(),
+            ..KubeStoreConfig::default()
         };
         let store = KubeStore::connect(self.client.clone(), config.clone()).await?;
         let drain = DrainOptions {

@@ -31,6 +31,7 @@ use std::time::Duration;
 use rota_actions::NodeActions;
 use rota_agent::{Agent, AgentConfig};
 use rota_core::NodeName;
+use rota_scheduler::SchedulerConfig;
 use rota_store::{Millis, SqliteStore, Store, StoreExt, StoreUrl, now_millis};
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -399,8 +400,26 @@ pub async fn run(
             };
             let result = match prepared {
                 Ok(fleet) => {
+                    // The scheduler runs in this process, as the chart's Deployment would.
+                    let stop = CancellationToken::new();
+                    let config = SchedulerConfig {
+                        // The stores' own (cluster.rs): the Procedures' status of this run.
+                        name_prefix: format!("{}-", cluster.namespace()),
+                        ..SchedulerConfig::new(cluster.namespace(), "rota-simulate")
+                    };
+                    let scheduler = tokio::spawn(rota_scheduler::run(
+                        target.client.clone(),
+                        config,
+                        stop.clone(),
+                    ));
                     let counters = StoreCounters::new(etcd, None);
-                    simulate(fleet, counters, &options, dir.path(), interrupt, progress).await
+                    let result =
+                        simulate(fleet, counters, &options, dir.path(), interrupt, progress).await;
+                    stop.cancel();
+                    if let Err(e) = scheduler.await {
+                        warn!(error = %e, "the scheduler ended abnormally");
+                    }
+                    result
                 }
                 Err(e) => Err(e),
             };

@@ -1,5 +1,5 @@
-//! The `RotaNode` custom resource: one cluster-scoped object per node, named after it, whose
-//! status holds everything the store knows about the node (docs/design.md §7).
+//! The `RotaNode` custom resource: one cluster-scoped object per node, named after it. Its spec
+//! holds the scheduler's grant, its status what the node's agent records (docs/design.md §7).
 
 use std::borrow::Cow;
 
@@ -11,17 +11,9 @@ use rota_store::Millis;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
-/// How many history entries a RotaNode ever holds (the oldest go first): a backstop, since
-/// each window's entries move to the node's `RotaWindow`s as it ends (see `history_ring`).
-pub const HISTORY_LIMIT: usize = 50;
-/// How many closed (done or canceled) requests each RotaNode keeps beside its open ones: the
-/// newest, whose id the next request's follows (a closed procedure request moves to
-/// `procedureRequests`).
-pub const CLOSED_REQUEST_LIMIT: usize = 2;
-
-/// The node a RotaNode describes. The object's name is the node's name (with the store's
-/// name prefix, empty in production); the spec repeats the bare name so that nothing has to
-/// parse it back out of the object name.
+/// The node a RotaNode describes, and its turn as the scheduler grants it. The object's name is
+/// the node's name (with the store's name prefix, empty in production); the spec repeats the
+/// bare name so that nothing has to parse it back out of the object name.
 #[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[kube(
     group = "rota.dev",
@@ -31,7 +23,7 @@ pub const CLOSED_REQUEST_LIMIT: usize = 2;
     shortname = "rn",
     status = "RotaNodeStatus",
     printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state"}"#,
-    printcolumn = r#"{"name":"Slot","type":"integer","jsonPath":".status.slot"}"#,
+    printcolumn = r#"{"name":"Grant","type":"integer","jsonPath":".spec.grant.slot"}"#,
     printcolumn = r#"{"name":"Process","type":"string","jsonPath":".status.process"}"#,
     printcolumn = r#"{"name":"Since","type":"date","jsonPath":".status.since"}"#,
     printcolumn = r#"{"name":"Last Result","type":"string","jsonPath":".status.lastResult"}"#,
@@ -42,9 +34,38 @@ pub struct RotaNodeSpec {
     /// The Kubernetes node (or host) name.
     #[schemars(length(min = 1, max = 253))]
     pub node: String,
+    /// The slot the scheduler granted the node, whose Lease names it. Its agent takes it up
+    /// (`status.slot`) and clears it when the window ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant: Option<GrantSpec>,
+    /// The scheduler's last withdrawal of a Lease from this node. While it stands (until the
+    /// node's agent next writes), the node counts as without a live agent and gets no grant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub withdrawn: Option<WithdrawnSpec>,
 }
 
-/// Everything the store knows about one node.
+/// A slot granted.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct GrantSpec {
+    pub slot: u32,
+    /// When the scheduler wrote it: a grant not taken up within the take-up time is withdrawn.
+    pub at: Timestamp,
+}
+
+/// A Lease the scheduler took back from the node.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct WithdrawnSpec {
+    pub slot: u32,
+    pub at: Timestamp,
+    /// `notTakenUp` (its agent did not take the grant up in time), `blocked` (the node became
+    /// blocked before it did) or `unused` (the node was in no window of the Lease).
+    pub reason: String,
+}
+
+/// Everything the node's agent records: the node's record, the history of the window under way,
+/// and which of its windows ended (docs/design.md §7).
 // It reads through the `Deserialize` impl below, which names the field that does not read:
 // `remote = "Self"` keeps serde's derived code as inherent functions for it to call.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
@@ -57,8 +78,7 @@ pub struct RotaNodeStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "optional_process_schema")]
     pub process: Option<Process>,
-    /// The slot the node held at its last write: a mirror of the slot Leases for `kubectl get`;
-    /// the Leases are the truth.
+    /// The slot of the grant the agent took up: the node is in its window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slot: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -76,6 +96,7 @@ pub struct RotaNodeStatus {
     pub reboot_deadline: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_reboot_at: Option<Timestamp>,
+    /// The node's place in the queue while it asks for a turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued_at: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -83,87 +104,30 @@ pub struct RotaNodeStatus {
     /// Why the node's agent holds back (a blocker, the fleet's pause), while it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked: Option<BlockedStatus>,
-    /// This node's part of every history and request id (see `ids`); unique per installation.
-    #[serde(default)]
-    #[schemars(range(max = 16383))]
-    pub tag: u32,
-    /// The open requests, and the most recent closed ones.
-    #[serde(default)]
+    /// The open requests, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requests: Vec<RequestStatus>,
     /// Backoff per process, after failures; a success clears it.
-    #[serde(default)]
-    pub backoff: Vec<BackoffStatus>,
-    /// The history entries not yet moved to the node's `RotaWindow`s, oldest first: those of
-    /// the window under way (see `history_ring`).
-    #[serde(default)]
-    pub history: Vec<HistoryStatus>,
-    /// How many chunks of history went to the node's `RotaWindow`s, and the last entry's id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub history_ring: Option<HistoryRingStatus>,
-    /// Closed procedure requests that no longer fit in `requests`: a procedure runs at most
-    /// once per node, ever, so its request is remembered for as long as the node's RotaNode
-    /// lives. Past a few, they move to the node's procedure ledger (see `procedure_ledger`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub procedure_requests: Vec<ArchivedRequest>,
-    /// How many times closed procedure requests moved to the node's procedure ledger, the
-    /// RotaWindow `<rotanode>-procedures`: a reader looking for a procedure's request that is
-    /// not here reads a ledger of at least this many moves (none while 0).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub procedure_ledger: u64,
-    /// The states the node entered since its history last moved to a RotaWindow, and when
-    /// (at most [`STEP_LIMIT`]): they move with the history's chunk (see `history_ring`).
+    pub backoff: Vec<BackoffStatus>,
+    /// What happened since the node's last window ended, oldest first: the history entries,
+    /// the states entered, and the requests closed. They move to a `RotaWindow` as the window
+    /// ends.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<HistoryStatus>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepStatus>,
-    /// The version of this status's schema its writer knew ([`SCHEMA`]): the answer to a
-    /// write that lacks it was cut down by an older CRD, which drops every field it does not
-    /// know (see `store::cas`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub closed: Vec<RequestStatus>,
+    /// The procedures the node ran, or began to: each runs at most once per node, ever.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub procedures: Vec<RequestStatus>,
+    /// The names of the node's `RotaWindow`s, oldest first: the ended windows it keeps.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<String>,
+    /// The id last given to one of the node's history entries or requests.
     #[serde(default)]
-    pub schema: u32,
-}
-
-/// The schema of the status this rota writes. Raised with every field whose loss would lose
-/// more than a record (`procedureLedger`: which procedures a node ran).
-pub const SCHEMA: u32 = 1;
-
-/// Steps a RotaNode keeps between two moves of its history: a window takes about 6; more
-/// only when the node queues and leaves the queue again and again without a window.
-pub const STEP_LIMIT: usize = 16;
-
-/// One step of the node's lifecycle: the state it entered, and when.
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct StepStatus {
-    #[schemars(schema_with = "node_state_schema")]
-    pub state: NodeState,
-    pub at: Timestamp,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-
-/// Where the node's history ring stands. A `RotaWindow` whose `sequence` is below `written`
-/// holds entries this RotaNode gave up; one at `written` or above is a write that has not
-/// (or never) come through, and readers leave it out.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct HistoryRingStatus {
-    /// Chunks written: the next one goes to ring place `written % 50`.
-    pub written: u64,
-    /// The id of the newest entry moved, which the next entry's id follows.
     pub last_id: i64,
-}
-
-/// A closed procedure request as `procedureRequests` keeps it: its time is its id's (see
-/// `ids`), and it was closed when it left `requests`.
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct ArchivedRequest {
-    pub id: i64,
-    #[schemars(schema_with = "process_schema")]
-    pub process: Process,
-    pub source: String,
-    pub state: RequestStateName,
 }
 
 /// A status edited by hand (`kubectl edit rotanode`) or written by a newer rota may hold what
@@ -188,34 +152,13 @@ impl Serialize for RotaNodeStatus {
     }
 }
 
-impl Default for RotaNodeStatus {
-    fn default() -> RotaNodeStatus {
-        RotaNodeStatus {
-            state: NodeState::Idle,
-            since: Timestamp::default(),
-            process: None,
-            slot: None,
-            session: None,
-            pre_cordoned: false,
-            cordoned_by_rota: false,
-            boot_id: None,
-            reboot_started_at: None,
-            reboot_deadline: None,
-            last_reboot_at: None,
-            queued_at: None,
-            last_result: None,
-            blocked: None,
-            tag: 0,
-            requests: Vec::new(),
-            backoff: Vec::new(),
-            history: Vec::new(),
-            history_ring: None,
-            procedure_requests: Vec::new(),
-            procedure_ledger: 0,
-            steps: Vec::new(),
-            schema: 0,
-        }
-    }
+/// One step of the node's lifecycle: the state it entered, and when.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct StepStatus {
+    #[schemars(schema_with = "node_state_schema")]
+    pub state: NodeState,
+    pub at: Timestamp,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
@@ -230,14 +173,9 @@ pub struct BlockedStatus {
 #[serde(rename_all = "camelCase")]
 pub struct SessionStatus {
     pub id: i64,
-    /// The session expires here unless renewed. While the node is idle, the agent renews it in
-    /// memory only and writes the renewed deadline with its next write (see the crate docs).
+    /// The session expires here unless renewed. The agent writes it only while its node is in
+    /// its window; otherwise it renews it in memory and writes it with its next write.
     pub deadline: Timestamp,
-    /// While the node waits far from the front of the queue: the deadline is a long one,
-    /// renewed rarely, and the node counts as alive near the front only once it renews as
-    /// usual again (see the crate docs, "Waiting").
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub sparse: bool,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
@@ -249,25 +187,9 @@ pub struct RequestStatus {
     pub source: String,
     pub created_at: Timestamp,
     pub state: RequestStateName,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finished_at: Option<Timestamp>,
 }
 
-impl RequestStatus {
-    /// A request that no window has taken up yet.
-    pub fn pending(id: i64, process: Process, source: &str, created_at: Timestamp) -> Self {
-        RequestStatus {
-            id,
-            process,
-            source: source.to_string(),
-            created_at,
-            state: RequestStateName::Pending,
-            finished_at: None,
-        }
-    }
-}
-
-/// `rota_store::RequestState` in the resource (that type only serialises).
+/// A request's state, open (`pending`, `active`) or closed (`done`, `canceled`).
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum RequestStateName {
@@ -369,9 +291,8 @@ fn optional_process_schema(_: &mut SchemaGenerator) -> Schema {
 }
 
 /// The CustomResourceDefinition as installed: kube's derived one without the status
-/// subresource, so that one compare-and-swap `replace` writes the status together with the
-/// `rota.dev/state` label (a status subresource would take two writes, and the label could
-/// disagree with the state in between).
+/// subresource, so that one compare-and-swap `replace` of the agent writes its status and
+/// clears the grant it ends (a status subresource would take two writes).
 pub fn rota_node_crd() -> CustomResourceDefinition {
     let mut crd = RotaNode::crd();
     for version in &mut crd.spec.versions {

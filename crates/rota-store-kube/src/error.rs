@@ -69,6 +69,17 @@ pub enum KubeError {
          (--kubeconfig, KUBECONFIG or ~/.kube/config)"
     )]
     Unauthorized,
+    #[error(
+        "no scheduler runs: the leader Lease {lease} {state}; windows under way go on to their \
+         end, and no node is granted a slot until a scheduler runs (the chart's Deployment \
+         <release>-scheduler, or `rota scheduler`)"
+    )]
+    NoScheduler {
+        /// `namespace/rota-scheduler`.
+        lease: String,
+        /// What it shows: missing, held by nobody, or not renewed since when.
+        state: String,
+    },
 }
 
 /// "the CRD x is" or "the CRDs x, y are".
@@ -83,7 +94,11 @@ impl KubeError {
     /// Whether the API server could not serve the call for now (see
     /// [`rota_kube_client::is_unavailable`]).
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, KubeError::Api { source, .. } if rota_kube_client::is_unavailable(source))
+        match self {
+            KubeError::Api { source, .. } => rota_kube_client::is_unavailable(source),
+            KubeError::NoScheduler { .. } => true,
+            _ => false,
+        }
     }
 
     /// Whether the API server refused the call for want of a permission (403).

@@ -10,9 +10,10 @@
 //! in all, before). Where the authorizer cannot list every rule (a webhook authorizer: the
 //! review says `incomplete`), each permission gets a SelfSubjectAccessReview of its own.
 //!
-//! The list is the chart's RBAC (`charts/rota/templates/rbac.yaml`): the ClusterRole's rules
-//! cluster-wide, the Role's in the rota namespace. The chart's test checks that its service
-//! account is allowed all of them.
+//! The lists are the chart's RBAC (`charts/rota/templates/rbac.yaml`): for the agent
+//! ([`agent_permissions`]) and for the scheduler ([`scheduler_permissions`]), each the
+//! ClusterRole's rules cluster-wide and the Role's in the rota namespace. The chart's test
+//! checks that each service account is allowed all of its list.
 
 use std::fmt;
 
@@ -129,38 +130,31 @@ const DRAIN: &[Rule] = &[
 const CLUSTER: &[Rule] = &[
     rule("", "nodes", None, &["get", "list", "watch"]),
     rule("events.k8s.io", "events", None, &["create", "patch"]),
+    // The node's own RotaNode: made on the first start, watched, and written whole by
+    // compare-and-swap (no status subresource; never a patch).
     rule(
         "rota.dev",
         "rotanodes",
         None,
-        &["get", "list", "watch", "create", "update", "patch"],
+        &["get", "list", "watch", "create", "update"],
     ),
-    rule(
-        "rota.dev",
-        "rotanodes",
-        Some("status"),
-        &["get", "update", "patch"],
-    ),
-    // The history's ring (`window`): read and written before a RotaNode write that ends a
-    // window; listed once by the start-up check.
+    // The ended windows: each moved once into an immutable RotaWindow (never updated), the
+    // ones beyond the kept number deleted; listed once by the start-up check.
     rule(
         "rota.dev",
         "rotawindows",
         None,
-        &["get", "list", "create", "update", "patch"],
+        &["get", "list", "create", "delete"],
     ),
+    // The procedures: read and followed, never written (the scheduler writes their status).
     rule("rota.dev", "procedures", None, &["get", "list", "watch"]),
-    rule("rota.dev", "procedures", Some("status"), &["get", "patch"]),
 ];
 
 /// The Role's rules, in the rota namespace.
 const NAMESPACED: &[Rule] = &[
-    rule(
-        "coordination.k8s.io",
-        "leases",
-        None,
-        &["get", "list", "watch", "create", "update", "delete"],
-    ),
+    // The Lease of the node's grant: read by the fence, given back (an update) as the window
+    // ends. The scheduler takes the Leases; an agent never creates, watches or deletes one.
+    rule("coordination.k8s.io", "leases", None, &["get", "update"]),
     rule(
         "",
         "configmaps",
@@ -169,12 +163,55 @@ const NAMESPACED: &[Rule] = &[
     ),
 ];
 
+/// The scheduler's ClusterRole's rules: every RotaNode followed, grants and withdrawals
+/// written by compare-and-swap, and the Event of each withdrawal; the Procedures and the Nodes'
+/// labels followed, and each Procedure's status written by compare-and-swap.
+const SCHEDULER_CLUSTER: &[Rule] = &[
+    rule(
+        "rota.dev",
+        "rotanodes",
+        None,
+        &["get", "list", "watch", "update"],
+    ),
+    rule("", "nodes", None, &["get", "list", "watch"]),
+    rule("events.k8s.io", "events", None, &["create", "patch"]),
+    rule("rota.dev", "procedures", None, &["list", "watch"]),
+    rule("rota.dev", "procedures", Some("status"), &["patch"]),
+];
+
+/// The scheduler's Role's rules, in the rota namespace: the slot Leases followed, taken and
+/// taken back, the leader Lease, and `rota-config` read.
+const SCHEDULER_NAMESPACED: &[Rule] = &[
+    rule(
+        "coordination.k8s.io",
+        "leases",
+        None,
+        &["get", "list", "watch", "create", "update"],
+    ),
+    rule("", "configmaps", None, &["get", "list", "watch"]),
+];
+
 /// Every permission an agent whose installation lives in `namespace` uses; `drains`: it
 /// cordons and drains its node through the API too (`--node-actions kube`).
 pub fn agent_permissions(namespace: &str, drains: bool) -> Vec<Permission> {
     let drain: &'static [Rule] = if drains { DRAIN } else { &[] };
-    let cluster = CLUSTER.iter().chain(drain).map(|r| (r, None));
-    let namespaced = NAMESPACED.iter().map(|r| (r, Some(namespace.to_owned())));
+    expand(CLUSTER.iter().chain(drain), NAMESPACED, namespace)
+}
+
+/// Every permission the scheduler (`rota scheduler`) of the installation in `namespace` uses.
+pub fn scheduler_permissions(namespace: &str) -> Vec<Permission> {
+    expand(SCHEDULER_CLUSTER.iter(), SCHEDULER_NAMESPACED, namespace)
+}
+
+/// One permission per verb of each rule: `cluster`'s cluster-wide, `namespaced`'s in
+/// `namespace`.
+fn expand<'a>(
+    cluster: impl Iterator<Item = &'a Rule>,
+    namespaced: &'a [Rule],
+    namespace: &str,
+) -> Vec<Permission> {
+    let cluster = cluster.map(|r| (r, None));
+    let namespaced = namespaced.iter().map(|r| (r, Some(namespace.to_owned())));
     cluster
         .chain(namespaced)
         .flat_map(|(r, namespace): (&Rule, Option<String>)| {
@@ -349,7 +386,7 @@ mod tests {
             "{shown:?}"
         );
         assert!(
-            shown.contains(&"`patch` on `procedures/status.rota.dev`".to_string()),
+            shown.contains(&"`watch` on `procedures.rota.dev`".to_string()),
             "{shown:?}"
         );
         // Without the drain: no pods, no evictions, no cordon.
@@ -363,6 +400,88 @@ mod tests {
         assert!(store_only.len() < all.len());
         // Only the Events may be missing without stopping the agent.
         let courtesy: Vec<&Permission> = all.iter().filter(|p| !p.needed()).collect();
+        assert!(
+            !courtesy.is_empty() && courtesy.iter().all(|p| p.resource == "events"),
+            "{courtesy:?}"
+        );
+    }
+
+    fn verbs_on(permissions: &[Permission], resource: &str) -> Vec<&'static str> {
+        let (resource, subresource) = match resource.split_once('/') {
+            Some((resource, subresource)) => (resource, Some(subresource)),
+            None => (resource, None),
+        };
+        permissions
+            .iter()
+            .filter(|p| p.resource == resource && p.subresource == subresource)
+            .map(|p| p.verb)
+            .collect()
+    }
+
+    #[test]
+    fn an_agent_takes_no_slot_and_never_rewrites_a_window() {
+        let agent = agent_permissions("rota-system", true);
+        // The scheduler takes the Leases: the agent reads the one of its grant and gives it
+        // back, and neither creates, takes by watch, nor deletes one.
+        assert_eq!(verbs_on(&agent, "leases"), ["get", "update"]);
+        assert!(
+            agent
+                .iter()
+                .filter(|p| p.resource == "leases")
+                .all(|p| p.namespace.as_deref() == Some("rota-system")),
+            "{agent:?}"
+        );
+        // An ended window is written once and deleted when no longer kept.
+        assert_eq!(
+            verbs_on(&agent, "rotawindows"),
+            ["get", "list", "create", "delete"]
+        );
+        // One compare-and-swap update writes the whole RotaNode: no status subresource.
+        assert_eq!(
+            verbs_on(&agent, "rotanodes"),
+            ["get", "list", "watch", "create", "update"]
+        );
+        assert!(verbs_on(&agent, "rotanodes/status").is_empty());
+        // The procedures are read, never written: their status is the scheduler's.
+        assert_eq!(verbs_on(&agent, "procedures"), ["get", "list", "watch"]);
+        assert!(verbs_on(&agent, "procedures/status").is_empty());
+    }
+
+    #[test]
+    fn the_scheduler_takes_slots_and_writes_grants_and_nothing_of_a_node() {
+        let scheduler = scheduler_permissions("rota-system");
+        assert_eq!(
+            verbs_on(&scheduler, "leases"),
+            ["get", "list", "watch", "create", "update"]
+        );
+        assert_eq!(
+            verbs_on(&scheduler, "rotanodes"),
+            ["get", "list", "watch", "update"]
+        );
+        // It reads rota-config and writes no ConfigMap; it drains, cordons and records no
+        // history. It follows the Nodes' labels and the Procedures, and writes only their status.
+        assert_eq!(verbs_on(&scheduler, "configmaps"), ["get", "list", "watch"]);
+        assert_eq!(verbs_on(&scheduler, "nodes"), ["get", "list", "watch"]);
+        assert_eq!(verbs_on(&scheduler, "procedures"), ["list", "watch"]);
+        assert_eq!(verbs_on(&scheduler, "procedures/status"), ["patch"]);
+        for resource in ["pods", "pods/eviction", "rotawindows"] {
+            assert!(
+                verbs_on(&scheduler, resource).is_empty(),
+                "{resource}: {scheduler:?}"
+            );
+        }
+        let namespaced: Vec<&str> = scheduler
+            .iter()
+            .filter(|p| p.namespace.is_some())
+            .map(|p| p.resource)
+            .collect();
+        assert!(
+            namespaced
+                .iter()
+                .all(|r| ["leases", "configmaps"].contains(r)),
+            "{namespaced:?}"
+        );
+        let courtesy: Vec<&Permission> = scheduler.iter().filter(|p| !p.needed()).collect();
         assert!(
             !courtesy.is_empty() && courtesy.iter().all(|p| p.resource == "events"),
             "{courtesy:?}"
@@ -434,9 +553,8 @@ mod tests {
             .collect();
         assert_eq!(
             describe(&missing),
-            "`get`, `list`, `watch`, `patch` on `nodes`; `get`, `list`, `watch`, \
-             `create`, `update`, `delete` on `leases.coordination.k8s.io` in namespace \
-             rota-system"
+            "`get`, `list`, `watch`, `patch` on `nodes`; `get`, `update` on \
+             `leases.coordination.k8s.io` in namespace rota-system"
         );
     }
 }

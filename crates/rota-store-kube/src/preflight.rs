@@ -7,20 +7,24 @@
 //!
 //! Four requests: a list of one item of each custom resource, which answers 404 exactly when
 //! the API server does not serve it (API discovery lags a moment behind a CRD that just became
-//! established, so it is only asked when the client may not list), and a dry-run create of a
-//! Lease, which the API server refuses with a 404 on `namespaces` when the namespace does not
-//! exist, and which writes nothing. The first list goes alone and the other three together
+//! established, so it is only asked when the client may not list), and a dry-run create of the
+//! ConfigMap `rota-config`, which the API server refuses with a 404 on `namespaces` when the
+//! namespace does not exist, and which writes nothing. A ConfigMap, not a Lease: an agent may
+//! create `rota-config` (its first pause or concurrency does), but no Lease (only the scheduler
+//! takes slots), and RBAC refuses a create it does not allow before the namespace is looked
+//! at. The first list goes alone and the other three together
 //! once it answered: an API server that turns the client away (overloaded, unavailable) is
 //! asked once per attempt, not four times, while a fleet that started together retries.
 
 use futures::future::join_all;
-use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DynamicObject, ListParams, PostParams};
 use kube::core::Status;
 use kube::{Api, Client};
 
 use crate::error::KubeError;
+use crate::store::CONFIG_MAP;
 
 /// A resource the store uses, as the API server serves it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,9 +66,10 @@ pub const ROTA_RESOURCES: [ServedResource; 3] = [
     },
 ];
 
-/// The name of the Lease whose dry-run create tells whether the namespace exists. A Lease of
-/// that name that exists says so too (409).
-const PROBE_LEASE: &str = "rota-preflight";
+/// The ConfigMap whose dry-run create tells whether the namespace exists: `rota-config`, which
+/// an agent and an operator may create (the chart's RBAC and node-scoped policy let an agent
+/// create it empty). One that exists says so too (409).
+const PROBE_CONFIG_MAP: &str = CONFIG_MAP;
 
 /// Checks that the client's credentials are accepted, that rota's custom resources are
 /// installed and that `namespace` exists, in that order: the first that fails is the error.
@@ -181,19 +186,19 @@ fn list_error(resource: &ServedResource, source: kube::Error) -> KubeError {
 /// to the dry run (created, forbidden, unavailable) is left to the store's own calls, which
 /// name the call that met it.
 async fn check_namespace(client: &Client, namespace: &str) -> Result<(), KubeError> {
-    let probe = Lease {
+    let probe = ConfigMap {
         metadata: ObjectMeta {
-            name: Some(PROBE_LEASE.into()),
+            name: Some(PROBE_CONFIG_MAP.into()),
             ..ObjectMeta::default()
         },
-        ..Lease::default()
+        ..ConfigMap::default()
     };
     let dry_run = PostParams {
         dry_run: true,
         ..PostParams::default()
     };
-    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
-    match leases.create(&dry_run, &probe).await {
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    match config_maps.create(&dry_run, &probe).await {
         Err(kube::Error::Api(status)) if status.code == 401 => Err(KubeError::Unauthorized),
         Err(kube::Error::Api(status)) if is_namespace_missing(&status) => {
             Err(KubeError::NamespaceMissing {
@@ -234,10 +239,25 @@ mod tests {
             .expect("a Status")
         };
         assert!(is_namespace_missing(&not_found("namespaces")));
-        assert!(!is_namespace_missing(&not_found("leases")));
+        assert!(!is_namespace_missing(&not_found("configmaps")));
         assert!(!is_namespace_missing(
             &Status::failure("404 page not found", "Failed to parse error data").with_code(404)
         ));
+    }
+
+    #[test]
+    fn the_namespace_probe_is_a_create_an_agent_may_make() {
+        // RBAC answers before the namespace is looked at: a probe the agent may not create
+        // would tell it nothing.
+        let agent = crate::permissions::agent_permissions("rota-system", false);
+        assert!(
+            agent.iter().any(|p| p.verb == "create"
+                && p.group.is_empty()
+                && p.resource == "configmaps"
+                && p.namespace.as_deref() == Some("rota-system")),
+            "{agent:?}"
+        );
+        assert_eq!(PROBE_CONFIG_MAP, "rota-config");
     }
 
     #[test]

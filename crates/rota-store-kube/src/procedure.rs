@@ -106,7 +106,7 @@ pub struct NodeProcedureStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<String>,
     /// The node's RotaNode `resourceVersion` this entry was read from: an entry from an older
-    /// version never replaces one from a newer, whichever writer comes last.
+    /// version never replaces one from a newer (a deposed scheduler's late write loses).
     pub observed_version: u64,
 }
 
@@ -123,8 +123,8 @@ pub struct ProcedureCondition {
     pub last_transition_time: Timestamp,
 }
 
-/// How far the procedure got on each node, written by the agents' stores (see
-/// `procedure_status`).
+/// How far the procedure got on each node, written by the leading scheduler alone (see
+/// `procedure_status` in rota-scheduler) from the RotaNodes.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ProcedureStatus {

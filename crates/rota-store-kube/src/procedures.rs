@@ -19,11 +19,9 @@ use rota_kube_client::is_conflict;
 use rota_store::{Error, Millis, ProcedureRecord, Result, now_millis};
 use tracing::warn;
 
-use crate::config_view::ConfigView;
 use crate::error::Context;
 use crate::procedure::{Procedure, ProcedureBody};
-use crate::procedure_view::ProcedureView;
-use crate::view::revision;
+use crate::watches::{ConfigWatch, ProcedureWatch, revision};
 
 pub(crate) const PROCEDURES: &str = "procedures.rota.dev";
 const CONFIG_MAPS: &str = "configmaps";
@@ -37,7 +35,7 @@ pub(crate) struct Procedures {
     /// ConfigMaps of rota's namespace.
     pub config_maps: Api<ConfigMap>,
     /// The same, as their watch keeps them.
-    pub config_view: Arc<ConfigView>,
+    pub config_watch: Arc<ConfigWatch>,
     pub namespace: String,
     pub prefix: String,
     /// The newest resourceVersion of the procedures this handle submitted: a list from the
@@ -45,7 +43,7 @@ pub(crate) struct Procedures {
     pub submitted: Arc<Mutex<Option<u64>>>,
     /// The Procedures' metadata as an agent's watch keeps it: between changes, a list is
     /// answered from the last one.
-    pub view: Arc<ProcedureView>,
+    pub watch: Arc<ProcedureWatch>,
 }
 
 impl Procedures {
@@ -94,15 +92,9 @@ impl Procedures {
     /// Makes `object` part of what this handle's lists from the cache must hold.
     fn remember(&self, object: &Procedure) {
         if let Some(version) = revision(&object.metadata) {
-            self.at_least(version);
+            let mut newest = self.submitted.lock().unwrap_or_else(|e| e.into_inner());
+            *newest = Some(newest.map_or(version, |n| n.max(version)));
         }
-    }
-
-    /// Makes this handle's lists from the cache hold every write up to etcd revision
-    /// `version` (an operator's wake, written after the procedure it announces).
-    pub fn at_least(&self, version: u64) {
-        let mut newest = self.submitted.lock().unwrap_or_else(|e| e.into_inner());
-        *newest = Some(newest.map_or(version, |n| n.max(version)));
     }
 
     /// Every procedure with the store's prefix, in the order they were submitted, each with
@@ -110,9 +102,9 @@ impl Procedures {
     /// so that one bad procedure does not stop the others.
     ///
     /// With `from_cache` (an agent's look), the last list answers while the Procedures' watch
-    /// shows no change since it was made (see `procedure_view`); else the API server answers
-    /// from its cache as it is (holding at least the procedures this handle submitted and every
-    /// change the watch has shown) instead of a consistent read. Agents that start together
+    /// shows no change since it was made (see `watches`); else the API server answers from its
+    /// cache as it is (holding at least the procedures this handle submitted) instead of a
+    /// consistent read. Agents that start together
     /// look at about the same time, and a consistent read of a resource that nobody writes
     /// waits for etcd's next progress report: in a 100-node simulation those lists took 12 ms
     /// at the median and up to 117 ms, and the requests around them (an eviction, a look at
@@ -122,9 +114,8 @@ impl Procedures {
             .submitted
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .unwrap_or(0)
-            .max(self.view.changed_at());
-        if from_cache && let Some(objects) = self.view.cached(newest) {
+            .unwrap_or(0);
+        if from_cache && let Some(objects) = self.watch.cached(newest) {
             return self.records(&objects).await;
         }
         let params = if from_cache {
@@ -145,7 +136,7 @@ impl Procedures {
             .as_deref()
             .and_then(|v| v.parse().ok())
         {
-            self.view.keep(revision, list.items.clone());
+            self.watch.keep(revision, list.items.clone());
         }
         self.records(&list.items).await
     }
@@ -193,18 +184,14 @@ impl Procedures {
     /// an operator creates the script's ConfigMap and then the procedure, and an agent that
     /// reads the procedure a moment later must not miss the script.
     async fn script_config_map(&self, name: &str) -> Result<Option<ConfigMap>> {
-        if let Some(Some(map)) = self.config_view.current(name) {
+        if let Some(map) = self.config_watch.get(name) {
             return Ok(Some(map));
         }
-        let map = self.config_maps.get_opt(name).await.context(
+        self.config_maps.get_opt(name).await.context(
             "get",
             CONFIG_MAPS,
             format!("{}/{}", self.namespace, name),
-        )?;
-        if let Some(map) = &map {
-            self.config_view.observe(map);
-        }
-        Ok(map)
+        )
     }
 
     /// The record of `object`, the procedure `name`, with its inline script (if any).

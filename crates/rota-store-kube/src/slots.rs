@@ -23,6 +23,8 @@ use rota_store::{Millis, SlotHolder};
 use crate::error::KubeError;
 
 pub const SLOT_PREFIX: &str = "rota-slot-";
+/// The Lease the schedulers elect their leader on, in rota's namespace.
+pub const LEADER_LEASE: &str = "rota-scheduler";
 /// Label on every slot Lease (value: the slot index); the watch selects on it.
 pub const SLOT_LABEL: &str = "rota.dev/slot";
 

@@ -2,14 +2,13 @@
 //!
 //! Idle: once its watches have listed, the reads an idle agent makes at every look (its node,
 //! requests and backoffs, the procedures, the pause and the concurrency, a heartbeat, the
-//! periodic re-read) send no request at all, and it holds three watches; the slot Leases'
-//! watch runs only while its node is queued or in its window. A procedure applied without rota
-//! reaches it through its watch.
+//! periodic re-read) send no request at all, and it holds three watches (the ConfigMaps, the
+//! Procedures, its own RotaNode), queued or not. A procedure applied without rota reaches it
+//! through its watch.
 //!
-//! Waiting: a node far from the front of the queue renews its session sparsely (a few writes
-//! an hour); near the front it renews as usual, and one that died far back is passed over as
-//! soon as it comes near, not when its long deadline runs out. A look at the queue that tells
-//! a node to wait reads the API server's cache; only one that may grant reads consistently.
+//! Waiting: a queued node without a grant writes nothing, heartbeats included, and its looks
+//! ask nothing; the scheduler's grant reaches it through its RotaNode's watch, and it takes the
+//! grant up with one write.
 //!
 //! Status: `rota status` reads the whole fleet in two lists, whatever its size.
 
@@ -26,7 +25,7 @@ use rota_core::{Event, Lifecycle, NodeName, NodeState, ProcedureSpec, Process};
 use rota_store::{
     Acquire, Session, Store, StoreExt, Transition, WAKE_ALL, WindowChange, now_millis,
 };
-use rota_store_kube::{KubeStore, Procedure, ProcedureBody, RotaNode};
+use rota_store_kube::{KubeStore, Procedure, ProcedureBody};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -134,11 +133,13 @@ async fn an_idle_agent_sends_nothing_but_its_three_watches() {
     let session = store.open_session(&node, TTL).await.expect("open");
 
     // The first looks ask while the watches list; then the looks are answered from them.
+    let mut everything = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        sent.take();
+        everything.extend(sent.take());
         idle_look(&store, &session).await;
         let look = sent.take();
+        everything.extend(look.iter().cloned());
         if asked(&look).is_empty() {
             break;
         }
@@ -156,8 +157,14 @@ async fn an_idle_agent_sends_nothing_but_its_three_watches() {
     let quiet = sent.take();
     assert_eq!(asked(&quiet), Vec::<&String>::new(), "requests while idle");
     assert_eq!(store.watches(), 3, "watches of an idle agent");
+    everything.extend(quiet);
+    assert_eq!(
+        watched(&everything),
+        BTreeSet::from(["configmaps".into(), "procedures".into(), "rotanodes".into()]),
+        "what an idle agent watches: {everything:?}"
+    );
 
-    // Queued, it watches the slot Leases too; idle again, it stops.
+    // Queued, it watches nothing more: the scheduler, not the agent, follows the slot Leases.
     store
         .add_request(&session, &Process::Reboot, "test")
         .await
@@ -171,31 +178,18 @@ async fn an_idle_agent_sends_nothing_but_its_three_watches() {
         )
         .await
         .expect("enqueue");
-    assert_eq!(store.watches(), 4, "watches of a queued agent");
-    // The watch lists the Leases before it watches them; leaving the queue at once could end
-    // it between the two, so wait until the watch request went out.
-    let mut queued_sent = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !watched(&queued_sent).contains("leases") && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        queued_sent.extend(sent.take());
-    }
+    assert_eq!(
+        store.try_acquire_slot(&session).await.expect("look"),
+        Acquire::Wait { changes: 1 }
+    );
+    assert_eq!(store.watches(), 3, "watches of a queued agent");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let queued_sent = sent.take();
     assert!(
-        watched(&queued_sent).contains("leases"),
+        !watched(&queued_sent).contains("leases"),
         "the queued agent watched the Leases: {queued_sent:?}"
     );
-    let canceled = Lifecycle::idle()
-        .apply(&Event::Requested { eligible_at: 0 })
-        .and_then(|queued| queued.next.apply(&Event::Canceled { granted: false }))
-        .expect("a queued node may leave the queue");
-    store
-        .cancel_request(&session, &Process::Reboot)
-        .await
-        .expect("cancel");
-    store
-        .transition(&session, Transition::of(canceled))
-        .await
-        .expect("leave the queue");
+    leave_queue(&store, &session).await;
     assert_eq!(store.watches(), 3, "watches of an idle agent again");
     scope.cleanup().await.expect("clean up");
 }
@@ -345,225 +339,117 @@ fn writes_of(store: &KubeStore, session: &Session, sent: &[String]) -> usize {
     sent.iter().filter(|r| **r == path).count()
 }
 
-/// With one slot, a node with nine or more places ahead of it waits far back: its heartbeats
-/// write its RotaNode once (a long, sparse deadline) and then stay in memory, where a node near
-/// the front writes at every heartbeat.
-#[tokio::test]
-async fn a_waiter_far_back_renews_its_session_sparsely() {
-    let Some((scope, store, sent)) = counted_store("sparse").await else {
-        return;
-    };
-    store.set_concurrency(1).await.expect("concurrency");
-    let waiters = queue_up(&store, "w", now_millis() - 60_000, 12).await;
-    for waiter in &waiters {
-        assert!(
-            matches!(
-                store.try_acquire_slot(waiter).await.expect("look"),
-                Acquire::Granted(_) | Acquire::Wait { .. }
-            ),
-            "a look"
-        );
-    }
-    let (front, far) = (&waiters[1], &waiters[11]);
-    sent.take();
-    for _ in 0..5 {
-        store.heartbeat(front, TTL).await.expect("heartbeat");
-        store.heartbeat(far, TTL).await.expect("heartbeat");
-    }
-    let heartbeats = sent.take();
-    assert_eq!(writes_of(&store, front, &heartbeats), 5, "near the front");
-    assert_eq!(writes_of(&store, far, &heartbeats), 1, "far back");
-    scope.cleanup().await.expect("clean up");
+/// The requests among `sent` that write (anything but a read or a watch).
+fn writes(sent: &[String]) -> Vec<&String> {
+    sent.iter().filter(|r| !r.starts_with("GET ")).collect()
 }
 
-/// A node whose agent died far back (its sparse deadline twenty minutes away) holds nobody up
-/// once it nears the front: the node behind it takes the slot. A live one that comes near
-/// renews as usual at its next look, and then keeps its place.
-#[tokio::test]
-async fn a_waiter_that_died_far_back_holds_nobody_up_near_the_front() {
-    let Some((scope, store, _)) = counted_store("died").await else {
-        return;
-    };
-    store.set_concurrency(1).await.expect("concurrency");
-    let mut line = queue_up(&store, "a", now_millis() - 60_000, 11).await;
-    let behind = line.pop().expect("the last");
-    let far = line.pop().expect("the one before");
-    assert!(
-        matches!(
-            store.try_acquire_slot(&far).await.expect("look"),
-            Acquire::Wait { .. }
-        ),
-        "nine ahead"
-    );
-    store.heartbeat(&far, TTL).await.expect("a sparse renewal");
-    for ahead in &line {
-        leave_queue(&store, ahead).await;
-    }
-    // `far`'s agent is dead: it looks no more. The node behind it does.
-    assert_eq!(
-        store.try_acquire_slot(&behind).await.expect("look"),
-        Acquire::Granted(0),
-        "the dead sparse waiter at the front holds the node behind it up"
-    );
-    scope.cleanup().await.expect("clean up");
-}
-
-/// The same line with `far` alive: its look near the front renews its session as usual, and
-/// the node behind it waits its turn.
-#[tokio::test]
-async fn a_sparse_waiter_that_comes_near_renews_as_usual_and_keeps_its_place() {
-    let Some((scope, store, _)) = counted_store("near").await else {
-        return;
-    };
-    store.set_concurrency(1).await.expect("concurrency");
-    let mut line = queue_up(&store, "b", now_millis() - 60_000, 11).await;
-    let behind = line.pop().expect("the last");
-    let far = line.pop().expect("the one before");
-    store.try_acquire_slot(&far).await.expect("look");
-    store.heartbeat(&far, TTL).await.expect("a sparse renewal");
-    for ahead in &line {
-        leave_queue(&store, ahead).await;
-    }
-    // Its look comes near the front and takes the slot, its session renewed as usual first.
-    assert_eq!(
-        store.try_acquire_slot(&far).await.expect("look"),
-        Acquire::Granted(0)
-    );
-    let object = Api::<RotaNode>::all(scope.client())
-        .get(&store.object_name(&far.node))
+/// Walks `session`'s node, in its window, to a successful end: the slot goes back.
+async fn finish_window(store: &KubeStore, session: &Session) {
+    store
+        .transition(
+            session,
+            Transition::new(NodeState::Queued, NodeState::Draining)
+                .process(Some(Process::Reboot))
+                .window(WindowChange::Open),
+        )
         .await
-        .expect("the RotaNode");
-    let renewed = object.status.and_then(|s| s.session).expect("a session");
-    assert!(!renewed.sparse, "{renewed:?}");
-    assert!(
-        renewed.deadline.0 <= now_millis() + 31_000,
-        "the long deadline gave way to the short one: {renewed:?}"
-    );
-    assert!(
-        matches!(
-            store.try_acquire_slot(&behind).await.expect("look"),
-            Acquire::Wait { .. }
-        ),
-        "the slot is taken"
-    );
-    scope.cleanup().await.expect("clean up");
+        .expect("open the window");
+    for (from, to) in [
+        (NodeState::Draining, NodeState::Maintaining),
+        (NodeState::Maintaining, NodeState::Verifying),
+    ] {
+        store
+            .transition(session, Transition::new(from, to))
+            .await
+            .expect("transition");
+    }
+    store
+        .transition(
+            session,
+            Transition::new(NodeState::Verifying, NodeState::Idle).window(WindowChange::Finish),
+        )
+        .await
+        .expect("finish the window");
 }
 
-/// The lists of RotaNodes among `sent`.
-fn node_lists(sent: &[String]) -> Vec<&String> {
-    sent.iter()
-        .filter(|r| {
-            r.starts_with("GET /apis/rota.dev/v1alpha1/rotanodes") && !r.ends_with("?watch")
-        })
-        .filter(|r| !r.contains("/rotanodes/"))
-        .collect()
-}
-
-/// A consistent list waits for the API server's cache to catch up with etcd: a waiter's look
-/// that ends in "wait" reads the cache as it is (an agent's own handle) or the handle's watch
-/// of every RotaNode (a handle with several agents), and only a look that may grant the slot
-/// reads the queue again, consistently, so that the grant follows the queue as written.
+/// With one slot, the nodes queued behind the one in its window write nothing while they wait,
+/// however many heartbeats and looks they make, and their looks ask nothing; once the window
+/// ends, the scheduler's grant reaches the next one through its RotaNode's watch, and it takes
+/// the grant up with one write of its RotaNode, while the one behind it still writes nothing.
 #[tokio::test]
-async fn a_look_that_ends_in_wait_reads_the_cache_and_a_grant_reads_consistently() {
-    let Some((scope, store, sent)) = counted_store("looks").await else {
+async fn a_waiting_node_writes_nothing_and_takes_its_grant_up_once_written() {
+    let Some((scope, store, sent)) = counted_store("waiting").await else {
         return;
     };
-    let env = common::env().expect("the test environment");
     store.set_concurrency(1).await.expect("concurrency");
-    let first = now_millis() - 60_000;
-    let waiters = queue_up(&store, "l", first, 3).await;
-    let (own, own_sent) = counted_handle(env, &scope).await;
-    let alone = queue_up(&own, "m", first + 10, 1).await;
+    let line = queue_up(&store, "w", now_millis() - 60_000, 3).await;
+    assert_eq!(common::take_turn(&scope, &store, &line[0]).await, 0);
+    let waiters = &line[1..];
 
-    own_sent.take();
-    assert!(
-        matches!(
-            own.try_acquire_slot(&alone[0]).await.expect("look"),
-            Acquire::Wait { .. }
-        ),
-        "three ahead"
-    );
-    let waiting = own_sent.take();
-    let lists = node_lists(&waiting);
-    assert!(!lists.is_empty(), "the look lists the queue: {waiting:?}");
-    assert!(
-        lists.iter().all(|l| l.ends_with(" (cache)")),
-        "an agent's own look that ends in wait: {lists:?}"
-    );
-
-    // The handle of three agents looks at its watch once it has listed the RotaNodes.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        // Past the last answer's five seconds, so that the call looks again.
-        tokio::time::sleep(Duration::from_secs(6)).await;
-        sent.take();
-        let answer = store.try_acquire_slot(&waiters[2]).await.expect("look");
-        assert!(matches!(answer, Acquire::Wait { .. }), "two ahead");
-        if node_lists(&sent.take()).is_empty() {
-            break;
+    sent.take();
+    for _ in 0..10 {
+        for waiter in waiters {
+            assert_eq!(
+                store.try_acquire_slot(waiter).await.expect("look"),
+                Acquire::Wait { changes: 1 }
+            );
+            store.heartbeat(waiter, TTL).await.expect("heartbeat");
         }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let waiting = sent.take();
+    assert_eq!(
+        writes(&waiting),
+        Vec::<&String>::new(),
+        "writes while waiting"
+    );
+    // Nodes that have waited longer than a failover takes look for a scheduler: one read of
+    // the leader Lease per handle every 15 s, and nothing else.
+    let (leader, other): (Vec<&String>, Vec<&String>) = asked(&waiting)
+        .into_iter()
+        .partition(|r| r.contains("leases/rota-scheduler"));
+    assert_eq!(other, Vec::<&String>::new(), "requests while waiting");
+    assert!(leader.len() <= 1, "{leader:?}");
+
+    let mut changes = store.changes();
+    let seen = *changes.borrow_and_update();
+    finish_window(&store, &line[0]).await;
+    common::round(&scope).await;
+    tokio::time::timeout(Duration::from_secs(30), changes.wait_for(|n| *n > seen))
+        .await
+        .expect("the grant reaches the waiter through its watch")
+        .expect("the store is alive");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    sent.take();
+    while store
+        .try_acquire_slot(&waiters[0])
+        .await
+        .expect("look")
+        .slot()
+        .is_none()
+    {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the look still lists after a minute"
+            "the grant never reached the waiter"
         );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(
-        matches!(
-            store.try_acquire_slot(&waiters[0]).await.expect("look"),
-            Acquire::Granted(_)
-        ),
-        "the front takes the slot"
-    );
-    let granted = sent.take();
-    let lists = node_lists(&granted);
-    assert!(
-        lists.last().is_some_and(|l| !l.ends_with(" (cache)")),
-        "a grant's last list is consistent: {lists:?}"
-    );
-    scope.cleanup().await.expect("clean up");
-}
-
-/// A waiter far back keeps its answer "wait" for minutes while no change comes, where
-/// one near the front looks again after five seconds: the far one's look lists every node
-/// ahead of it, and a thousand of them every five seconds overwhelmed the API server. Each
-/// agent has a handle of its own, as on a fleet.
-#[tokio::test]
-async fn a_far_back_waiters_answer_stands_longer_than_a_near_ones() {
-    let Some((scope, store, _)) = counted_store("stands").await else {
-        return;
-    };
-    let env = common::env().expect("the test environment");
-    store.set_concurrency(1).await.expect("concurrency");
-    let first = now_millis() - 60_000;
-    queue_up(&store, "a", first, 2).await;
-    let (near_store, near_sent) = counted_handle(env, &scope).await;
-    let near = queue_up(&near_store, "n", first + 2, 1).await;
-    queue_up(&store, "b", first + 3, 10).await;
-    let (far_store, far_sent) = counted_handle(env, &scope).await;
-    let far = queue_up(&far_store, "f", first + 20, 1).await;
-    for (handle, waiter) in [(&near_store, &near[0]), (&far_store, &far[0])] {
-        assert!(
-            matches!(
-                handle.try_acquire_slot(waiter).await.expect("look"),
-                Acquire::Wait { .. }
-            ),
-            "a waiter"
-        );
-    }
-    // Past the near answer's five seconds, short of the far one's 150 at least.
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    far_sent.take();
-    far_store.try_acquire_slot(&far[0]).await.expect("look");
     assert_eq!(
-        node_lists(&far_sent.take()),
-        Vec::<&String>::new(),
-        "the far waiter looked again"
+        store.try_acquire_slot(&waiters[1]).await.expect("look"),
+        Acquire::Wait { changes: 1 }
     );
-    near_sent.take();
-    near_store.try_acquire_slot(&near[0]).await.expect("look");
-    assert!(
-        !node_lists(&near_sent.take()).is_empty(),
-        "the near waiter looks again"
+    store.heartbeat(&waiters[1], TTL).await.expect("heartbeat");
+    let taken = sent.take();
+    assert_eq!(
+        writes_of(&store, &waiters[0], &taken),
+        1,
+        "the take-up: {taken:?}"
+    );
+    assert_eq!(
+        writes_of(&store, &waiters[1], &taken),
+        0,
+        "still waiting: {taken:?}"
     );
     scope.cleanup().await.expect("clean up");
 }

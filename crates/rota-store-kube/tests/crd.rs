@@ -63,7 +63,7 @@ fn the_crd_is_cluster_scoped_without_status_subresource_and_has_printer_columns(
         columns,
         [
             "State",
-            "Slot",
+            "Grant",
             "Process",
             "Since",
             "Last Result",

@@ -1,21 +1,24 @@
-//! The Kubernetes store's own behaviour on the real control plane of `testenv/`: what the
-//! conformance suite cannot see (garbage collection, the watch across processes, the CRD's
-//! validation, RBAC errors, Events, idle writes).
+//! The Kubernetes store's own behaviour on the real control plane of `testenv/`, with the
+//! scheduler's rounds (rota-scheduler's own code): what the conformance suite cannot see (grants
+//! written by hand, withdrawals, ended windows as RotaWindows, the watches across processes, the
+//! CRD's validation, RBAC errors, Events, idle writes, nonsense written by hand).
 
 mod common;
 
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::{Api, Client};
-use rota_core::{NodeName, NodeState, Process};
+use rota_core::{HistoryEvent, NodeName, NodeState, Process};
 use rota_e2e::fleet::request_reboot_by_hand;
-use rota_store::{Acquire, Store, StoreExt, Transition, WAKE_ALL, WindowChange, now_millis};
-use rota_store_kube::ids::{CLAIMED_TAGS, tag_candidates};
-use rota_store_kube::{KubeStore, KubeStoreConfig, RotaNode};
+use rota_store::{
+    Acquire, HistoryFilter, Store, StoreExt, Transition, WAKE_ALL, WindowChange, now_millis,
+};
+use rota_store_kube::crd::{GrantSpec, Timestamp};
+use rota_store_kube::{KubeStore, KubeStoreConfig, RotaNode, RotaWindow};
 
 const TTL: Duration = Duration::from_secs(60);
 
@@ -64,74 +67,6 @@ where
     }
 }
 
-#[tokio::test]
-async fn a_deleted_nodes_slot_is_freed_and_waiters_hear_of_it_through_the_watch() {
-    let Some(env) = common::env() else { return };
-    let (scope, store) = common::scoped_store(env, "gc").await;
-    let doomed = scope.create_node("doomed").await.expect("create node");
-    // The waiter's agent runs in another process: a handle of its own, with its own watch.
-    let other = KubeStore::connect(scope.client(), store.config().clone())
-        .await
-        .expect("second handle");
-    store.set_concurrency(1).await.expect("concurrency");
-
-    let holder = store.open_session(&name(&doomed), TTL).await.expect("open");
-    enqueue(&store, &holder).await;
-    assert_eq!(
-        store.try_acquire_slot(&holder).await.expect("acquire"),
-        Acquire::Granted(0)
-    );
-    store
-        .transition(
-            &holder,
-            Transition::new(NodeState::Queued, NodeState::Draining).window(WindowChange::Open),
-        )
-        .await
-        .expect("open the window");
-    let lease = scope
-        .api::<Lease>()
-        .get("rota-slot-0")
-        .await
-        .expect("the slot Lease");
-    let owner = &lease.metadata.owner_references.expect("an owner")[0];
-    assert_eq!(
-        (owner.kind.as_str(), owner.name.as_str()),
-        ("Node", doomed.as_str())
-    );
-    assert_eq!(lease.spec.and_then(|s| s.lease_duration_seconds), None);
-
-    let waiter = other
-        .open_session(&name("waiter"), TTL)
-        .await
-        .expect("open");
-    enqueue(&other, &waiter).await;
-    let mut changes = other.changes();
-    let seen = *changes.borrow_and_update();
-    let Acquire::Wait { changes: wait } = other.try_acquire_slot(&waiter).await.expect("wait")
-    else {
-        panic!("the slot is taken");
-    };
-    assert_eq!(wait, 1);
-
-    scope
-        .nodes()
-        .delete(&doomed, &DeleteParams::default())
-        .await
-        .expect("delete the node");
-    tokio::time::timeout(
-        Duration::from_secs(120),
-        changes.wait_for(|n| *n >= seen + wait),
-    )
-    .await
-    .expect("the watch reports the release within two minutes")
-    .expect("the store is alive");
-    assert_eq!(
-        other.try_acquire_slot(&waiter).await.expect("acquire"),
-        Acquire::Granted(0),
-        "the waiter takes the freed slot"
-    );
-}
-
 /// An operator's `rota pause`, `rota resume` and new concurrency run in a process of their own:
 /// the agents hear of them through their watch of `rota-config` at once, not at their next
 /// periodic re-read, and a waiter that a higher concurrency lets go takes a slot.
@@ -148,15 +83,13 @@ async fn another_processs_pause_resume_and_concurrency_wake_the_agents() {
         .await
         .expect("open");
     enqueue(&store, &holder).await;
-    assert_eq!(
-        store.try_acquire_slot(&holder).await.expect("acquire"),
-        Acquire::Granted(0)
-    );
+    assert_eq!(common::take_turn(&scope, &store, &holder).await, 0);
     let waiter = store
         .open_session(&name("waiter"), TTL)
         .await
         .expect("open");
     enqueue(&store, &waiter).await;
+    common::round(&scope).await;
     let mut changes = store.changes();
     let Acquire::Wait { changes: wait } = store.try_acquire_slot(&waiter).await.expect("wait")
     else {
@@ -197,9 +130,9 @@ async fn another_processs_pause_resume_and_concurrency_wake_the_agents() {
         .expect("the store is alive");
     assert_eq!(store.concurrency().await.expect("read"), Some(2));
     assert_eq!(
-        store.try_acquire_slot(&waiter).await.expect("acquire"),
-        Acquire::Granted(1),
-        "the waiter takes the new slot"
+        common::take_turn(&scope, &store, &waiter).await,
+        1,
+        "the scheduler grants the new slot and the waiter takes it up"
     );
 }
 
@@ -283,10 +216,7 @@ async fn an_unlock_elsewhere_stops_the_agents_next_write_and_then_shows() {
     let node = name("agent");
     let s = store.open_session(&node, TTL).await.expect("open");
     enqueue(&store, &s).await;
-    assert_eq!(
-        store.try_acquire_slot(&s).await.expect("acquire"),
-        Acquire::Granted(0)
-    );
+    assert_eq!(common::take_turn(&scope, &store, &s).await, 0);
     store
         .transition(
             &s,
@@ -322,14 +252,13 @@ async fn an_unlock_elsewhere_stops_the_agents_next_write_and_then_shows() {
     );
 }
 
-/// A fleet's first start: every new node claims a tag of its own at once, each with a Lease of
-/// its own instead of a compare-and-swap of one shared counter (which ran most agents of a
-/// 1,000-node first start out of attempts); a node started again after it claimed its tag and
-/// before it made its RotaNode finds its own claim.
+/// A fleet's first start: every new node opens its session at once, each making its own
+/// RotaNode, with nothing shared to contend for (ids are per node: no tag claimed, no counter in
+/// `rota-config`, which ran most agents of a 1,000-node first start out of attempts).
 #[tokio::test]
-async fn new_nodes_claim_distinct_tags_at_once_and_keep_their_own() {
+async fn new_nodes_open_their_sessions_at_once_with_nothing_shared() {
     let Some(env) = common::env() else { return };
-    let (scope, store) = common::scoped_store(env, "tags").await;
+    let (scope, store) = common::scoped_store(env, "first-start").await;
     let mut handles = vec![store.clone()];
     for _ in 0..3 {
         let handle = KubeStore::connect(scope.client(), store.config().clone())
@@ -343,104 +272,33 @@ async fn new_nodes_claim_distinct_tags_at_once_and_keep_their_own() {
         async move { handle.open_session(node, TTL).await }
     }))
     .await;
-    for session in &opened {
-        session.as_ref().expect("every first start opens a session");
+    for (node, session) in nodes.iter().zip(&opened) {
+        let session = session.as_ref().expect("every first start opens a session");
+        let object = common::rota_node(&scope, &store, node).await;
+        let recorded = object.status.and_then(|s| s.session).expect("a session");
+        assert_eq!(recorded.id, session.id, "{node}");
     }
-    let api: Api<RotaNode> = Api::all(scope.client());
-    let tag_of = |node: &NodeName| {
-        let (api, object) = (api.clone(), store.object_name(node));
-        async move {
-            api.get(&object)
-                .await
-                .expect("the RotaNode")
-                .status
-                .expect("a status")
-                .tag
-        }
-    };
-    let mut tags = Vec::new();
-    for node in &nodes {
-        tags.push(tag_of(node).await);
-    }
-    let distinct: std::collections::BTreeSet<u32> = tags.iter().copied().collect();
-    assert_eq!(distinct.len(), nodes.len(), "shared tags: {tags:?}");
-    assert!(tags.iter().all(|t| CLAIMED_TAGS.contains(t)), "{tags:?}");
     let config = scope
         .api::<ConfigMap>()
         .get_opt("rota-config")
         .await
         .expect("read rota-config");
     let counter = config.and_then(|c| c.data?.get("nextNodeTag").cloned());
-    assert_eq!(counter, None, "the shared counter was not written");
-
-    // An agent that stopped after its claim and before its RotaNode left the claim alone.
-    let late = name("late");
-    let object = store.object_name(&late);
-    let first = tag_candidates(&object).next().expect("a candidate");
-    let claim = Lease {
-        metadata: kube::api::ObjectMeta {
-            name: Some(format!("rota-node-tag-{first}")),
-            ..Default::default()
-        },
-        spec: Some(LeaseSpec {
-            holder_identity: Some(object.clone()),
-            ..Default::default()
-        }),
-    };
-    scope
+    assert_eq!(counter, None, "no shared counter was written");
+    let leases: Vec<String> = scope
         .api::<Lease>()
-        .create(&PostParams::default(), &claim)
+        .list(&ListParams::default())
         .await
-        .expect("the claim of an agent that stopped");
-    store.open_session(&late, TTL).await.expect("start again");
-    assert_eq!(tag_of(&late).await, first, "the node's own claim");
-}
-
-/// A node's tag claim belongs to its RotaNode: deleting the RotaNode (the record of a node gone
-/// for good, `kubectl delete rotanode`) lets the garbage collector delete the claim too, so the
-/// tag can serve another node instead of staying taken for ever.
-#[tokio::test]
-async fn a_nodes_tag_claim_goes_with_its_rota_node() {
-    let Some(env) = common::env() else { return };
-    let (scope, store) = common::scoped_store(env, "tagowner").await;
-    let node = name("owned");
-    store.open_session(&node, TTL).await.expect("open");
-    let rota_nodes: Api<RotaNode> = Api::all(scope.client());
-    let object = rota_nodes
-        .get(&store.object_name(&node))
-        .await
-        .expect("the RotaNode");
-    let tag = object.status.as_ref().expect("a status").tag;
-    let claim_name = format!("rota-node-tag-{tag}");
-    let leases = scope.api::<Lease>();
-    let claim = leases.get(&claim_name).await.expect("the claim");
-    let owners: Vec<(&str, &str)> = claim
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .map(|o| (o.kind.as_str(), o.uid.as_str()))
+        .expect("list the Leases")
+        .items
+        .into_iter()
+        .filter_map(|l| l.metadata.name)
         .collect();
-    let uid = object.metadata.uid.as_deref().expect("a uid");
-    assert_eq!(owners, [("RotaNode", uid)]);
-
-    rota_nodes
-        .delete(&store.object_name(&node), &DeleteParams::default())
-        .await
-        .expect("delete the RotaNode");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while leases
-        .get_opt(&claim_name)
-        .await
-        .expect("read the claim")
-        .is_some()
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the claim outlived its RotaNode"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    assert_eq!(
+        leases,
+        Vec::<String>::new(),
+        "a session opened claims no Lease"
+    );
 }
 
 /// An agent's handle answers the agent's reads of its own node from what it last wrote or read
@@ -487,10 +345,7 @@ async fn a_slot_lost_elsewhere_fences_the_holder_that_remembers_it() {
     let node = name("holder");
     let s = store.open_session(&node, TTL).await.expect("open");
     enqueue(&store, &s).await;
-    assert_eq!(
-        store.try_acquire_slot(&s).await.expect("acquire"),
-        Acquire::Granted(0)
-    );
+    assert_eq!(common::take_turn(&scope, &store, &s).await, 0);
     store
         .transition(
             &s,
@@ -525,9 +380,9 @@ async fn a_slot_lost_elsewhere_fences_the_holder_that_remembers_it() {
     );
 }
 
-/// A look lists only the nodes queued no later than the place the agent's handle last saw its
-/// node take; a node moved further back behind the agent's back (an operator's edit) must
-/// still see the nodes queued in between, and wait for them.
+/// An operator moves a queued node back in the queue behind the agent's back (an edit by hand
+/// of its `status.queuedAt`): its agent hears of the edit through its RotaNode's watch, and the
+/// scheduler's next round grants the node now ahead of it, not the moved one.
 #[tokio::test]
 async fn a_node_moved_back_in_the_queue_waits_for_the_nodes_now_ahead_of_it() {
     let Some(env) = common::env() else { return };
@@ -540,6 +395,10 @@ async fn a_node_moved_back_in_the_queue_waits_for_the_nodes_now_ahead_of_it() {
     let queue = |store: &KubeStore, s: &rota_store::Session, at: i64| {
         let (store, s) = (store.clone(), s.clone());
         async move {
+            store
+                .add_request(&s, &Process::Reboot, "test")
+                .await
+                .expect("request");
             store
                 .transition(
                     &s,
@@ -563,14 +422,8 @@ async fn a_node_moved_back_in_the_queue_waits_for_the_nodes_now_ahead_of_it() {
     let rota_nodes: Api<RotaNode> = Api::all(scope.client());
     let object_name = agent.object_name(&moved);
     let mut object = rota_nodes.get(&object_name).await.expect("the RotaNode");
-    let later = now - 1000;
     let status = object.status.as_mut().expect("a status");
-    status.queued_at = Some(rota_store_kube::crd::Timestamp(later));
-    object
-        .metadata
-        .labels
-        .get_or_insert_with(Default::default)
-        .insert("rota.dev/queued-at".into(), later.to_string());
+    status.queued_at = Some(Timestamp(now - 1000));
     let mut changes = agent.changes();
     let seen = *changes.borrow_and_update();
     rota_nodes
@@ -581,51 +434,67 @@ async fn a_node_moved_back_in_the_queue_waits_for_the_nodes_now_ahead_of_it() {
     woken_by_the_edit(&mut changes, seen).await;
 
     assert_eq!(
-        agent.try_acquire_slot(&m).await.expect("look"),
-        Acquire::Wait { changes: 1 },
-        "the node queued in between is ahead"
+        common::take_turn(&scope, &others, &a).await,
+        0,
+        "the node now ahead is granted the slot"
     );
     assert_eq!(
-        others.try_acquire_slot(&a).await.expect("look"),
-        Acquire::Granted(0)
+        agent.try_acquire_slot(&m).await.expect("look"),
+        Acquire::Wait { changes: 1 },
+        "the node moved back waits"
     );
+    let object = common::rota_node(&scope, &agent, &moved).await;
+    assert_eq!(object.spec.grant, None, "the node moved back has no grant");
 }
 
 #[tokio::test]
-async fn the_store_itself_frees_a_slot_whose_node_is_gone() {
+async fn the_scheduler_takes_back_a_slot_whose_holder_has_no_rota_node() {
     let Some(env) = common::env() else { return };
     let (scope, store) = common::scoped_store(env, "orphan").await;
     store.set_concurrency(1).await.expect("concurrency");
-    // A Lease held by a Node that no longer exists, as the garbage collector may leave it for
-    // a while (it is not fast when busy).
-    let lease = rota_store_kube::slots::taken(
-        0,
-        None,
-        "gone",
-        Some(
-            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-                api_version: "v1".into(),
-                kind: "Node".into(),
-                name: "gone".into(),
-                uid: "00000000-0000-0000-0000-000000000000".into(),
-                ..Default::default()
-            },
-        ),
-        now_millis(),
-    );
+    // Held for an hour: a Lease taken a moment ago may be a grant whose RotaNode write the
+    // read does not show yet, and waits the take-up time.
+    let lease = rota_store_kube::slots::taken(0, None, "gone", None, now_millis() - 3_600_000);
     scope
         .api::<Lease>()
         .create(&PostParams::default(), &lease)
         .await
         .expect("create the orphaned Lease");
-    let s = store.open_session(&name("next"), TTL).await.expect("open");
-    enqueue(&store, &s).await;
-    eventually(
-        "the orphaned slot is taken over",
-        Duration::from_secs(60),
-        || async { store.try_acquire_slot(&s).await.expect("acquire") == Acquire::Granted(0) },
-    )
-    .await;
+    let waiter_store = KubeStore::connect(scope.client(), store.config().clone())
+        .await
+        .expect("the waiter's handle");
+    let s = waiter_store
+        .open_session(&name("next"), TTL)
+        .await
+        .expect("open");
+    enqueue(&waiter_store, &s).await;
+    assert_eq!(
+        waiter_store.try_acquire_slot(&s).await.expect("look"),
+        Acquire::Wait { changes: 1 }
+    );
+    let mut changes = waiter_store.changes();
+    let seen = *changes.borrow_and_update();
+
+    common::round(&scope).await;
+    let lease = scope
+        .api::<Lease>()
+        .get("rota-slot-0")
+        .await
+        .expect("the slot Lease");
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("next"),
+        "the orphaned slot went to the queued node"
+    );
+    tokio::time::timeout(Duration::from_secs(30), changes.wait_for(|n| *n > seen))
+        .await
+        .expect("the grant reaches the waiter through its watch")
+        .expect("the store is alive");
+    assert_eq!(
+        waiter_store.try_acquire_slot(&s).await.expect("acquire"),
+        Acquire::Granted(0),
+        "the waiter takes the grant up"
+    );
 }
 
 #[tokio::test]
@@ -733,13 +602,16 @@ async fn a_transition_is_recorded_as_an_event_on_the_node() {
 
 /// A RotaNode edited by hand into nonsense the CRD lets through (a slot beyond any slot
 /// number) is left out of every list, and the other nodes are still read: the rest of the
-/// fleet goes on. Read on its own, it is an error that names the object and the field.
+/// fleet goes on, and the scheduler still grants them. Read on its own, it is an error that
+/// names the object and the field.
 #[tokio::test]
 async fn a_rota_node_edited_into_nonsense_leaves_the_other_nodes_readable() {
     let Some(env) = common::env() else { return };
     let (scope, store) = common::scoped_store(env, "nonsense").await;
-    store.open_session(&name("a"), TTL).await.expect("open a");
-    store.open_session(&name("b"), TTL).await.expect("open b");
+    let a = store.open_session(&name("a"), TTL).await.expect("open a");
+    enqueue(&store, &a).await;
+    let b = store.open_session(&name("b"), TTL).await.expect("open b");
+    enqueue(&store, &b).await;
     let api: Api<DynamicObject> = Api::all_with(
         scope.client(),
         &kube::api::ApiResource::erase::<RotaNode>(&()),
@@ -772,4 +644,304 @@ async fn a_rota_node_edited_into_nonsense_leaves_the_other_nodes_readable() {
         text.contains(&object) && text.contains("status.slot"),
         "{text}"
     );
+
+    // `a` was queued first; the scheduler passes over it and grants `b`.
+    assert_eq!(common::take_turn(&scope, &store, &b).await, 0);
+    let lease = scope
+        .api::<Lease>()
+        .get("rota-slot-0")
+        .await
+        .expect("the slot Lease");
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("b")
+    );
+}
+
+/// A grant written by hand into a RotaNode, without its Lease, gives nothing: the agent may take
+/// it up, but its fence reads the Lease, refuses, and the node gives the window up before
+/// anything disrupted it.
+#[tokio::test]
+async fn a_grant_written_by_hand_without_its_lease_is_fenced_and_given_up() {
+    let Some(env) = common::env() else { return };
+    let (scope, store) = common::scoped_store(env, "forged").await;
+    let node = name("forged");
+    let s = store.open_session(&node, TTL).await.expect("open");
+    enqueue(&store, &s).await;
+    let rota_nodes: Api<RotaNode> = Api::all(scope.client());
+    let mut object = common::rota_node(&scope, &store, &node).await;
+    object.spec.grant = Some(GrantSpec {
+        slot: 0,
+        at: Timestamp(now_millis()),
+    });
+    rota_nodes
+        .replace(&store.object_name(&node), &PostParams::default(), &object)
+        .await
+        .expect("a grant written by hand");
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while store
+        .try_acquire_slot(&s)
+        .await
+        .expect("look")
+        .slot()
+        .is_none()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the grant written by hand never reached the agent"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let refused = store.fence(&s, TTL).await;
+    assert!(
+        matches!(refused, Err(rota_store::Error::Fenced { .. })),
+        "the fence refuses a grant without its Lease: {refused:?}"
+    );
+    let object = common::rota_node(&scope, &store, &node).await;
+    let status = object.status.expect("a status");
+    assert_eq!(
+        (status.state, status.slot, object.spec.grant),
+        (NodeState::Queued, None, None),
+        "the node gave the window up and waits again"
+    );
+    let lease = scope
+        .api::<Lease>()
+        .get_opt("rota-slot-0")
+        .await
+        .expect("read the Lease");
+    assert_eq!(
+        lease.as_ref().and_then(rota_store_kube::slots::holder),
+        None
+    );
+}
+
+/// A grant its agent does not take up within the take-up time (its agent is dead, or hangs) is
+/// withdrawn by the scheduler: the RotaNode records it and the Lease is free again. The node
+/// gets no grant while the mark stands, even first in the queue, so another node takes the
+/// slot; its agent's next write clears the mark and it is granted again.
+#[tokio::test]
+async fn a_grant_not_taken_up_in_time_is_withdrawn_until_the_agent_writes() {
+    let Some(env) = common::env() else { return };
+    let (scope, store) = common::scoped_store(env, "withdrawn").await;
+    store.set_concurrency(1).await.expect("concurrency");
+    let slow = store.open_session(&name("slow"), TTL).await.expect("open");
+    enqueue(&store, &slow).await;
+    common::round(&scope).await;
+    let object = common::rota_node(&scope, &store, &slow.node).await;
+    assert_eq!(object.spec.grant.map(|g| g.slot), Some(0), "granted");
+
+    // The agent does not ask: the grant is not taken up.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    common::round_within(&scope, Duration::from_millis(10)).await;
+    let object = common::rota_node(&scope, &store, &slow.node).await;
+    let withdrawn = object
+        .spec
+        .withdrawn
+        .as_ref()
+        .expect("the withdrawal recorded");
+    assert_eq!(
+        (withdrawn.slot, withdrawn.reason.as_str()),
+        (0, "notTakenUp")
+    );
+    assert_eq!(object.spec.grant, None, "the grant not taken up is removed");
+    assert_eq!(object.status.and_then(|s| s.slot), None);
+    let leases = scope.api::<Lease>();
+    let lease = leases.get("rota-slot-0").await.expect("the slot Lease");
+    assert_eq!(
+        rota_store_kube::slots::holder(&lease),
+        None,
+        "the Lease is free"
+    );
+
+    common::round(&scope).await;
+    let object = common::rota_node(&scope, &store, &slow.node).await;
+    assert_eq!(object.spec.grant, None, "no grant while the mark stands");
+    let live = store.open_session(&name("live"), TTL).await.expect("open");
+    enqueue(&store, &live).await;
+    assert_eq!(
+        common::take_turn(&scope, &store, &live).await,
+        0,
+        "the node behind takes the slot"
+    );
+
+    // The slow agent is back: its ask (again when its watch brings the withdrawal, as an
+    // agent asks when woken) writes, which clears the mark.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        assert_eq!(
+            store.try_acquire_slot(&slow).await.expect("look"),
+            Acquire::Wait { changes: 1 }
+        );
+        let object = common::rota_node(&scope, &store, &slow.node).await;
+        if object.spec.withdrawn.is_none() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the agent's asks never cleared the mark: {:?}",
+            object.spec.withdrawn
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    store.set_concurrency(2).await.expect("concurrency");
+    assert_eq!(
+        common::take_turn(&scope, &store, &slow).await,
+        1,
+        "granted again once its agent wrote"
+    );
+}
+
+/// Walks `s`'s node through one whole window of a reboot: request, queue, grant, take-up,
+/// drain, maintain, verify, finish.
+async fn one_window(scope: &rota_e2e::testenv::Scope, store: &KubeStore, s: &rota_store::Session) {
+    enqueue(store, s).await;
+    common::take_turn(scope, store, s).await;
+    store
+        .transition(
+            s,
+            Transition::new(NodeState::Queued, NodeState::Draining)
+                .process(Some(Process::Reboot))
+                .window(WindowChange::Open),
+        )
+        .await
+        .expect("open the window");
+    for (from, to) in [
+        (NodeState::Draining, NodeState::Maintaining),
+        (NodeState::Maintaining, NodeState::Verifying),
+    ] {
+        store
+            .transition(s, Transition::new(from, to))
+            .await
+            .expect("transition");
+    }
+    store
+        .transition(
+            s,
+            Transition::new(NodeState::Verifying, NodeState::Idle).window(WindowChange::Finish),
+        )
+        .await
+        .expect("finish the window");
+}
+
+/// Each ended window becomes one RotaWindow, owned by its RotaNode and listed in its
+/// `status.windows`; a node keeps only the last `kept_windows` of them, and the older objects are
+/// deleted. The history read back has each entry of the windows kept exactly once. Deleting the
+/// RotaNode (a node gone for good) lets the garbage collector delete its windows.
+#[tokio::test]
+async fn an_ended_window_becomes_one_rota_window_and_only_the_last_are_kept() {
+    let Some(env) = common::env() else { return };
+    let scope = env.scope("windows").await.expect("a test scope");
+    common::install_crd(scope.client()).await;
+    let config = KubeStoreConfig {
+        kept_windows: 2,
+        ..common::store_config(&scope)
+    };
+    let store = KubeStore::connect(scope.client(), config)
+        .await
+        .expect("connect the store");
+    let node = name("windowed");
+    let s = store.open_session(&node, TTL).await.expect("open");
+    let windows: Api<RotaWindow> = Api::all(scope.client());
+    let selector = format!("rota.dev/namespace={}", scope.namespace());
+    let listed = || {
+        let windows = windows.clone();
+        let selector = selector.clone();
+        async move {
+            let mut names: Vec<String> = windows
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .expect("list the RotaWindows")
+                .items
+                .into_iter()
+                .filter_map(|w| w.metadata.name)
+                .collect();
+            names.sort();
+            names
+        }
+    };
+
+    let mut ended = Vec::new();
+    for window in 1..=3usize {
+        one_window(&scope, &store, &s).await;
+        let object = common::rota_node(&scope, &store, &node).await;
+        let status = object.status.expect("a status");
+        assert_eq!(status.slot, None, "window {window} ended");
+        assert!(
+            status.history.is_empty() && status.steps.is_empty(),
+            "the window's history moved out of the RotaNode: {status:?}"
+        );
+        let new: Vec<&String> = status
+            .windows
+            .iter()
+            .filter(|w| !ended.contains(*w))
+            .collect();
+        assert_eq!(
+            new.len(),
+            1,
+            "one RotaWindow per window: {:?}",
+            status.windows
+        );
+        ended.push(new[0].clone());
+        assert_eq!(
+            status.windows,
+            ended[ended.len().saturating_sub(2)..],
+            "the last two windows listed, oldest first"
+        );
+    }
+    let mut kept = ended[1..].to_vec();
+    kept.sort();
+    assert_eq!(listed().await, kept, "the oldest RotaWindow was deleted");
+    let mut entries_kept = 0;
+    for name in &ended[1..] {
+        let window = windows.get(name).await.expect("a RotaWindow kept");
+        assert_eq!(window.spec.node, "windowed");
+        let owners: Vec<&str> = window
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .map(|o| o.kind.as_str())
+            .collect();
+        assert_eq!(owners, ["RotaNode"]);
+        entries_kept += window.spec.history.len();
+    }
+
+    let history = store
+        .history(&HistoryFilter {
+            node: Some(node.clone()),
+            ..HistoryFilter::default()
+        })
+        .await
+        .expect("the history");
+    let ids: std::collections::BTreeSet<i64> = history.iter().map(|e| e.id).collect();
+    assert_eq!(ids.len(), history.len(), "an entry read twice: {history:?}");
+    assert_eq!(history.len(), entries_kept, "{history:?}");
+    let finished = history
+        .iter()
+        .filter(|e| e.event == HistoryEvent::Finished)
+        .count();
+    assert_eq!(
+        finished, 2,
+        "one finished reboot per window kept: {history:?}"
+    );
+    let every_node = store
+        .history(&HistoryFilter::default())
+        .await
+        .expect("every node's history");
+    assert_eq!(
+        every_node, history,
+        "the fleet's history reads the same windows"
+    );
+
+    Api::<RotaNode>::all(scope.client())
+        .delete(&store.object_name(&node), &DeleteParams::default())
+        .await
+        .expect("delete the RotaNode");
+    eventually(
+        "the windows go with their RotaNode",
+        Duration::from_secs(60),
+        || async { listed().await.is_empty() },
+    )
+    .await;
 }

@@ -1,7 +1,8 @@
 //! The Helm chart `charts/mop`, rendered with the helm that `testenv/build` builds and applied
 //! with its kubectl to the real control plane: the procedure it renders is the one the store
 //! reads back, and bad values fail `helm template` with a message that names them. Also the
-//! procedures' part of `charts/rota`'s RBAC: enough for an agent's store, and no more.
+//! procedures' part of `charts/rota`'s RBAC: enough for an agent's store, and no more; the
+//! scheduler's account writes their status.
 
 mod common;
 
@@ -15,7 +16,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use rota_core::{ConfigMapKey, NodeName, Priority, ProcedureSpec, Process, sha256_hex};
 use rota_e2e::testenv::{self, SKIP_ENV, TestEnv};
 
@@ -218,7 +219,7 @@ fn other_bad_values_fail_helm_template_with_a_clear_message() {
 }
 
 #[tokio::test]
-async fn the_agents_rbac_reads_procedures_and_writes_only_their_status() {
+async fn the_agents_rbac_reads_procedures_and_the_scheduler_writes_their_status() {
     let Some(env) = common::env() else { return };
     let (scope, admin_store) = common::scoped_store(env, "mop-rbac").await;
     let admin = scope.client();
@@ -274,7 +275,7 @@ async fn the_agents_rbac_reads_procedures_and_writes_only_their_status() {
         .await
         .expect("a client as the chart's service account");
     let store = KubeStore::connect(
-        agent,
+        agent.clone(),
         KubeStoreConfig {
             namespace: namespace.clone(),
             ..admin_store.config().clone()
@@ -313,8 +314,36 @@ async fn the_agents_rbac_reads_procedures_and_writes_only_their_status() {
         .add_request(&session, &mop, "procedure")
         .await
         .expect("add");
-    let api: kube::Api<Procedure> = kube::Api::all(admin.clone());
     let object = format!("{}kernel", admin_store.config().name_prefix);
+    // The agent never writes a Procedure's status...
+    let refused = kube::Api::<Procedure>::all(agent)
+        .patch_status(
+            &object,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": { "pending": 7 } })),
+        )
+        .await
+        .expect_err("an agent may not write a procedure's status");
+    assert!(
+        refused.to_string().contains("forbidden")
+            && refused.to_string().contains("procedures/status"),
+        "{refused}"
+    );
+    // ...the scheduler does, under its own account.
+    let scheduler = env
+        .client_as(&admin, &namespace, &format!("{release}-scheduler"))
+        .await
+        .expect("a client as the chart's scheduler account");
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(rota_scheduler::run(
+        scheduler,
+        rota_scheduler::SchedulerConfig {
+            name_prefix: admin_store.config().name_prefix.clone(),
+            ..rota_scheduler::SchedulerConfig::new(namespace.as_str(), "mop-rbac")
+        },
+        stop.clone(),
+    ));
+    let api: kube::Api<Procedure> = kube::Api::all(admin.clone());
     let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let status = api
@@ -328,8 +357,10 @@ async fn the_agents_rbac_reads_procedures_and_writes_only_their_status() {
         }
         assert!(
             tokio::time::Instant::now() < give_up,
-            "the agent's store did not write the status: {status:?}"
+            "the scheduler did not write the status: {status:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    stop.cancel();
+    running.await.expect("the scheduler stops");
 }

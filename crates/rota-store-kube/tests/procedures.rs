@@ -1,11 +1,10 @@
 //! Procedures on the real control plane of `testenv/`: what the API server refuses (the
-//! Procedure CRD's validation), scripts read from ConfigMaps, and the status the agents' stores
-//! write.
+//! Procedure CRD's validation), scripts read from ConfigMaps, and the Event of a failed
+//! attempt. The Procedures' status is the scheduler's: `crates/rota-scheduler/tests`.
 
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -16,7 +15,6 @@ use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use rota_core::{ConfigMapKey, NodeName, NodeState, ProcedureSpec, Process};
 use rota_e2e::testenv::Scope;
 use rota_store::{Outcome, Session, Store, StoreExt, Transition, WindowChange, now_millis};
-use rota_store_kube::procedure::NodeProcedureState;
 use rota_store_kube::{KubeStore, Procedure};
 use serde_json::json;
 
@@ -259,41 +257,8 @@ async fn a_script_comes_from_its_config_map_in_the_rota_namespace() {
     );
 }
 
-/// Waits until the procedure's status shows `expected` for every node given.
-async fn eventually_states(
-    store: &KubeStore,
-    scope: &Scope,
-    procedure: &str,
-    expected: &[(&str, NodeProcedureState)],
-) -> rota_store_kube::ProcedureStatus {
-    let api: Api<Procedure> = Api::all(scope.client());
-    let object = format!("{}{procedure}", store.config().name_prefix);
-    let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let status = api
-            .get(&object)
-            .await
-            .expect("read the Procedure")
-            .status
-            .unwrap_or_default();
-        let matches = expected.iter().all(|(node, state)| {
-            status
-                .nodes
-                .get(*node)
-                .is_some_and(|entry| entry.state == *state)
-        });
-        if matches {
-            return status;
-        }
-        assert!(
-            tokio::time::Instant::now() < give_up,
-            "timed out waiting for {expected:?}; status: {status:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn open_window(store: &dyn Store, s: &Session) {
+/// Queues the node, has the scheduler grant it a slot, takes the grant up and opens the window.
+async fn open_window(scope: &Scope, store: &KubeStore, s: &Session) {
     store
         .transition(
             s,
@@ -303,14 +268,7 @@ async fn open_window(store: &dyn Store, s: &Session) {
         )
         .await
         .expect("queue");
-    assert!(
-        store
-            .try_acquire_slot(s)
-            .await
-            .expect("acquire")
-            .slot()
-            .is_some()
-    );
+    common::take_turn(scope, store, s).await;
     store
         .transition(
             s,
@@ -320,51 +278,27 @@ async fn open_window(store: &dyn Store, s: &Session) {
         .expect("open the window");
 }
 
+/// A procedure's failed attempt is an Event `ProcedureFailed` on the node, with the cause.
+/// (Its status, written by the scheduler, is tested in `crates/rota-scheduler/tests`.)
 #[tokio::test]
-async fn the_status_follows_each_node_and_completes_when_every_matching_node_succeeded() {
+async fn a_failed_procedure_is_an_event_on_its_node() {
     let Some(env) = common::env() else { return };
-    let (scope, store) = common::scoped_store(env, "mop-status").await;
-    store.set_concurrency(2).await.expect("concurrency");
-    let nodes = [
-        scope.create_node("a").await.expect("node"),
-        scope.create_node("b").await.expect("node"),
-    ];
+    let (scope, store) = common::scoped_store(env, "mop-failed").await;
+    let node = scope.create_node("a").await.expect("node");
     let mut spec = ProcedureSpec::new("kernel", "true");
     spec.node_selector = scope.labels();
     store.submit_procedure(&spec).await.expect("submit");
     let mop = Process::mop("kernel").expect("process");
-    // Each node's agent in a process of its own: two stores writing one Procedure.
-    let other = KubeStore::connect(scope.client(), store.config().clone())
+    let s = store.open_session(&name(&node), TTL).await.expect("open");
+    store.add_request(&s, &mop, "procedure").await.expect("add");
+    open_window(&scope, &store, &s).await;
+    store
+        .transition(
+            &s,
+            Transition::new(NodeState::Draining, NodeState::Maintaining),
+        )
         .await
-        .expect("second handle");
-    let a = store.open_session(&name(&nodes[0]), TTL).await.expect("a");
-    let b = other.open_session(&name(&nodes[1]), TTL).await.expect("b");
-    store.add_request(&a, &mop, "procedure").await.expect("add");
-    other.add_request(&b, &mop, "procedure").await.expect("add");
-    let status = eventually_states(
-        &store,
-        &scope,
-        "kernel",
-        &[
-            (&nodes[0], NodeProcedureState::Pending),
-            (&nodes[1], NodeProcedureState::Pending),
-        ],
-    )
-    .await;
-    assert_eq!((status.matching, status.pending), (2, 2));
-
-    open_window(&store, &a).await;
-    open_window(&other, &b).await;
-    eventually_states(
-        &store,
-        &scope,
-        "kernel",
-        &[
-            (&nodes[0], NodeProcedureState::Running),
-            (&nodes[1], NodeProcedureState::Running),
-        ],
-    )
-    .await;
+        .expect("drained");
     let failed = Outcome::Failed {
         cause: "exit 3".into(),
         policy: rota_core::BackoffPolicy {
@@ -373,34 +307,12 @@ async fn the_status_follows_each_node_and_completes_when_every_matching_node_suc
             exponent: 2.0,
         },
     };
-    other
-        .transition(
-            &b,
-            Transition::new(NodeState::Draining, NodeState::Maintaining),
-        )
-        .await
-        .expect("b drained");
-    other
-        .complete_request(&b, &mop, &failed)
-        .await
-        .expect("b fails");
     store
-        .complete_request(&a, &mop, &Outcome::Succeeded { detail: None })
+        .complete_request(&s, &mop, &failed)
         .await
-        .expect("a succeeds");
-    let status = eventually_states(
-        &store,
-        &scope,
-        "kernel",
-        &[
-            (&nodes[0], NodeProcedureState::Succeeded),
-            (&nodes[1], NodeProcedureState::Failed),
-        ],
-    )
-    .await;
-    assert_eq!(status.nodes[&nodes[1]].cause.as_deref(), Some("exit 3"));
+        .expect("fails");
     let events: Api<Event> = Api::namespaced(scope.client(), "default");
-    let selector = format!("regarding.name={}", nodes[1]);
+    let selector = format!("regarding.name={node}");
     let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
     while !events
         .list(&ListParams::default().fields(&selector))
@@ -419,138 +331,4 @@ async fn the_status_follows_each_node_and_completes_when_every_matching_node_suc
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let complete = &status.conditions[0];
-    assert_eq!(
-        (complete.status.as_str(), complete.reason.as_str()),
-        ("False", "Failed")
-    );
-
-    other
-        .complete_request(&b, &mop, &Outcome::Succeeded { detail: None })
-        .await
-        .expect("b succeeds on retry");
-    let status = eventually_states(
-        &store,
-        &scope,
-        "kernel",
-        &[(&nodes[1], NodeProcedureState::Succeeded)],
-    )
-    .await;
-    assert_eq!(
-        (
-            status.succeeded,
-            status.failed,
-            status.pending,
-            status.running
-        ),
-        (2, 0, 0, 0)
-    );
-    assert_eq!(status.conditions[0].status, "True", "{status:?}");
-}
-
-/// Many agents that change their entries at once must all end up in the status: each write is
-/// a compare-and-swap on the Procedure, and a lost one is retried.
-#[tokio::test]
-async fn concurrent_agents_never_lose_each_others_entries() {
-    let Some(env) = common::env() else { return };
-    let (scope, store) = common::scoped_store(env, "mop-race").await;
-    let mut spec = ProcedureSpec::new("firmware", "true");
-    spec.node_selector = scope.labels();
-    store.submit_procedure(&spec).await.expect("submit");
-    let mop = Process::mop("firmware").expect("process");
-    let count = 8;
-    let mut agents = Vec::new();
-    for i in 0..count {
-        let handle = KubeStore::connect(scope.client(), store.config().clone())
-            .await
-            .expect("a handle per agent");
-        let node = format!("{}-n{i}", scope.id());
-        let session = handle.open_session(&name(&node), TTL).await.expect("open");
-        agents.push((Arc::new(handle), session, node));
-    }
-    let adds = agents.iter().map(|(handle, session, _)| {
-        let handle = handle.clone();
-        let mop = mop.clone();
-        async move { handle.add_request(session, &mop, "procedure").await }
-    });
-    for added in futures::future::join_all(adds).await {
-        assert!(added.expect("add").1);
-    }
-    let expected: Vec<(&str, NodeProcedureState)> = agents
-        .iter()
-        .map(|(_, _, node)| (node.as_str(), NodeProcedureState::Pending))
-        .collect();
-    let status = eventually_states(&store, &scope, "firmware", &expected).await;
-    assert_eq!(status.pending, count);
-}
-
-/// A process that dies with an observation still queued: the status keeps the entry from
-/// before, and the restarted agent's first write (its new session) reports the entry again,
-/// with no change of the request. The lost write is made here by putting the older entry back.
-#[tokio::test]
-async fn a_restarted_agent_reports_an_entry_its_predecessor_lost() {
-    let Some(env) = common::env() else { return };
-    let (scope, store) = common::scoped_store(env, "mop-restart").await;
-    let node = scope.create_node("a").await.expect("node");
-    let mut spec = ProcedureSpec::new("bios", "true");
-    spec.node_selector = scope.labels();
-    store.submit_procedure(&spec).await.expect("submit");
-    let mop = Process::mop("bios").expect("process");
-    let agent = KubeStore::connect(scope.client(), store.config().clone())
-        .await
-        .expect("the first agent's store");
-    let first = agent.open_session(&name(&node), TTL).await.expect("open");
-    agent
-        .add_request(&first, &mop, "procedure")
-        .await
-        .expect("add");
-    let pending = eventually_states(
-        &store,
-        &scope,
-        "bios",
-        &[(&node, NodeProcedureState::Pending)],
-    )
-    .await;
-    let pending = serde_json::to_value(&pending.nodes[&node]).expect("the pending entry");
-    open_window(&agent, &first).await;
-    eventually_states(
-        &store,
-        &scope,
-        "bios",
-        &[(&node, NodeProcedureState::Running)],
-    )
-    .await;
-    drop(agent);
-
-    let procedures: Api<Procedure> = Api::all(scope.client());
-    let object = format!("{}bios", store.config().name_prefix);
-    procedures
-        .patch_status(
-            &object,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "status": { "nodes": { &node: pending } } })),
-        )
-        .await
-        .expect("put the older entry back");
-    let status = procedures.get(&object).await.expect("read").status;
-    assert_eq!(
-        status.map(|s| s.nodes[&node].state),
-        Some(NodeProcedureState::Pending),
-        "the status shows the entry from before the lost write"
-    );
-
-    let restarted = KubeStore::connect(scope.client(), store.config().clone())
-        .await
-        .expect("the restarted agent's store");
-    restarted
-        .open_session(&name(&node), TTL)
-        .await
-        .expect("the restarted agent's session");
-    eventually_states(
-        &store,
-        &scope,
-        "bios",
-        &[(&node, NodeProcedureState::Running)],
-    )
-    .await;
 }

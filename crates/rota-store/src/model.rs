@@ -80,6 +80,9 @@ pub struct Fleet {
     pub nodes: Vec<NodeOverview>,
     /// By slot.
     pub slots: Vec<SlotHolder>,
+    /// What holds every node's turn back, if the store knows of it (on Kubernetes: no
+    /// scheduler runs).
+    pub notice: Option<String>,
 }
 
 /// The fleet's settings, which operators change.

@@ -276,6 +276,7 @@ where
         Ok(Fleet {
             nodes: nodes.iter().map(overview).collect::<Result<_>>()?,
             slots: slots.iter().map(slot_holder).collect::<Result<_>>()?,
+            notice: None,
         })
     }
 

@@ -13,6 +13,7 @@ mod output;
 #[cfg(test)]
 mod reference;
 mod report_file;
+mod scheduler;
 mod signals;
 mod simulate;
 mod status;
@@ -84,6 +85,7 @@ fn main() -> ExitCode {
 async fn run(command: Command) -> Result<()> {
     match command {
         Command::Agent(args) => agent::run(*args).await,
+        Command::Scheduler(args) => scheduler::run(args).await,
         Command::Simulate(args) => simulate::run(args).await,
         Command::Status(args) if args.watch => watch::run(args).await,
         Command::Status(args) => status::run(args).await,

@@ -54,6 +54,8 @@ pub struct Summary {
     pub concurrency: Option<u32>,
     pub holders: Vec<SlotHolder>,
     pub paused: Option<Pause>,
+    /// What holds every node's turn back, as the store says (no scheduler runs).
+    pub notice: Option<String>,
 }
 
 /// Builds a node's row. The slot comes from the slot holders when the node record does not
@@ -123,6 +125,9 @@ pub fn summary_line(summary: &Summary) -> String {
             output::rfc3339_seconds(pause.since),
             pause.reason
         ));
+    }
+    if let Some(notice) = &summary.notice {
+        line.push_str(&format!("\nNO GRANTS: {notice}"));
     }
     line
 }
@@ -197,6 +202,7 @@ pub async fn gather(store: &dyn Store) -> Result<(Vec<NodeFacts>, Summary)> {
             concurrency: settings.concurrency,
             holders: fleet.slots,
             paused: settings.pause,
+            notice: fleet.notice,
         },
     ))
 }
@@ -299,6 +305,7 @@ mod tests {
                 concurrency: Some(2),
                 holders,
                 paused: None,
+                notice: None,
             },
         )
     }
@@ -322,9 +329,29 @@ mod tests {
             concurrency: None,
             holders: vec![],
             paused: None,
+            notice: None,
         };
         insta::assert_snapshot!(render_table(&summary, &[], NOW), @r"
         concurrency not set, 0 slots held
+
+        no nodes known to the store
+        ");
+    }
+
+    #[test]
+    fn a_fleet_whose_store_grants_nothing_says_why() {
+        let summary = Summary {
+            concurrency: Some(1),
+            holders: vec![],
+            paused: None,
+            notice: Some(
+                "no scheduler runs: the leader Lease rota-system/rota-scheduler does not exist"
+                    .into(),
+            ),
+        };
+        insta::assert_snapshot!(render_table(&summary, &[], NOW), @r"
+        concurrency 1, 0 of 1 slots held
+        NO GRANTS: no scheduler runs: the leader Lease rota-system/rota-scheduler does not exist
 
         no nodes known to the store
         ");
@@ -339,6 +366,7 @@ mod tests {
                 reason: "kernel CVE triage".into(),
                 since: NOW - 60_000,
             }),
+            notice: None,
         };
         insta::assert_snapshot!(render_table(&summary, &[], NOW), @r"
         concurrency 1, 0 of 1 slots held

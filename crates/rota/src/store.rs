@@ -191,6 +191,7 @@ async fn open_kube(args: &StoreArgs, cluster: &Cluster, checked: bool) -> Result
     let client = cluster.client().await?;
     let config = KubeStoreConfig {
         namespace: args.namespace.clone(),
+        kept_windows: usize::from(args.kept_windows),
         ..KubeStoreConfig::default()
     };
     if checked {

@@ -1,12 +1,17 @@
 //! Node-scoped authority (README "Node-scoped authority"): the chart's ValidatingAdmissionPolicy
 //! on the real API server of `testenv/`. With a token bound to the agent's pod on node A (the
-//! one the kubelet mounts), A's agent may change A's Node, A's RotaNode and RotaWindows and take
-//! or give back Leases for A, and nothing of node B's, and in `rota-config` only pause the fleet; a token of
-//! the same service account that is bound to no pod may write none of them; every refusal
-//! names the policy. And a real `rota agent` with
-//! its pod's token goes through a whole window (session, slot, cordon with labels and a taint,
-//! drain, the reboot's annotations, reboot, uncordon, release) without one refusal, after waiting for the garbage
-//! collector to free the slot of a deleted Node, which it may not free itself.
+//! one the kubelet mounts), A's agent may change A's Node and A's RotaNode (keeping or clearing,
+//! never writing, the grant and the withdrawal that only the scheduler writes), create and
+//! delete A's RotaWindows, give back a Lease A holds, and in `rota-config` only pause the fleet;
+//! it may change nothing of node B's, take no slot and rewrite no window: the chart's RBAC
+//! refuses what it leaves out (creating or deleting a Lease, updating a RotaWindow), and the
+//! policy refuses it too where a broader RBAC allows it. A token of the same service account
+//! that is bound to no pod may write none of them; every refusal of the policy names it. And a
+//! real `rota agent` with its pod's token goes through a whole window (session, grant taken up,
+//! cordon with labels and a taint, drain, the reboot's annotations, reboot, uncordon, its Lease
+//! given back) without one refusal, granted its slot by a real `rota scheduler` with a token of
+//! the scheduler's own service account, once the scheduler took the one slot back from a node
+//! that is gone, which the agent may not free itself.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -14,15 +19,18 @@ use std::process::{Child, Command, Stdio};
 use anyhow::{Context as _, Result, bail, ensure};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt as _};
 use rota_core::{HistoryEvent, NodeName, NodeState, Process};
-use rota_e2e::testenv::{Scope, app_labels, wait_for};
+use rota_e2e::testenv::{Scope, TestEnv, app_labels, wait_for};
 use rota_e2e::tokens::pod_token;
-use rota_store::StoreExt;
+use rota_store::{StoreExt, now_millis};
+use rota_store_kube::crd::{GrantSpec, Timestamp, WithdrawnSpec};
+use rota_store_kube::permissions::{Permission, missing};
 use rota_store_kube::{
-    KubeStore, KubeStoreConfig, RotaNode, RotaNodeSpec, RotaWindow, RotaWindowSpec,
+    KubeStore, KubeStoreConfig, RotaNode, RotaNodeSpec, RotaWindow, RotaWindowSpec, slots,
 };
 use serde_json::{Value, json};
 
@@ -49,18 +57,43 @@ fn refused<T>(what: &str, result: kube::Result<T>, policy: &str, why: &str) -> R
     }
 }
 
+/// Fails unless `result` is RBAC's refusal of `verb` on `resource` (a 403 before any
+/// admission policy is asked).
+fn refused_by_rbac<T>(
+    what: &str,
+    result: kube::Result<T>,
+    verb: &str,
+    resource: &str,
+) -> Result<()> {
+    match result {
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            let cannot = format!("cannot {verb} resource \"{resource}\"");
+            ensure!(
+                status.message.contains(&cannot)
+                    && !status.message.contains("ValidatingAdmissionPolicy"),
+                "{what}: not RBAC's refusal ({cannot:?}): {}",
+                status.message
+            );
+            Ok(())
+        }
+        Ok(_) => bail!("{what}: not refused, it went through"),
+        Err(e) => bail!("{what}: not refused, it failed: {e}"),
+    }
+}
+
 /// Waits until the API server enforces the chart's policy (it picks a new one up within
-/// seconds), trying as `agent` a dry run of what it refuses: a Lease for another node.
+/// seconds), trying as `agent` a dry run of what RBAC lets it do and the policy refuses: the
+/// creation of another node's RotaNode.
 async fn wait_enforced(agent: &Client, chart: &Chart) -> Result<()> {
-    let leases: Api<Lease> = Api::namespaced(agent.clone(), chart.namespace());
+    let rota_nodes: Api<RotaNode> = Api::all(agent.clone());
     let dry_run = PostParams {
         dry_run: true,
         ..PostParams::default()
     };
     let policy = chart.policy();
     wait_for("the policy to be enforced", PATIENCE, || async {
-        match leases
-            .create(&dry_run, &lease("rota-probe", Some("another-node")))
+        match rota_nodes
+            .create(&dry_run, &rota_node("another-node", "another-node"))
             .await
         {
             Ok(_) => Ok(None),
@@ -101,9 +134,32 @@ fn rota_node(name: &str, node: &str) -> RotaNode {
             name: Some(name.into()),
             ..ObjectMeta::default()
         },
-        spec: RotaNodeSpec { node: node.into() },
+        spec: RotaNodeSpec {
+            node: node.into(),
+            grant: None,
+            withdrawn: None,
+        },
         status: None,
     }
+}
+
+/// `node` with a grant of `slot` (as the scheduler writes one), or none.
+fn granted(mut node: RotaNode, slot: Option<u32>) -> RotaNode {
+    node.spec.grant = slot.map(|slot| GrantSpec {
+        slot,
+        at: Timestamp(now_millis()),
+    });
+    node
+}
+
+/// `node` with the withdrawal of `slot` for `reason` (as the scheduler records one), or none.
+fn withdrawn(mut node: RotaNode, slot: Option<u32>, reason: &str) -> RotaNode {
+    node.spec.withdrawn = slot.map(|slot| WithdrawnSpec {
+        slot,
+        at: Timestamp(now_millis()),
+        reason: reason.into(),
+    });
+    node
 }
 
 fn rota_window(name: &str, node: &str) -> RotaWindow {
@@ -111,11 +167,9 @@ fn rota_window(name: &str, node: &str) -> RotaWindow {
         name,
         RotaWindowSpec {
             node: node.into(),
-            sequence: 0,
-            cut_at_generation: 1,
-            entries: Vec::new(),
-            procedure_requests: Vec::new(),
+            history: Vec::new(),
             steps: Vec::new(),
+            closed: Vec::new(),
         },
     )
 }
@@ -147,10 +201,90 @@ fn cordon(on: bool) -> Patch<Value> {
     Patch::Merge(json!({ "spec": { "unschedulable": on } }))
 }
 
-/// Node A's agent may cordon, label and taint A, write A's RotaNode, take, give back and take
-/// again a free slot, and pause the fleet; it may not cordon B, write B's RotaNode, give back,
-/// take over, delete or take for B a slot, or change the fleet's other settings; a token bound
-/// to no pod may write none of it; the admin may.
+/// What the chart's RBAC leaves out of the agents' rights, and the policy refuses too: updates
+/// of RotaWindows, and the creation and deletion of Leases.
+fn beyond_the_charts_rbac(namespace: &str) -> Vec<Permission> {
+    let permission = |verb, group, resource, namespace: Option<&str>| Permission {
+        verb,
+        group,
+        resource,
+        subresource: None,
+        namespace: namespace.map(Into::into),
+    };
+    vec![
+        permission("update", "rota.dev", "rotawindows", None),
+        permission("create", "coordination.k8s.io", "leases", Some(namespace)),
+        permission("delete", "coordination.k8s.io", "leases", Some(namespace)),
+    ]
+}
+
+/// Binds to the agents' service account a ClusterRole `name` with [`beyond_the_charts_rbac`]:
+/// an RBAC broader than the chart's, as another role bound to the agents would grant.
+async fn broaden(admin: &Client, name: &str, chart: &Chart) -> Result<()> {
+    let meta = ObjectMeta {
+        name: Some(name.into()),
+        ..ObjectMeta::default()
+    };
+    let rule = |group: &str, resource: &str, verbs: &[&str]| PolicyRule {
+        api_groups: Some(vec![group.into()]),
+        resources: Some(vec![resource.into()]),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..PolicyRule::default()
+    };
+    Api::<ClusterRole>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &ClusterRole {
+                metadata: meta.clone(),
+                rules: Some(vec![
+                    rule("rota.dev", "rotawindows", &["update"]),
+                    rule("coordination.k8s.io", "leases", &["create", "delete"]),
+                ]),
+                ..ClusterRole::default()
+            },
+        )
+        .await
+        .with_context(|| format!("creating the ClusterRole {name}"))?;
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &ClusterRoleBinding {
+                metadata: meta,
+                role_ref: RoleRef {
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    kind: "ClusterRole".into(),
+                    name: name.into(),
+                },
+                subjects: Some(vec![Subject {
+                    kind: "ServiceAccount".into(),
+                    name: "rota-agent".into(),
+                    namespace: Some(chart.namespace().into()),
+                    ..Subject::default()
+                }]),
+            },
+        )
+        .await
+        .with_context(|| format!("creating the ClusterRoleBinding {name}"))?;
+    Ok(())
+}
+
+/// Deletes what [`broaden`] made.
+async fn narrow(admin: &Client, name: &str) -> Result<()> {
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .delete(name, &Default::default())
+        .await?;
+    Api::<ClusterRole>::all(admin.clone())
+        .delete(name, &Default::default())
+        .await?;
+    Ok(())
+}
+
+/// Node A's agent may cordon, label and taint A; create and update A's RotaNode, keeping or
+/// clearing the grant and the withdrawal the scheduler wrote; create and delete A's RotaWindows;
+/// give back a slot A holds; and pause the fleet. It may not cordon B, write B's RotaNode or
+/// RotaWindows, grant itself a slot or withdraw one, rewrite a RotaWindow, take a slot (free or
+/// B's, by update or create), renew or delete a Lease, give back B's slot, or change the fleet's
+/// other settings. A token bound to no pod may write none of it; the admin may.
 #[tokio::test]
 async fn an_agent_may_change_only_its_own_nodes_objects_and_each_refusal_names_the_policy()
 -> Result<()> {
@@ -198,9 +332,21 @@ async fn an_agent_may_change_only_its_own_nodes_objects_and_each_refusal_names_t
     )?;
     ensure!(!unschedulable(&scope, b).await?, "B was cordoned");
 
-    // RotaNodes: its own, created and updated...
+    // RotaNodes: its own, created and updated without a grant (never created with one)...
     let rota_nodes_as_a: Api<RotaNode> = Api::all(agent.clone());
     let admin_rota_nodes: Api<RotaNode> = Api::all(admin.clone());
+    let own_grant = "only keep or clear the grant of its RotaNode (only the scheduler grants)";
+    refused(
+        "creating its RotaNode with a grant",
+        rota_nodes_as_a
+            .create(&post, &granted(rota_node(a, a), Some(0)))
+            .await,
+        &policy,
+        &denied(
+            own_grant,
+            &format!("CREATE of RotaNode {a} granting it a slot"),
+        ),
+    )?;
     let own = rota_nodes_as_a
         .create(&post, &rota_node(a, a))
         .await
@@ -224,7 +370,7 @@ async fn an_agent_may_change_only_its_own_nodes_objects_and_each_refusal_names_t
         &policy,
         &denied(own_rota_node, &format!("UPDATE of RotaNode {b}")),
     )?;
-    let mut disguised = own;
+    let mut disguised = own.clone();
     disguised.spec.node = b.into();
     refused(
         "making its own RotaNode B's",
@@ -233,20 +379,100 @@ async fn an_agent_may_change_only_its_own_nodes_objects_and_each_refusal_names_t
         &denied(own_rota_node, &format!("UPDATE of RotaNode {a}")),
     )?;
 
-    // RotaWindows (its history's ring): its own, created and updated...
+    // Its grant: only the scheduler writes one (the admin here, as the scheduler does); the
+    // agent keeps it while it writes, and clears it...
+    let granting = denied(
+        own_grant,
+        &format!("UPDATE of RotaNode {a} granting it a slot"),
+    );
+    refused(
+        "granting itself a slot",
+        rota_nodes_as_a
+            .replace(a, &post, &granted(own.clone(), Some(0)))
+            .await,
+        &policy,
+        &granting,
+    )?;
+    let own = admin_rota_nodes
+        .replace(a, &post, &granted(own, Some(0)))
+        .await
+        .context("the scheduler's grant")?;
+    let own = rota_nodes_as_a
+        .replace(a, &post, &own)
+        .await
+        .context("A's agent keeping its grant")?;
+    // ...but changes no grant's slot...
+    let mut moved = own.clone();
+    moved.spec.grant = moved.spec.grant.map(|g| GrantSpec { slot: 1, ..g });
+    refused(
+        "changing the slot of its grant",
+        rota_nodes_as_a.replace(a, &post, &moved).await,
+        &policy,
+        &granting,
+    )?;
+    let own = rota_nodes_as_a
+        .replace(a, &post, &granted(own, None))
+        .await
+        .context("A's agent clearing its grant")?;
+    // ...and the same of a withdrawal, which only the scheduler records.
+    let own_withdrawal =
+        "only keep or clear the withdrawal in its RotaNode (only the scheduler withdraws)";
+    let withdrawing = denied(
+        own_withdrawal,
+        &format!("UPDATE of RotaNode {a} setting spec.withdrawn"),
+    );
+    refused(
+        "withdrawing a slot from itself",
+        rota_nodes_as_a
+            .replace(a, &post, &withdrawn(own.clone(), Some(0), "notTakenUp"))
+            .await,
+        &policy,
+        &withdrawing,
+    )?;
+    let own = admin_rota_nodes
+        .replace(a, &post, &withdrawn(own, Some(0), "notTakenUp"))
+        .await
+        .context("the scheduler's withdrawal")?;
+    let own = rota_nodes_as_a
+        .replace(a, &post, &own)
+        .await
+        .context("A's agent keeping its withdrawal")?;
+    refused(
+        "changing its withdrawal",
+        rota_nodes_as_a
+            .replace(a, &post, &withdrawn(own.clone(), Some(1), "unused"))
+            .await,
+        &policy,
+        &withdrawing,
+    )?;
+    let own = rota_nodes_as_a
+        .replace(a, &post, &withdrawn(own, None, ""))
+        .await
+        .context("A's agent clearing its withdrawal")?;
+    ensure!(
+        own.spec.grant.is_none() && own.spec.withdrawn.is_none(),
+        "{:?}",
+        own.spec
+    );
+
+    // RotaWindows (its ended windows): its own, created and deleted...
     let windows_as_a: Api<RotaWindow> = Api::all(agent.clone());
-    let own_window = format!("{a}-0");
+    let admin_windows: Api<RotaWindow> = Api::all(admin.clone());
+    let own_window = format!("{a}-1-0");
     let own = windows_as_a
         .create(&post, &rota_window(&own_window, a))
         .await
         .context("A's agent creating its RotaWindow")?;
-    let own = windows_as_a
-        .replace(&own_window, &post, &own)
-        .await
-        .context("A's agent updating its RotaWindow")?;
-    // ...but not B's, neither made nor rewritten, nor its own turned into B's.
-    let own_windows = "write only its own RotaWindows";
-    let b_s_window = format!("{b}-0");
+    // ...but never rewritten (the chart's RBAC has no update of RotaWindows)...
+    refused_by_rbac(
+        "rewriting its own RotaWindow",
+        windows_as_a.replace(&own_window, &post, &own).await,
+        "update",
+        "rotawindows",
+    )?;
+    // ...and B's neither made nor deleted.
+    let own_windows = "only create and delete its own RotaWindows";
+    let b_s_window = format!("{b}-1-0");
     refused(
         "creating B's RotaWindow",
         windows_as_a
@@ -255,14 +481,111 @@ async fn an_agent_may_change_only_its_own_nodes_objects_and_each_refusal_names_t
         &policy,
         &denied(own_windows, &format!("CREATE of RotaWindow {b_s_window}")),
     )?;
-    let theirs = Api::<RotaWindow>::all(admin.clone())
+    admin_windows
         .create(&post, &rota_window(&b_s_window, b))
         .await?;
     refused(
-        "rewriting B's RotaWindow",
-        windows_as_a.replace(&b_s_window, &post, &theirs).await,
+        "deleting B's RotaWindow",
+        windows_as_a.delete(&b_s_window, &Default::default()).await,
         &policy,
-        &denied(own_windows, &format!("UPDATE of RotaWindow {b_s_window}")),
+        &denied(own_windows, &format!("DELETE of RotaWindow {b_s_window}")),
+    )?;
+    ensure!(
+        admin_windows.get_opt(&b_s_window).await?.is_some(),
+        "B's RotaWindow was deleted"
+    );
+    windows_as_a
+        .delete(&own_window, &Default::default())
+        .await
+        .context("A's agent deleting its RotaWindow")?;
+
+    // Leases: a slot it holds (taken for it by the scheduler: the admin here) given back...
+    let leases_as_a: Api<Lease> = Api::namespaced(agent.clone(), chart.namespace());
+    let admin_leases: Api<Lease> = Api::namespaced(admin.clone(), chart.namespace());
+    let taken = admin_leases
+        .create(&post, &lease("rota-slot-0", Some(a)))
+        .await
+        .context("the scheduler taking a slot for A")?;
+    let free = leases_as_a
+        .replace("rota-slot-0", &post, &held_by(taken, None))
+        .await
+        .context("A's agent giving its slot back")?;
+    // ...but no free slot taken, B's neither given back nor taken over, its own not renewed...
+    let own_lease = "only give back its own Lease";
+    refused(
+        "taking a free slot",
+        leases_as_a
+            .replace("rota-slot-0", &post, &held_by(free.clone(), Some(a)))
+            .await,
+        &policy,
+        &denied(own_lease, &format!("UPDATE of Lease rota-slot-0 for {a}")),
+    )?;
+    let theirs = admin_leases
+        .create(&post, &lease("rota-slot-1", Some(b)))
+        .await?;
+    for (what, holder, whose) in [
+        ("giving B's slot back", None, format!("held by {b}")),
+        ("taking B's slot", Some(a), format!("held by {b} for {a}")),
+    ] {
+        refused(
+            what,
+            leases_as_a
+                .replace("rota-slot-1", &post, &held_by(theirs.clone(), holder))
+                .await,
+            &policy,
+            &denied(own_lease, &format!("UPDATE of Lease rota-slot-1 {whose}")),
+        )?;
+    }
+    let held = admin_leases
+        .replace("rota-slot-0", &post, &held_by(free, Some(a)))
+        .await
+        .context("the scheduler taking the slot for A again")?;
+    refused(
+        "renewing its own slot",
+        leases_as_a
+            .replace("rota-slot-0", &post, &slots::renewed(&held, now_millis()))
+            .await,
+        &policy,
+        &denied(
+            own_lease,
+            &format!("UPDATE of Lease rota-slot-0 held by {a} for {a}"),
+        ),
+    )?;
+    // ...and no Lease created or deleted (the chart's RBAC has neither).
+    refused_by_rbac(
+        "taking a slot by create",
+        leases_as_a
+            .create(&post, &lease("rota-slot-2", Some(a)))
+            .await,
+        "create",
+        "leases",
+    )?;
+    refused_by_rbac(
+        "deleting B's slot",
+        leases_as_a.delete("rota-slot-1", &Default::default()).await,
+        "delete",
+        "leases",
+    )?;
+
+    // Where a broader RBAC than the chart's lets the agents rewrite RotaWindows and create and
+    // delete Leases, the policy still refuses each.
+    let broader = format!("{}-broader-agents", scope.id());
+    broaden(&admin, &broader, &chart).await?;
+    let beyond = beyond_the_charts_rbac(chart.namespace());
+    wait_for("the broader RBAC", PATIENCE, || async {
+        Ok(missing(&agent, &beyond).await?.is_empty().then_some(()))
+    })
+    .await?;
+    let own_window = format!("{a}-2-0");
+    let own = windows_as_a
+        .create(&post, &rota_window(&own_window, a))
+        .await
+        .context("A's agent creating its RotaWindow")?;
+    refused(
+        "rewriting its own RotaWindow",
+        windows_as_a.replace(&own_window, &post, &own).await,
+        &policy,
+        &denied(own_windows, &format!("UPDATE of RotaWindow {own_window}")),
     )?;
     let mut disguised = own;
     disguised.spec.node = b.into();
@@ -272,40 +595,25 @@ async fn an_agent_may_change_only_its_own_nodes_objects_and_each_refusal_names_t
         &policy,
         &denied(own_windows, &format!("UPDATE of RotaWindow {own_window}")),
     )?;
-
-    // Leases: a free slot taken by create, given back, and taken again by compare-and-swap...
-    let leases_as_a: Api<Lease> = Api::namespaced(agent.clone(), chart.namespace());
-    let admin_leases: Api<Lease> = Api::namespaced(admin.clone(), chart.namespace());
-    let taken = leases_as_a
-        .create(&post, &lease("rota-slot-0", Some(a)))
-        .await
-        .context("A's agent taking a slot by create")?;
-    let free = leases_as_a
-        .replace("rota-slot-0", &post, &held_by(taken, None))
-        .await
-        .context("A's agent giving its slot back")?;
-    leases_as_a
-        .replace("rota-slot-0", &post, &held_by(free, Some(a)))
-        .await
-        .context("A's agent taking a free slot")?;
-    // ...but B's slot is neither given back, nor taken over, nor deleted, and no slot is
-    // taken for B.
-    let theirs = admin_leases
-        .create(&post, &lease("rota-slot-1", Some(b)))
-        .await?;
-    let own_lease = "take a free Lease for itself or give back its own";
-    let b_s_slot = denied(
-        own_lease,
-        &format!("UPDATE of Lease rota-slot-1 held by {b}"),
-    );
-    for (what, holder) in [("giving B's slot back", None), ("taking B's slot", Some(a))] {
+    refused(
+        "rewriting B's RotaWindow",
+        windows_as_a
+            .replace(&b_s_window, &post, &admin_windows.get(&b_s_window).await?)
+            .await,
+        &policy,
+        &denied(own_windows, &format!("UPDATE of RotaWindow {b_s_window}")),
+    )?;
+    for holder in [a, b] {
         refused(
-            what,
+            &format!("taking a slot for {holder} by create"),
             leases_as_a
-                .replace("rota-slot-1", &post, &held_by(theirs.clone(), holder))
+                .create(&post, &lease("rota-slot-2", Some(holder)))
                 .await,
             &policy,
-            &b_s_slot,
+            &denied(
+                own_lease,
+                &format!("CREATE of Lease rota-slot-2 for {holder}"),
+            ),
         )?;
     }
     refused(
@@ -317,43 +625,36 @@ async fn an_agent_may_change_only_its_own_nodes_objects_and_each_refusal_names_t
             &format!("DELETE of Lease rota-slot-1 held by {b}"),
         ),
     )?;
-    refused(
-        "taking a slot for B",
-        leases_as_a
-            .create(&post, &lease("rota-slot-2", Some(b)))
-            .await,
-        &policy,
-        &denied(own_lease, &format!("CREATE of Lease rota-slot-2 for {b}")),
-    )?;
+    windows_as_a
+        .delete(&own_window, &Default::default())
+        .await
+        .context("A's agent deleting its RotaWindow")?;
+    narrow(&admin, &broader).await?;
     let still = admin_leases.get("rota-slot-1").await?;
     ensure!(
         still.spec.and_then(|s| s.holder_identity).as_deref() == Some(b),
         "B lost its slot"
     );
+    ensure!(
+        admin_leases.get_opt("rota-slot-2").await?.is_none(),
+        "a slot was taken by create"
+    );
 
-    // rota-config: the agent pauses the fleet and takes a node tag from the counter...
+    // rota-config: the agent pauses the fleet...
     let maps_as_a: Api<ConfigMap> = Api::namespaced(agent.clone(), chart.namespace());
     let settings = maps_as_a
         .create(&post, &config_map("rota-config", &[("paused", "budget")]))
         .await
         .context("A's agent pausing the fleet")?;
-    let settings = maps_as_a
-        .replace(
-            "rota-config",
-            &post,
-            &with_data(settings, "nextNodeTag", "1"),
-        )
-        .await
-        .context("A's agent taking a node tag")?;
-    // ...but sets no concurrency the chart did not give it, lifts no pause, touches no other
-    // ConfigMap.
-    let own_settings = "may only pause the fleet, set the concurrency (agent.concurrency is \
-                        not set) and take a node tag in rota-config, and write no other \
-                        ConfigMap; refused";
+    // ...but sets no concurrency the chart did not give it, lifts no pause, writes no other
+    // key (not even the node-tag counter of earlier versions), touches no other ConfigMap.
+    let own_settings = "may only pause the fleet and set the concurrency (agent.concurrency is \
+                        not set) in rota-config, and write no other ConfigMap; refused";
     for (what, key, value) in [
         ("raising the concurrency", "concurrency", "100"),
         ("lifting the pause", "paused", ""),
         ("starting a new rollout", "resumedAt", "1"),
+        ("taking a node tag", "nextNodeTag", "1"),
     ] {
         refused(
             what,
@@ -424,6 +725,9 @@ async fn an_agent_may_change_only_its_own_nodes_objects_and_each_refusal_names_t
         .await
         .context("an operator giving B's slot back")?;
 
+    admin_windows
+        .delete(&b_s_window, &Default::default())
+        .await?;
     for name in [a, b] {
         admin_rota_nodes.delete(name, &Default::default()).await?;
     }
@@ -538,6 +842,64 @@ impl Drop for AgentHost {
     }
 }
 
+/// rota's scheduler (`rota scheduler`), run as the chart's Deployment runs it but outside a
+/// pod: with a token of the scheduler's own service account, whose writes the node-scoped
+/// policy does not look at.
+struct SchedulerHost {
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl SchedulerHost {
+    async fn start(env: &TestEnv, admin: &Client, chart: &Chart) -> Result<SchedulerHost> {
+        let dir = tempfile::tempdir()?;
+        let kubeconfig = dir.path().join("kubeconfig");
+        env.write_kubeconfig_as(
+            admin,
+            chart.namespace(),
+            &chart.scheduler_account(),
+            &kubeconfig,
+        )
+        .await?;
+        let log = std::fs::File::create(dir.path().join("scheduler.log"))?;
+        let child = Command::new(ROTA)
+            .arg("scheduler")
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--namespace={}", chart.namespace()))
+            .arg("--identity=authority-test")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting rota scheduler")?;
+        Ok(SchedulerHost {
+            dir,
+            child: Some(child),
+        })
+    }
+
+    fn stop(&mut self) -> Result<()> {
+        if let Some(mut child) = self.child.take() {
+            child.kill()?;
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    fn log(&self) -> Result<String> {
+        Ok(std::fs::read_to_string(
+            self.dir.path().join("scheduler.log"),
+        )?)
+    }
+}
+
+impl Drop for SchedulerHost {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
 /// The Node's taint keys and the value of its `rota.dev/maintenance` label.
 async fn marks(scope: &Scope, node: &str) -> Result<(Vec<String>, Option<String>)> {
     let node = scope.nodes().get(node).await?;
@@ -565,8 +927,15 @@ async fn a_real_agent_with_its_pods_token_goes_through_a_whole_window_under_the_
         return Ok(());
     };
     let node = nodes[0].as_str();
-    // The concurrency the agent sets, as the chart's DaemonSet would pass it.
-    let chart = Chart::install(env, &scope, json!({ "agent": { "concurrency": 1 } })).await?;
+    // The concurrency the agent sets, as the chart's DaemonSet would pass it. The scheduler
+    // runs here as a process ([`SchedulerHost`]; kwok runs nothing in a pod), and the chart's
+    // replicas are kept off the node: its drain would evict them, and its health gate wait for
+    // them to be Ready again, which they cannot be while the one node is cordoned.
+    let values = json!({
+        "agent": { "concurrency": 1 },
+        "scheduler": { "nodeSelector": { "rota.dev/test": "no-node" } },
+    });
+    let chart = Chart::install(env, &scope, values).await?;
     let admin = scope.client();
     let pod = chart.agent_pod_on(&admin, node).await?;
     let token = pod_token(&admin, &pod).await?;
@@ -588,20 +957,18 @@ async fn a_real_agent_with_its_pods_token_goes_through_a_whole_window_under_the_
     .await?;
     let name = NodeName::new(node)?;
 
-    // The one slot is still held by a node whose Node is gone, which no agent may free: the
-    // agent waits until the garbage collector frees it (its ownerReference names the Node),
-    // here once a finalizer lets it.
+    // The one slot is still held by a node that is gone (neither its Node nor its RotaNode is
+    // there), which no agent may free: the agent queues and waits, taking no slot, until the
+    // scheduler takes the slot back and grants it.
     let leases: Api<Lease> = Api::namespaced(admin.clone(), chart.namespace());
-    let mut orphan = lease("rota-slot-0", Some("gone"));
-    orphan.metadata.finalizers = Some(vec!["rota.dev/test-hold".into()]);
-    orphan.metadata.owner_references = Some(vec![OwnerReference {
-        api_version: "v1".into(),
-        kind: "Node".into(),
-        name: "gone".into(),
-        uid: "00000000-0000-0000-0000-000000000000".into(),
-        ..OwnerReference::default()
-    }]);
+    let gone = format!("{}-gone", scope.id());
+    let mut orphan = lease(&slots::slot_name(0), Some(&gone));
+    orphan.metadata.labels = Some([(slots::SLOT_LABEL.to_string(), "0".to_string())].into());
     leases.create(&PostParams::default(), &orphan).await?;
+    let holder = || async {
+        let lease = leases.get(&slots::slot_name(0)).await?;
+        anyhow::Ok(slots::holder(&lease).map(String::from))
+    };
 
     let mut host = AgentHost::start(node, kubeconfig.path(), chart.namespace())?;
     std::fs::write(host.path("root/run/reboot-needed"), b"")?;
@@ -609,52 +976,44 @@ async fn a_real_agent_with_its_pods_token_goes_through_a_whole_window_under_the_
         Ok(log) => format!("{what}; the agent's log:\n{log}"),
         Err(e) => format!("{what}; no log: {e}"),
     };
-    let waited = wait_for(
-        "the agent to queue and the collector to free the slot",
-        PATIENCE,
-        || async {
-            let queued = store
-                .node(&name)
-                .await?
-                .is_some_and(|r| r.state == NodeState::Queued);
-            let collected = leases
-                .get("rota-slot-0")
-                .await?
-                .metadata
-                .deletion_timestamp
-                .is_some();
-            Ok((queued && collected).then_some(()))
-        },
-    )
+    let waited = wait_for("the agent to queue", PATIENCE, || async {
+        let queued = store
+            .node(&name)
+            .await?
+            .is_some_and(|r| r.state == NodeState::Queued);
+        Ok(queued.then_some(()))
+    })
     .await;
-    waited.with_context(|| {
-        in_log(
-            &host,
-            "the agent did not queue, or the slot was not collected",
-        )
-    })?;
+    waited.with_context(|| in_log(&host, "the agent did not queue"))?;
     ensure!(
         !unschedulable(&scope, node).await?,
         "cordoned without a slot"
     );
-    leases
-        .patch(
-            "rota-slot-0",
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "metadata": { "finalizers": null } })),
-        )
-        .await?;
+    ensure!(
+        holder().await?.as_deref() == Some(gone.as_str()),
+        "the slot of the node that is gone was freed without a scheduler"
+    );
+    let mut scheduler = SchedulerHost::start(env, &admin, &chart).await?;
+    let in_logs = |host: &AgentHost, what: &str| {
+        let scheduler = match scheduler.log() {
+            Ok(log) => log,
+            Err(e) => format!("no log: {e}"),
+        };
+        in_log(host, &format!("{what}; the scheduler's log:\n{scheduler}"))
+    };
     let waited = wait_for("the reboot command", PATIENCE, || async {
         Ok(host.rebooted().then_some(()))
     })
     .await;
-    waited.with_context(|| in_log(&host, "the agent did not reboot its node"))?;
-    // It took its slot, cordoned with its label and taint, and drained.
+    waited.with_context(|| in_logs(&host, "the agent did not reboot its node"))?;
+    // The scheduler granted it the slot, which it took up; it cordoned with its label and
+    // taint, and drained.
     let record = store.node(&name).await?.context("no RotaNode")?;
     ensure!(
         record.state == NodeState::Rebooting && record.slot == Some(0),
         "{record:?}"
     );
+    ensure!(holder().await?.as_deref() == Some(node), "the slot's Lease");
     ensure!(unschedulable(&scope, node).await?, "not cordoned");
     let (taints, label) = marks(&scope, node).await?;
     ensure!(
@@ -684,8 +1043,9 @@ async fn a_real_agent_with_its_pods_token_goes_through_a_whole_window_under_the_
         Ok((idle && untainted && store.slot_holders().await?.is_empty()).then_some(()))
     })
     .await;
-    waited.with_context(|| in_log(&host, "the window did not end"))?;
+    waited.with_context(|| in_logs(&host, "the window did not end"))?;
     host.stop()?;
+    scheduler.stop()?;
     let finished = count(
         &history(&store, node).await?,
         &Process::Reboot,
@@ -711,12 +1071,13 @@ async fn a_real_agent_with_its_pods_token_goes_through_a_whole_window_under_the_
             ],
         "back in service with the annotations {annotations:?}"
     );
-    // Not one of its requests was refused on the way.
-    let log = host.log()?;
-    ensure!(
-        !log.contains(&chart.policy()) && !log.contains("forbidden"),
-        "the agent met a refusal: {log}"
-    );
+    // Not one of their requests was refused on the way.
+    for (who, log) in [("agent", host.log()?), ("scheduler", scheduler.log()?)] {
+        ensure!(
+            !log.contains(&chart.policy()) && !log.contains("forbidden"),
+            "the {who} met a refusal: {log}"
+        );
+    }
 
     Api::<RotaNode>::all(admin)
         .delete(node, &Default::default())

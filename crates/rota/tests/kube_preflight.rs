@@ -212,10 +212,10 @@ async fn an_agent_without_its_rbac_permissions_stops_at_once_and_names_them() ->
         "lacks",
         "`get`, `list`, `watch`, `patch` on `nodes`;",
         "`create` on `pods/eviction`;",
-        "`get`, `list`, `watch`, `create`, `update`, `patch` on `rotanodes.rota.dev`;",
+        "`get`, `list`, `watch`, `create`, `update` on `rotanodes.rota.dev`;",
+        "`get`, `list`, `create`, `delete` on `rotawindows.rota.dev`;",
         &format!(
-            "`get`, `list`, `watch`, `create`, `update`, `delete` on \
-             `leases.coordination.k8s.io` in namespace {};",
+            "`get`, `update` on `leases.coordination.k8s.io` in namespace {};",
             scope.namespace()
         ),
     ] {

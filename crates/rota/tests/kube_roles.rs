@@ -3,7 +3,9 @@
 //! server of `testenv/`: the real `rota` binary run as a viewer shows the fleet and its history
 //! but may not ask for maintenance or pause the fleet (403); run as an operator it may, and is
 //! refused nothing on the way. Each of the operator's commands lands in the audit trail in the
-//! operator's own name, which nobody can forge (the chart's audit-trail policy).
+//! operator's own name, which nobody can forge (the chart's audit-trail policy). And the chart's
+//! other accounts as the API server's authorizer sees them: rota's scheduler may do all it
+//! needs, and the agents take no slot.
 
 use std::path::Path;
 use std::process::Output;
@@ -14,7 +16,7 @@ use kube::Api;
 use rota_core::{NodeName, Process};
 use rota_e2e::testenv::wait_for;
 use rota_store::{Store, StoreExt};
-use rota_store_kube::permissions::{Permission, missing};
+use rota_store_kube::permissions::{Permission, agent_permissions, missing, scheduler_permissions};
 use rota_store_kube::{KubeStore, KubeStoreConfig, RotaAuditRecord, RotaAuditRecordSpec, RotaNode};
 use serde_json::json;
 
@@ -72,15 +74,39 @@ async fn forbidden(
     Ok(())
 }
 
-/// One verb on a resource of rota's group, cluster-wide.
+/// One verb on RotaNodes, cluster-wide.
 fn on_rota_nodes(verb: &'static str) -> Permission {
+    on_rota("rotanodes", verb)
+}
+
+/// One verb on a resource of rota's group, cluster-wide.
+fn on_rota(resource: &'static str, verb: &'static str) -> Permission {
     Permission {
         verb,
         group: "rota.dev",
-        resource: "rotanodes",
+        resource,
         subresource: None,
         namespace: None,
     }
+}
+
+/// One verb on the Leases of `namespace`.
+fn on_leases(namespace: &str, verb: &'static str) -> Permission {
+    Permission {
+        verb,
+        group: "coordination.k8s.io",
+        resource: "leases",
+        subresource: None,
+        namespace: Some(namespace.into()),
+    }
+}
+
+/// Waits until `client` may do all of `wanted` (RBAC takes a moment to see new bindings).
+async fn wait_allowed(who: &str, client: &kube::Client, wanted: &[Permission]) -> Result<()> {
+    wait_for(&format!("the {who}'s rights"), PATIENCE, || async {
+        Ok(missing(client, wanted).await?.is_empty().then_some(()))
+    })
+    .await
 }
 
 #[tokio::test]
@@ -132,6 +158,41 @@ async fn a_viewer_sees_the_fleet_and_an_operator_may_also_ask_for_maintenance() 
         clients.push(client);
     }
     let (viewer, operator) = (&kubeconfigs[0], &kubeconfigs[1]);
+
+    // The operator's RotaWindows: an ended window is moved into a new one and the oldest are
+    // deleted (request, cancel, retry, unlock), but a window is never rewritten.
+    let windows = ["get", "list", "create", "delete"].map(|v| on_rota("rotawindows", v));
+    wait_allowed("operator", &clients[1], &windows).await?;
+    let rewrites = ["update", "patch"].map(|v| on_rota("rotawindows", v));
+    ensure!(
+        missing(&clients[1], &rewrites).await? == rewrites,
+        "the operator may rewrite a RotaWindow"
+    );
+    // rota's scheduler, under its own service account, may do all it does...
+    let scheduler = env
+        .client_as(&scope.client(), namespace, &chart.scheduler_account())
+        .await?;
+    wait_allowed("scheduler", &scheduler, &scheduler_permissions(namespace)).await?;
+    // ...and the agents all they do, but take no slot: they neither create nor delete a Lease
+    // (the scheduler takes the slots; an agent gives its own back).
+    let agent = env
+        .client_as(&scope.client(), namespace, "rota-agent")
+        .await?;
+    wait_allowed("agent", &agent, &agent_permissions(namespace, true)).await?;
+    let slots_taken = ["create", "delete"].map(|v| on_leases(namespace, v));
+    ensure!(
+        missing(&agent, &slots_taken).await? == slots_taken,
+        "the agent may create or delete a Lease"
+    );
+    // Nor does an agent write a Procedure's status: the scheduler alone does.
+    let procedure_status = ["get", "patch", "update"].map(|verb| Permission {
+        subresource: Some("status"),
+        ..on_rota("procedures", verb)
+    });
+    ensure!(
+        missing(&agent, &procedure_status).await? == procedure_status,
+        "the agent may write a Procedure's status"
+    );
 
     // The viewer sees the fleet and its history...
     let status = allowed(viewer, namespace, &["status"]).await?;

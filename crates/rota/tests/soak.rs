@@ -9,7 +9,7 @@
 //! from the store, that every node ended idle, uncordoned and released with one `finished`.
 //!
 //! A short run is part of the test suite; `scripts/soak` runs many and prints
-//! `runs, kills, store crashes, violations` with each violation's seed. The Kubernetes half
+//! `runs, kills, store crashes, scheduler kills, violations` with each violation's seed. The Kubernetes half
 //! is `soak_kube.rs`; what both share is `soak_common`.
 
 mod common;

@@ -2,8 +2,9 @@
 //! real `rota agent` processes (`--store kube --node-actions kube`, `rota_e2e::fleet`) on kwok
 //! nodes, each asked for one reboot, while a seeded schedule SIGKILLs agents at random moments
 //! and at aimed ones (restarted with `ROTA_CRASH_AT`, see `crates/rota/tests/crash_points.rs`),
-//! and SIGKILLs the kube-apiserver or etcd and starts it again on the same ports and data
-//! (`testenv/restart`). The control plane is the soak's own (`testenv/up`, stopped at the end
+//! SIGKILLs either of the fleet's two `rota scheduler` processes (the leader or its standby,
+//! back a few seconds later), and SIGKILLs the kube-apiserver or etcd and starts it again on
+//! the same ports and data (`testenv/restart`). The control plane is the soak's own (`testenv/up`, stopped at the end
 //! also on failure): the shared one serves other tests, which a crashed API server would break.
 //! Each run has its own namespace and nodes.
 //!
@@ -18,7 +19,7 @@
 //! Lease free, one `finished` in its history and one reboot of its machine.
 //!
 //! A short run is part of the test suite; `scripts/soak --store kube` runs many and prints
-//! `runs, kills, store crashes, violations` with each violation's seed.
+//! `runs, kills, store crashes, scheduler kills, violations` with each violation's seed.
 
 mod kube_common;
 mod soak_common;
@@ -37,7 +38,7 @@ use kube::api::Api;
 use kube::runtime::watcher;
 use rota_core::{HistoryEvent, Process};
 use rota_e2e::control_plane::{Component, OwnControlPlane};
-use rota_e2e::fleet::{Fleet, FleetOptions};
+use rota_e2e::fleet::{Fleet, FleetOptions, SCHEDULERS, TAKE_UP};
 use rota_e2e::testenv::{self, SCOPE_LABEL, Scope};
 use rota_store::{HistoryFilter, StoreExt};
 use rota_store_kube::KubeStore;
@@ -344,6 +345,8 @@ async fn soak_run(plane: &Arc<OwnControlPlane>, kubectl: &Path, seed: u64) -> Ou
     // Every run meets a crash of the control plane: the first fault is one.
     let mut crash_next = true;
     let mut restart: Option<Restart> = None;
+    // A scheduler SIGKILLed, and when it comes back (as its Deployment restarts it).
+    let mut scheduler_down: Option<(&str, Instant)> = None;
     let mut records = Vec::new();
     while began.elapsed() < RUN_LIMIT {
         for node in &nodes {
@@ -360,6 +363,12 @@ async fn soak_run(plane: &Arc<OwnControlPlane>, kubectl: &Path, seed: u64) -> Ou
                     .push(format!("the agent of {node} exited by itself: {status}"));
             }
             fleet.start(node).expect("restart the agent");
+        }
+        if let Some((name, back)) = scheduler_down
+            && Instant::now() >= back
+        {
+            fleet.start_scheduler(name).expect("restart the scheduler");
+            scheduler_down = None;
         }
         if restart.as_ref().is_some_and(JoinHandle::is_finished)
             && let Some(done) = restart.take()
@@ -390,6 +399,14 @@ async fn soak_run(plane: &Arc<OwnControlPlane>, kubectl: &Path, seed: u64) -> Ou
                     plane.restart(component)
                 }));
                 outcome.store_crashes += 1;
+            } else if scheduler_down.is_none() && rng.u32(0..4) == 0 {
+                // Either of the two, the leader or its standby; back within a few seconds,
+                // or (if it led) after the other took over.
+                let name = SCHEDULERS[rng.usize(0..SCHEDULERS.len())];
+                fleet.kill_scheduler(name).expect("kill a scheduler");
+                let back = Instant::now() + Duration::from_millis(rng.u64(0..8000));
+                scheduler_down = Some((name, back));
+                outcome.scheduler_kills += 1;
             } else {
                 let node = &nodes[rng.usize(0..NODES)];
                 let point = (rng.u32(0..3) == 0).then(|| POINTS[rng.usize(0..POINTS.len())]);
@@ -408,6 +425,9 @@ async fn soak_run(plane: &Arc<OwnControlPlane>, kubectl: &Path, seed: u64) -> Ou
     }
     if let Some(restart) = restart.take() {
         finish_restart(restart, &mut outcome.violations).await;
+    }
+    if let Some((name, _)) = scheduler_down {
+        fleet.start_scheduler(name).expect("restart the scheduler");
     }
     let violations = &mut outcome.violations;
     if !all_done(&records) {
@@ -489,7 +509,14 @@ async fn check_the_end(
             violations.push(format!("the agent of {node} still runs"));
         }
     }
-    let holders = store.slot_holders().await.expect("the slot Leases");
+    // An agent killed between writing idle and giving its Lease back leaves the Lease to the
+    // scheduler, which takes it back a few seconds later (`grants::RELEASE_GRACE`).
+    let deadline = Instant::now() + TAKE_UP + Duration::from_secs(20);
+    let mut holders = store.slot_holders().await.expect("the slot Leases");
+    while !holders.is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        holders = store.slot_holders().await.expect("the slot Leases");
+    }
     if !holders.is_empty() {
         violations.push(format!("slot Leases still held: {holders:?}"));
     }

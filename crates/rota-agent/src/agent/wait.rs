@@ -13,7 +13,11 @@ use crate::error::{Error, Result};
 impl Agent {
     /// Reports a store that cannot be reached for now; the caller tries again after `pause`.
     pub(super) fn unavailable(&self, e: &rota_store::Error, pause: Duration) {
-        self.tell(|o| o.store_access(false));
+        let cause = e.to_string();
+        self.tell(|o| {
+            o.store_access(false);
+            o.store_unavailable(&cause);
+        });
         warn!(node = %self.config.node, error = %e, pause = ?pause, "the store is unavailable; retrying");
     }
 

@@ -27,6 +27,7 @@ pub fn decisions(nodes: &[RotaNode], leases: &[Lease]) -> Vec<Op> {
                 at: NOW,
             }),
             taken_up: read.status == Status::Window,
+            since: NOW,
         })
         .collect();
     let leases: Vec<LeaseView> = (0u32..)
@@ -34,6 +35,7 @@ pub fn decisions(nodes: &[RotaNode], leases: &[Lease]) -> Vec<Op> {
         .map(|(slot, lease)| LeaseView {
             slot,
             holder: lease.holder.map(name),
+            acquired_at: NOW,
         })
         .collect();
     let concurrency = u32::try_from(leases.len()).expect("K fits");

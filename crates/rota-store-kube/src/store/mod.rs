@@ -3,87 +3,56 @@
 //! constructor; the rest lives by concern:
 //!
 //! - `trait_impl`: the `Store` impl, each method short or handed to one of the files below;
+//! - `own`: the RotaNodes of this handle's agents: reads, the watch, compare-and-swap edits;
 //! - `sessions`: opening a session (and the node's RotaNode), heartbeats, closing;
-//! - `acquire`: a look at the queue and the take of a slot (`try_acquire_slot`);
-//! - `queue`: queue maths, pure: who is ahead, how many changes to wait, which slot to take;
-//! - `writes`: `Store::write`, by writer: the agent's requests, block and completions;
-//! - `transitions`: a transition of a node's agent, the slot it gives back, and the fence;
-//! - `operator`: an operator's unlock, retry, request and cancel;
-//! - `reads`: a node's record, the fleet's, every request, the settings;
+//! - `turns`: taking a grant up, and the fence on the Lease it names;
+//! - `writes`: `Store::write`, as rota-core decides it, and the ended window's `RotaWindow`;
+//! - `reads`: a node's record, the fleet's, the history, the settings;
 //! - `audit`: the audit record of each operator command (`RotaAuditRecord` objects), and the
 //!   actor;
-//! - `cas`: compare-and-swap writes of RotaNodes, and the fenced edit behind the agent's;
-//! - `history`: the history's ring of RotaWindows: written before a RotaNode, read back;
-//! - `caches`: what this process remembers of each node between requests;
-//! - `slot_leases`: the slot Leases: list, take, renew, give back, free orphans;
-//! - `tags`: node tags, claimed with Leases of their own;
-//! - `settings`: the ConfigMap `rota-config`: its keys, reads, writes and agent wakes;
+//! - `settings`: the ConfigMap `rota-config`: its keys, reads and writes;
 //! - `events`: the Kubernetes Events on the Node.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::AtomicBool;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::{Api, Client};
-use rota_core::{NodeName, NodeState};
-use rota_store::{Error, NodeRecord, Result, Session};
-use tokio::task::AbortHandle;
+use rota_core::NodeName;
+use rota_store::{Error, Result, Session};
 use tracing::warn;
 
 use crate::audit_record::RotaAuditRecord;
 use crate::changes::Changes;
-use crate::config_view::{ConfigView, watch_config_maps};
 use crate::crd::RotaNode;
 use crate::error::Context;
 use crate::preflight;
-use crate::procedure_ledger::Ledger;
-use crate::procedure_status::{self, StatusReporter};
-use crate::procedure_view::ProcedureView;
 use crate::procedures::Procedures;
-use crate::slots;
-use crate::status;
+use crate::watches::{ConfigWatch, ProcedureWatch};
+use crate::window::{KEPT_WINDOWS, RotaWindow};
 
-mod acquire;
 mod audit;
-mod caches;
-mod cas;
 mod events;
-mod history;
-mod ledger;
-mod operator;
-mod queue;
-mod queue_view;
+mod own;
 mod reads;
 mod sessions;
 mod settings;
-mod slot_leases;
-mod tags;
 mod trait_impl;
-mod transitions;
-mod waiting;
-mod watches;
+mod turns;
 mod writes;
 
-use caches::{CachedWait, Known, LocalSession};
-pub(crate) use cas::jitter;
-pub(crate) use queue::Waiter;
-pub use settings::CONFIG_MAP;
+pub(crate) use own::jitter;
 pub(crate) use settings::{CONCURRENCY_KEY, PAUSED_KEY, RESUMED_KEY, WAKE_KEY};
-use slot_leases::held_by;
-use watches::Watches;
+pub use settings::{CONFIG_MAP, settings_of};
 
 const ROTA_NODES: &str = "rotanodes.rota.dev";
-const LEASES: &str = "leases.coordination.k8s.io";
 const CONFIG_MAPS: &str = "configmaps";
 /// Label on every RotaNode: the namespace of the installation (its slots) it belongs to.
 pub const NAMESPACE_LABEL: &str = "rota.dev/namespace";
-/// Label on every RotaNode: its state, so that the queue is one filtered list.
-pub const STATE_LABEL: &str = "rota.dev/state";
 /// Where the store keeps its objects.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KubeStoreConfig {
@@ -95,6 +64,8 @@ pub struct KubeStoreConfig {
     pub name_prefix: String,
     /// `reportingController` of the Events the store emits.
     pub event_reporter: String,
+    /// How many ended windows each node keeps as `RotaWindow`s.
+    pub kept_windows: usize,
 }
 
 impl Default for KubeStoreConfig {
@@ -103,6 +74,7 @@ impl Default for KubeStoreConfig {
             namespace: "rota-system".into(),
             name_prefix: String::new(),
             event_reporter: "rota".into(),
+            kept_windows: KEPT_WINDOWS,
         }
     }
 }
@@ -119,70 +91,37 @@ struct Inner {
     rota_nodes: Api<RotaNode>,
     /// The same objects undecoded: a list reads each one on its own (see `list_rota_nodes`).
     rota_node_objects: Api<DynamicObject>,
+    rota_windows: Api<RotaWindow>,
     leases: Api<Lease>,
     config_maps: Api<ConfigMap>,
-    nodes: Api<Node>,
     /// The operators' audit trail, in rota's namespace.
     audit_records: Api<RotaAuditRecord>,
     /// Who this handle's credentials are.
     reviews: Api<SelfSubjectReview>,
     recorder: Recorder,
     changes: Arc<Changes>,
-    /// What this process knows of the sessions it opened, by node.
-    sessions: Mutex<HashMap<String, LocalSession>>,
-    /// The RotaNode of each node as this process last read or wrote it: the first attempt of
-    /// a write tries it without reading again (see `edit`), and an agent's reads of its own
-    /// node are answered from it for a moment (see `own_object`).
-    objects: Mutex<HashMap<String, Known>>,
-    /// The newest revision of any RotaNode this handle wrote, read or was shown (by `cache`,
-    /// and by the watch of every RotaNode): a list from the API server's cache asks for at
-    /// least it (see `acquire`).
-    newest: Mutex<Option<u64>>,
-    /// Each node's procedure ledger as this process last read or wrote it, by RotaNode name
-    /// (see `ledger`).
-    ledgers: Mutex<HashMap<String, Ledger>>,
-    /// The slot Lease each node holds as this process last read or wrote it: calls that only
-    /// need to know which slot the node holds, and the fence's compare-and-swap, start from it
-    /// without listing the Leases again (see `lease_of`).
-    held: Mutex<HashMap<String, Lease>>,
-    /// The last `Wait` answered to each node's session, by node.
-    waits: Mutex<HashMap<String, CachedWait>>,
-    /// The ConfigMaps of rota's namespace as their watch and this process's reads and writes
-    /// left them.
-    settings: Arc<ConfigView>,
-    config_watch: AbortHandle,
+    /// The session deadline each node's agent renewed in memory, by node: written with the
+    /// node's next write (see `sessions`).
+    deadlines: Mutex<HashMap<String, (i64, rota_store::Millis)>>,
+    /// When this handle last read the leader Lease, and what it found (see `turns`).
+    scheduler_seen: Mutex<Option<(std::time::Instant, Option<String>)>>,
+    /// The RotaNodes of this handle's agents as last written, read or watched (see `own`).
+    own: Arc<own::Own>,
+    /// The ConfigMaps of rota's namespace as their watch and this handle's writes left them.
+    settings: Arc<ConfigWatch>,
     procedures: Procedures,
-    /// The watches started as this handle's agents need them (see `watches`).
-    watches: Mutex<Watches>,
-    /// Whether an answer to this handle's write of a RotaNode kept its `schema`, so the CRD
-    /// keeps every field this rota writes (see `cas::schema_kept`).
-    schema_kept: AtomicBool,
-    /// Whether the own RotaNodes' watch has listed them and not failed since.
-    own_synced: AtomicBool,
-    /// The writes of RotaNodes under way, by node, each with the newest event of the own
-    /// watch held back until they end (see `watches`).
-    writing: Mutex<HashMap<String, (usize, Option<RotaNode>)>>,
-    /// Writes the Procedures' status after this process's RotaNode writes (see
-    /// `procedure_status`).
-    reporter: StatusReporter,
-    status_writer: AbortHandle,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.watches
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .abort();
-        self.config_watch.abort();
-        self.status_writer.abort();
+        self.own.abort();
     }
 }
 
 impl KubeStore {
     /// A store on `client`'s cluster. Checks what the store needs of the cluster (see
     /// [`preflight`]), and starts the watch on the ConfigMaps; an agent's session starts the
-    /// others (see `watches`).
+    /// watch of its RotaNode (see `own`).
     pub async fn connect(client: Client, config: KubeStoreConfig) -> Result<KubeStore> {
         preflight::check(&client, &config.namespace).await?;
         Ok(KubeStore::open(client, config))
@@ -197,10 +136,11 @@ impl KubeStore {
         let leases: Api<Lease> = Api::namespaced(client.clone(), &config.namespace);
         let changes = Changes::new();
         let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &config.namespace);
-        let config_view = ConfigView::new(changes.clone());
-        let config_watch =
-            tokio::spawn(watch_config_maps(config_maps.clone(), config_view.clone()))
-                .abort_handle();
+        let config_watch = Arc::new(ConfigWatch::start(
+            config_maps.clone(),
+            &config.namespace,
+            changes.clone(),
+        ));
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -211,49 +151,31 @@ impl KubeStore {
         let procedures = Procedures {
             api: Api::all(client.clone()),
             config_maps: config_maps.clone(),
-            config_view: config_view.clone(),
+            config_watch: config_watch.clone(),
             namespace: config.namespace.clone(),
             prefix: config.name_prefix.clone(),
             submitted: Arc::default(),
-            view: Arc::new(ProcedureView::new(
+            watch: Arc::new(ProcedureWatch::new(
                 config.name_prefix.clone(),
                 changes.clone(),
             )),
         };
-        let (reporter, queue) = StatusReporter::new();
-        let status_writer = tokio::spawn(procedure_status::write_statuses(
-            procedures.api.clone(),
-            Api::all(client.clone()),
-            config.name_prefix.clone(),
-            queue,
-        ))
-        .abort_handle();
         KubeStore {
             inner: Arc::new(Inner {
+                own: Arc::new(own::Own::new(rota_nodes.clone(), changes.clone())),
                 rota_nodes,
                 rota_node_objects,
+                rota_windows: Api::all(client.clone()),
                 leases,
                 config_maps,
                 audit_records: Api::namespaced(client.clone(), &config.namespace),
-                reviews: Api::all(client.clone()),
-                nodes: Api::all(client),
+                reviews: Api::all(client),
                 procedures,
-                reporter,
-                status_writer,
                 recorder,
                 changes,
-                sessions: Mutex::new(HashMap::new()),
-                objects: Mutex::new(HashMap::new()),
-                newest: Mutex::new(None),
-                held: Mutex::new(HashMap::new()),
-                ledgers: Mutex::new(HashMap::new()),
-                waits: Mutex::new(HashMap::new()),
-                settings: config_view,
-                watches: Mutex::default(),
-                own_synced: AtomicBool::new(false),
-                schema_kept: AtomicBool::new(false),
-                writing: Mutex::default(),
-                config_watch,
+                deadlines: Mutex::new(HashMap::new()),
+                scheduler_seen: Mutex::new(None),
+                settings: config_watch,
                 config,
             }),
         }
@@ -298,18 +220,11 @@ impl KubeStore {
         Ok(list.items.into_iter().filter_map(read_rota_node).collect())
     }
 
-    fn labels(&self, state: NodeState) -> BTreeMap<String, String> {
-        BTreeMap::from([
-            (NAMESPACE_LABEL.into(), self.inner.config.namespace.clone()),
-            (STATE_LABEL.into(), state.as_str().into()),
-        ])
-    }
-
-    fn record_of(&self, object: &RotaNode, leases: &[Lease]) -> Result<NodeRecord> {
-        let node = node_name(object)?;
-        let slot = held_by(leases, &node).and_then(slots::slot_of);
-        let status = object.status.clone().unwrap_or_default();
-        Ok(status::node_record(&node, &status, slot))
+    fn labels(&self) -> std::collections::BTreeMap<String, String> {
+        std::collections::BTreeMap::from([(
+            NAMESPACE_LABEL.into(),
+            self.inner.config.namespace.clone(),
+        )])
     }
 }
 

@@ -8,15 +8,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
 use rota_core::NodeName;
 use rota_kube_client::is_conflict;
-use rota_store::{Error, Pause, Result, Setting, now_millis};
+use rota_store::{Error, Pause, Result, Setting, Settings, now_millis};
 use tracing::warn;
 
-use super::cas::jitter;
+use super::jitter;
 use super::{CONFIG_MAPS, KubeStore};
-use crate::config_view;
 use crate::error::{Context, KubeError};
+use crate::watches;
 
-/// The ConfigMap holding the concurrency and the node tag counter.
+/// The ConfigMap holding the concurrency, the pause, the rollout's start and the operators' wakes.
 pub const CONFIG_MAP: &str = "rota-config";
 
 /// The rota-config key that holds the fleet's pause (empty: none).
@@ -43,28 +43,24 @@ impl KubeStore {
     /// come from here: a change reaches them when its event arrives, milliseconds after the
     /// write, as a read would have found it a moment later.
     pub(super) async fn config_map(&self) -> Result<Option<ConfigMap>> {
-        match self.inner.settings.current(CONFIG_MAP) {
+        match self.inner.settings.config_map() {
             Some(map) => Ok(map),
             None => self.read_config_map().await,
         }
     }
 
     async fn read_config_map(&self) -> Result<Option<ConfigMap>> {
-        let map = self.inner.config_maps.get_opt(CONFIG_MAP).await.context(
+        self.inner.config_maps.get_opt(CONFIG_MAP).await.context(
             "get",
             CONFIG_MAPS,
             self.lease_path(CONFIG_MAP),
-        )?;
-        if let Some(map) = &map {
-            self.inner.settings.observe(map);
-        }
-        Ok(map)
+        )
     }
 
     /// Changes one key of `rota-config` with a compare-and-swap; `change` gets the current
-    /// value and returns the new one and what to return. Every new node takes a tag here, and
-    /// a DaemonSet rollout starts them all at once: a lost race waits a random while (growing
-    /// with the attempts) so that they spread out instead of colliding again.
+    /// value and returns the new one and what to return. A lost race (agents pausing the fleet
+    /// together) waits a random while, growing with the attempts, so that the writers spread out
+    /// instead of colliding again.
     pub(super) async fn update_config<T>(
         &self,
         key: &str,
@@ -116,7 +112,7 @@ impl KubeStore {
                 // What this handle wrote is what its next look must see, and a new setting
                 // wakes this process's waiters at once, before the watch echoes it.
                 Ok(map) => {
-                    self.inner.settings.observe(&map);
+                    self.inner.settings.written(&map);
                     return Ok(result);
                 }
                 Err(e) if is_conflict(&e) => {}
@@ -136,7 +132,7 @@ impl KubeStore {
     /// would see it at its next `--procedure-poll`. Best effort: the change is already
     /// written, and the poll still finds it.
     pub(super) async fn wake_agents(&self, node: Option<&NodeName>) {
-        let value = config_view::wake_value(now_millis(), node.map(NodeName::as_str));
+        let value = watches::wake_value(now_millis(), node.map(NodeName::as_str));
         if let Err(e) = self
             .update_config(WAKE_KEY, |_| Ok((value.clone(), ())))
             .await
@@ -146,7 +142,7 @@ impl KubeStore {
     }
 
     /// `Store::set`: keys of `rota-config` written. Every agent's ConfigMap watch delivers the
-    /// change, which wakes its waiters (see `config_view`). Returns the pause set or lifted.
+    /// change, which wakes its waiters (see `watches`). Returns the pause set or lifted.
     pub(super) async fn change_setting(&self, setting: Setting) -> Result<Option<Pause>> {
         match setting {
             Setting::Concurrency(concurrency) => {
@@ -185,15 +181,24 @@ impl KubeStore {
             }
         }
     }
-
-    /// The concurrency for a look at the queue (see `config_map`).
-    pub(super) async fn read_concurrency(&self) -> Result<u32> {
-        let map = self.config_map().await?;
-        Ok(concurrency_of(map.as_ref())?.unwrap_or(1))
-    }
 }
 
-pub(super) fn concurrency_of(map: Option<&ConfigMap>) -> Result<Option<u32>> {
+/// The fleet's settings as `rota-config` holds them (`None`: there is none). A value that does
+/// not read is refused, naming the key and the value.
+pub fn settings_of(map: Option<&ConfigMap>) -> Result<Settings> {
+    let value = |key: &str| {
+        map.and_then(|c| c.data.as_ref())
+            .and_then(|d| d.get(key))
+            .map(String::as_str)
+    };
+    Ok(Settings {
+        concurrency: concurrency_of(map)?,
+        pause: rota_store::decode_setting(PAUSED_COLUMN, value(PAUSED_KEY), Pause::decode)?,
+        resumed_at: rota_store::decode_setting(RESUMED_COLUMN, value(RESUMED_KEY), str::parse)?,
+    })
+}
+
+fn concurrency_of(map: Option<&ConfigMap>) -> Result<Option<u32>> {
     let value = map
         .and_then(|c| c.data.as_ref())
         .and_then(|d| d.get(CONCURRENCY_KEY))

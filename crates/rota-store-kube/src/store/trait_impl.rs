@@ -28,15 +28,15 @@ impl Store for KubeStore {
     }
 
     async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire> {
-        self.acquire_slot(session).await
+        self.take_turn(session).await
     }
 
     async fn fence(&self, session: &Session, ttl: Duration) -> Result<u32> {
-        self.fence_session(session, ttl).await
+        self.prove_turn(session, ttl).await
     }
 
     async fn write(&self, writer: Writer<'_>, write: Write) -> Result<Written> {
-        self.write_node(writer, write).await
+        self.apply_write(writer, write).await
     }
 
     fn changes(&self) -> watch::Receiver<u64> {
@@ -70,24 +70,17 @@ impl Store for KubeStore {
     async fn procedures(&self) -> Result<Vec<ProcedureRecord>> {
         // An agent's handle reads them from the API server's cache; an operator's command
         // reads them as they are now.
-        let agent = self.has_local_sessions();
-        if agent {
-            self.inner
-                .procedures
-                .at_least(self.inner.settings.everyone_woken_at());
-        }
-        self.inner.procedures.list(agent).await
+        self.inner.procedures.list(self.has_local_sessions()).await
     }
 
     async fn read_history(&self, filter: &HistoryFilter, part: Part) -> Result<History> {
-        let mut history = History::default();
-        match part {
-            Part::Entries => history.entries = self.read_entries(filter).await?,
-            Part::Steps => history.steps = self.read_steps(filter).await?,
-            Part::Audit => history.audit = self.read_audit(filter).await?,
-            Part::Requests => history.requests = self.read_requests(filter).await?,
+        if part == Part::Audit {
+            return Ok(History {
+                audit: self.read_audit(filter).await?,
+                ..History::default()
+            });
         }
-        Ok(history)
+        self.read_past(filter, part).await
     }
 
     async fn record_audit(&self, record: &NewAuditRecord) -> Result<AuditRecord> {

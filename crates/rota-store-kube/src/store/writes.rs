@@ -1,229 +1,267 @@
-//! `Store::write`: each (writer, write) pair handed to the code that does it on Kubernetes: the
-//! agent's fenced edits of its RotaNode (here, and its transitions in `transitions`) and the
-//! operator's commands (`operator`).
+//! `Store::write`: a compare-and-swap of the node's RotaNode with what rota-core decides on it.
+//! An ended window is created as its `RotaWindow` first, named in the RotaNode's write; the
+//! windows no longer kept are deleted, and the Lease of a window that ended given back, after
+//! it.
 
-use rota_core::{NodeName, NodeState, Process, Write};
-use rota_store::{Blocked, Error, NodeRecord, Outcome, Result, Session, Writer, Written};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{DeleteParams, PostParams};
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+use rota_core::{Applied, NodeName, Write};
+use rota_kube_client::{is_conflict, is_not_found};
+use rota_store::{Error, RequestRecord, Result, Writer, Written, now_millis};
+use tracing::warn;
 
-use super::KubeStore;
-use super::cas::Edit;
-use super::events::outcome_event;
-use crate::crd::{BlockedStatus, RotaNode, RotaNodeStatus, Timestamp};
-use crate::history_ring::bounded;
-use crate::status;
+use super::events::{outcome_event, transition_event};
+use super::{KubeStore, fenced, jitter};
+use crate::crd::{RotaNode, RotaNodeStatus};
+use crate::error::Context;
+use crate::record::{self, Persisted};
+use crate::window::{RotaWindow, RotaWindowSpec};
+
+const ROTA_WINDOWS: &str = "rotawindows.rota.dev";
+/// How often one write may lose its compare-and-swap before the store gives up.
+const ATTEMPTS: u32 = 16;
 
 impl KubeStore {
-    /// `Store::write`.
-    pub(super) async fn write_node(&self, writer: Writer<'_>, write: Write) -> Result<Written> {
-        match writer {
-            Writer::Agent(session) => self.agent_write(session, write).await,
-            Writer::Fenced(session, ttl) => match write {
-                Write::Transition(transition) => {
-                    let record = self.fenced_transition(session, transition, ttl).await?;
-                    Ok(written(record))
-                }
-                write => {
-                    self.fence_session(session, ttl).await?;
-                    self.agent_write(session, write).await
-                }
-            },
-            Writer::Operator(node) => self.operator_write(node, write).await,
+    /// `Store::write`. A [`Writer::Fenced`] write also reads the Lease of the node's slot at the
+    /// same time, and is refused (though written) unless it names the node.
+    pub(super) async fn apply_write(&self, writer: Writer<'_>, write: Write) -> Result<Written> {
+        let node = writer.node();
+        let Writer::Fenced(session, ttl) = writer else {
+            return self.persist(writer, &write).await;
+        };
+        let ttl = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        self.remember_deadline(node, session.id, now_millis().saturating_add(ttl));
+        let known = self.rota_node(node, false).await?;
+        let Some(slot) = known.and_then(|o| o.status?.slot) else {
+            return Err(fenced(session));
+        };
+        let (written, named) =
+            tokio::try_join!(self.persist(writer, &write), self.lease_names(slot, node))?;
+        if !named {
+            return Err(fenced(session));
         }
+        Ok(written)
     }
 
-    async fn agent_write(&self, session: &Session, write: Write) -> Result<Written> {
-        match write {
-            Write::Transition(transition) => {
-                Ok(written(self.apply(session, transition, None).await?))
-            }
-            Write::AddRequest { process, source } => {
-                self.agent_request(session, &process, &source).await
-            }
-            Write::CancelRequest { process } => self.agent_cancel(session, &process).await,
-            Write::CompleteRequest { process, outcome } => {
-                self.complete(session, &process, &outcome).await
-            }
-            Write::SetBlocked(blocked) => self.set_blocked(session, blocked.as_ref()).await,
-            Write::Unlock { .. } => Err(self.refused(&session.node, "unlock", OPERATORS).await),
-            Write::Retry => Err(self.refused(&session.node, "retry", OPERATORS).await),
-        }
-    }
-
-    async fn operator_write(&self, node: &NodeName, write: Write) -> Result<Written> {
-        match write {
-            Write::AddRequest { process, source } => {
-                let (request, changed, object) =
-                    self.operator_request(node, &process, &source).await?;
-                Ok(Written {
-                    record: self.operator_record(&object).await?,
-                    request: Some(request),
-                    changed,
-                })
-            }
-            Write::CancelRequest { process } => {
-                let (changed, object) = self.operator_cancel(node, &process).await?;
-                Ok(Written {
-                    record: self.operator_record(&object).await?,
-                    request: None,
-                    changed,
-                })
-            }
-            Write::Unlock { reason } => Ok(written(self.operator_unlock(node, &reason).await?)),
-            Write::Retry => Ok(written(self.operator_retry(node).await?)),
-            Write::Transition(_) => Err(self.refused(node, "a transition", AGENTS).await),
-            Write::CompleteRequest { .. } => {
-                Err(self.refused(node, "completing a request", AGENTS).await)
-            }
-            Write::SetBlocked(_) => Err(self.refused(node, "a block reason", AGENTS).await),
-        }
-    }
-
-    async fn agent_request(
-        &self,
-        session: &Session,
-        process: &Process,
-        source: &str,
-    ) -> Result<Written> {
-        let ((request, created), status, _) = self
-            .edit_with_ledger(session, false, &[process], |status, seen, ledger| {
-                let (request, created) =
-                    status::add_request(status, process, source, seen.now, ledger);
-                Ok(if created {
-                    Edit::Write((request, created))
-                } else {
-                    Edit::Keep((request, created))
-                })
-            })
-            .await?;
-        Ok(Written {
-            record: self.agent_record(session, &status),
-            request: Some(status::request_record(&session.node, &request)),
-            changed: created,
-        })
-    }
-
-    async fn set_blocked(&self, session: &Session, blocked: Option<&Blocked>) -> Result<Written> {
-        let (changed, status, _) = self
-            .edit(session, false, |status, _| {
-                let reason = blocked.map(|b| bounded(&b.reason));
-                if status.blocked.as_ref().map(|b| &b.reason) == reason.as_ref() {
-                    return Ok(Edit::Keep(false));
-                }
-                status.blocked = blocked.map(|b| BlockedStatus {
-                    reason: bounded(&b.reason),
-                    since: Timestamp(b.since),
+    async fn persist(&self, writer: Writer<'_>, write: &Write) -> Result<Written> {
+        let (node, session) = (writer.node(), writer.session());
+        let name = self.object_name(node);
+        let mut fresh = session.is_none();
+        for attempt in 0..ATTEMPTS {
+            let Some(mut object) = self.rota_node(node, fresh).await? else {
+                return Err(match session {
+                    Some(session) => fenced(session),
+                    None => Error::NoSuchNode { node: node.clone() },
                 });
-                Ok(Edit::Write(true))
-            })
-            .await?;
-        if changed {
-            // Nodes queued behind a node now blocked may go on.
-            self.inner.changes.bump(1);
+            };
+            let now = now_millis();
+            let checked = match session {
+                Some(session) => self
+                    .session_current(&object, session, now)
+                    .and_then(|()| fenced_slot(writer, &object)),
+                None => Ok(()),
+            };
+            let kept = self.inner.config.kept_windows;
+            let decided = checked.and_then(|()| decide(&mut object, node, &name, write, now, kept));
+            let (applied, persisted, released) = match decided {
+                Ok(decided) => decided,
+                Err(e) if fresh => return Err(e),
+                Err(_) => {
+                    fresh = true;
+                    continue;
+                }
+            };
+            if !applied.changed {
+                if fresh {
+                    return Ok(written(node, write, applied, persisted.opened, &object));
+                }
+                fresh = true;
+                continue;
+            }
+            if let Some(session) = session {
+                self.renew_in_object(&mut object, session);
+            }
+            if let Some(window) = &persisted.window {
+                self.create_window(&object, window).await?;
+            }
+            let Some(stored) = self.replace(object).await? else {
+                fresh = true;
+                tokio::time::sleep(jitter(attempt)).await;
+                continue;
+            };
+            self.after_write(node, write, &persisted, released).await;
+            return Ok(written(node, write, applied, persisted.opened, &stored));
         }
-        Ok(Written {
-            record: self.agent_record(session, &status),
-            request: None,
-            changed,
-        })
+        Err(crate::error::KubeError::Contended {
+            resource: super::ROTA_NODES,
+            name,
+            attempts: ATTEMPTS,
+        }
+        .into())
     }
 
-    async fn agent_cancel(&self, session: &Session, process: &Process) -> Result<Written> {
-        let (canceled, status, _) = self
-            .edit(session, false, |status, seen| {
-                Ok(if status::cancel_request(status, process, seen.now) {
-                    Edit::Write(true)
-                } else {
-                    Edit::Keep(false)
-                })
-            })
-            .await?;
-        Ok(Written {
-            record: self.agent_record(session, &status),
-            request: None,
-            changed: canceled,
-        })
-    }
-
-    async fn complete(
+    /// What follows a write: the windows no longer kept deleted, the Lease of an ended window
+    /// given back, the Event. Failures here lose nothing: a window not deleted is one no
+    /// RotaNode lists, and a Lease not given back is taken back by the scheduler.
+    async fn after_write(
         &self,
-        session: &Session,
-        process: &Process,
-        outcome: &Outcome,
-    ) -> Result<Written> {
-        let (request, status, _) = self
-            .edit(session, false, |status, seen| {
-                let fails = matches!(outcome, Outcome::Failed { .. });
-                if fails && status.state != NodeState::Maintaining {
-                    return Err(Error::Refused(rota_core::RecordError::Conflict {
-                        node: session.node.clone(),
-                        expected: NodeState::Maintaining,
-                        actual: status.state,
-                    }));
-                }
-                let request = status::complete_request(status, process, outcome, seen.now)
-                    .ok_or_else(|| {
-                        Error::Refused(rota_core::RecordError::NotActive {
-                            node: session.node.clone(),
-                            process: process.clone(),
-                        })
-                    })?;
-                if fails {
-                    // Fail closed in the same write: a failure recorded without it would let
-                    // a restarted agent start the next attempt instead of waiting.
-                    status::enter(status, NodeState::Failed, seen.now);
-                }
-                Ok(Edit::Write(request))
-            })
-            .await?;
-        let (type_, reason, note) = outcome_event(process, &session.node, outcome);
-        self.emit(&session.node, type_, reason, note);
-        Ok(Written {
-            record: self.agent_record(session, &status),
-            request: Some(status::request_record(&session.node, &request)),
-            changed: true,
-        })
+        node: &NodeName,
+        write: &Write,
+        persisted: &Persisted,
+        released: Option<u32>,
+    ) {
+        for name in &persisted.dropped {
+            let deleted = self
+                .inner
+                .rota_windows
+                .delete(name, &DeleteParams::default())
+                .await;
+            if let Err(e) = deleted.map(drop).or_else(ignore_not_found) {
+                warn!(window = name, error = %e, "could not delete a window no longer kept");
+            }
+        }
+        if let Some(slot) = released
+            && let Err(e) = self.release_lease(slot, node).await
+        {
+            warn!(node = %node, slot, error = %e, "could not give the slot's Lease back; the scheduler takes it back");
+        }
+        let event = match write {
+            Write::Transition(transition) => Some(transition_event(transition, node)),
+            Write::CompleteRequest { process, outcome } => {
+                Some(outcome_event(process, node, outcome))
+            }
+            Write::Unlock { reason } => Some((
+                EventType::Warning,
+                "Unlocked",
+                format!("rota: node {node} unlocked by an operator: {reason}"),
+            )),
+            Write::Retry => Some((
+                EventType::Normal,
+                "Retried",
+                format!("rota: node {node} retried by an operator"),
+            )),
+            _ => None,
+        };
+        if let Some((type_, reason, note)) = event {
+            self.emit(node, type_, reason, note);
+        }
     }
 
-    /// The record an agent's write left, with the slot as this process last saw the node's
-    /// Lease: what the agent's next read of its node answers (see `own_record`).
-    fn agent_record(&self, session: &Session, status: &RotaNodeStatus) -> NodeRecord {
-        status::node_record(&session.node, status, self.own_slot(&session.node))
-    }
-
-    /// The record of the RotaNode an operator's command read or wrote, with the slot its
-    /// Lease names: one list of the Leases more (none while their watch holds them).
-    async fn operator_record(&self, object: &RotaNode) -> Result<NodeRecord> {
-        let leases = self.list_leases().await?;
-        self.record_of(object, &leases)
-    }
-
-    /// Why this writer may not write `node` so: `write` needs a node that `needs`. Rota never
-    /// asks for such a write, so reading the node's state for the error costs nothing it
-    /// would otherwise spend.
-    async fn refused(&self, node: &NodeName, write: &'static str, needs: &'static str) -> Error {
-        match self.get_rota_node(node).await {
-            Ok(Some(object)) => Error::Refused(rota_core::RecordError::NotAllowed {
-                node: node.clone(),
-                state: object.status.map_or(NodeState::Idle, |s| s.state),
-                write,
-                needs,
-            }),
-            Ok(None) => Error::NoSuchNode { node: node.clone() },
-            Err(e) => e,
+    /// Creates `window`, owned by RotaNode `owner`; one that exists already is this write's,
+    /// from an attempt whose RotaNode write failed (its name is its content's).
+    async fn create_window(&self, owner: &RotaNode, window: &RotaWindowSpec) -> Result<()> {
+        let name = window.name(&owner.name_any());
+        let object = RotaWindow {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some(self.labels()),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: RotaNode::api_version(&()).into(),
+                    kind: RotaNode::kind(&()).into(),
+                    name: owner.name_any(),
+                    uid: owner.uid().unwrap_or_default(),
+                    ..OwnerReference::default()
+                }]),
+                ..ObjectMeta::default()
+            },
+            spec: window.clone(),
+        };
+        match self
+            .inner
+            .rota_windows
+            .create(&PostParams::default(), &object)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_conflict(&e) => Ok(()),
+            Err(e) => Err(e).context("create", ROTA_WINDOWS, name),
         }
     }
 }
 
-/// Who writes what an agent may not: the `needs` of its refusal.
-const OPERATORS: &str = "an operator changes (`rota unlock`, `rota retry`), not its agent";
-/// Who writes what an operator may not.
-const AGENTS: &str = "its agent changes, under its session, not an operator";
+fn ignore_not_found(e: kube::Error) -> std::result::Result<(), kube::Error> {
+    if is_not_found(&e) { Ok(()) } else { Err(e) }
+}
 
-/// The answer to a write that concerns no request.
-fn written(record: NodeRecord) -> Written {
+/// A fenced write needs the node in its window of the slot its grant names.
+fn fenced_slot(writer: Writer<'_>, object: &RotaNode) -> Result<()> {
+    let Writer::Fenced(session, _) = writer else {
+        return Ok(());
+    };
+    let slot = object.status.as_ref().and_then(|s| s.slot);
+    match (slot, object.spec.grant) {
+        (Some(slot), Some(grant)) if grant.slot == slot => Ok(()),
+        _ => Err(fenced(session)),
+    }
+}
+
+/// rota-core's decision on `object`'s record, written into it: the answer, what the store
+/// persists beside the RotaNode, and the slot the write gives back (its grant cleared).
+fn decide(
+    object: &mut RotaNode,
+    node: &NodeName,
+    name: &str,
+    write: &Write,
+    now: rota_store::Millis,
+    kept_windows: usize,
+) -> Result<(Applied, Persisted, Option<u32>)> {
+    let status = object.status.get_or_insert_with(|| record::new_status(now));
+    let before = record::overview(node, status);
+    let applied = before.apply(write, now)?;
+    let before_status = status.clone();
+    let released = before
+        .record
+        .slot
+        .filter(|_| applied.after.record.slot.is_none());
+    let mut persisted = record::apply(status, node, name, &applied, kept_windows);
+    if released.is_some() {
+        object.spec.grant = None;
+    }
+    let mut applied = applied;
+    if object.status.as_ref() == Some(&before_status) && released.is_none() {
+        applied.changed = false;
+        persisted.window = None;
+    }
+    Ok((applied, persisted, released))
+}
+
+/// What a write did (see [`Written`]): the request it was about, the one standing for its
+/// process when it added none (a procedure's, ever).
+fn written(
+    node: &NodeName,
+    write: &Write,
+    applied: Applied,
+    opened: Vec<RequestRecord>,
+    object: &RotaNode,
+) -> Written {
+    let standing = |process| {
+        let status: Option<&RotaNodeStatus> = object.status.as_ref();
+        status.and_then(|s| {
+            let r = s.procedures.iter().find(|r| &r.process == process)?;
+            Some(record::request_record(node, r))
+        })
+    };
+    let (request, changed) = match write {
+        Write::AddRequest { process, .. } => {
+            let created = !opened.is_empty();
+            let request = opened
+                .into_iter()
+                .next()
+                .or_else(|| applied.request(process).cloned())
+                .or_else(|| standing(process));
+            (request, created)
+        }
+        Write::CancelRequest { .. } => (None, !applied.closed.is_empty()),
+        Write::CompleteRequest { process, .. } => {
+            (applied.request(process).cloned(), applied.changed)
+        }
+        _ => (None, applied.changed),
+    };
     Written {
-        record,
-        request: None,
-        changed: true,
+        record: applied.after.record,
+        request,
+        changed,
     }
 }

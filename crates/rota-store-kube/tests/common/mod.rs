@@ -7,9 +7,14 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
+use rota_core::{NodeName, ProcedureSpec, Write};
 use rota_e2e::testenv::{Scope, TestEnv};
-use rota_store::Store;
-use rota_store_kube::{KubeStore, KubeStoreConfig, crds};
+use rota_store::{
+    Acquire, AuditRecord, Fleet, History, HistoryFilter, NewAuditRecord, NodeOverview, Part, Pause,
+    ProcedureRecord, Result, Session, Setting, Settings, Store, Writer, Written,
+};
+use rota_store_kube::{KubeStore, KubeStoreConfig, RotaNode, crds};
+use tokio::sync::watch;
 
 /// The environment, or `None` when `ROTA_E2E_SKIP=1`; panics (the test fails) when no control
 /// plane can be had.
@@ -65,5 +70,180 @@ pub fn store_config(scope: &Scope) -> KubeStoreConfig {
 #[allow(dead_code, reason = "used by the conformance tests only")]
 pub async fn make() -> Option<Arc<dyn Store>> {
     let env = env()?;
-    Some(Arc::new(scoped_store(env, "conformance").await.1))
+    let (scope, store) = scoped_store(env, "conformance").await;
+    Some(Arc::new(Scheduled {
+        client: scope.client(),
+        namespace: scope.namespace().into(),
+        store,
+        rounds: Rounds::default(),
+        _scope: scope,
+    }))
+}
+
+/// How long a grant may wait to be taken up in these tests: longer than any of them.
+const TAKE_UP: Duration = Duration::from_secs(600);
+
+/// One scheduler round (rota-scheduler's own code) on `scope`'s installation, grants waiting
+/// [`TAKE_UP`] to be taken up.
+#[allow(dead_code, reason = "not every test binary runs the scheduler")]
+pub async fn round(scope: &Scope) {
+    round_within(scope, TAKE_UP).await;
+}
+
+/// One scheduler round on `scope`'s installation, grants not taken up within `take_up`
+/// withdrawn.
+#[allow(dead_code, reason = "not every test binary runs the scheduler")]
+pub async fn round_within(scope: &Scope, take_up: Duration) {
+    rota_scheduler::round(scope.client(), scope.namespace(), take_up)
+        .await
+        .expect("a scheduler round");
+}
+
+/// A scheduler round, then `session`'s asks until its node takes its grant up: the grant
+/// reaches `store` through its watch, a moment after the round wrote it. The slot taken up;
+/// fails if none was granted within ten seconds.
+#[allow(dead_code, reason = "not every test binary runs the scheduler")]
+pub async fn take_turn(scope: &Scope, store: &KubeStore, session: &Session) -> u32 {
+    round(scope).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = store
+            .try_acquire_slot(session)
+            .await
+            .expect("ask for a slot");
+        if let Some(slot) = answer.slot() {
+            return slot;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} was granted no slot: {answer:?}",
+            session.node
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `node`'s RotaNode in `store`'s installation, read now.
+#[allow(dead_code, reason = "not every test binary reads RotaNodes")]
+pub async fn rota_node(scope: &Scope, store: &KubeStore, node: &NodeName) -> RotaNode {
+    Api::<RotaNode>::all(scope.client())
+        .get(&store.object_name(node))
+        .await
+        .expect("read the RotaNode")
+}
+
+/// The store with a scheduler's round (rota-scheduler's own code, on the same API server)
+/// before every ask for a slot, so that a grant is decided when a node asks, as the suite
+/// expects. Asks at once are rounds at once: schedulers that all think they lead.
+pub struct Scheduled {
+    client: kube::Client,
+    namespace: String,
+    store: KubeStore,
+    rounds: Rounds,
+    _scope: Scope,
+}
+
+/// Rounds one at a time, and none for an ask that a round started after it already answers:
+/// sixty-four agents asking at once make a few rounds, not sixty-four.
+#[derive(Default)]
+struct Rounds {
+    started: std::sync::atomic::AtomicU64,
+    /// The number of the last round that ended.
+    ended: tokio::sync::Mutex<u64>,
+}
+
+impl Scheduled {
+    async fn round(&self) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        let asked = self.rounds.started.load(Ordering::SeqCst);
+        let mut ended = self.rounds.ended.lock().await;
+        if *ended > asked {
+            return Ok(());
+        }
+        let this = self.rounds.started.fetch_add(1, Ordering::SeqCst) + 1;
+        rota_scheduler::round(self.client.clone(), &self.namespace, TAKE_UP)
+            .await
+            .map_err(|e| rota_store::Error::Backend(Box::new(e)))?;
+        *ended = this;
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for Scheduled {
+    async fn open_session(&self, node: &NodeName, ttl: Duration) -> Result<Session> {
+        self.store.open_session(node, ttl).await
+    }
+
+    async fn heartbeat(&self, session: &Session, ttl: Duration) -> Result<()> {
+        self.store.heartbeat(session, ttl).await
+    }
+
+    async fn close_session(&self, session: &Session) -> Result<()> {
+        self.store.close_session(session).await
+    }
+
+    async fn try_acquire_slot(&self, session: &Session) -> Result<Acquire> {
+        self.round().await?;
+        let rota_nodes: Api<RotaNode> = Api::all(self.client.clone());
+        let name = format!("{}{}", self.store.config().name_prefix, session.node);
+        let granted = rota_nodes
+            .get_opt(&name)
+            .await
+            .map_err(|e| rota_store::Error::Backend(Box::new(e)))?
+            .is_some_and(|n| n.spec.grant.is_some());
+        // A grant reaches the store through its watch, a moment after the round wrote it.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let answer = self.store.try_acquire_slot(session).await?;
+            if !granted || answer.slot().is_some() || tokio::time::Instant::now() > deadline {
+                return Ok(answer);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn fence(&self, session: &Session, ttl: Duration) -> Result<u32> {
+        self.store.fence(session, ttl).await
+    }
+
+    async fn write(&self, writer: Writer<'_>, write: Write) -> Result<Written> {
+        self.store.write(writer, write).await
+    }
+
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.store.changes()
+    }
+
+    async fn record(&self, node: &NodeName) -> Result<Option<NodeOverview>> {
+        self.store.record(node).await
+    }
+
+    async fn fleet(&self) -> Result<Fleet> {
+        self.store.fleet().await
+    }
+
+    async fn settings(&self) -> Result<Settings> {
+        self.store.settings().await
+    }
+
+    async fn set(&self, setting: Setting) -> Result<Option<Pause>> {
+        self.store.set(setting).await
+    }
+
+    async fn submit_procedure(&self, spec: &ProcedureSpec) -> Result<(ProcedureRecord, bool)> {
+        self.store.submit_procedure(spec).await
+    }
+
+    async fn procedures(&self) -> Result<Vec<ProcedureRecord>> {
+        self.store.procedures().await
+    }
+
+    async fn read_history(&self, filter: &HistoryFilter, part: Part) -> Result<History> {
+        self.store.read_history(filter, part).await
+    }
+
+    async fn record_audit(&self, record: &NewAuditRecord) -> Result<AuditRecord> {
+        self.store.record_audit(record).await
+    }
 }

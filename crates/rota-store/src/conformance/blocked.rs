@@ -95,7 +95,6 @@ pub async fn a_blocked_node_keeps_its_place_without_holding_the_queue_up(store: 
         ),
         "b waits behind a"
     );
-    let changes = *store.changes().borrow();
     let blocked = Blocked {
         reason: "alerts firing: Watchdog".into(),
         since: now,
@@ -105,10 +104,6 @@ pub async fn a_blocked_node_keeps_its_place_without_holding_the_queue_up(store: 
             .set_blocked(&a, Some(&blocked))
             .await
             .expect("block a")
-    );
-    assert!(
-        *store.changes().borrow() > changes,
-        "blocking a wakes the waiters behind it"
     );
     assert_eq!(
         store.try_acquire_slot(&b).await.expect("acquire").slot(),
@@ -124,5 +119,35 @@ pub async fn a_blocked_node_keeps_its_place_without_holding_the_queue_up(store: 
             .queued_at,
         Some(now - 2000),
         "a keeps its place"
+    );
+}
+
+/// In a store that decides grants when asked, a node that becomes blocked wakes the waiters
+/// behind it: one of them may take its turn.
+pub async fn blocking_a_node_wakes_the_waiters_behind_it(store: Arc<dyn Store>) {
+    store.set_concurrency(1).await.expect("set concurrency");
+    let a = session(&*store, "a").await;
+    let b = session(&*store, "b").await;
+    let now = now_millis();
+    enqueue(&*store, &a, now - 2000).await;
+    enqueue(&*store, &b, now - 1000).await;
+    assert_eq!(
+        store.try_acquire_slot(&b).await.expect("acquire").slot(),
+        None
+    );
+    let changes = *store.changes().borrow();
+    let blocked = Blocked {
+        reason: "alerts firing: Watchdog".into(),
+        since: now,
+    };
+    assert!(
+        store
+            .set_blocked(&a, Some(&blocked))
+            .await
+            .expect("block a")
+    );
+    assert!(
+        *store.changes().borrow() > changes,
+        "blocking a wakes the waiters behind it"
     );
 }

@@ -3,6 +3,11 @@
 /// Runs every conformance case against stores made by `$make` (an async fn returning
 /// `Arc<dyn Store>`), one `#[tokio::test]` per case.
 ///
+/// `conformance_tests!(skippable $make, scheduled)` leaves out the cases of a store that decides
+/// grants when a node asks (the SQL stores): how many handoffs a waiter is told to wait for,
+/// and what moves the change counter. A store whose grants a scheduler writes runs the rest,
+/// with the scheduler's round before each ask.
+///
 /// `conformance_tests!(skippable $make)` takes an async fn returning
 /// `Option<Arc<dyn Store>>` instead: `None` ends a case at once, for substrates whose server the
 /// environment was explicitly told not to provide (the maker decides, and says why).
@@ -14,7 +19,20 @@ macro_rules! conformance_tests {
     (skippable $make:path) => {
         $crate::conformance_tests!(@list skippable $make);
     };
+    (skippable $make:path, scheduled) => {
+        $crate::conformance_tests!(@shared skippable $make);
+    };
     (@list $mode:ident $make:path) => {
+        $crate::conformance_tests!(@shared $mode $make);
+        $crate::conformance_tests!(@cases $mode $make;
+            a_waiter_is_told_how_many_handoffs_to_wait_for,
+            blocking_a_node_wakes_the_waiters_behind_it,
+            a_queued_node_without_a_live_session_does_not_hold_the_queue_up,
+            a_release_moves_changes_by_one_and_a_grant_not_at_all,
+            giving_back_an_unused_grant_is_one_change,
+        );
+    };
+    (@shared $mode:ident $make:path) => {
         $crate::conformance_tests!(@cases $mode $make;
             slot_limit_is_never_exceeded,
             holder_readopts_its_slot_after_restart,
@@ -32,9 +50,6 @@ macro_rules! conformance_tests {
             steps_record_every_state_a_node_enters,
             slots_are_granted_in_queue_order,
             a_new_concurrency_is_obeyed_at_once,
-            a_queued_node_without_a_live_session_does_not_hold_the_queue_up,
-            a_release_moves_changes_by_one_and_a_grant_not_at_all,
-            giving_back_an_unused_grant_is_one_change,
             unlock_frees_a_failed_node,
             retry_resumes_a_failed_node,
             drain_failure_releases_slot_and_requeues_requests,

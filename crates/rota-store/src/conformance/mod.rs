@@ -23,6 +23,7 @@ pub use self::audit::operator_commands_are_audited_with_who_and_why;
 pub use self::blocked::{
     a_blocked_node_keeps_its_place_without_holding_the_queue_up,
     a_blocked_reason_is_written_once_per_change_and_fenced,
+    blocking_a_node_wakes_the_waiters_behind_it,
 };
 pub use self::failures::{
     a_postponed_window_requeues_its_work_without_backoff,
@@ -54,8 +55,9 @@ pub use self::slots::{
     a_new_concurrency_is_obeyed_at_once,
     a_queued_node_without_a_live_session_does_not_hold_the_queue_up,
     a_release_moves_changes_by_one_and_a_grant_not_at_all,
-    giving_back_an_unused_grant_is_one_change, holder_readopts_its_slot_after_restart,
-    slot_limit_is_never_exceeded, slots_are_granted_in_queue_order,
+    a_waiter_is_told_how_many_handoffs_to_wait_for, giving_back_an_unused_grant_is_one_change,
+    holder_readopts_its_slot_after_restart, slot_limit_is_never_exceeded,
+    slots_are_granted_in_queue_order,
 };
 pub use self::stress::{
     Stress, concurrent_stress_across, concurrent_stress_never_double_grants_or_loses_history,

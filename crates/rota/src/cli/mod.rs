@@ -23,6 +23,7 @@ mod bench;
 mod mop;
 mod operator;
 mod parse;
+pub mod scheduler;
 mod simulate;
 
 pub use agent::{AgentArgs, RebootMethod};
@@ -33,6 +34,7 @@ pub use operator::{
     HistoryArgs, PauseArgs, RequestArgs, ResumeArgs, RetryArgs, StatusArgs, UnlockArgs,
 };
 pub use parse::NodeLabelArg;
+pub use scheduler::SchedulerArgs;
 pub use simulate::SimulateArgs;
 
 /// The store used when neither `--store` nor `ROTA_STORE` is given.
@@ -72,6 +74,9 @@ pub enum Command {
     /// Run the agent of one node: watch its sentinels, take turns for a slot, drain, maintain,
     /// reboot, verify, and hand the slot on.
     Agent(Box<AgentArgs>),
+    /// Run the scheduler of a Kubernetes installation: the elected leader among its replicas
+    /// grants the slots to the queued nodes, in queue order.
+    Scheduler(SchedulerArgs),
     /// Run N real agents in this process against a real store, with simulated reboots, and
     /// report how the rollout went.
     Simulate(SimulateArgs),
@@ -112,7 +117,7 @@ impl Command {
     /// their stderr stays quiet.
     pub fn default_log_level(&self) -> &'static str {
         match self {
-            Command::Agent(_) => "info",
+            Command::Agent(_) | Command::Scheduler(_) => "info",
             Command::Simulate(_)
             | Command::Status(_)
             | Command::History(_)
@@ -148,6 +153,16 @@ pub struct StoreArgs {
         default_value = "rota-system"
     )]
     pub namespace: String,
+    /// With --store kube: how many ended maintenance windows each node keeps as RotaWindow
+    /// objects (the oldest are deleted).
+    #[arg(
+        long,
+        value_name = "N",
+        env = "ROTA_KEPT_WINDOWS",
+        default_value = "20",
+        value_parser = clap::value_parser!(u16).range(1..=1000)
+    )]
+    pub kept_windows: u16,
 }
 
 /// How the agent acts on its node.

@@ -64,7 +64,7 @@ pub struct HistoryArgs {
     ///
     /// With `-o json`: `{"steps": [...], "procedures": [...], "summary": [...]}`. Only --since, --until and NODE
     /// filter steps. Steps are kept for about as many windows as the history (the last 500
-    /// per node in the SQL stores, the ring's 50 windows in Kubernetes).
+    /// per node in the SQL stores, the last --kept-windows windows in Kubernetes).
     #[arg(long)]
     pub steps: bool,
 }

@@ -16,7 +16,8 @@ use super::PATIENCE;
 
 /// One installation of the chart: release `<scope id>`, so that its cluster-scoped objects
 /// (the ClusterRoles, the policy) are its own, in namespace `<scope id>-sys`, with its agents'
-/// DaemonSet kept to the scope's nodes (kwok runs their pods; nothing runs in them).
+/// DaemonSet and its scheduler's Deployment kept to the scope's nodes (kwok runs their pods;
+/// nothing runs in them).
 pub struct Chart {
     /// Holds the rendered manifest and the values.
     dir: tempfile::TempDir,
@@ -80,10 +81,20 @@ impl Chart {
         format!("{}-audit-trail", self.release)
     }
 
-    /// The agents' DaemonSet pod on `node`, once the scheduler has bound it there.
+    /// The ServiceAccount of rota's scheduler (`rota scheduler`), in [`Chart::namespace`].
+    pub fn scheduler_account(&self) -> String {
+        format!("{}-scheduler", self.release)
+    }
+
+    /// The agents' DaemonSet pod on `node`, once the Kubernetes scheduler has bound it there:
+    /// of this release's pods, an agent's (component `agent`), not one of the replicas of
+    /// rota's scheduler (component `scheduler`), which land on the same nodes.
     pub async fn agent_pod_on(&self, admin: &Client, node: &str) -> Result<Pod> {
         let pods: Api<Pod> = Api::namespaced(admin.clone(), &self.namespace);
-        let selector = format!("app.kubernetes.io/instance={}", self.release);
+        let selector = format!(
+            "app.kubernetes.io/instance={},app.kubernetes.io/component=agent",
+            self.release
+        );
         wait_for(&format!("the agent's pod on {node}"), PATIENCE, || async {
             let list = pods.list(&ListParams::default().labels(&selector)).await?;
             Ok(list

@@ -92,7 +92,7 @@ where
         Err(e) => panic!(
             "{e:#}\nsupervisor errors: {:?}\n{}",
             fleet.supervisor_errors(),
-            fleet.logs(40)
+            fleet.logs(400)
         ),
     }
 }

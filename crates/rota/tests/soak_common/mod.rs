@@ -30,6 +30,8 @@ pub const POINTS: [&str; 10] = [
 pub struct Outcome {
     pub kills: u32,
     pub store_crashes: u32,
+    /// Schedulers SIGKILLed (Kubernetes only).
+    pub scheduler_kills: u32,
     pub violations: Vec<String>,
 }
 
@@ -45,27 +47,30 @@ pub fn all_done(records: &[NodeRecord]) -> bool {
 }
 
 /// The runs' totals: one line per run as it ends, then `runs, kills, store crashes,
-/// violations` and each violation with its seed.
+/// scheduler kills, violations` and each violation with its seed.
 #[derive(Default)]
 pub struct Tally {
     runs: u64,
     kills: u32,
     crashes: u32,
+    scheduler_kills: u32,
     violations: Vec<(u64, String)>,
 }
 
 impl Tally {
     pub fn add(&mut self, kind: &str, seed: u64, outcome: Outcome, took: std::time::Duration) {
         eprintln!(
-            "soak {kind} seed {seed}: {} kills, {} store crashes, {} violations, {:.1}s",
+            "soak {kind} seed {seed}: {} kills, {} store crashes, {} scheduler kills, {} violations, {:.1}s",
             outcome.kills,
             outcome.store_crashes,
+            outcome.scheduler_kills,
             outcome.violations.len(),
             took.as_secs_f64()
         );
         self.runs += 1;
         self.kills += outcome.kills;
         self.crashes += outcome.store_crashes;
+        self.scheduler_kills += outcome.scheduler_kills;
         self.violations
             .extend(outcome.violations.into_iter().map(|v| (seed, v)));
     }
@@ -73,10 +78,11 @@ impl Tally {
     /// Prints the summary; the violations, with their seeds.
     pub fn finish(self) -> Vec<(u64, String)> {
         println!(
-            "runs {}, kills {}, store crashes {}, violations {}",
+            "runs {}, kills {}, store crashes {}, scheduler kills {}, violations {}",
             self.runs,
             self.kills,
             self.crashes,
+            self.scheduler_kills,
             self.violations.len()
         );
         for (seed, violation) in &self.violations {
