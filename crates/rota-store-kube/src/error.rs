@@ -43,18 +43,6 @@ pub enum KubeError {
         resources: Vec<String>,
     },
     #[error(
-        "the CRD {resource} in this cluster is older than this rota: the API server drops the \
-         fields it does not know from every write (here {field}), so rota stops rather than \
-         lose them; apply rota's CRDs with `kubectl apply -f charts/rota/crds/` (`helm \
-         upgrade` never updates CRDs)"
-    )]
-    CrdOutdated {
-        /// The CRD's name (`rotanodes.rota.dev`).
-        resource: &'static str,
-        /// The field the answer lacked.
-        field: &'static str,
-    },
-    #[error(
         "the namespace {namespace} does not exist (it holds rota's slot Leases and ConfigMap; \
          --namespace names it): create it with `kubectl create namespace {namespace}`, or \
          install the chart with namespace.create=true and namespace.name={namespace}"

@@ -344,35 +344,6 @@ fn writes(sent: &[String]) -> Vec<&String> {
     sent.iter().filter(|r| !r.starts_with("GET ")).collect()
 }
 
-/// Walks `session`'s node, in its window, to a successful end: the slot goes back.
-async fn finish_window(store: &KubeStore, session: &Session) {
-    store
-        .transition(
-            session,
-            Transition::new(NodeState::Queued, NodeState::Draining)
-                .process(Some(Process::Reboot))
-                .window(WindowChange::Open),
-        )
-        .await
-        .expect("open the window");
-    for (from, to) in [
-        (NodeState::Draining, NodeState::Maintaining),
-        (NodeState::Maintaining, NodeState::Verifying),
-    ] {
-        store
-            .transition(session, Transition::new(from, to))
-            .await
-            .expect("transition");
-    }
-    store
-        .transition(
-            session,
-            Transition::new(NodeState::Verifying, NodeState::Idle).window(WindowChange::Finish),
-        )
-        .await
-        .expect("finish the window");
-}
-
 /// With one slot, the nodes queued behind the one in its window write nothing while they wait,
 /// however many heartbeats and looks they make, and their looks ask nothing; once the window
 /// ends, the scheduler's grant reaches the next one through its RotaNode's watch, and it takes
@@ -414,7 +385,7 @@ async fn a_waiting_node_writes_nothing_and_takes_its_grant_up_once_written() {
 
     let mut changes = store.changes();
     let seen = *changes.borrow_and_update();
-    finish_window(&store, &line[0]).await;
+    common::finish_window(&store, &line[0]).await;
     common::round(&scope).await;
     tokio::time::timeout(Duration::from_secs(30), changes.wait_for(|n| *n > seen))
         .await

@@ -797,31 +797,7 @@ async fn a_grant_not_taken_up_in_time_is_withdrawn_until_the_agent_writes() {
 async fn one_window(scope: &rota_e2e::testenv::Scope, store: &KubeStore, s: &rota_store::Session) {
     enqueue(store, s).await;
     common::take_turn(scope, store, s).await;
-    store
-        .transition(
-            s,
-            Transition::new(NodeState::Queued, NodeState::Draining)
-                .process(Some(Process::Reboot))
-                .window(WindowChange::Open),
-        )
-        .await
-        .expect("open the window");
-    for (from, to) in [
-        (NodeState::Draining, NodeState::Maintaining),
-        (NodeState::Maintaining, NodeState::Verifying),
-    ] {
-        store
-            .transition(s, Transition::new(from, to))
-            .await
-            .expect("transition");
-    }
-    store
-        .transition(
-            s,
-            Transition::new(NodeState::Verifying, NodeState::Idle).window(WindowChange::Finish),
-        )
-        .await
-        .expect("finish the window");
+    common::finish_window(store, s).await;
 }
 
 /// Each ended window becomes one RotaWindow, owned by its RotaNode and listed in its

@@ -247,3 +247,36 @@ impl Store for Scheduled {
         self.store.record_audit(record).await
     }
 }
+
+/// Walks `session`'s node, which took its grant up, through its window to a successful end:
+/// the slot goes back.
+#[allow(dead_code, reason = "not every test binary ends windows")]
+pub async fn finish_window(store: &KubeStore, session: &Session) {
+    use rota_core::{NodeState, Process};
+    use rota_store::{StoreExt, Transition, WindowChange};
+    store
+        .transition(
+            session,
+            Transition::new(NodeState::Queued, NodeState::Draining)
+                .process(Some(Process::Reboot))
+                .window(WindowChange::Open),
+        )
+        .await
+        .expect("open the window");
+    for (from, to) in [
+        (NodeState::Draining, NodeState::Maintaining),
+        (NodeState::Maintaining, NodeState::Verifying),
+    ] {
+        store
+            .transition(session, Transition::new(from, to))
+            .await
+            .expect("transition");
+    }
+    store
+        .transition(
+            session,
+            Transition::new(NodeState::Verifying, NodeState::Idle).window(WindowChange::Finish),
+        )
+        .await
+        .expect("finish the window");
+}
