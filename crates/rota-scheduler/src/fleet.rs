@@ -4,7 +4,7 @@
 //! The RotaNodes are followed undecoded, and each read on its own: one edited by hand into
 //! nonsense is left out with a warning that names it and its field, and the others go on.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,6 +24,9 @@ use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tracing::warn;
 
+/// A RotaNode's resourceVersion, and the RotaNode decoded at it (`None`: it does not read).
+type Decoded = (String, Option<Arc<RotaNode>>);
+
 /// The scheduler's view of the installation.
 pub struct Fleet {
     nodes: Store<DynamicObject>,
@@ -32,8 +35,9 @@ pub struct Fleet {
     /// Each reflector has listed its objects.
     ready: [Arc<AtomicBool>; 3],
     tasks: Vec<AbortHandle>,
-    /// The RotaNodes (name, resourceVersion) already named as unreadable.
-    warned: Mutex<HashSet<(String, String)>>,
+    /// Each RotaNode as decoded at the resourceVersion beside it (`None`: it does not read,
+    /// and was named in a warning): a decision decodes only the ones changed since the last.
+    decoded: Mutex<HashMap<String, Decoded>>,
     /// Told of every change of a RotaNode: the Procedures' status follows them.
     rota_node_news: Arc<Notify>,
 }
@@ -132,7 +136,7 @@ impl Fleet {
             config,
             ready,
             tasks,
-            warned: Mutex::default(),
+            decoded: Mutex::default(),
             rota_node_news,
         }
     }
@@ -166,7 +170,7 @@ impl Fleet {
             config: config_writer.as_reader(),
             ready: Default::default(),
             tasks: Vec::new(),
-            warned: Mutex::default(),
+            decoded: Mutex::default(),
             rota_node_news: Arc::default(),
         })
     }
@@ -180,51 +184,32 @@ impl Fleet {
         self.rota_node_news.clone()
     }
 
-    /// Whether the RotaNodes' reflector has listed them.
-    pub(crate) fn rota_nodes_ready(&self) -> bool {
-        self.ready[0].load(Ordering::SeqCst)
+    /// The value of `key` in `rota-config`, as its reflector shows it.
+    pub(crate) fn config_value(&self, key: &str) -> Option<String> {
+        let config = self.config.state();
+        config.first()?.data.as_ref()?.get(key).cloned()
     }
 
     /// Every RotaNode that reads.
-    pub(crate) fn rota_nodes(&self) -> Vec<RotaNode> {
-        self.nodes
-            .state()
-            .iter()
-            .filter_map(|object| self.decode(object))
-            .collect()
-    }
-
-    /// `object` as a RotaNode, or `None`, named in a warning once per version.
-    fn decode(&self, object: &DynamicObject) -> Option<RotaNode> {
-        let value = serde_json::to_value(object).ok()?;
-        match serde_json::from_value::<RotaNode>(value) {
-            Ok(node) if NodeName::new(&node.spec.node).is_ok() => Some(node),
-            Ok(node) => {
-                self.warn_once(
-                    object,
-                    format!("spec.node: {:?} is no node name", node.spec.node),
-                );
-                None
-            }
-            Err(e) => {
-                self.warn_once(object, e.to_string());
-                None
-            }
-        }
-    }
-
-    fn warn_once(&self, object: &DynamicObject, problem: String) {
-        let key = (
-            object.name_any(),
-            object.resource_version().unwrap_or_default(),
-        );
-        let mut warned = self.warned.lock().unwrap_or_else(|e| e.into_inner());
-        if warned.insert(key) {
-            warn!(
-                rotanode = object.name_any(),
-                problem, "a RotaNode that does not read gets no grant; the other nodes go on"
+    pub(crate) fn rota_nodes(&self) -> Vec<Arc<RotaNode>> {
+        let objects = self.nodes.state();
+        let mut decoded = self.decoded.lock().unwrap_or_else(|e| e.into_inner());
+        let mut now = HashMap::with_capacity(objects.len());
+        let mut nodes = Vec::with_capacity(objects.len());
+        for object in &objects {
+            let (name, version) = (
+                object.name_any(),
+                object.resource_version().unwrap_or_default(),
             );
+            let node = match decoded.remove(&name) {
+                Some((known, node)) if known == version => node,
+                _ => decode(object).map(Arc::new),
+            };
+            nodes.extend(node.clone());
+            now.insert(name, (version, node));
         }
+        *decoded = now;
+        nodes
     }
 
     /// What rota-core decides on the fleet as it stands now, and the read it decided on, whose
@@ -272,20 +257,35 @@ impl Fleet {
 /// read, never as a later event shows them (which would let a withdrawal decided on a stale
 /// read pass on a fresh one).
 pub struct Read {
-    nodes: BTreeMap<NodeName, RotaNode>,
+    nodes: BTreeMap<NodeName, Arc<RotaNode>>,
     leases: BTreeMap<u32, Arc<Lease>>,
 }
 
 impl Read {
     /// The RotaNode of `node`, as read.
     pub fn rota_node(&self, node: &NodeName) -> Option<RotaNode> {
-        self.nodes.get(node).cloned()
+        self.nodes.get(node).map(|n| RotaNode::clone(n))
     }
 
     /// The Lease of `slot`, as read.
     pub fn lease(&self, slot: u32) -> Option<Arc<Lease>> {
         self.leases.get(&slot).cloned()
     }
+}
+
+/// `object` as a RotaNode, or `None`, named in a warning (once per version: a decoded version
+/// is kept).
+fn decode(object: &DynamicObject) -> Option<RotaNode> {
+    let problem = match serde_json::to_value(object).map(serde_json::from_value::<RotaNode>) {
+        Ok(Ok(node)) if NodeName::new(&node.spec.node).is_ok() => return Some(node),
+        Ok(Ok(node)) => format!("spec.node: {:?} is no node name", node.spec.node),
+        Ok(Err(e)) | Err(e) => e.to_string(),
+    };
+    warn!(
+        rotanode = object.name_any(),
+        problem, "a RotaNode that does not read gets no grant; the other nodes go on"
+    );
+    None
 }
 
 /// What rota-core reads of a RotaNode. A node whose agent took a slot up is in that slot's

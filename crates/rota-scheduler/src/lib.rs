@@ -165,6 +165,7 @@ pub async fn run(client: Client, config: SchedulerConfig, cancel: CancellationTo
     // and end with them (a guard aborts them on drop).
     let statuses = Aborted(tokio::spawn(procedure_status::keep(
         client.clone(),
+        &config.namespace,
         &config.name_prefix,
         fleet.clone(),
         leading.clone(),

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, Store};
@@ -41,7 +41,7 @@ use rota_store_kube::crd::{RequestStateName, RotaNodeStatus, Timestamp};
 use rota_store_kube::procedure::{
     NodeProcedureState, NodeProcedureStatus, ProcedureCondition, ProcedureStatus,
 };
-use rota_store_kube::{Procedure, RotaNode};
+use rota_store_kube::{CONFIG_MAP, PROCEDURES_KEY, Procedure, RotaNode, procedures_fingerprint};
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 use tokio::task::AbortHandle;
@@ -183,7 +183,7 @@ pub(crate) fn merge(status: &mut ProcedureStatus, observation: &Observation) -> 
 /// Every procedure entry of `nodes`, by the name of its Procedure object (`prefix` before the
 /// procedure's name), each dated `now`.
 pub(crate) fn observations(
-    nodes: &[RotaNode],
+    nodes: &[Arc<RotaNode>],
     prefix: &str,
     now: Millis,
 ) -> BTreeMap<String, Vec<Observation>> {
@@ -391,10 +391,40 @@ impl Statuses {
             .any(|p| p.name_any().starts_with(&self.prefix))
     }
 
+    /// Publishes the Procedures' fingerprint in `rota-config` unless `shown` there already:
+    /// the agents list the procedures again only when it changes (see
+    /// `rota_store_kube::procedures_fingerprint`). An apply, which makes `rota-config` when
+    /// there is none. Whether it is there.
+    async fn publish(&self, config_maps: &Api<ConfigMap>, shown: Option<&str>) -> bool {
+        let procedures = self.procedures.state();
+        let fingerprint =
+            procedures_fingerprint(&self.prefix, procedures.iter().map(|p| &p.metadata));
+        if shown == Some(fingerprint.as_str()) {
+            return true;
+        }
+        let patch = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": { "name": CONFIG_MAP },
+            "data": { PROCEDURES_KEY: fingerprint },
+        });
+        let params = PatchParams::apply("rota-scheduler").force();
+        match config_maps
+            .patch(CONFIG_MAP, &params, &Patch::Apply(&patch))
+            .await
+        {
+            Ok(_) => true,
+            Err(e) => {
+                warn!(error = %e, "could not publish the procedures' fingerprint in rota-config; trying again");
+                false
+            }
+        }
+    }
+
     /// Writes the status of every Procedure of this scheduler's prefix that differs from what
     /// `rota_nodes` show, while `leading`; whether every write that was due went through or
     /// lost only a compare-and-swap (which the watch answers).
-    async fn update(&self, rota_nodes: &[RotaNode], leading: &watch::Receiver<bool>) -> bool {
+    async fn update(&self, rota_nodes: &[Arc<RotaNode>], leading: &watch::Receiver<bool>) -> bool {
         let now = now_millis();
         let observed = observations(rota_nodes, &self.prefix, now);
         let nodes = self.nodes.state();
@@ -434,9 +464,11 @@ impl Statuses {
     }
 }
 
-/// Keeps every Procedure's status while this scheduler leads, until `cancel`.
+/// Keeps every Procedure's status, and their fingerprint in `rota-config` of `namespace`,
+/// while this scheduler leads, until `cancel`.
 pub(crate) fn keep(
     client: Client,
+    namespace: &str,
     prefix: &str,
     fleet: Arc<Fleet>,
     mut leading: watch::Receiver<bool>,
@@ -444,6 +476,7 @@ pub(crate) fn keep(
 ) -> impl Future<Output = ()> + Send + 'static {
     let changed = Arc::new(Notify::new());
     let rota_node_news = fleet.rota_node_news();
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let statuses = Statuses::follow(client, prefix, changed.clone());
     async move {
         let mut retry = false;
@@ -460,17 +493,19 @@ pub(crate) fn keep(
                 () = rota_node_news.notified() => {}
                 () = tokio::time::sleep(wait) => {}
             }
-            if !*leading.borrow()
-                || !fleet.rota_nodes_ready()
-                || !statuses.ready()
-                || !statuses.any()
-            {
+            if !*leading.borrow() || !fleet.ready() || !statuses.ready() {
+                continue;
+            }
+            let shown = fleet.config_value(PROCEDURES_KEY);
+            let published = statuses.publish(&config_maps, shown.as_deref()).await;
+            retry = !published;
+            if !statuses.any() {
                 continue;
             }
             // Changes that come together are read together: a fleet under way changes its
             // RotaNodes many times a second, and each read decodes every one of them.
             tokio::time::sleep(SETTLE).await;
-            retry = !statuses.update(&fleet.rota_nodes(), &leading).await;
+            retry |= !statuses.update(&fleet.rota_nodes(), &leading).await;
         }
     }
 }
@@ -658,7 +693,8 @@ mod tests {
                 "not a number",
                 vec![request("mop/kernel", RequestStateName::Done)],
             ),
-        ];
+        ]
+        .map(Arc::new);
         let observed = observations(&nodes, "p-", T);
         assert_eq!(observed.keys().collect::<Vec<_>>(), ["p-kernel"]);
         let entries = &observed["p-kernel"];

@@ -45,14 +45,23 @@ impl Handles {
         }
     }
 
-    /// A new handle for the agent of node `index`.
-    pub(crate) async fn open(&self, index: usize) -> rota_store::Result<Arc<dyn Store>> {
+    /// A new handle for the agent of node `index`; `returning`: the agent comes back into its
+    /// window, and skips the Kubernetes store's start-up check.
+    pub(crate) async fn open(
+        &self,
+        index: usize,
+        returning: bool,
+    ) -> rota_store::Result<Arc<dyn Store>> {
         match &self.opener {
             Opener::Sqlite(path) => Ok(Arc::new(SqliteStore::open(path).await?)),
             Opener::Url(url) => url.open().await,
             Opener::Kube { client, config } => {
                 let client = counted(client.clone(), self.traffic.clone());
-                let store = KubeStore::connect(client, config.clone()).await?;
+                let store = if returning {
+                    KubeStore::open(client, config.clone())
+                } else {
+                    KubeStore::connect(client, config.clone()).await?
+                };
                 self.open
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rota_actions::NodeActions;
-use rota_agent::{Agent, AgentConfig};
+use rota_agent::{Agent, AgentConfig, WindowMarker};
 use rota_core::NodeName;
 use rota_scheduler::SchedulerConfig;
 use rota_store::{Millis, SqliteStore, Store, StoreExt, StoreUrl, now_millis};
@@ -479,10 +479,12 @@ async fn simulate(
             reboots: reboots_tx.clone(),
             real: fleet.actions.get(index).cloned().flatten(),
         });
+        // As `rota agent` does, an agent back in its window skips the store's start-up check.
+        let returning = WindowMarker::new(&config.host_path(&config.state_dir)).present();
         let (shared, handles, token) = (store.clone(), handles.clone(), cancel.clone());
         let agent = async move {
             let store = match handles {
-                Some(handles) => handles.open(index).await?,
+                Some(handles) => handles.open(index, returning).await?,
                 None => shared,
             };
             Agent::new(config, store, actions, token).run().await

@@ -8,17 +8,17 @@
 //! |---|---|---|---|
 //! | [`RotaNode`] | one per node: `spec.grant` (the scheduler's), `status` (its agent's record, the history of the open window) | scheduler (spec), agent (status) | [`crd`] |
 //! | grant | the slot the scheduler gave the node, whose Lease names it | scheduler | [`crd`] |
-//! | take-up | the agent's compare-and-swap of `status.slot` to its grant: the window opens | agent | `store/turns.rs` |
+//! | take-up | `status.slot` set to the grant, in the write that opens the window (or the first fence) | agent | `store/turns.rs` |
 //! | withdrawal | a grant not taken up in time, or a Lease not in use, taken back (`spec.withdrawn`) | scheduler | [`crd`] |
 //! | slot Lease | `rota-slot-<i>`: names the node it is granted to; no duration | scheduler (take), agent (give back its own) | [`slots`] |
 //! | session | the agent's incarnation (`status.session`); every agent write checks it | agent | `store/sessions.rs` |
 //! | fence | right before anything disruptive: the session, the grant taken up, its Lease naming the node | agent | `store/turns.rs` |
 //! | record | a RotaNode's status as rota-core's record; rota-core decides every write | agent, operator | [`record`] |
 //! | [`RotaWindow`] | one ended window of a node, written once, listed in `status.windows` (the last 20 kept) | agent, operator | [`window`] |
-//! | `rota-config` | the ConfigMap of the concurrency, the pause and the rollout | operator | `store/settings.rs` |
+//! | `rota-config` | the ConfigMap of the concurrency, the pause, the rollout, and the procedures' fingerprint | operator, scheduler (`procedures`) | `store/settings.rs` |
 //! | [`Procedure`] | a maintenance procedure; its status counts the nodes | operator (spec), scheduler (status) | [`procedure`] |
 //! | [`RotaAuditRecord`] | one operator command, with who and why | operator | [`audit_record`] |
-//! | Event | every transition on the Node | agent | `store/events.rs` |
+//! | Event | every transition but the queueing, on the Node | agent | `store/events.rs` |
 //!
 //! Every write is a compare-and-swap on the object's `resourceVersion`. An agent follows its own
 //! RotaNode with kube-runtime's watcher (`store/own.rs`): the scheduler's grant and an
@@ -51,7 +51,10 @@ pub use crd::{RotaNode, RotaNodeSpec, RotaNodeStatus, rota_node_crd};
 pub use error::KubeError;
 pub use procedure::{Procedure, ProcedureBody, ProcedureStatus, procedure_crd};
 pub use procedures::SUBMITTED_AT_ANNOTATION;
-pub use store::{CONFIG_MAP, KubeStore, KubeStoreConfig, NAMESPACE_LABEL, settings_of};
+pub use store::{
+    CONFIG_MAP, KubeStore, KubeStoreConfig, NAMESPACE_LABEL, PROCEDURES_KEY, settings_of,
+};
+pub use watches::procedures_fingerprint;
 pub use window::{RotaWindow, RotaWindowSpec, rota_window_crd};
 
 use std::time::Duration;
@@ -75,8 +78,8 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
 pub const AGENT_STORE_POLL: Duration = Duration::from_secs(300);
 
 /// How often an idle agent on this store looks for new procedures and at its own RotaNode. A
-/// look is answered from the watches of the Procedures and of the node's RotaNode, without a
-/// request, while they stand; it costs two requests (a list and a read) only while they are
-/// down. New procedures and operators' changes wake the agents at once, through those watches
-/// and `rota-config` (key `wake`).
+/// look is answered without a request from the watch of the node's RotaNode and from the last
+/// list of the procedures, while the fingerprint the scheduler publishes in `rota-config` is
+/// that list's; a look lists them again only after a change. New procedures and operators'
+/// changes wake the agents at once, through `rota-config` (keys `procedures` and `wake`).
 pub const AGENT_PROCEDURE_POLL: Duration = Duration::from_secs(60);

@@ -180,7 +180,8 @@ const SCHEDULER_CLUSTER: &[Rule] = &[
 ];
 
 /// The scheduler's Role's rules, in the rota namespace: the slot Leases followed, taken and
-/// taken back, the leader Lease, and `rota-config` read.
+/// taken back, the leader Lease, and `rota-config` read, with the procedures' fingerprint
+/// applied to it.
 const SCHEDULER_NAMESPACED: &[Rule] = &[
     rule(
         "coordination.k8s.io",
@@ -188,7 +189,7 @@ const SCHEDULER_NAMESPACED: &[Rule] = &[
         None,
         &["get", "list", "watch", "create", "update"],
     ),
-    rule("", "configmaps", None, &["get", "list", "watch"]),
+    rule("", "configmaps", None, &["get", "list", "watch", "patch"]),
 ];
 
 /// Every permission an agent whose installation lives in `namespace` uses; `drains`: it
@@ -460,7 +461,10 @@ mod tests {
         );
         // It reads rota-config and writes no ConfigMap; it drains, cordons and records no
         // history. It follows the Nodes' labels and the Procedures, and writes only their status.
-        assert_eq!(verbs_on(&scheduler, "configmaps"), ["get", "list", "watch"]);
+        assert_eq!(
+            verbs_on(&scheduler, "configmaps"),
+            ["get", "list", "watch", "patch"]
+        );
         assert_eq!(verbs_on(&scheduler, "nodes"), ["get", "list", "watch"]);
         assert_eq!(verbs_on(&scheduler, "procedures"), ["list", "watch"]);
         assert_eq!(verbs_on(&scheduler, "procedures/status"), ["patch"]);

@@ -21,7 +21,7 @@ use tracing::warn;
 
 use crate::error::Context;
 use crate::procedure::{Procedure, ProcedureBody};
-use crate::watches::{ConfigWatch, ProcedureWatch, revision};
+use crate::watches::{ConfigWatch, ProcedureCache, revision};
 
 pub(crate) const PROCEDURES: &str = "procedures.rota.dev";
 const CONFIG_MAPS: &str = "configmaps";
@@ -41,9 +41,9 @@ pub(crate) struct Procedures {
     /// The newest resourceVersion of the procedures this handle submitted: a list from the
     /// API server's cache waits until the cache holds it.
     pub submitted: Arc<Mutex<Option<u64>>>,
-    /// The Procedures' metadata as an agent's watch keeps it: between changes, a list is
-    /// answered from the last one.
-    pub watch: Arc<ProcedureWatch>,
+    /// An agent's last list: it answers while the procedures' fingerprint in `rota-config`
+    /// is the list's.
+    pub cache: Arc<ProcedureCache>,
 }
 
 impl Procedures {
@@ -101,8 +101,8 @@ impl Procedures {
     /// its script resolved. An object whose spec does not parse is left out with a warning,
     /// so that one bad procedure does not stop the others.
     ///
-    /// With `from_cache` (an agent's look), the last list answers while the Procedures' watch
-    /// shows no change since it was made (see `watches`); else the API server answers from its
+    /// With `from_cache` (an agent's look), the last list answers while the fingerprint the
+    /// scheduler published in `rota-config` is the list's (see `watches`); else the API server answers from its
     /// cache as it is (holding at least the procedures this handle submitted) instead of a
     /// consistent read. Agents that start together
     /// look at about the same time, and a consistent read of a resource that nobody writes
@@ -115,7 +115,10 @@ impl Procedures {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .unwrap_or(0);
-        if from_cache && let Some(objects) = self.watch.cached(newest) {
+        if from_cache
+            && let Some(published) = self.config_watch.procedures()
+            && let Some(objects) = self.cache.cached(&published, newest)
+        {
             return self.records(&objects).await;
         }
         let params = if from_cache {
@@ -136,7 +139,7 @@ impl Procedures {
             .as_deref()
             .and_then(|v| v.parse().ok())
         {
-            self.watch.keep(revision, list.items.clone());
+            self.cache.keep(revision, list.items.clone());
         }
         self.records(&list.items).await
     }

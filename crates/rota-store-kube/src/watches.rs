@@ -1,22 +1,22 @@
-//! The watches of an agent's process besides its own RotaNode's (`store/own.rs`), each a
-//! kube-runtime reflector: the ConfigMaps of rota's namespace (`rota-config` and the
-//! procedures' scripts), and the Procedures' metadata.
+//! The watch of an agent's process besides its own RotaNode's (`store/own.rs`): a
+//! kube-runtime reflector of the ConfigMaps of rota's namespace (`rota-config` and the
+//! procedures' scripts). The Procedures are not watched: the scheduler publishes their
+//! fingerprint in `rota-config`, and an agent lists them again only when it changed.
 //!
-//! While a watch has listed its objects and not failed since, its store answers an agent's
+//! While the watch has listed its objects and not failed since, its store answers an agent's
 //! looks without a request (else the store reads). A change an idle or waiting agent must see
 //! moves the change counter by `WAKE_ALL`, so that every waiter looks again: a new concurrency,
 //! pause or resume, an operator's wake for one of this process's nodes or for every node, and
-//! a new, deleted or changed procedure.
+//! a new, deleted or changed procedure (its fingerprint).
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
@@ -27,7 +27,9 @@ use tracing::warn;
 use crate::changes::Changes;
 use crate::procedure::Procedure;
 use crate::procedures::SUBMITTED_AT_ANNOTATION;
-use crate::store::{CONCURRENCY_KEY, CONFIG_MAP, PAUSED_KEY, RESUMED_KEY, WAKE_KEY};
+use crate::store::{
+    CONCURRENCY_KEY, CONFIG_MAP, PAUSED_KEY, PROCEDURES_KEY, RESUMED_KEY, WAKE_KEY,
+};
 
 /// An object's resourceVersion as the etcd revision it is: an integer that grows with every
 /// write. `None` when it does not parse.
@@ -93,8 +95,9 @@ where
     }
 }
 
-/// The keys of `rota-config` whose change may let a waiting or blocked agent go on.
-const SETTING_KEYS: [&str; 3] = [CONCURRENCY_KEY, PAUSED_KEY, RESUMED_KEY];
+/// The keys of `rota-config` whose change may let a waiting or blocked agent go on, or give
+/// an idle one work.
+const SETTING_KEYS: [&str; 4] = [CONCURRENCY_KEY, PAUSED_KEY, RESUMED_KEY, PROCEDURES_KEY];
 
 /// The target of an operator's wake for every node (else it names one node).
 pub(crate) const EVERY_NODE: &str = "*";
@@ -254,6 +257,12 @@ impl ConfigWatch {
         self.seen.see(version, Some(map), true);
     }
 
+    /// The procedures' fingerprint the scheduler published, if the watch is ready and shows one.
+    pub(crate) fn procedures(&self) -> Option<String> {
+        let latest = self.config_map()?;
+        value(latest.as_ref(), PROCEDURES_KEY).map(str::to_owned)
+    }
+
     /// The ConfigMap `name`, if the watch is ready and has it.
     pub(crate) fn get(&self, name: &str) -> Option<ConfigMap> {
         let key = ObjectRef::new(name).within(&self.namespace);
@@ -264,109 +273,68 @@ impl ConfigWatch {
     }
 }
 
-type Meta = PartialObjectMeta<Procedure>;
+/// What the fingerprint takes of one Procedure, besides its name.
+type Described<'a> = (Option<&'a str>, Option<i64>, Option<&'a str>);
 
-/// What a list of the procedures depends on, by name: each object's uid, its `generation`
-/// (which the API server moves on a change of the spec, not of the status) and its submission
-/// time. The status writes of the Procedures reach the watch too, and change nothing here.
-type Fingerprint = BTreeMap<String, (Option<String>, Option<i64>, Option<String>)>;
-
-/// The fingerprint of the procedures with `prefix` among `metas`.
-fn fingerprint<'a>(prefix: &str, metas: impl Iterator<Item = &'a ObjectMeta>) -> Fingerprint {
-    metas
+/// The fingerprint of the Procedures among `metas` named with `prefix` (see
+/// `KubeStoreConfig::name_prefix`; empty in production): a digest of each one's name, uid,
+/// `generation` (which the API server moves on a change of the spec, not of the status) and
+/// submission time. The scheduler publishes it in `rota-config` (key `procedures`) from its
+/// watch of the Procedures, and an agent compares it with that of its last list.
+pub fn procedures_fingerprint<'a>(
+    prefix: &str,
+    metas: impl Iterator<Item = &'a ObjectMeta>,
+) -> String {
+    let described: BTreeMap<&str, Described> = metas
         .filter_map(|meta| {
-            let name = meta.name.as_deref()?;
+            let name = meta.name.as_deref().filter(|n| n.starts_with(prefix))?;
             let submitted = meta
                 .annotations
                 .as_ref()
                 .and_then(|a| a.get(SUBMITTED_AT_ANNOTATION))
-                .cloned();
-            name.starts_with(prefix).then(|| {
-                (
-                    name.to_owned(),
-                    (meta.uid.clone(), meta.generation, submitted),
-                )
-            })
+                .map(String::as_str);
+            Some((name, (meta.uid.as_deref(), meta.generation, submitted)))
         })
-        .collect()
+        .collect();
+    let content = serde_json::to_string(&described).unwrap_or_default();
+    rota_core::sha256_hex(&content)[..16].to_owned()
 }
 
-/// The Procedures' metadata through a watch an agent's session starts: a new, deleted or
-/// changed procedure wakes the agents, and between such changes an agent's look at the
-/// procedures is answered from the last list, without a request.
-pub(crate) struct ProcedureWatch {
+/// An agent's last list of the procedures: between changes of the procedures, an agent's look
+/// at them is answered from it, without a request.
+pub(crate) struct ProcedureCache {
     prefix: String,
-    changes: Arc<Changes>,
-    watch: OnceLock<Reflector<Meta>>,
     listed: Mutex<Option<Listed>>,
 }
 
 /// A list of the procedures, made at etcd revision `revision`.
 struct Listed {
-    fingerprint: Fingerprint,
+    fingerprint: String,
     revision: u64,
     objects: Vec<Procedure>,
 }
 
-impl ProcedureWatch {
-    pub(crate) fn new(prefix: String, changes: Arc<Changes>) -> ProcedureWatch {
-        ProcedureWatch {
+impl ProcedureCache {
+    pub(crate) fn new(prefix: String) -> ProcedureCache {
+        ProcedureCache {
             prefix,
-            changes,
-            watch: OnceLock::new(),
-            listed: Mutex::new(None),
+            listed: Mutex::default(),
         }
     }
 
-    /// Starts the watch, once.
-    pub(crate) fn start(&self, api: Api<Meta>) {
-        self.watch.get_or_init(|| {
-            let (prefix, changes) = (self.prefix.clone(), self.changes.clone());
-            let mut last = Fingerprint::new();
-            let events = watcher(api, watcher::Config::default());
-            Reflector::start(events, "the Procedures", move |event, store| {
-                if matches!(event, watcher::Event::Init | watcher::Event::InitApply(_)) {
-                    return;
-                }
-                let now = fingerprint(&prefix, store.state().iter().map(|m| &m.metadata));
-                if now != last {
-                    last = now;
-                    // A jump: an idle agent waits for one, and a new procedure may be its work.
-                    changes.bump(WAKE_ALL);
-                }
-            })
-        });
-    }
-
-    pub(crate) fn started(&self) -> bool {
-        self.watch.get().is_some()
-    }
-
-    /// The fingerprint of the procedures as the watch shows them, if it is ready.
-    fn current(&self) -> Option<Fingerprint> {
-        let watch = self.watch.get().filter(|w| w.ready())?;
-        let metas = watch.store.state();
-        Some(fingerprint(&self.prefix, metas.iter().map(|m| &m.metadata)))
-    }
-
-    pub(crate) fn ready(&self) -> bool {
-        self.watch.get().is_some_and(Reflector::ready)
-    }
-
-    /// The objects of the last list, if the watch shows the same procedures and the list is at
-    /// least as new as etcd revision `at_least` (this handle's own submissions: the watch may
-    /// not show them yet, and they must be listed all the same).
-    pub(crate) fn cached(&self, at_least: u64) -> Option<Vec<Procedure>> {
-        let current = self.current()?;
+    /// The objects of the last list, if `published` (the fingerprint in `rota-config`) is the
+    /// list's and the list is at least as new as etcd revision `at_least` (this handle's own
+    /// submissions: they must be listed even before the scheduler publishes them).
+    pub(crate) fn cached(&self, published: &str, at_least: u64) -> Option<Vec<Procedure>> {
         let listed = lock(&self.listed);
         let listed = listed.as_ref()?;
-        (listed.fingerprint == current && listed.revision >= at_least)
+        (listed.fingerprint == published && listed.revision >= at_least)
             .then(|| listed.objects.clone())
     }
 
-    /// Keeps a list made at `revision`: it answers while the watch shows the same procedures.
+    /// Keeps a list made at `revision`.
     pub(crate) fn keep(&self, revision: u64, objects: Vec<Procedure>) {
-        let fingerprint = fingerprint(&self.prefix, objects.iter().map(|o| &o.metadata));
+        let fingerprint = procedures_fingerprint(&self.prefix, objects.iter().map(|o| &o.metadata));
         *lock(&self.listed) = Some(Listed {
             fingerprint,
             revision,
@@ -458,13 +426,50 @@ mod tests {
             generation: Some(generation),
             ..ObjectMeta::default()
         };
-        let of = |metas: &[ObjectMeta]| fingerprint("t-", metas.iter());
-        let first = of(&[meta("t-a", 1), meta("other-b", 1)]);
-        assert_eq!(first.len(), 1, "another prefix");
+        let of = |metas: &[ObjectMeta]| procedures_fingerprint("t-", metas.iter());
+        let first = of(&[meta("t-a", 1), meta("t-b", 1)]);
+        assert_eq!(
+            of(&[meta("t-a", 1), meta("other-c", 1), meta("t-b", 1)]),
+            first,
+            "another prefix"
+        );
+        assert_eq!(of(&[meta("t-b", 1), meta("t-a", 1)]), first, "in any order");
         let mut status_written = meta("t-a", 1);
         status_written.resource_version = Some("9".into());
-        assert_eq!(of(&[status_written]), first);
-        assert_ne!(of(&[meta("t-a", 2)]), first, "a new spec");
-        assert_ne!(of(&[meta("t-a", 1), meta("t-c", 1)]), first, "a new one");
+        assert_eq!(of(&[status_written, meta("t-b", 1)]), first);
+        assert_ne!(of(&[meta("t-a", 2), meta("t-b", 1)]), first, "a new spec");
+        assert_ne!(of(&[meta("t-a", 1)]), first, "one deleted");
+        let mut recreated = meta("t-a", 1);
+        recreated.uid = Some("another".into());
+        assert_ne!(of(&[recreated, meta("t-b", 1)]), first, "one made again");
+    }
+
+    #[test]
+    fn a_cached_list_answers_only_under_its_own_fingerprint_and_after_own_submissions() {
+        let object = |name: &str| Procedure {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                uid: Some(format!("uid-{name}")),
+                generation: Some(1),
+                ..ObjectMeta::default()
+            },
+            spec: crate::ProcedureBody::of(&rota_core::ProcedureSpec::new(
+                name.to_string(),
+                "true\n".to_string(),
+            )),
+            status: None,
+        };
+        let cache = ProcedureCache::new(String::new());
+        assert!(cache.cached("anything", 0).is_none(), "nothing listed");
+        cache.keep(7, vec![object("a")]);
+        let listed = procedures_fingerprint("", std::iter::once(&object("a").metadata));
+        assert_eq!(cache.cached(&listed, 7).map(|o| o.len()), Some(1));
+        assert!(
+            cache.cached(&listed, 8).is_none(),
+            "an own newer submission"
+        );
+        let other =
+            procedures_fingerprint("", [object("a"), object("b")].iter().map(|o| &o.metadata));
+        assert!(cache.cached(&other, 0).is_none(), "the procedures changed");
     }
 }

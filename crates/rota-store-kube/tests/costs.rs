@@ -2,13 +2,13 @@
 //!
 //! Idle: once its watches have listed, the reads an idle agent makes at every look (its node,
 //! requests and backoffs, the procedures, the pause and the concurrency, a heartbeat, the
-//! periodic re-read) send no request at all, and it holds three watches (the ConfigMaps, the
-//! Procedures, its own RotaNode), queued or not. A procedure applied without rota reaches it
-//! through its watch.
+//! periodic re-read) send no request at all, and it holds two watches (the ConfigMaps, its own
+//! RotaNode), queued or not. A procedure applied without rota reaches it through the
+//! fingerprint the scheduler publishes in `rota-config`.
 //!
 //! Waiting: a queued node without a grant writes nothing, heartbeats included, and its looks
-//! ask nothing; the scheduler's grant reaches it through its RotaNode's watch, and it takes the
-//! grant up with one write.
+//! ask nothing; the scheduler's grant reaches it through its RotaNode's watch, and the write
+//! that opens its window takes the grant up.
 //!
 //! Status: `rota status` reads the whole fleet in two lists, whatever its size.
 
@@ -106,6 +106,29 @@ async fn idle_look(store: &KubeStore, session: &Session) {
     store.heartbeat(session, TTL).await.expect("heartbeat");
 }
 
+/// Looks until one asks nothing, and what was sent until then: the first looks ask while the
+/// watches list and until the scheduler published the procedures' fingerprint; then the looks
+/// are answered from the watches.
+async fn quiet_looks(store: &KubeStore, session: &Session, sent: &Sent) -> Vec<String> {
+    let mut everything = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        everything.extend(sent.take());
+        idle_look(store, session).await;
+        let look = sent.take();
+        everything.extend(look.iter().cloned());
+        if asked(&look).is_empty() {
+            return everything;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "an idle look still asks after a minute: {:?}",
+            asked(&look)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// The requests that are not watches.
 fn asked(sent: &[String]) -> Vec<&String> {
     sent.iter().filter(|r| !r.ends_with("?watch")).collect()
@@ -121,10 +144,11 @@ fn watched(sent: &[String]) -> BTreeSet<String> {
 }
 
 #[tokio::test]
-async fn an_idle_agent_sends_nothing_but_its_three_watches() {
+async fn an_idle_agent_sends_nothing_but_its_two_watches() {
     let Some((scope, store, sent)) = counted_store("idle").await else {
         return;
     };
+    let _scheduler = common::scheduler(&scope, &store);
     // Another node's procedure, so that the agent's look has one to read.
     let mut spec = ProcedureSpec::new(format!("{}-other", scope.id()), "true\n".to_string());
     spec.nodes = vec![NodeName::new("someone-else").expect("a name")];
@@ -132,35 +156,18 @@ async fn an_idle_agent_sends_nothing_but_its_three_watches() {
     let node = NodeName::new("idle").expect("a name");
     let session = store.open_session(&node, TTL).await.expect("open");
 
-    // The first looks ask while the watches list; then the looks are answered from them.
-    let mut everything = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        everything.extend(sent.take());
-        idle_look(&store, &session).await;
-        let look = sent.take();
-        everything.extend(look.iter().cloned());
-        if asked(&look).is_empty() {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "an idle look still asks after a minute: {:?}",
-            asked(&look)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let mut everything = quiet_looks(&store, &session, &sent).await;
     for _ in 0..20 {
         idle_look(&store, &session).await;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let quiet = sent.take();
     assert_eq!(asked(&quiet), Vec::<&String>::new(), "requests while idle");
-    assert_eq!(store.watches(), 3, "watches of an idle agent");
+    assert_eq!(store.watches(), 2, "watches of an idle agent");
     everything.extend(quiet);
     assert_eq!(
         watched(&everything),
-        BTreeSet::from(["configmaps".into(), "procedures".into(), "rotanodes".into()]),
+        BTreeSet::from(["configmaps".into(), "rotanodes".into()]),
         "what an idle agent watches: {everything:?}"
     );
 
@@ -182,7 +189,7 @@ async fn an_idle_agent_sends_nothing_but_its_three_watches() {
         store.try_acquire_slot(&session).await.expect("look"),
         Acquire::Wait { changes: 1 }
     );
-    assert_eq!(store.watches(), 3, "watches of a queued agent");
+    assert_eq!(store.watches(), 2, "watches of a queued agent");
     tokio::time::sleep(Duration::from_secs(1)).await;
     let queued_sent = sent.take();
     assert!(
@@ -190,7 +197,7 @@ async fn an_idle_agent_sends_nothing_but_its_three_watches() {
         "the queued agent watched the Leases: {queued_sent:?}"
     );
     leave_queue(&store, &session).await;
-    assert_eq!(store.watches(), 3, "watches of an idle agent again");
+    assert_eq!(store.watches(), 2, "watches of an idle agent again");
     scope.cleanup().await.expect("clean up");
 }
 
@@ -239,15 +246,17 @@ async fn the_fleet_overview_costs_two_lists_whatever_its_size() {
 }
 
 /// A Procedure created without rota (as by `kubectl apply`, which writes no wake) reaches an
-/// idle agent through the Procedures' watch: it is woken, and its next look lists it.
+/// idle agent through the fingerprint the scheduler publishes in `rota-config`: it is woken,
+/// and its next look lists it.
 #[tokio::test]
 async fn a_procedure_applied_without_rota_wakes_the_idle_agent() {
-    let Some((scope, store, _)) = counted_store("applied").await else {
+    let Some((scope, store, sent)) = counted_store("applied").await else {
         return;
     };
+    let _scheduler = common::scheduler(&scope, &store);
     let node = NodeName::new("idle").expect("a name");
     let session = store.open_session(&node, TTL).await.expect("open");
-    idle_look(&store, &session).await;
+    quiet_looks(&store, &session, &sent).await;
     let mut changes = store.changes();
     let seen = *changes.borrow_and_update();
 
@@ -347,7 +356,8 @@ fn writes(sent: &[String]) -> Vec<&String> {
 /// With one slot, the nodes queued behind the one in its window write nothing while they wait,
 /// however many heartbeats and looks they make, and their looks ask nothing; once the window
 /// ends, the scheduler's grant reaches the next one through its RotaNode's watch, and it takes
-/// the grant up with one write of its RotaNode, while the one behind it still writes nothing.
+/// the grant up in the write that opens its window (one write of its RotaNode in all), while
+/// the one behind it still writes nothing.
 #[tokio::test]
 async fn a_waiting_node_writes_nothing_and_takes_its_grant_up_once_written() {
     let Some((scope, store, sent)) = counted_store("waiting").await else {
@@ -406,6 +416,17 @@ async fn a_waiting_node_writes_nothing_and_takes_its_grant_up_once_written() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let opened = store
+        .fenced_transition(
+            &waiters[0],
+            Transition::new(NodeState::Queued, NodeState::Draining)
+                .process(Some(Process::Reboot))
+                .window(WindowChange::Open),
+            TTL,
+        )
+        .await
+        .expect("the window opens on the grant");
+    assert_eq!((opened.state, opened.slot), (NodeState::Draining, Some(0)));
     assert_eq!(
         store.try_acquire_slot(&waiters[1]).await.expect("look"),
         Acquire::Wait { changes: 1 }
@@ -415,7 +436,7 @@ async fn a_waiting_node_writes_nothing_and_takes_its_grant_up_once_written() {
     assert_eq!(
         writes_of(&store, &waiters[0], &taken),
         1,
-        "the take-up: {taken:?}"
+        "the take-up rides on the window's opening: {taken:?}"
     );
     assert_eq!(
         writes_of(&store, &waiters[1], &taken),

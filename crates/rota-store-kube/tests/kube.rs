@@ -575,29 +575,43 @@ async fn an_idle_agent_sends_no_writes() {
         .expect("a write of the live session");
 }
 
+/// A window's transitions are Events on the Node; a node's queueing is none (it disrupts
+/// nothing, and a procedure for the whole fleet queues every node at once).
 #[tokio::test]
-async fn a_transition_is_recorded_as_an_event_on_the_node() {
+async fn a_window_is_recorded_as_events_on_the_node_and_a_queueing_is_not() {
     let Some(env) = common::env() else { return };
     let (scope, store) = common::scoped_store(env, "events").await;
     let node = scope.node_name("ev");
     let s = store.open_session(&name(&node), TTL).await.expect("open");
     enqueue(&store, &s).await;
+    assert_eq!(common::take_turn(&scope, &store, &s).await, 0);
+    store
+        .transition(
+            &s,
+            Transition::new(NodeState::Queued, NodeState::Draining).window(WindowChange::Open),
+        )
+        .await
+        .expect("open the window");
     let events: Api<Event> = Api::namespaced(scope.client(), "default");
     let selector = format!("regarding.name={node}");
+    let reasons = || async {
+        events
+            .list(&ListParams::default().fields(&selector))
+            .await
+            .expect("list events")
+            .items
+            .into_iter()
+            .filter_map(|e| e.reason)
+            .collect::<Vec<_>>()
+    };
     eventually(
-        "a Queued event on the node",
+        "a SlotAcquired event on the node",
         Duration::from_secs(30),
-        || async {
-            events
-                .list(&ListParams::default().fields(&selector))
-                .await
-                .expect("list events")
-                .items
-                .iter()
-                .any(|e| e.reason.as_deref() == Some("Queued"))
-        },
+        || async { reasons().await.iter().any(|r| r == "SlotAcquired") },
     )
     .await;
+    let seen = reasons().await;
+    assert!(!seen.iter().any(|r| r == "Queued"), "{seen:?}");
 }
 
 /// A RotaNode edited by hand into nonsense the CRD lets through (a slot beyond any slot

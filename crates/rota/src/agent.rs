@@ -344,7 +344,9 @@ async fn first_contact(
             info!(delay = ?delay, "waiting before the first request to the store (--start-jitter), so that a fleet started together spreads out");
             tokio::time::sleep(delay).await;
         }
-        if args.store.store == StoreLocation::Kube {
+        // A node back in its window from its own reboot passed the check before it took its
+        // slot; the check would cost its return four requests and a write.
+        if args.store.store == StoreLocation::Kube && !marker.present() {
             check_cluster(args, cluster).await?;
         }
         crate::store::open_for_agent(&args.store, cluster).await

@@ -1,5 +1,7 @@
-//! Kubernetes Events on the Node: one for every transition, unlock, retry and procedure
-//! outcome, sent in the background.
+//! Kubernetes Events on the Node: one for every transition but a node's queueing, and for
+//! every unlock, retry and procedure outcome, sent in the background. Queueing disrupts
+//! nothing, and a procedure for the whole fleet queues every node at once: `rota status`
+//! shows the queue.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType};
@@ -43,11 +45,15 @@ impl KubeStore {
     }
 }
 
-/// The Event of a transition of a node's agent: a failure is a warning.
+/// The Event of a transition of a node's agent, none for its queueing: a failure is a
+/// warning.
 pub(super) fn transition_event(
     transition: &Transition,
     node: &NodeName,
-) -> (EventType, &'static str, String) {
+) -> Option<(EventType, &'static str, String)> {
+    if matches!(transition.window, WindowChange::Queue { .. }) {
+        return None;
+    }
     let failed = matches!(transition.window, WindowChange::Fail { .. })
         || transition.to == NodeState::Failed;
     let type_ = if failed {
@@ -77,7 +83,7 @@ pub(super) fn transition_event(
         }
         _ => {}
     }
-    (type_, reason, note)
+    Some((type_, reason, note))
 }
 
 /// The Event of a procedure's outcome on `node`.

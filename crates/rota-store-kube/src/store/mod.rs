@@ -32,7 +32,7 @@ use crate::crd::RotaNode;
 use crate::error::Context;
 use crate::preflight;
 use crate::procedures::Procedures;
-use crate::watches::{ConfigWatch, ProcedureWatch};
+use crate::watches::{ConfigWatch, ProcedureCache};
 use crate::window::{KEPT_WINDOWS, RotaWindow};
 
 mod audit;
@@ -47,7 +47,7 @@ mod writes;
 
 pub(crate) use own::jitter;
 pub(crate) use settings::{CONCURRENCY_KEY, PAUSED_KEY, RESUMED_KEY, WAKE_KEY};
-pub use settings::{CONFIG_MAP, settings_of};
+pub use settings::{CONFIG_MAP, PROCEDURES_KEY, settings_of};
 
 const ROTA_NODES: &str = "rotanodes.rota.dev";
 const CONFIG_MAPS: &str = "configmaps";
@@ -155,10 +155,7 @@ impl KubeStore {
             namespace: config.namespace.clone(),
             prefix: config.name_prefix.clone(),
             submitted: Arc::default(),
-            watch: Arc::new(ProcedureWatch::new(
-                config.name_prefix.clone(),
-                changes.clone(),
-            )),
+            cache: Arc::new(ProcedureCache::new(config.name_prefix.clone())),
         };
         KubeStore {
             inner: Arc::new(Inner {

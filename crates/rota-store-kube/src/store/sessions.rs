@@ -7,9 +7,7 @@
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Api;
 use kube::api::PostParams;
-use kube::core::PartialObjectMeta;
 use rota_core::NodeName;
 use rota_kube_client::is_conflict;
 use rota_store::{Error, Millis, Result, Session, now_millis};
@@ -18,7 +16,6 @@ use super::own::Edit;
 use super::{KubeStore, ROTA_NODES};
 use crate::crd::{RotaNode, RotaNodeSpec, SessionStatus, Timestamp};
 use crate::error::Context;
-use crate::procedure::Procedure;
 use crate::record;
 
 fn ttl_ms(ttl: Duration) -> Millis {
@@ -32,7 +29,6 @@ impl KubeStore {
     pub(super) async fn start_session(&self, node: &NodeName, ttl: Duration) -> Result<Session> {
         let name = self.object_name(node);
         self.inner.own.watch(&name, &self.selector());
-        self.watch_procedures();
         self.inner.settings.add_local(node.as_str());
         loop {
             let now = now_millis();
@@ -170,26 +166,15 @@ impl KubeStore {
 }
 
 impl KubeStore {
-    /// Starts the watch of the Procedures' metadata, once: a new, deleted or changed procedure
-    /// wakes the agents, and between changes their looks are answered from the last list.
-    fn watch_procedures(&self) {
-        let api: Api<PartialObjectMeta<Procedure>> =
-            Api::all(self.inner.rota_nodes.clone().into_client());
-        self.inner.procedures.watch.start(api);
-    }
-
-    /// How many watches this handle holds open: the ConfigMaps' one, and those its agents need.
+    /// How many watches this handle holds open: the ConfigMaps' one, and its agents' RotaNodes'.
     pub fn watches(&self) -> usize {
-        let procedures = self.inner.procedures.watch.started();
-        1 + usize::from(self.inner.own.watching().0) + usize::from(procedures)
+        1 + usize::from(self.inner.own.watching().0)
     }
 
     /// Whether every watch an idle agent holds has listed its objects and not failed since:
     /// from then on, the agent's looks are answered without a request.
     pub fn settled(&self) -> bool {
-        self.inner.own.watching().1
-            && self.inner.procedures.watch.ready()
-            && self.inner.settings.ready()
+        self.inner.own.watching().1 && self.inner.settings.ready()
     }
 
     /// Whether this handle opened a session: it serves agents, not an operator's command.

@@ -31,6 +31,10 @@ pub(super) const RESUMED_COLUMN: &str = "rota-config.data.resumedAt";
 
 pub(crate) const CONCURRENCY_KEY: &str = "concurrency";
 
+/// The Procedures' fingerprint, which the scheduler publishes (see
+/// `watches::procedures_fingerprint`).
+pub const PROCEDURES_KEY: &str = "procedures";
+
 /// An operator's latest change that an idle agent must act on (see `wake_agents`).
 pub(crate) const WAKE_KEY: &str = "wake";
 

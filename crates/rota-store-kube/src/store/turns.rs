@@ -1,5 +1,8 @@
 //! A node's turn: taking up the grant the scheduler wrote into its RotaNode, and the fence on
 //! the Lease the grant names. An agent never takes a Lease; it gives back only its own.
+//!
+//! The take-up costs no write of its own: the node's first fenced write, or the write that
+//! opens its window, carries it (see [`take_up`]).
 
 use std::time::Duration;
 
@@ -12,6 +15,7 @@ use tracing::warn;
 
 use super::own::Edit;
 use super::{KubeStore, fenced};
+use crate::crd::RotaNode;
 use crate::error::{Context, KubeError};
 use crate::slots;
 
@@ -21,9 +25,9 @@ const LEASES: &str = "leases.coordination.k8s.io";
 const WAITED_FOR_A_SCHEDULER: rota_store::Millis = 30_000;
 
 impl KubeStore {
-    /// `Store::try_acquire_slot`: the slot the node is in its window of, or the grant taken up
-    /// (a compare-and-swap of the RotaNode, which fails if the scheduler withdrew it since);
-    /// else wait for the node's RotaNode to change. Waiting writes nothing, but a withdrawal
+    /// `Store::try_acquire_slot`: the slot the node is in its window of, or its grant, which
+    /// the window's first write takes up (refused if the scheduler withdrew it since); else
+    /// wait for the node's RotaNode to change. Waiting writes nothing, but a withdrawal
     /// is answered once, to show that the agent lives.
     ///
     /// A node that has waited for its grant longer than a failover takes, while no scheduler
@@ -95,8 +99,7 @@ impl KubeStore {
                 Ok(match (status.slot, grant) {
                     (Some(slot), _) => Edit::Answer(Acquire::Granted(slot)),
                     (None, Some(grant)) if status.state == NodeState::Queued => {
-                        status.slot = Some(grant.slot);
-                        Edit::Write(Acquire::Granted(grant.slot))
+                        Edit::Answer(Acquire::Granted(grant.slot))
                     }
                     _ if withdrawn => Edit::Write(Acquire::Wait { changes: 1 }),
                     _ => Edit::Answer(Acquire::Wait { changes: 1 }),
@@ -115,8 +118,12 @@ impl KubeStore {
         let deadline = now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
         self.remember_deadline(&session.node, session.id, deadline);
         let known = self.rota_node(&session.node, false).await?;
-        let guess = known.and_then(|o| o.status?.slot);
+        let guess = known.and_then(|mut o| {
+            take_up(&mut o);
+            o.status?.slot
+        });
         let renew = self.edit(&session.node, Some(session), |object, _| {
+            take_up(object);
             let slot = object.status.as_ref().and_then(|s| s.slot);
             match (slot, object.spec.grant) {
                 (Some(slot), Some(grant)) if grant.slot == slot => Ok(Edit::Write(slot)),
@@ -222,6 +229,22 @@ fn leader_missing(lease: Option<&Lease>, now: rota_store::Millis) -> Option<Stri
             now.saturating_sub(renewed) / 1000
         )
     })
+}
+
+/// Takes the grant of a node still queued up: its `status.slot` becomes the grant's, unless
+/// the scheduler withdrew it. Done to the object of the node's first fenced write, or of the
+/// write that opens its window, so that the take-up rides on that write.
+pub(super) fn take_up(object: &mut RotaNode) {
+    let grant = object
+        .spec
+        .grant
+        .filter(|_| object.spec.withdrawn.is_none());
+    if let (Some(status), Some(grant)) = (object.status.as_mut(), grant)
+        && status.slot.is_none()
+        && status.state == NodeState::Queued
+    {
+        status.slot = Some(grant.slot);
+    }
 }
 
 #[cfg(test)]

@@ -9,10 +9,11 @@ use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use rota_core::{Applied, NodeName, Write};
 use rota_kube_client::{is_conflict, is_not_found};
-use rota_store::{Error, RequestRecord, Result, Writer, Written, now_millis};
+use rota_store::{Error, RequestRecord, Result, WindowChange, Writer, Written, now_millis};
 use tracing::warn;
 
 use super::events::{outcome_event, transition_event};
+use super::turns::take_up;
 use super::{KubeStore, fenced, jitter};
 use crate::crd::{RotaNode, RotaNodeStatus};
 use crate::error::Context;
@@ -34,7 +35,10 @@ impl KubeStore {
         let ttl = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         self.remember_deadline(node, session.id, now_millis().saturating_add(ttl));
         let known = self.rota_node(node, false).await?;
-        let Some(slot) = known.and_then(|o| o.status?.slot) else {
+        let Some(slot) = known.and_then(|mut o| {
+            take_up(&mut o);
+            o.status?.slot
+        }) else {
             return Err(fenced(session));
         };
         let (written, named) =
@@ -58,9 +62,12 @@ impl KubeStore {
             };
             let now = now_millis();
             let checked = match session {
-                Some(session) => self
-                    .session_current(&object, session, now)
-                    .and_then(|()| fenced_slot(writer, &object)),
+                Some(session) => self.session_current(&object, session, now).and_then(|()| {
+                    if matches!(writer, Writer::Fenced(..)) || opens_window(write) {
+                        take_up(&mut object);
+                    }
+                    fenced_slot(writer, &object)
+                }),
                 None => Ok(()),
             };
             let kept = self.inner.config.kept_windows;
@@ -128,7 +135,7 @@ impl KubeStore {
             warn!(node = %node, slot, error = %e, "could not give the slot's Lease back; the scheduler takes it back");
         }
         let event = match write {
-            Write::Transition(transition) => Some(transition_event(transition, node)),
+            Write::Transition(transition) => transition_event(transition, node),
             Write::CompleteRequest { process, outcome } => {
                 Some(outcome_event(process, node, outcome))
             }
@@ -183,6 +190,10 @@ impl KubeStore {
 
 fn ignore_not_found(e: kube::Error) -> std::result::Result<(), kube::Error> {
     if is_not_found(&e) { Ok(()) } else { Err(e) }
+}
+
+fn opens_window(write: &Write) -> bool {
+    matches!(write, Write::Transition(t) if matches!(t.window, WindowChange::Open))
 }
 
 /// A fenced write needs the node in its window of the slot its grant names.

@@ -99,6 +99,23 @@ pub async fn round_within(scope: &Scope, take_up: Duration) {
         .expect("a scheduler round");
 }
 
+/// The scheduler (rota-scheduler's own `run`) of `store`'s installation on `scope`, until the
+/// token is canceled: the tests of what an agent costs need the procedures' fingerprint it
+/// publishes.
+#[allow(dead_code, reason = "not every test binary runs the scheduler")]
+pub fn scheduler(scope: &Scope, store: &KubeStore) -> tokio_util::sync::DropGuard {
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(rota_scheduler::run(
+        scope.client(),
+        rota_scheduler::SchedulerConfig {
+            name_prefix: store.config().name_prefix.clone(),
+            ..rota_scheduler::SchedulerConfig::new(scope.namespace(), "test")
+        },
+        stop.clone(),
+    ));
+    stop.drop_guard()
+}
+
 /// A scheduler round, then `session`'s asks until its node takes its grant up: the grant
 /// reaches `store` through its watch, a moment after the round wrote it. The slot taken up;
 /// fails if none was granted within ten seconds.
