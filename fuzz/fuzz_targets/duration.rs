@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use rota_core::{BackoffPolicy, ProcedureSpec};
-use rota_store_kube::crd::Timestamp;
+use rota_kube_api::crd::Timestamp;
 use serde_json::json;
 
 fuzz_target!(|data: &[u8]| {

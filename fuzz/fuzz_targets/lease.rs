@@ -6,7 +6,7 @@
 use k8s_openapi::api::coordination::v1::Lease;
 use libfuzzer_sys::fuzz_target;
 use rota_kube_actions::Evicted;
-use rota_store_kube::slots;
+use rota_kube_api::slots;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(lease) = serde_json::from_slice::<Lease>(data) {

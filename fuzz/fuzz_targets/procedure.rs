@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use libfuzzer_sys::fuzz_target;
 use rota_core::{BackoffPolicy, NodeName};
 use rota_store::ProcedureRecord;
-use rota_store_kube::ProcedureBody;
+use rota_kube_api::ProcedureBody;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

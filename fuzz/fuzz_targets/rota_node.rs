@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rota_store_kube::RotaNode;
+use rota_kube_api::RotaNode;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(node) = serde_json::from_slice::<RotaNode>(data) {

@@ -33,9 +33,10 @@ use kube::runtime::wait::{await_condition, conditions};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt as _};
 use rota_core::{NodeName, Process};
+use rota_kube_api::crd::{RequestStateName, RequestStatus, Timestamp};
+use rota_kube_api::{RotaNode, crds};
 use rota_store::now_millis;
-use rota_store_kube::crd::{RequestStateName, RequestStatus, Timestamp};
-use rota_store_kube::{KubeStore, KubeStoreConfig, NAMESPACE_LABEL, RotaNode, crds};
+use rota_store_kube::{KubeStore, KubeStoreConfig, NAMESPACE_LABEL};
 use tokio::task::JoinHandle;
 
 use crate::testenv::{Scope, TestEnv};

@@ -20,7 +20,7 @@ use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
 use kube::{Client, ResourceExt};
 use rota_e2e::real_node::RealNode;
 use rota_e2e::testenv::{Scope, api_error_code, pod_is_running, run, tool, wait_for};
-use rota_store_kube::{RotaNode, RotaWindow};
+use rota_kube_api::{RotaNode, RotaWindow};
 use serde_json::json;
 
 const IMAGE_ENV: &str = "ROTA_TEST_IMAGE";

@@ -22,8 +22,9 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use rota_core::{NodeName, NodeState, Process};
 use rota_e2e::chart;
 use rota_e2e::testenv::{TestEnv, pod_is_running, tool, wait_for};
+use rota_kube_api::{RotaNode, RotaWindow};
 use rota_store::{Session, Store, StoreExt, Transition, WindowChange, now_millis};
-use rota_store_kube::{KubeStore, KubeStoreConfig, RotaNode, RotaWindow};
+use rota_store_kube::{KubeStore, KubeStoreConfig};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -337,16 +338,16 @@ async fn the_chart_applies_and_its_rbac_is_enough_to_drain_and_no_more() -> Resu
     let token = rota_e2e::tokens::pod_token(&admin, &agent).await?;
     let agent_client = env.client_with_token(&token).await?;
     // ...the agent's start-up check finds every permission it looks for...
-    let wanted = rota_store_kube::permissions::agent_permissions(&namespace, true);
-    let missing = rota_store_kube::permissions::missing(&agent_client, &wanted).await?;
+    let wanted = rota_kube_api::permissions::agent_permissions(&namespace, true);
+    let missing = rota_kube_api::permissions::missing(&agent_client, &wanted).await?;
     ensure!(
         missing.is_empty(),
         "the chart does not grant what the agent checks for: {missing:?}"
     );
     // ...and the scheduler's, as its own service account.
     let scheduler_client = env.client_as(&admin, &namespace, &scheduler_name).await?;
-    let wanted = rota_store_kube::permissions::scheduler_permissions(&namespace);
-    let missing = rota_store_kube::permissions::missing(&scheduler_client, &wanted).await?;
+    let wanted = rota_kube_api::permissions::scheduler_permissions(&namespace);
+    let missing = rota_kube_api::permissions::missing(&scheduler_client, &wanted).await?;
     ensure!(
         missing.is_empty(),
         "the chart does not grant what the scheduler needs: {missing:?}"
@@ -424,7 +425,7 @@ async fn the_chart_applies_and_its_rbac_is_enough_to_drain_and_no_more() -> Resu
     wait_for("the node-scoped policy to be enforced", TIMEOUT, || async {
         let probe = RotaNode::new(
             &other,
-            rota_store_kube::crd::RotaNodeSpec {
+            rota_kube_api::crd::RotaNodeSpec {
                 node: other.clone(),
                 grant: None,
                 withdrawn: None,
@@ -460,9 +461,9 @@ async fn the_chart_applies_and_its_rbac_is_enough_to_drain_and_no_more() -> Resu
         .context("the agent's first session (its RotaNode created)")?;
     // The agent grants itself no slot: only the scheduler writes spec.grant.
     let mut self_granted = rota_nodes_as_agent.get(&node).await?;
-    self_granted.spec.grant = Some(rota_store_kube::crd::GrantSpec {
+    self_granted.spec.grant = Some(rota_kube_api::crd::GrantSpec {
         slot: 0,
-        at: rota_store_kube::crd::Timestamp(now_millis()),
+        at: rota_kube_api::crd::Timestamp(now_millis()),
     });
     match rota_nodes_as_agent
         .replace(&node, &dry_run, &self_granted)
@@ -496,7 +497,7 @@ async fn the_chart_applies_and_its_rbac_is_enough_to_drain_and_no_more() -> Resu
             .get("rota-slot-0")
             .await?;
         ensure!(
-            rota_store_kube::slots::holder(&lease).is_none(),
+            rota_kube_api::slots::holder(&lease).is_none(),
             "window {window}: the agent did not give its Lease back: {:?}",
             lease.spec
         );

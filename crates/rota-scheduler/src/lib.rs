@@ -33,7 +33,7 @@ use tracing::warn;
 pub use fleet::{Fleet, Read};
 pub use leader::Election;
 
-pub use rota_store_kube::slots::LEADER_LEASE;
+pub use rota_kube_api::slots::LEADER_LEASE;
 
 /// What a scheduler serves, and its timing.
 #[derive(Clone, Debug)]

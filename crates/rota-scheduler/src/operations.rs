@@ -15,10 +15,10 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client, ResourceExt};
 use rota_core::NodeName;
 use rota_core::grants::{Operation, Withdrawal};
+use rota_kube_api::crd::{GrantSpec, Timestamp, WithdrawnSpec};
+use rota_kube_api::{RotaNode, slots};
 use rota_kube_client::is_conflict;
 use rota_store::now_millis;
-use rota_store_kube::crd::{GrantSpec, Timestamp, WithdrawnSpec};
-use rota_store_kube::{RotaNode, slots};
 use tracing::{debug, info, warn};
 
 use crate::fleet::Read;

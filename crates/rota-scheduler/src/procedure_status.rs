@@ -35,13 +35,14 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use rota_core::{NodeName, Process};
-use rota_kube_client::{is_conflict, is_not_found};
-use rota_store::{Millis, now_millis};
-use rota_store_kube::crd::{RequestStateName, RotaNodeStatus, Timestamp};
-use rota_store_kube::procedure::{
+use rota_kube_api::crd::{RequestStateName, RotaNodeStatus, Timestamp};
+use rota_kube_api::procedure::{
     NodeProcedureState, NodeProcedureStatus, ProcedureCondition, ProcedureStatus,
 };
-use rota_store_kube::{CONFIG_MAP, PROCEDURES_KEY, Procedure, RotaNode, procedures_fingerprint};
+use rota_kube_api::{CONFIG_MAP, Procedure, RotaNode};
+use rota_kube_client::{is_conflict, is_not_found};
+use rota_store::{Millis, now_millis};
+use rota_store_kube::{PROCEDURES_KEY, procedures_fingerprint};
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 use tokio::task::AbortHandle;
@@ -513,7 +514,7 @@ pub(crate) fn keep(
 #[cfg(test)]
 mod tests {
     use rota_core::NodeState;
-    use rota_store_kube::crd::{BackoffStatus, RequestStatus};
+    use rota_kube_api::crd::{BackoffStatus, RequestStatus};
     use rota_store_kube::record::new_status;
 
     use super::*;
@@ -660,7 +661,7 @@ mod tests {
     fn rota_node(node: &str, version: &str, procedures: Vec<RequestStatus>) -> RotaNode {
         let mut object = RotaNode::new(
             &format!("p-{node}"),
-            rota_store_kube::RotaNodeSpec {
+            rota_kube_api::RotaNodeSpec {
                 node: node.into(),
                 grant: None,
                 withdrawn: None,

@@ -8,9 +8,10 @@ use kube::Api;
 use rota_core::{NodeName, NodeState, Transition, WindowChange};
 use rota_e2e::fleet::install_crd;
 use rota_e2e::testenv::{Scope, TestEnv};
+use rota_kube_api::{RotaNode, slots};
 use rota_scheduler::{Fleet, SchedulerConfig};
 use rota_store::{Session, Store, StoreExt, now_millis};
-use rota_store_kube::{KubeStore, KubeStoreConfig, RotaNode, slots};
+use rota_store_kube::{KubeStore, KubeStoreConfig};
 use tokio_util::sync::CancellationToken;
 
 const TTL: Duration = Duration::from_secs(600);
@@ -243,9 +244,9 @@ async fn a_withdrawal_decided_on_a_stale_read_takes_nothing_from_a_grant_written
     let api: Api<RotaNode> = Api::all(scope.client());
     let name = store.object_name(&node("a"));
     let mut object = api.get(&name).await.expect("read");
-    object.spec.grant = Some(rota_store_kube::crd::GrantSpec {
+    object.spec.grant = Some(rota_kube_api::crd::GrantSpec {
         slot: 0,
-        at: rota_store_kube::crd::Timestamp(now_millis()),
+        at: rota_kube_api::crd::Timestamp(now_millis()),
     });
     api.replace(&name, &Default::default(), &object)
         .await

@@ -22,10 +22,8 @@ use kube::{Client, Resource as _};
 use rota_actions::NodeActions;
 use rota_core::NodeName;
 use rota_kube_actions::{DrainOptions, KubeActions};
-use rota_store_kube::{
-    KubeStore, KubeStoreConfig, NAMESPACE_LABEL, RotaNode, procedure_crd, rota_node_crd,
-    rota_window_crd,
-};
+use rota_kube_api::{RotaNode, procedure_crd, rota_node_crd, rota_window_crd};
+use rota_store_kube::{KubeStore, KubeStoreConfig, NAMESPACE_LABEL};
 use tracing::{info, warn};
 
 use crate::handles::Opener;

@@ -15,8 +15,8 @@ use kube::api::ListParams;
 use rota_core::NodeState;
 use rota_e2e::proxy::{Proxy, outages};
 use rota_e2e::testenv::TestEnv;
+use rota_kube_api::RotaNode;
 use rota_simulate::{KubeTarget, Options, StoreChoice, run};
-use rota_store_kube::RotaNode;
 use tokio_util::sync::CancellationToken;
 
 /// A client of the test control plane, or `None` when the tests are skipped.

@@ -1,6 +1,7 @@
 //! Errors of the Kubernetes store. Each names the verb and the resource that failed, so that a
 //! missing RBAC permission reads as what to grant.
 
+use rota_kube_api::ApiError;
 use rota_store::Error as StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -14,16 +15,6 @@ pub enum KubeError {
         #[source]
         source: kube::Error,
     },
-    /// A field of an object that this rota cannot read: edited by hand, or written by a newer
-    /// rota.
-    #[error("{kind} {name}: {field}: {problem}")]
-    Unreadable {
-        kind: &'static str,
-        /// The object (`namespace/name`, `name`).
-        name: String,
-        field: &'static str,
-        problem: String,
-    },
     #[error(
         "gave up writing {resource} {name}: it changed under every one of {attempts} compare-and-swap attempts"
     )]
@@ -32,31 +23,9 @@ pub enum KubeError {
         name: String,
         attempts: u32,
     },
-    #[error(
-        "{} not installed in this cluster: install rota's CRDs with `kubectl apply -f \
-         charts/rota/crds/` or `helm install rota charts/rota` (`helm template` renders them \
-         only with `--include-crds`, and `helm upgrade` never adds them)",
-        crds_are(resources)
-    )]
-    CrdMissing {
-        /// The CRDs' names (`rotanodes.rota.dev`).
-        resources: Vec<String>,
-    },
-    #[error(
-        "the namespace {namespace} does not exist (it holds rota's slot Leases and ConfigMap; \
-         --namespace names it): create it with `kubectl create namespace {namespace}`, or \
-         install the chart with namespace.create=true and namespace.name={namespace}"
-    )]
-    NamespaceMissing { namespace: String },
-    #[error(
-        "the API server refused this client's credentials (401 Unauthorized): in a pod, its \
-         ServiceAccount was deleted or its token is not valid: check that the ServiceAccount \
-         of the pod's serviceAccountName exists (the chart creates serviceAccount.name, \
-         default rota-agent, in its namespace) and delete the pod so it starts with a fresh \
-         token; outside the cluster, renew the token or certificate of the kubeconfig \
-         (--kubeconfig, KUBECONFIG or ~/.kube/config)"
-    )]
-    Unauthorized,
+    /// Reading rota's objects, or the start-up checks (see [`rota_kube_api`]).
+    #[error(transparent)]
+    Objects(#[from] ApiError),
     #[error(
         "no scheduler runs: the leader Lease {lease} {state}; windows under way go on to their \
          end, and no node is granted a slot until a scheduler runs (the chart's Deployment \
@@ -70,20 +39,13 @@ pub enum KubeError {
     },
 }
 
-/// "the CRD x is" or "the CRDs x, y are".
-fn crds_are(names: &[String]) -> String {
-    match names {
-        [name] => format!("the CRD {name} is"),
-        _ => format!("the CRDs {} are", names.join(", ")),
-    }
-}
-
 impl KubeError {
     /// Whether the API server could not serve the call for now (see
     /// [`rota_kube_client::is_unavailable`]).
     pub fn is_unavailable(&self) -> bool {
         match self {
             KubeError::Api { source, .. } => rota_kube_client::is_unavailable(source),
+            KubeError::Objects(e) => e.is_unavailable(),
             KubeError::NoScheduler { .. } => true,
             _ => false,
         }
@@ -91,7 +53,11 @@ impl KubeError {
 
     /// Whether the API server refused the call for want of a permission (403).
     pub fn is_forbidden(&self) -> bool {
-        matches!(self, KubeError::Api { source, .. } if rota_kube_client::forbidden(source).is_some())
+        match self {
+            KubeError::Api { source, .. } => rota_kube_client::forbidden(source).is_some(),
+            KubeError::Objects(e) => e.is_forbidden(),
+            _ => false,
+        }
     }
 }
 

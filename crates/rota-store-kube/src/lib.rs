@@ -1,23 +1,24 @@
 //! rota's store on Kubernetes (docs/design.md §7): [`KubeStore`] implements
 //! [`rota_store::Store`] for a node's agent and an operator's commands, with objects of the
-//! cluster itself. The slots are granted by the scheduler (`rota-scheduler`), not here.
+//! cluster itself. The slots are granted by the scheduler (`rota-scheduler`), not here. The
+//! objects themselves, and the start-up checks, are [`rota_kube_api`]'s.
 //!
 //! # Map
 //!
 //! | concept | what it is | who writes it | file |
 //! |---|---|---|---|
-//! | [`RotaNode`] | one per node: `spec.grant` (the scheduler's), `status` (its agent's record, the history of the open window) | scheduler (spec), agent (status) | [`crd`] |
-//! | grant | the slot the scheduler gave the node, whose Lease names it | scheduler | [`crd`] |
+//! | [`RotaNode`](rota_kube_api::RotaNode) | one per node: `spec.grant` (the scheduler's), `status` (its agent's record, the history of the open window) | scheduler (spec), agent (status) | [`crd`](rota_kube_api::crd) |
+//! | grant | the slot the scheduler gave the node, whose Lease names it | scheduler | [`crd`](rota_kube_api::crd) |
 //! | take-up | `status.slot` set to the grant, in the write that opens the window (or the first fence) | agent | `store/turns.rs` |
-//! | withdrawal | a grant not taken up in time, or a Lease not in use, taken back (`spec.withdrawn`) | scheduler | [`crd`] |
-//! | slot Lease | `rota-slot-<i>`: names the node it is granted to; no duration | scheduler (take), agent (give back its own) | [`slots`] |
+//! | withdrawal | a grant not taken up in time, or a Lease not in use, taken back (`spec.withdrawn`) | scheduler | [`crd`](rota_kube_api::crd) |
+//! | slot Lease | `rota-slot-<i>`: names the node it is granted to; no duration | scheduler (take), agent (give back its own) | [`slots`](rota_kube_api::slots) |
 //! | session | the agent's incarnation (`status.session`); every agent write checks it | agent | `store/sessions.rs` |
 //! | fence | right before anything disruptive: the session, the grant taken up, its Lease naming the node | agent | `store/turns.rs` |
 //! | record | a RotaNode's status as rota-core's record; rota-core decides every write | agent, operator | [`record`] |
-//! | [`RotaWindow`] | one ended window of a node, written once, listed in `status.windows` (the last 20 kept) | agent, operator | [`window`] |
+//! | [`RotaWindow`](rota_kube_api::RotaWindow) | one ended window of a node, written once, listed in `status.windows` (the last 20 kept) | agent, operator | [`window`](rota_kube_api::window) |
 //! | `rota-config` | the ConfigMap of the concurrency, the pause, the rollout, and the procedures' fingerprint | operator, scheduler (`procedures`) | `store/settings.rs` |
-//! | [`Procedure`] | a maintenance procedure; its status counts the nodes | operator (spec), scheduler (status) | [`procedure`] |
-//! | [`RotaAuditRecord`] | one operator command, with who and why | operator | [`audit_record`] |
+//! | [`Procedure`](rota_kube_api::Procedure) | a maintenance procedure; its status counts the nodes | operator (spec), scheduler (status) | [`procedure`](rota_kube_api::procedure) |
+//! | [`RotaAuditRecord`](rota_kube_api::RotaAuditRecord) | one operator command, with who and why | operator | [`audit_record`](rota_kube_api::audit_record) |
 //! | Event | every transition but the queueing, on the Node | agent | `store/events.rs` |
 //!
 //! Every write is a compare-and-swap on the object's `resourceVersion`. An agent follows its own
@@ -31,14 +32,7 @@
 //! [`KubeStoreConfig::name_prefix`] (empty in production) goes before every RotaNode's name, so
 //! that tests sharing a cluster can use the same node names.
 
-pub mod audit_record;
-pub mod crd;
-pub mod permissions;
-pub mod preflight;
-pub mod procedure;
 pub mod record;
-pub mod slots;
-pub mod window;
 
 mod changes;
 mod error;
@@ -46,31 +40,12 @@ mod procedures;
 mod store;
 mod watches;
 
-pub use audit_record::{RotaAuditRecord, RotaAuditRecordSpec, rota_audit_record_crd};
-pub use crd::{RotaNode, RotaNodeSpec, RotaNodeStatus, rota_node_crd};
 pub use error::KubeError;
-pub use procedure::{Procedure, ProcedureBody, ProcedureStatus, procedure_crd};
 pub use procedures::SUBMITTED_AT_ANNOTATION;
-pub use store::{
-    CONFIG_MAP, KubeStore, KubeStoreConfig, NAMESPACE_LABEL, PROCEDURES_KEY, settings_of,
-};
+pub use store::{KubeStore, KubeStoreConfig, NAMESPACE_LABEL, PROCEDURES_KEY, settings_of};
 pub use watches::procedures_fingerprint;
-pub use window::{RotaWindow, RotaWindowSpec, rota_window_crd};
 
 use std::time::Duration;
-
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-
-/// Every custom resource rota uses, as `charts/rota/crds/` installs them: what a test or a
-/// simulation that sets up a cluster of its own applies.
-pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![
-        rota_node_crd(),
-        rota_window_crd(),
-        procedure_crd(),
-        rota_audit_record_crd(),
-    ]
-}
 
 /// How often an agent on this store with work re-reads it: only a safety net, as the watches
 /// report releases and other writers' changes; a re-read asks the API server only while the

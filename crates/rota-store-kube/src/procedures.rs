@@ -20,8 +20,8 @@ use rota_store::{Error, Millis, ProcedureRecord, Result, now_millis};
 use tracing::warn;
 
 use crate::error::Context;
-use crate::procedure::{Procedure, ProcedureBody};
 use crate::watches::{ConfigWatch, ProcedureCache, revision};
+use rota_kube_api::procedure::{Procedure, ProcedureBody};
 
 pub(crate) const PROCEDURES: &str = "procedures.rota.dev";
 const CONFIG_MAPS: &str = "configmaps";

@@ -4,42 +4,20 @@
 
 use std::time::Duration;
 
-use rota_core::{Applied, Blocked, NodeName, Process, RequestState};
+use rota_core::{Applied, Blocked, NodeName, Process};
 use rota_store::{
     BackoffRecord, HistoryEntry, Millis, NodeOverview, NodeRecord, RequestRecord, StepRecord,
 };
 
-use crate::crd::{
+use rota_kube_api::crd::{
     BackoffStatus, BlockedStatus, HistoryStatus, RequestStateName, RequestStatus, RotaNodeStatus,
     StepStatus, Timestamp,
 };
-use crate::window::RotaWindowSpec;
+use rota_kube_api::window::RotaWindowSpec;
 
 /// History entries a RotaNode holds at most before they move to a `RotaWindow` even though no
 /// window ended (a node that queues and leaves the queue again and again).
 pub const HISTORY_LIMIT: usize = 32;
-
-impl From<RequestStateName> for RequestState {
-    fn from(state: RequestStateName) -> RequestState {
-        match state {
-            RequestStateName::Pending => RequestState::Pending,
-            RequestStateName::Active => RequestState::Active,
-            RequestStateName::Done => RequestState::Done,
-            RequestStateName::Canceled => RequestState::Canceled,
-        }
-    }
-}
-
-impl From<RequestState> for RequestStateName {
-    fn from(state: RequestState) -> RequestStateName {
-        match state {
-            RequestState::Pending => RequestStateName::Pending,
-            RequestState::Active => RequestStateName::Active,
-            RequestState::Done => RequestStateName::Done,
-            RequestState::Canceled => RequestStateName::Canceled,
-        }
-    }
-}
 
 /// A node idle since `now`, with nothing recorded.
 pub fn new_status(now: Millis) -> RotaNodeStatus {

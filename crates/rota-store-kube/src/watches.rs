@@ -24,12 +24,12 @@ use rota_store::WAKE_ALL;
 use tokio::task::AbortHandle;
 use tracing::warn;
 
+use rota_kube_api::CONFIG_MAP;
+
 use crate::changes::Changes;
-use crate::procedure::Procedure;
 use crate::procedures::SUBMITTED_AT_ANNOTATION;
-use crate::store::{
-    CONCURRENCY_KEY, CONFIG_MAP, PAUSED_KEY, PROCEDURES_KEY, RESUMED_KEY, WAKE_KEY,
-};
+use crate::store::{CONCURRENCY_KEY, PAUSED_KEY, PROCEDURES_KEY, RESUMED_KEY, WAKE_KEY};
+use rota_kube_api::procedure::Procedure;
 
 /// An object's resourceVersion as the etcd revision it is: an integer that grows with every
 /// write. `None` when it does not parse.
@@ -453,7 +453,7 @@ mod tests {
                 generation: Some(1),
                 ..ObjectMeta::default()
             },
-            spec: crate::ProcedureBody::of(&rota_core::ProcedureSpec::new(
+            spec: rota_kube_api::ProcedureBody::of(&rota_core::ProcedureSpec::new(
                 name.to_string(),
                 "true\n".to_string(),
             )),

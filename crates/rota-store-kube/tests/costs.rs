@@ -22,10 +22,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::PostParams;
 use rota_core::{Event, Lifecycle, NodeName, NodeState, ProcedureSpec, Process};
+use rota_kube_api::{Procedure, ProcedureBody};
 use rota_store::{
     Acquire, Session, Store, StoreExt, Transition, WAKE_ALL, WindowChange, now_millis,
 };
-use rota_store_kube::{KubeStore, Procedure, ProcedureBody};
+use rota_store_kube::KubeStore;
 
 const TTL: Duration = Duration::from_secs(30);
 

@@ -9,8 +9,8 @@
 
 use k8s_openapi::api::coordination::v1::Lease;
 use proptest::prelude::*;
-use rota_store_kube::RotaNode;
-use rota_store_kube::slots;
+use rota_kube_api::RotaNode;
+use rota_kube_api::slots;
 use serde_json::{Value, json};
 
 /// Cases per property.

@@ -14,11 +14,12 @@ use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::{Api, Client};
 use rota_core::{HistoryEvent, NodeName, NodeState, Process};
 use rota_e2e::fleet::request_reboot_by_hand;
+use rota_kube_api::crd::{GrantSpec, Timestamp};
+use rota_kube_api::{RotaNode, RotaWindow};
 use rota_store::{
     Acquire, HistoryFilter, Store, StoreExt, Transition, WAKE_ALL, WindowChange, now_millis,
 };
-use rota_store_kube::crd::{GrantSpec, Timestamp};
-use rota_store_kube::{KubeStore, KubeStoreConfig, RotaNode, RotaWindow};
+use rota_store_kube::{KubeStore, KubeStoreConfig};
 
 const TTL: Duration = Duration::from_secs(60);
 
@@ -195,7 +196,7 @@ async fn an_operators_request_or_procedure_wakes_the_idle_agent_it_concerns() {
         .map(|p| p.spec.name)
         .collect();
     assert!(names.contains(&spec.name), "{names:?}");
-    let api: Api<rota_store_kube::Procedure> = Api::all(scope.client());
+    let api: Api<rota_kube_api::Procedure> = Api::all(scope.client());
     let prefix = &store.config().name_prefix;
     api.delete(&format!("{prefix}{}", spec.name), &DeleteParams::default())
         .await
@@ -454,7 +455,7 @@ async fn the_scheduler_takes_back_a_slot_whose_holder_has_no_rota_node() {
     store.set_concurrency(1).await.expect("concurrency");
     // Held for an hour: a Lease taken a moment ago may be a grant whose RotaNode write the
     // read does not show yet, and waits the take-up time.
-    let lease = rota_store_kube::slots::taken(0, None, "gone", None, now_millis() - 3_600_000);
+    let lease = rota_kube_api::slots::taken(0, None, "gone", None, now_millis() - 3_600_000);
     scope
         .api::<Lease>()
         .create(&PostParams::default(), &lease)
@@ -540,7 +541,8 @@ async fn a_missing_permission_is_named_by_verb_and_resource() {
     .expect("refused");
     let text = err.to_string();
     assert!(
-        text.contains("cannot list rotanodes.rota.dev") && text.contains("forbidden"),
+        text.contains("forbidden to list rotanodes.rota.dev (all)")
+            && text.contains("needs the RBAC verb `list` on `rotanodes.rota.dev`"),
         "{text}"
     );
 }
@@ -724,10 +726,7 @@ async fn a_grant_written_by_hand_without_its_lease_is_fenced_and_given_up() {
         .get_opt("rota-slot-0")
         .await
         .expect("read the Lease");
-    assert_eq!(
-        lease.as_ref().and_then(rota_store_kube::slots::holder),
-        None
-    );
+    assert_eq!(lease.as_ref().and_then(rota_kube_api::slots::holder), None);
 }
 
 /// A grant its agent does not take up within the take-up time (its agent is dead, or hangs) is
@@ -763,7 +762,7 @@ async fn a_grant_not_taken_up_in_time_is_withdrawn_until_the_agent_writes() {
     let leases = scope.api::<Lease>();
     let lease = leases.get("rota-slot-0").await.expect("the slot Lease");
     assert_eq!(
-        rota_store_kube::slots::holder(&lease),
+        rota_kube_api::slots::holder(&lease),
         None,
         "the Lease is free"
     );

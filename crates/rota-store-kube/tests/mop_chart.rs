@@ -20,7 +20,8 @@ use kube::api::{Patch, PatchParams, PostParams};
 use rota_core::{ConfigMapKey, NodeName, Priority, ProcedureSpec, Process, sha256_hex};
 use rota_e2e::testenv::{self, SKIP_ENV, TestEnv};
 
-use rota_store_kube::{KubeStore, KubeStoreConfig, Procedure};
+use rota_kube_api::Procedure;
+use rota_store_kube::{KubeStore, KubeStoreConfig};
 use serde_json::json;
 
 fn chart_dir(chart: &str) -> PathBuf {

@@ -1,4 +1,4 @@
-//! The agent's start-up check of its RBAC permissions (`rota_store_kube::permissions`), against the
+//! The agent's start-up check of its RBAC permissions (`rota_kube_api::permissions`), against the
 //! real authorizer of `testenv/`'s API server: a service account without a permission is told
 //! which ones it lacks, and a granted one is no longer among them. That the chart grants every
 //! permission the check looks for is tested with the chart (rota-kube-actions's `tests/chart.rs`).
@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use rota_store_kube::permissions::{agent_permissions, missing};
+use rota_kube_api::permissions::{agent_permissions, missing};
 
 #[tokio::test]
 async fn an_agent_without_permissions_is_told_each_one_it_lacks() {
@@ -28,7 +28,7 @@ async fn an_agent_without_permissions_is_told_each_one_it_lacks() {
         .grant("cordon", "weak", "nodes", &["get", "patch"])
         .await
         .expect("a grant");
-    let granted = |p: &rota_store_kube::permissions::Permission| {
+    let granted = |p: &rota_kube_api::permissions::Permission| {
         p.group.is_empty()
             && p.resource == "nodes"
             && p.subresource.is_none()

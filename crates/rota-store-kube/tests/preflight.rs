@@ -1,4 +1,4 @@
-//! What the store checks of the cluster as it connects (`rota_store_kube::preflight`), against the
+//! What the store checks of the cluster as it connects (`rota_kube_api::preflight`), against the
 //! real API server of `testenv/`: a CRD it does not serve, a namespace that does not exist and
 //! credentials it refuses are each named, with how to fix them. The shared cluster's CRDs are
 //! never deleted (other tests use them): the missing ones are resources that were never
@@ -11,15 +11,18 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::Api;
 use kube::api::DeleteParams;
-use rota_store_kube::preflight::{ROTA_RESOURCES, ServedResource, check_resources};
+use rota_kube_api::ApiError;
+use rota_kube_api::preflight::{ROTA_RESOURCES, ServedResource, check_resources};
 use rota_store_kube::{KubeError, KubeStore, KubeStoreConfig};
 
-/// The store's error as the Kubernetes store raised it.
-fn kube_error(e: &rota_store::Error) -> Option<&KubeError> {
-    match e {
-        rota_store::Error::Backend(source) | rota_store::Error::Unavailable(source) => {
-            source.downcast_ref()
-        }
+/// The start-up check's error, as the Kubernetes store raised it.
+fn kube_error(e: &rota_store::Error) -> Option<&ApiError> {
+    let source = match e {
+        rota_store::Error::Backend(source) | rota_store::Error::Unavailable(source) => source,
+        _ => return None,
+    };
+    match source.downcast_ref()? {
+        KubeError::Objects(e) => Some(e),
         _ => None,
     }
 }
@@ -59,7 +62,7 @@ async fn a_crd_the_api_server_does_not_serve_is_named_with_how_to_install_it() {
         .await
         .expect_err("two of them are not installed");
     match &failed {
-        KubeError::CrdMissing { resources } => assert_eq!(
+        ApiError::CrdMissing { resources } => assert_eq!(
             resources,
             &["neverinstalleds.rota.dev", "widgets.absent.rota.dev"]
         ),
@@ -92,7 +95,7 @@ async fn a_missing_crd_is_named_to_a_client_without_permissions() {
         version: "v1alpha1",
     });
     match check_resources(&weak, &wanted).await {
-        Err(KubeError::CrdMissing { resources }) => {
+        Err(ApiError::CrdMissing { resources }) => {
             assert_eq!(resources, ["neverinstalleds.rota.dev"])
         }
         other => panic!("not a missing CRD: {other:?}"),
@@ -103,7 +106,7 @@ async fn a_missing_crd_is_named_to_a_client_without_permissions() {
     assert!(refused.is_forbidden(), "{refused:?}");
     let message = refused.to_string();
     assert!(
-        message.contains("cannot list rotanodes.rota.dev (all)"),
+        message.contains("forbidden to list rotanodes.rota.dev (all)"),
         "{message}"
     );
     scope.cleanup().await.expect("clean up");
@@ -120,7 +123,7 @@ async fn a_store_in_a_namespace_that_does_not_exist_says_how_to_create_it() {
         .err()
         .expect("the namespace does not exist");
     assert!(
-        matches!(kube_error(&failed), Some(KubeError::NamespaceMissing { namespace }) if *namespace == absent),
+        matches!(kube_error(&failed), Some(ApiError::NamespaceMissing { namespace }) if *namespace == absent),
         "{failed:?}"
     );
     let message = failed.to_string();
@@ -157,7 +160,7 @@ async fn a_store_whose_service_account_was_deleted_is_told_its_token_is_refused(
     let deadline = Instant::now() + Duration::from_secs(30);
     let failed = loop {
         match connect(orphan.clone(), scope.namespace()).await {
-            Err(e) if matches!(kube_error(&e), Some(KubeError::Unauthorized)) => break e,
+            Err(e) if matches!(kube_error(&e), Some(ApiError::Unauthorized)) => break e,
             other if Instant::now() > deadline => panic!(
                 "the token of a deleted service account still works: {:?}",
                 other.err()

@@ -14,8 +14,9 @@ use kube::Api;
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use rota_core::{ConfigMapKey, NodeName, NodeState, ProcedureSpec, Process};
 use rota_e2e::testenv::Scope;
+use rota_kube_api::Procedure;
 use rota_store::{Outcome, Session, Store, StoreExt, Transition, WindowChange, now_millis};
-use rota_store_kube::{KubeStore, Procedure};
+use rota_store_kube::KubeStore;
 use serde_json::json;
 
 const TTL: Duration = Duration::from_secs(60);

@@ -10,10 +10,10 @@ use rota_actions::{CommandActions, NodeActions, Reboot};
 use rota_agent::{Agent, AgentConfig, SentinelCommand, WindowMarker};
 use rota_blockers::{AlertFilter, AnnotationBlocker, Blocker, PodBlocker, PrometheusBlocker};
 use rota_kube_actions::{DrainOptions, KubeActions, NodeLabels};
+use rota_kube_api::{permissions, preflight};
 use rota_metrics::{Metrics, MetricsServer};
 use rota_notify::{Notifier, NotifierConfig, NotifyObserver};
 use rota_store::{Store, StoreUrl};
-use rota_store_kube::{permissions, preflight};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -267,7 +267,7 @@ async fn blockers(args: &AgentArgs, cluster: &Cluster) -> Result<Vec<Arc<dyn Blo
 
 /// Stops the agent before it does anything if the cluster lacks what it needs, naming what is
 /// missing: credentials the API server accepts, rota's CRDs and its namespace (see
-/// `rota_store_kube::preflight`), then every permission its service account will need. Those come
+/// `rota_kube_api::preflight`), then every permission its service account will need. Those come
 /// first: without credentials every review fails, and a missing CRD is what to fix before
 /// RBAC. Waits while the API server is unavailable, as the store does.
 async fn check_cluster(args: &AgentArgs, cluster: &Cluster) -> Result<()> {
@@ -288,7 +288,7 @@ async fn check_cluster(args: &AgentArgs, cluster: &Cluster) -> Result<()> {
     // with nothing before it.
     let missing = check
         .retry(rota_store::retry_pauses())
-        .when(|e: &rota_store_kube::KubeError| e.is_unavailable())
+        .when(|e: &rota_kube_api::ApiError| e.is_unavailable())
         .notify(|e, pause| {
             warn!(error = %e, pause = ?pause, "the API server is unavailable; checking the cluster again");
         })

@@ -26,12 +26,11 @@ use kube::{Client, ResourceExt as _};
 use rota_core::{HistoryEvent, NodeName, NodeState, Process};
 use rota_e2e::testenv::{Scope, TestEnv, app_labels, wait_for};
 use rota_e2e::tokens::pod_token;
+use rota_kube_api::crd::{GrantSpec, Timestamp, WithdrawnSpec};
+use rota_kube_api::permissions::{Permission, missing};
+use rota_kube_api::{RotaNode, RotaNodeSpec, RotaWindow, RotaWindowSpec, slots};
 use rota_store::{StoreExt, now_millis};
-use rota_store_kube::crd::{GrantSpec, Timestamp, WithdrawnSpec};
-use rota_store_kube::permissions::{Permission, missing};
-use rota_store_kube::{
-    KubeStore, KubeStoreConfig, RotaNode, RotaNodeSpec, RotaWindow, RotaWindowSpec, slots,
-};
+use rota_store_kube::{KubeStore, KubeStoreConfig};
 use serde_json::{Value, json};
 
 mod kube_common;

@@ -10,8 +10,9 @@ use std::process::Output;
 use anyhow::{Context as _, Result, ensure};
 use kube::Api;
 use kube::config::Kubeconfig;
+use rota_kube_api::RotaNode;
 use rota_store::StoreExt;
-use rota_store_kube::{KubeStore, KubeStoreConfig, RotaNode};
+use rota_store_kube::{KubeStore, KubeStoreConfig};
 
 mod kube_common;
 

@@ -15,9 +15,10 @@ use anyhow::{Context as _, Result, ensure};
 use kube::Api;
 use rota_core::{NodeName, Process};
 use rota_e2e::testenv::wait_for;
+use rota_kube_api::permissions::{Permission, agent_permissions, missing, scheduler_permissions};
+use rota_kube_api::{RotaAuditRecord, RotaAuditRecordSpec, RotaNode};
 use rota_store::{Store, StoreExt};
-use rota_store_kube::permissions::{Permission, agent_permissions, missing, scheduler_permissions};
-use rota_store_kube::{KubeStore, KubeStoreConfig, RotaAuditRecord, RotaAuditRecordSpec, RotaNode};
+use rota_store_kube::{KubeStore, KubeStoreConfig};
 use serde_json::json;
 
 mod kube_common;
@@ -259,7 +260,7 @@ async fn a_viewer_sees_the_fleet_and_an_operator_may_also_ask_for_maintenance() 
     let forged = RotaAuditRecord::new(
         "forged",
         RotaAuditRecordSpec {
-            at: rota_store_kube::crd::Timestamp(0),
+            at: rota_kube_api::crd::Timestamp(0),
             command: "unlock".into(),
             node: Some(node.to_string()),
             process: None,

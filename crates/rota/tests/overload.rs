@@ -24,8 +24,9 @@ use rota_e2e::host::touch;
 use rota_e2e::postgres::{database_with_own_role, fresh_database};
 use rota_e2e::proxy::Proxy;
 use rota_e2e::testenv::wait_for;
+use rota_kube_api::RotaNode;
 use rota_store::{PostgresStore, StoreExt};
-use rota_store_kube::{KubeStore, KubeStoreConfig, RotaNode};
+use rota_store_kube::{KubeStore, KubeStoreConfig};
 use serde_json::{Value, json};
 
 /// What an agent logs before it waits out its start's delay.

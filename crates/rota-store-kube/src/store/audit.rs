@@ -1,4 +1,4 @@
-//! The operators' audit trail: `RotaAuditRecord` objects (see [`crate::audit_record`]).
+//! The operators' audit trail: `RotaAuditRecord` objects (see [`rota_kube_api::audit_record`]).
 
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use kube::api::{ListParams, PostParams};
@@ -6,8 +6,8 @@ use rota_store::{AuditRecord, Error, HistoryFilter, NewAuditRecord, Result, now_
 use tracing::warn;
 
 use super::KubeStore;
-use crate::audit_record;
 use crate::error::Context;
+use rota_kube_api::audit_record;
 
 const ROTA_AUDIT_RECORDS: &str = "rotaauditrecords.rota.dev";
 const SELF_SUBJECT_REVIEWS: &str = "selfsubjectreviews.authentication.k8s.io";

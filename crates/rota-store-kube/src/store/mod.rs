@@ -26,14 +26,14 @@ use rota_core::NodeName;
 use rota_store::{Error, Result, Session};
 use tracing::warn;
 
-use crate::audit_record::RotaAuditRecord;
 use crate::changes::Changes;
-use crate::crd::RotaNode;
 use crate::error::Context;
-use crate::preflight;
 use crate::procedures::Procedures;
 use crate::watches::{ConfigWatch, ProcedureCache};
-use crate::window::{KEPT_WINDOWS, RotaWindow};
+use rota_kube_api::audit_record::RotaAuditRecord;
+use rota_kube_api::crd::RotaNode;
+use rota_kube_api::preflight;
+use rota_kube_api::window::{KEPT_WINDOWS, RotaWindow};
 
 mod audit;
 mod events;
@@ -47,7 +47,7 @@ mod writes;
 
 pub(crate) use own::jitter;
 pub(crate) use settings::{CONCURRENCY_KEY, PAUSED_KEY, RESUMED_KEY, WAKE_KEY};
-pub use settings::{CONFIG_MAP, PROCEDURES_KEY, settings_of};
+pub use settings::{PROCEDURES_KEY, settings_of};
 
 const ROTA_NODES: &str = "rotanodes.rota.dev";
 const CONFIG_MAPS: &str = "configmaps";
@@ -123,7 +123,9 @@ impl KubeStore {
     /// [`preflight`]), and starts the watch on the ConfigMaps; an agent's session starts the
     /// watch of its RotaNode (see `own`).
     pub async fn connect(client: Client, config: KubeStoreConfig) -> Result<KubeStore> {
-        preflight::check(&client, &config.namespace).await?;
+        preflight::check(&client, &config.namespace)
+            .await
+            .map_err(crate::KubeError::from)?;
         Ok(KubeStore::open(client, config))
     }
 

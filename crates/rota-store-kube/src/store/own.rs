@@ -24,8 +24,8 @@ use tracing::debug;
 
 use super::{KubeStore, ROTA_NODES, fenced};
 use crate::changes::Changes;
-use crate::crd::{RotaNode, Timestamp};
 use crate::error::{Context, KubeError};
+use rota_kube_api::crd::{RotaNode, Timestamp};
 
 /// How often one write may lose its compare-and-swap before the store gives up.
 const CAS_ATTEMPTS: u32 = 16;

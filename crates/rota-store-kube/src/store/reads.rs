@@ -11,11 +11,11 @@ use rota_store::{Fleet, History, HistoryFilter, NodeOverview, Part, Result, Sett
 
 use super::settings::settings_of;
 use super::{KubeStore, node_name};
-use crate::crd::{RequestStatus, RotaNode, RotaNodeStatus};
 use crate::error::Context;
 use crate::record::{self, history_entry, request_record, step_record};
-use crate::slots;
-use crate::window::RotaWindowSpec;
+use rota_kube_api::crd::{RequestStatus, RotaNode, RotaNodeStatus};
+use rota_kube_api::slots;
+use rota_kube_api::window::RotaWindowSpec;
 
 const ROTA_WINDOWS: &str = "rotawindows.rota.dev";
 const LEASES: &str = "leases.coordination.k8s.io";
@@ -56,7 +56,8 @@ impl KubeStore {
         let mut slots = leases
             .iter()
             .filter_map(slots::slot_holder)
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(crate::KubeError::from)?;
         slots.sort_by_key(|h| h.slot);
         let notice = notice.map(|state| {
             crate::error::KubeError::NoScheduler {

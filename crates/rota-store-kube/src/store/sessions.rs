@@ -14,9 +14,9 @@ use rota_store::{Error, Millis, Result, Session, now_millis};
 
 use super::own::Edit;
 use super::{KubeStore, ROTA_NODES};
-use crate::crd::{RotaNode, RotaNodeSpec, SessionStatus, Timestamp};
 use crate::error::Context;
 use crate::record;
+use rota_kube_api::crd::{RotaNode, RotaNodeSpec, SessionStatus, Timestamp};
 
 fn ttl_ms(ttl: Duration) -> Millis {
     i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)

@@ -12,12 +12,11 @@ use rota_store::{Error, Pause, Result, Setting, Settings, now_millis};
 use tracing::warn;
 
 use super::jitter;
+use rota_kube_api::CONFIG_MAP;
+
 use super::{CONFIG_MAPS, KubeStore};
 use crate::error::{Context, KubeError};
 use crate::watches;
-
-/// The ConfigMap holding the concurrency, the pause, the rollout's start and the operators' wakes.
-pub const CONFIG_MAP: &str = "rota-config";
 
 /// The rota-config key that holds the fleet's pause (empty: none).
 pub(crate) const PAUSED_KEY: &str = "paused";

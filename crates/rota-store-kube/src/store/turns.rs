@@ -15,9 +15,9 @@ use tracing::warn;
 
 use super::own::Edit;
 use super::{KubeStore, fenced};
-use crate::crd::RotaNode;
 use crate::error::{Context, KubeError};
-use crate::slots;
+use rota_kube_api::crd::RotaNode;
+use rota_kube_api::slots;
 
 const LEASES: &str = "leases.coordination.k8s.io";
 /// How long a node waits for its grant before it asks whether a scheduler runs: twice the

@@ -15,10 +15,10 @@ use tracing::warn;
 use super::events::{outcome_event, transition_event};
 use super::turns::take_up;
 use super::{KubeStore, fenced, jitter};
-use crate::crd::{RotaNode, RotaNodeStatus};
 use crate::error::Context;
 use crate::record::{self, Persisted};
-use crate::window::{RotaWindow, RotaWindowSpec};
+use rota_kube_api::crd::{RotaNode, RotaNodeStatus};
+use rota_kube_api::window::{RotaWindow, RotaWindowSpec};
 
 const ROTA_WINDOWS: &str = "rotawindows.rota.dev";
 /// How often one write may lose its compare-and-swap before the store gives up.

@@ -9,11 +9,12 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
 use rota_core::{NodeName, ProcedureSpec, Write};
 use rota_e2e::testenv::{Scope, TestEnv};
+use rota_kube_api::{RotaNode, crds};
 use rota_store::{
     Acquire, AuditRecord, Fleet, History, HistoryFilter, NewAuditRecord, NodeOverview, Part, Pause,
     ProcedureRecord, Result, Session, Setting, Settings, Store, Writer, Written,
 };
-use rota_store_kube::{KubeStore, KubeStoreConfig, RotaNode, crds};
+use rota_store_kube::{KubeStore, KubeStoreConfig};
 use tokio::sync::watch;
 
 /// The environment, or `None` when `ROTA_E2E_SKIP=1`; panics (the test fails) when no control

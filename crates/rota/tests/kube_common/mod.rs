@@ -235,7 +235,7 @@ pub async fn finish(fleet: Fleet, scope: Scope) -> Result<()> {
 
 /// Deletes the procedures `names` (cluster-scoped, so not removed with the test's namespace).
 pub async fn delete_procedures(scope: &Scope, names: &[&str]) -> Result<()> {
-    let api: kube::Api<rota_store_kube::Procedure> = kube::Api::all(scope.client());
+    let api: kube::Api<rota_kube_api::Procedure> = kube::Api::all(scope.client());
     for name in names {
         api.delete(name, &DeleteParams::default()).await?;
     }

@@ -59,7 +59,7 @@ pub fn rota_audit_record_crd() -> CustomResourceDefinition {
 }
 
 /// The object that records `new` at `at`: named by the API server (`<command>-<random>`).
-pub(crate) fn object(new: &NewAuditRecord, at: rota_store::Millis) -> RotaAuditRecord {
+pub fn object(new: &NewAuditRecord, at: rota_store::Millis) -> RotaAuditRecord {
     let mut object = RotaAuditRecord::new(
         "",
         RotaAuditRecordSpec {
@@ -78,7 +78,7 @@ pub(crate) fn object(new: &NewAuditRecord, at: rota_store::Millis) -> RotaAuditR
 
 /// The record an object holds; a field edited into nonsense is an error naming the object and
 /// the field.
-pub(crate) fn record(object: &RotaAuditRecord) -> Result<AuditRecord> {
+pub fn record(object: &RotaAuditRecord) -> Result<AuditRecord> {
     let name = object.metadata.name.as_deref().unwrap_or_default();
     let corrupt = |field: &str, value: &str, reason: String| Error::Corrupt {
         column: "rotaauditrecords.rota.dev",

@@ -20,7 +20,7 @@ use k8s_openapi::jiff;
 use rota_core::NodeName;
 use rota_store::{Millis, SlotHolder};
 
-use crate::error::KubeError;
+use crate::ApiError;
 
 pub const SLOT_PREFIX: &str = "rota-slot-";
 /// The Lease the schedulers elect their leader on, in rota's namespace.
@@ -67,9 +67,9 @@ pub fn acquired_at(lease: &Lease) -> Option<Millis> {
 /// The slot a Lease stands for and who holds it, as the store reports them; `None` when it is
 /// no slot or free. A holder that is no node name (a hand edit) is refused naming the Lease and
 /// the field.
-pub fn slot_holder(lease: &Lease) -> Option<Result<SlotHolder, KubeError>> {
+pub fn slot_holder(lease: &Lease) -> Option<Result<SlotHolder, ApiError>> {
     let (slot, holder) = (slot_of(lease)?, holder(lease)?);
-    let holder = NodeName::new(holder).map_err(|e| KubeError::Unreadable {
+    let holder = NodeName::new(holder).map_err(|e| ApiError::Unreadable {
         kind: "Lease",
         name: format!(
             "{}/{}",

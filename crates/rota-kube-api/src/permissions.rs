@@ -25,7 +25,7 @@ use k8s_openapi::api::authorization::v1::{
 use kube::Api;
 use kube::api::PostParams;
 
-use crate::error::KubeError;
+use crate::ApiError;
 
 /// Reviews sent at once.
 const CONCURRENT_REVIEWS: usize = 8;
@@ -235,7 +235,7 @@ const CLUSTER_RULES_NAMESPACE: &str = "default";
 pub async fn missing(
     client: &kube::Client,
     wanted: &[Permission],
-) -> Result<Vec<Permission>, KubeError> {
+) -> Result<Vec<Permission>, ApiError> {
     let mut namespaces: Vec<&str> = Vec::new();
     for namespace in wanted.iter().filter_map(|p| p.namespace.as_deref()) {
         if !namespaces.contains(&namespace) {
@@ -266,7 +266,7 @@ pub async fn missing(
 async fn rules_in(
     client: &kube::Client,
     namespace: &str,
-) -> Result<Option<Vec<ResourceRule>>, KubeError> {
+) -> Result<Option<Vec<ResourceRule>>, ApiError> {
     let reviews: Api<SelfSubjectRulesReview> = Api::all(client.clone());
     let review = SelfSubjectRulesReview {
         spec: SelfSubjectRulesReviewSpec {
@@ -277,11 +277,13 @@ async fn rules_in(
     let answer = reviews
         .create(&PostParams::default(), &review)
         .await
-        .map_err(|source| KubeError::Api {
-            verb: "create",
-            resource: "selfsubjectrulesreviews.authorization.k8s.io",
-            name: format!("namespace {namespace}"),
-            source,
+        .map_err(|source| {
+            ApiError::call(
+                "create",
+                "selfsubjectrulesreviews.authorization.k8s.io",
+                format!("namespace {namespace}"),
+                source,
+            )
         })?;
     Ok(answer
         .status
@@ -321,7 +323,7 @@ fn allows(rule: &ResourceRule, permission: &Permission) -> bool {
 async fn reviewed_one_by_one(
     client: &kube::Client,
     wanted: &[Permission],
-) -> Result<Vec<Permission>, KubeError> {
+) -> Result<Vec<Permission>, ApiError> {
     let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
     let allowed: Vec<bool> = stream::iter(wanted)
         .map(|p| {
@@ -344,13 +346,15 @@ async fn reviewed_one_by_one(
                 let answer = reviews
                     .create(&PostParams::default(), &review)
                     .await
-                    .map_err(|source| KubeError::Api {
-                        verb: "create",
-                        resource: "selfsubjectaccessreviews.authorization.k8s.io",
-                        name: p.to_string(),
-                        source,
+                    .map_err(|source| {
+                        ApiError::call(
+                            "create",
+                            "selfsubjectaccessreviews.authorization.k8s.io",
+                            p.to_string(),
+                            source,
+                        )
                     })?;
-                Ok::<_, KubeError>(answer.status.is_some_and(|s| s.allowed))
+                Ok::<_, ApiError>(answer.status.is_some_and(|s| s.allowed))
             }
         })
         .buffered(CONCURRENT_REVIEWS)

@@ -7,7 +7,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResource;
 use kube::CustomResourceExt;
 use rota_core::{HistoryEvent, NodeState, Process};
-use rota_store::Millis;
+use rota_store::{Millis, RequestState};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
@@ -299,4 +299,26 @@ pub fn rota_node_crd() -> CustomResourceDefinition {
         version.subresources = None;
     }
     crd
+}
+
+impl From<RequestStateName> for RequestState {
+    fn from(state: RequestStateName) -> RequestState {
+        match state {
+            RequestStateName::Pending => RequestState::Pending,
+            RequestStateName::Active => RequestState::Active,
+            RequestStateName::Done => RequestState::Done,
+            RequestStateName::Canceled => RequestState::Canceled,
+        }
+    }
+}
+
+impl From<RequestState> for RequestStateName {
+    fn from(state: RequestState) -> RequestStateName {
+        match state {
+            RequestState::Pending => RequestStateName::Pending,
+            RequestState::Active => RequestStateName::Active,
+            RequestState::Done => RequestStateName::Done,
+            RequestState::Canceled => RequestStateName::Canceled,
+        }
+    }
 }

@@ -1,13 +1,13 @@
 //! Keeps `charts/rota/crds/*.yaml` the CRDs generated from the Rust types. After changing a
-//! type, regenerate them with `ROTA_UPDATE_CRDS=1 cargo test -p rota-store-kube --test crd`.
+//! type, regenerate them with `ROTA_UPDATE_CRDS=1 cargo test -p rota-kube-api --test crd`.
 
 use std::path::Path;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use rota_store_kube::{procedure_crd, rota_audit_record_crd, rota_node_crd, rota_window_crd};
+use rota_kube_api::{procedure_crd, rota_audit_record_crd, rota_node_crd, rota_window_crd};
 
-const HEADER: &str = "# Generated from crates/rota-store-kube/src/{source}; do not edit.\n\
-# Regenerate: ROTA_UPDATE_CRDS=1 cargo test -p rota-store-kube --test crd\n";
+const HEADER: &str = "# Generated from crates/rota-kube-api/src/{source}; do not edit.\n\
+# Regenerate: ROTA_UPDATE_CRDS=1 cargo test -p rota-kube-api --test crd\n";
 
 fn generated(crd: &CustomResourceDefinition, source: &str) -> String {
     let yaml = serde_saphyr::to_string(crd).expect("the CRD renders as YAML");
@@ -25,7 +25,7 @@ fn check(file: &str, expected: &str) {
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == expected,
-        "{} is stale: regenerate it with ROTA_UPDATE_CRDS=1 cargo test -p rota-store-kube --test crd",
+        "{} is stale: regenerate it with ROTA_UPDATE_CRDS=1 cargo test -p rota-kube-api --test crd",
         path.display()
     );
 }

@@ -23,8 +23,8 @@ use kube::api::{ApiResource, DynamicObject, ListParams, PostParams};
 use kube::core::Status;
 use kube::{Api, Client};
 
-use crate::error::KubeError;
-use crate::store::CONFIG_MAP;
+use crate::ApiError;
+use crate::CONFIG_MAP;
 
 /// A resource the store uses, as the API server serves it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,7 +73,7 @@ const PROBE_CONFIG_MAP: &str = CONFIG_MAP;
 
 /// Checks that the client's credentials are accepted, that rota's custom resources are
 /// installed and that `namespace` exists, in that order: the first that fails is the error.
-pub async fn check(client: &Client, namespace: &str) -> Result<(), KubeError> {
+pub async fn check(client: &Client, namespace: &str) -> Result<(), ApiError> {
     let [first, rest @ ..] = &ROTA_RESOURCES;
     let first = match served(client, first).await {
         Err(e) if e.is_unavailable() => return Err(e),
@@ -85,18 +85,18 @@ pub async fn check(client: &Client, namespace: &str) -> Result<(), KubeError> {
     );
     let answers = std::iter::once(first).chain(rest).collect();
     match (verdict(&ROTA_RESOURCES, answers), namespace) {
-        (_, Err(e @ KubeError::Unauthorized)) | (Err(e), _) | (Ok(()), Err(e)) => Err(e),
+        (_, Err(e @ ApiError::Unauthorized)) | (Err(e), _) | (Ok(()), Err(e)) => Err(e),
         (Ok(()), Ok(())) => Ok(()),
     }
 }
 
-/// Fails with [`KubeError::CrdMissing`] naming every one of `resources` that the API server
+/// Fails with [`ApiError::CrdMissing`] naming every one of `resources` that the API server
 /// does not serve; else with the first refusal to list one (a missing permission), as before
 /// the store could read them.
 pub async fn check_resources(
     client: &Client,
     resources: &[ServedResource],
-) -> Result<(), KubeError> {
+) -> Result<(), ApiError> {
     let answers = join_all(resources.iter().map(|r| served(client, r))).await;
     verdict(resources, answers)
 }
@@ -105,27 +105,27 @@ pub async fn check_resources(
 /// [`check_resources`]).
 fn verdict(
     resources: &[ServedResource],
-    answers: Vec<Result<bool, KubeError>>,
-) -> Result<(), KubeError> {
+    answers: Vec<Result<bool, ApiError>>,
+) -> Result<(), ApiError> {
     let mut missing = Vec::new();
     let mut failed = None;
     for (resource, answer) in resources.iter().zip(answers) {
         match answer {
             Ok(true) => {}
             Ok(false) => missing.push(resource.name.to_owned()),
-            Err(KubeError::Unauthorized) => return Err(KubeError::Unauthorized),
+            Err(ApiError::Unauthorized) => return Err(ApiError::Unauthorized),
             Err(e) => {
                 failed.get_or_insert(e);
             }
         }
     }
     if !missing.is_empty() {
-        return Err(KubeError::CrdMissing { resources: missing });
+        return Err(ApiError::CrdMissing { resources: missing });
     }
     failed.map_or(Ok(()), Err)
 }
 
-async fn served(client: &Client, resource: &ServedResource) -> Result<bool, KubeError> {
+async fn served(client: &Client, resource: &ServedResource) -> Result<bool, ApiError> {
     let api: Api<DynamicObject> = Api::all_with(
         client.clone(),
         &ApiResource {
@@ -141,7 +141,7 @@ async fn served(client: &Client, resource: &ServedResource) -> Result<bool, Kube
         Err(kube::Error::Api(status)) => match status.code {
             // A collection the API server serves never answers 404 to a list.
             404 => Ok(false),
-            401 => Err(KubeError::Unauthorized),
+            401 => Err(ApiError::Unauthorized),
             // Authorization comes before the 404: ask discovery, which every authenticated
             // client may read, so that a missing CRD is not hidden behind missing RBAC.
             403 => match discovered(client, resource).await? {
@@ -156,36 +156,31 @@ async fn served(client: &Client, resource: &ServedResource) -> Result<bool, Kube
 
 /// Whether API discovery lists `resource` (it lags a moment behind a new CRD: only asked
 /// when the list cannot tell).
-async fn discovered(client: &Client, resource: &ServedResource) -> Result<bool, KubeError> {
+async fn discovered(client: &Client, resource: &ServedResource) -> Result<bool, ApiError> {
     match client
         .list_api_group_resources(&resource.api_version())
         .await
     {
         Ok(list) => Ok(list.resources.iter().any(|r| r.name == resource.plural())),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
-        Err(kube::Error::Api(status)) if status.code == 401 => Err(KubeError::Unauthorized),
-        Err(source) => Err(KubeError::Api {
-            verb: "get",
-            resource: "API discovery",
-            name: resource.api_version(),
+        Err(kube::Error::Api(status)) if status.code == 401 => Err(ApiError::Unauthorized),
+        Err(source) => Err(ApiError::call(
+            "get",
+            "API discovery",
+            resource.api_version(),
             source,
-        }),
+        )),
     }
 }
 
-fn list_error(resource: &ServedResource, source: kube::Error) -> KubeError {
-    KubeError::Api {
-        verb: "list",
-        resource: resource.name,
-        name: "(all)".into(),
-        source,
-    }
+fn list_error(resource: &ServedResource, source: kube::Error) -> ApiError {
+    ApiError::call("list", resource.name, "all", source)
 }
 
-/// Fails with [`KubeError::NamespaceMissing`] if `namespace` does not exist. Any other answer
+/// Fails with [`ApiError::NamespaceMissing`] if `namespace` does not exist. Any other answer
 /// to the dry run (created, forbidden, unavailable) is left to the store's own calls, which
 /// name the call that met it.
-async fn check_namespace(client: &Client, namespace: &str) -> Result<(), KubeError> {
+async fn check_namespace(client: &Client, namespace: &str) -> Result<(), ApiError> {
     let probe = ConfigMap {
         metadata: ObjectMeta {
             name: Some(PROBE_CONFIG_MAP.into()),
@@ -199,9 +194,9 @@ async fn check_namespace(client: &Client, namespace: &str) -> Result<(), KubeErr
     };
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     match config_maps.create(&dry_run, &probe).await {
-        Err(kube::Error::Api(status)) if status.code == 401 => Err(KubeError::Unauthorized),
+        Err(kube::Error::Api(status)) if status.code == 401 => Err(ApiError::Unauthorized),
         Err(kube::Error::Api(status)) if is_namespace_missing(&status) => {
-            Err(KubeError::NamespaceMissing {
+            Err(ApiError::NamespaceMissing {
                 namespace: namespace.into(),
             })
         }
