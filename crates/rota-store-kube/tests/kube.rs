@@ -218,13 +218,7 @@ async fn an_unlock_elsewhere_stops_the_agents_next_write_and_then_shows() {
     let s = store.open_session(&node, TTL).await.expect("open");
     enqueue(&store, &s).await;
     assert_eq!(common::take_turn(&scope, &store, &s).await, 0);
-    store
-        .transition(
-            &s,
-            Transition::new(NodeState::Queued, NodeState::Draining).window(WindowChange::Open),
-        )
-        .await
-        .expect("open the window");
+    common::open_window(&store, &s).await;
 
     operator.unlock(&node, "test").await.expect("unlock");
     let next = store
@@ -347,13 +341,7 @@ async fn a_slot_lost_elsewhere_fences_the_holder_that_remembers_it() {
     let s = store.open_session(&node, TTL).await.expect("open");
     enqueue(&store, &s).await;
     assert_eq!(common::take_turn(&scope, &store, &s).await, 0);
-    store
-        .transition(
-            &s,
-            Transition::new(NodeState::Queued, NodeState::Draining).window(WindowChange::Open),
-        )
-        .await
-        .expect("open the window");
+    common::open_window(&store, &s).await;
     assert_eq!(store.fence(&s, TTL).await.expect("fence"), 0);
 
     // Taken behind the agent's back, with its RotaNode untouched: only the Lease can tell.
@@ -587,13 +575,7 @@ async fn a_window_is_recorded_as_events_on_the_node_and_a_queueing_is_not() {
     let s = store.open_session(&name(&node), TTL).await.expect("open");
     enqueue(&store, &s).await;
     assert_eq!(common::take_turn(&scope, &store, &s).await, 0);
-    store
-        .transition(
-            &s,
-            Transition::new(NodeState::Queued, NodeState::Draining).window(WindowChange::Open),
-        )
-        .await
-        .expect("open the window");
+    common::open_window(&store, &s).await;
     let events: Api<Event> = Api::namespaced(scope.client(), "default");
     let selector = format!("regarding.name={node}");
     let reasons = || async {

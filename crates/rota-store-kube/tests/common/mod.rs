@@ -266,10 +266,9 @@ impl Store for Scheduled {
     }
 }
 
-/// Walks `session`'s node, which took its grant up, through its window to a successful end:
-/// the slot goes back.
-#[allow(dead_code, reason = "not every test binary ends windows")]
-pub async fn finish_window(store: &KubeStore, session: &Session) {
+/// Opens the window of `session`'s node, whose grant reached it: the write takes the grant up.
+#[allow(dead_code, reason = "not every test binary opens windows")]
+pub async fn open_window(store: &KubeStore, session: &Session) {
     use rota_core::{NodeState, Process};
     use rota_store::{StoreExt, Transition, WindowChange};
     store
@@ -281,6 +280,15 @@ pub async fn finish_window(store: &KubeStore, session: &Session) {
         )
         .await
         .expect("open the window");
+}
+
+/// Walks `session`'s node, whose grant reached it, through its window to a successful end:
+/// the slot goes back.
+#[allow(dead_code, reason = "not every test binary ends windows")]
+pub async fn finish_window(store: &KubeStore, session: &Session) {
+    use rota_core::NodeState;
+    use rota_store::{StoreExt, Transition, WindowChange};
+    open_window(store, session).await;
     for (from, to) in [
         (NodeState::Draining, NodeState::Maintaining),
         (NodeState::Maintaining, NodeState::Verifying),
