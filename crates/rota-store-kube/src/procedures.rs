@@ -15,13 +15,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{ListParams, PostParams, VersionMatch};
 use rota_core::ProcedureSpec;
+use rota_kube_api::procedure::{Procedure, ProcedureBody};
 use rota_kube_client::is_conflict;
 use rota_store::{Error, Millis, ProcedureRecord, Result, now_millis};
 use tracing::warn;
 
 use crate::error::Context;
 use crate::watches::{ConfigWatch, ProcedureCache, revision};
-use rota_kube_api::procedure::{Procedure, ProcedureBody};
 
 pub(crate) const PROCEDURES: &str = "procedures.rota.dev";
 const CONFIG_MAPS: &str = "configmaps";

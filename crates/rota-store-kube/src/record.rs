@@ -5,15 +5,14 @@
 use std::time::Duration;
 
 use rota_core::{Applied, Blocked, NodeName, Process};
-use rota_store::{
-    BackoffRecord, HistoryEntry, Millis, NodeOverview, NodeRecord, RequestRecord, StepRecord,
-};
-
 use rota_kube_api::crd::{
     BackoffStatus, BlockedStatus, HistoryStatus, RequestStateName, RequestStatus, RotaNodeStatus,
     StepStatus, Timestamp,
 };
 use rota_kube_api::window::RotaWindowSpec;
+use rota_store::{
+    BackoffRecord, HistoryEntry, Millis, NodeOverview, NodeRecord, RequestRecord, StepRecord,
+};
 
 /// History entries a RotaNode holds at most before they move to a `RotaWindow` even though no
 /// window ended (a node that queues and leaves the queue again and again).

@@ -20,16 +20,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
+use rota_kube_api::CONFIG_MAP;
+use rota_kube_api::procedure::Procedure;
 use rota_store::WAKE_ALL;
 use tokio::task::AbortHandle;
 use tracing::warn;
 
-use rota_kube_api::CONFIG_MAP;
-
 use crate::changes::Changes;
 use crate::procedures::SUBMITTED_AT_ANNOTATION;
 use crate::store::{CONCURRENCY_KEY, PAUSED_KEY, PROCEDURES_KEY, RESUMED_KEY, WAKE_KEY};
-use rota_kube_api::procedure::Procedure;
 
 /// An object's resourceVersion as the etcd revision it is: an integer that grows with every
 /// write. `None` when it does not parse.

@@ -2,12 +2,12 @@
 
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use kube::api::{ListParams, PostParams};
+use rota_kube_api::audit_record;
 use rota_store::{AuditRecord, Error, HistoryFilter, NewAuditRecord, Result, now_millis};
 use tracing::warn;
 
 use super::KubeStore;
 use crate::error::Context;
-use rota_kube_api::audit_record;
 
 const ROTA_AUDIT_RECORDS: &str = "rotaauditrecords.rota.dev";
 const SELF_SUBJECT_REVIEWS: &str = "selfsubjectreviews.authentication.k8s.io";

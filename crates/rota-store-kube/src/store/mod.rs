@@ -23,6 +23,10 @@ use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::{Api, Client};
 use rota_core::NodeName;
+use rota_kube_api::audit_record::RotaAuditRecord;
+use rota_kube_api::crd::RotaNode;
+use rota_kube_api::preflight;
+use rota_kube_api::window::{KEPT_WINDOWS, RotaWindow};
 use rota_store::{Error, Result, Session};
 use tracing::warn;
 
@@ -30,10 +34,6 @@ use crate::changes::Changes;
 use crate::error::Context;
 use crate::procedures::Procedures;
 use crate::watches::{ConfigWatch, ProcedureCache};
-use rota_kube_api::audit_record::RotaAuditRecord;
-use rota_kube_api::crd::RotaNode;
-use rota_kube_api::preflight;
-use rota_kube_api::window::{KEPT_WINDOWS, RotaWindow};
 
 mod audit;
 mod events;

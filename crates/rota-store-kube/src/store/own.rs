@@ -17,6 +17,7 @@ use kube::api::PostParams;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use rota_core::NodeName;
+use rota_kube_api::crd::{RotaNode, Timestamp};
 use rota_kube_client::is_conflict;
 use rota_store::{Error, Millis, Result, Session, WAKE_ALL, now_millis};
 use tokio::task::AbortHandle;
@@ -25,7 +26,6 @@ use tracing::debug;
 use super::{KubeStore, ROTA_NODES, fenced};
 use crate::changes::Changes;
 use crate::error::{Context, KubeError};
-use rota_kube_api::crd::{RotaNode, Timestamp};
 
 /// How often one write may lose its compare-and-swap before the store gives up.
 const CAS_ATTEMPTS: u32 = 16;

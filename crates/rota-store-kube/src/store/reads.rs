@@ -7,15 +7,15 @@ use std::collections::HashMap;
 use futures::future::try_join_all;
 use kube::api::ListParams;
 use rota_core::NodeName;
+use rota_kube_api::crd::{RequestStatus, RotaNode, RotaNodeStatus};
+use rota_kube_api::slots;
+use rota_kube_api::window::RotaWindowSpec;
 use rota_store::{Fleet, History, HistoryFilter, NodeOverview, Part, Result, Settings};
 
 use super::settings::settings_of;
 use super::{KubeStore, node_name};
 use crate::error::Context;
 use crate::record::{self, history_entry, request_record, step_record};
-use rota_kube_api::crd::{RequestStatus, RotaNode, RotaNodeStatus};
-use rota_kube_api::slots;
-use rota_kube_api::window::RotaWindowSpec;
 
 const ROTA_WINDOWS: &str = "rotawindows.rota.dev";
 const LEASES: &str = "leases.coordination.k8s.io";

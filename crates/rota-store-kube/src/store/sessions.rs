@@ -9,6 +9,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
 use rota_core::NodeName;
+use rota_kube_api::crd::{RotaNode, RotaNodeSpec, SessionStatus, Timestamp};
 use rota_kube_client::is_conflict;
 use rota_store::{Error, Millis, Result, Session, now_millis};
 
@@ -16,7 +17,6 @@ use super::own::Edit;
 use super::{KubeStore, ROTA_NODES};
 use crate::error::Context;
 use crate::record;
-use rota_kube_api::crd::{RotaNode, RotaNodeSpec, SessionStatus, Timestamp};
 
 fn ttl_ms(ttl: Duration) -> Millis {
     i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)

@@ -7,12 +7,12 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
 use rota_core::NodeName;
+use rota_kube_api::CONFIG_MAP;
 use rota_kube_client::is_conflict;
 use rota_store::{Error, Pause, Result, Setting, Settings, now_millis};
 use tracing::warn;
 
 use super::jitter;
-use rota_kube_api::CONFIG_MAP;
 
 use super::{CONFIG_MAPS, KubeStore};
 use crate::error::{Context, KubeError};

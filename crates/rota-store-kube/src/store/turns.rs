@@ -9,6 +9,8 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::PostParams;
 use rota_core::{NodeName, NodeState};
+use rota_kube_api::crd::RotaNode;
+use rota_kube_api::slots;
 use rota_kube_client::is_conflict;
 use rota_store::{Acquire, Result, Session, now_millis};
 use tracing::warn;
@@ -16,8 +18,6 @@ use tracing::warn;
 use super::own::Edit;
 use super::{KubeStore, fenced};
 use crate::error::{Context, KubeError};
-use rota_kube_api::crd::RotaNode;
-use rota_kube_api::slots;
 
 const LEASES: &str = "leases.coordination.k8s.io";
 /// How long a node waits for its grant before it asks whether a scheduler runs: twice the

@@ -8,6 +8,8 @@ use kube::api::{DeleteParams, PostParams};
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use rota_core::{Applied, NodeName, Write};
+use rota_kube_api::crd::{RotaNode, RotaNodeStatus};
+use rota_kube_api::window::{RotaWindow, RotaWindowSpec};
 use rota_kube_client::{is_conflict, is_not_found};
 use rota_store::{Error, RequestRecord, Result, WindowChange, Writer, Written, now_millis};
 use tracing::warn;
@@ -17,8 +19,6 @@ use super::turns::take_up;
 use super::{KubeStore, fenced, jitter};
 use crate::error::Context;
 use crate::record::{self, Persisted};
-use rota_kube_api::crd::{RotaNode, RotaNodeStatus};
-use rota_kube_api::window::{RotaWindow, RotaWindowSpec};
 
 const ROTA_WINDOWS: &str = "rotawindows.rota.dev";
 /// How often one write may lose its compare-and-swap before the store gives up.
