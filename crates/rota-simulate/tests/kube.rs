@@ -81,7 +81,7 @@ async fn a_kube_run_with_a_handle_per_agent_counts_what_its_agents_send() {
     common::assert_clean_rollout(&summary, nodes, 2);
     let traffic = summary.traffic.as_ref().expect("the agents' traffic");
     let idle = traffic.idle.as_ref().expect("an idle phase");
-    assert_eq!(traffic.idle_watches_per_agent, Some(3.0), "{traffic:?}");
+    assert_eq!(traffic.idle_watches_per_agent, Some(2.0), "{traffic:?}");
     assert_eq!(idle.writes, 0, "an idle agent writes nothing: {idle:?}");
     // At most the first look of an agent whose watches were still listing when the phase began.
     assert!(idle.total <= 2 * nodes as u64, "{idle:?}");
