@@ -7,11 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rota_core::{HistoryEvent, NodeName, NodeState, Process};
-use rota_store::{
-    HistoryFilter, NodeRecord, Session, SqliteStore, Store, StoreExt, Transition, WindowChange,
-    now_millis,
-};
+use rota_core::{HistoryEvent, NodeName, Process};
+use rota_store::{HistoryFilter, NodeRecord, Session, SqliteStore, Store, StoreExt};
 
 /// How long a wait on the agent may take before the test fails.
 pub const PATIENCE: Duration = Duration::from_secs(30);
@@ -144,15 +141,7 @@ pub async fn take_the_only_slot(store: &SqliteStore, node: &NodeName, source: &s
         .add_request(&session, &Process::Reboot, source)
         .await
         .expect("request");
-    store
-        .transition(
-            &session,
-            Transition::new(NodeState::Idle, NodeState::Queued).window(WindowChange::Queue {
-                queued_at: Some(now_millis() - 1000),
-            }),
-        )
-        .await
-        .expect("queue");
+    crate::turn::queue(store, &session).await;
     let granted = store.try_acquire_slot(&session).await.expect("acquire");
     assert!(granted.slot().is_some(), "{node} holds the slot");
     session

@@ -11,7 +11,8 @@
 //! with `helm template`, and [`tokens`] gives a test the token of a pod, as the kubelet mounts
 //! it. [`control_plane`] is a control plane of a test's own, whose etcd and API server the test
 //! crashes and restarts. Without Kubernetes, [`host`] is one simulated host on this machine with
-//! a SQLite store, for the agent's tests in-process and as a process.
+//! a SQLite store, for the agent's tests in-process and as a process. On any store, [`turn`]
+//! walks a node into its turn as its agent would.
 
 pub mod chart;
 pub mod control_plane;
@@ -23,3 +24,4 @@ pub mod proxy;
 pub mod real_node;
 pub mod testenv;
 pub mod tokens;
+pub mod turn;

@@ -28,6 +28,7 @@ pub use error::ApiError;
 pub use procedure::{Procedure, ProcedureBody, ProcedureStatus, procedure_crd};
 pub use window::{RotaWindow, RotaWindowSpec, rota_window_crd};
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
 /// The ConfigMap of an installation's settings: the concurrency, the pause, the rollout's
@@ -43,4 +44,14 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         procedure_crd(),
         rota_audit_record_crd(),
     ]
+}
+
+/// The Node `node`, as the Events of its maintenance refer to it.
+pub fn node_reference(node: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(node.into()),
+        ..ObjectReference::default()
+    }
 }

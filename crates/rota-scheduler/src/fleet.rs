@@ -43,9 +43,14 @@ pub struct Fleet {
     rota_node_news: Arc<Notify>,
 }
 
-/// Runs `stream` into its reflector, telling each of `changed` of every event and `ready` once
-/// it has listed.
-fn follow<K, S>(stream: S, ready: Arc<AtomicBool>, changed: Vec<Arc<Notify>>) -> AbortHandle
+/// Runs `stream` (into its reflector), telling `ready` once it has listed and each of
+/// `changed` of every event `news` says matters (and of every failure).
+pub(crate) fn follow<K, S>(
+    stream: S,
+    ready: Arc<AtomicBool>,
+    changed: Vec<Arc<Notify>>,
+    mut news: impl FnMut(&watcher::Event<K>) -> bool + Send + 'static,
+) -> AbortHandle
 where
     K: Send + 'static,
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
@@ -53,13 +58,22 @@ where
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream.default_backoff());
         while let Some(event) = stream.next().await {
-            match event {
-                Ok(watcher::Event::InitDone) => ready.store(true, Ordering::SeqCst),
-                Ok(_) => {}
-                Err(e) => warn!(error = %e, "a watch of the scheduler failed; retrying"),
-            }
-            for changed in &changed {
-                changed.notify_one();
+            let tell = match &event {
+                Ok(event) => {
+                    if matches!(event, watcher::Event::InitDone) {
+                        ready.store(true, Ordering::SeqCst);
+                    }
+                    news(event)
+                }
+                Err(e) => {
+                    warn!(error = %e, "a watch of the scheduler failed; retrying");
+                    true
+                }
+            };
+            if tell {
+                for changed in &changed {
+                    changed.notify_one();
+                }
             }
         }
     })
@@ -111,6 +125,7 @@ impl Fleet {
                     .reflect(nodes_writer),
                 ready[0].clone(),
                 vec![changed.clone(), rota_node_news.clone()],
+                |_| true,
             ),
             follow(
                 watcher(
@@ -120,6 +135,7 @@ impl Fleet {
                 .reflect(leases_writer),
                 ready[1].clone(),
                 vec![changed.clone()],
+                |_| true,
             ),
             follow(
                 watcher(
@@ -129,6 +145,7 @@ impl Fleet {
                 .reflect(config_writer),
                 ready[2].clone(),
                 vec![changed],
+                |_| true,
             ),
         ];
         Fleet {

@@ -9,7 +9,7 @@
 //! A compare-and-swap that fails ends the operation: the next read decides again.
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::PostParams;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client, ResourceExt};
@@ -159,12 +159,7 @@ impl Operations {
             }
         };
         info!(node = %node, slot, ?why, "withdrawn");
-        let reference = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(node.as_str().into()),
-            ..ObjectReference::default()
-        };
+        let reference = rota_kube_api::node_reference(node.as_str());
         let event = Event {
             type_: match why {
                 Withdrawal::NotTakenUp => EventType::Warning,

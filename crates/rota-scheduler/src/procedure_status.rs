@@ -27,7 +27,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{Patch, PatchParams};
 use kube::core::PartialObjectMeta;
@@ -49,7 +48,7 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::fleet::Fleet;
+use crate::fleet::{Fleet, follow};
 
 pub const COMPLETE: &str = "Complete";
 /// How soon a status whose write failed (other than a lost compare-and-swap, which the watch
@@ -296,37 +295,6 @@ impl Drop for Statuses {
     }
 }
 
-/// Runs `stream`, telling `changed` of each event `news` says matters and `ready` once it has
-/// listed.
-fn follow<K, S>(
-    stream: S,
-    ready: Arc<AtomicBool>,
-    changed: Arc<Notify>,
-    mut news: impl FnMut(&watcher::Event<K>) -> bool + Send + 'static,
-) -> AbortHandle
-where
-    K: Send + 'static,
-    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
-{
-    tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream.default_backoff());
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(event) => {
-                    if matches!(event, watcher::Event::InitDone) {
-                        ready.store(true, Ordering::SeqCst);
-                    }
-                    if news(&event) {
-                        changed.notify_one();
-                    }
-                }
-                Err(e) => warn!(error = %e, "a watch of the procedures' status failed; retrying"),
-            }
-        }
-    })
-    .abort_handle()
-}
-
 impl Statuses {
     /// Starts following the Procedures and the Nodes' labels, telling `changed` of each change
     /// that may move a status.
@@ -359,13 +327,13 @@ impl Statuses {
             follow(
                 watcher(api.clone(), watcher::Config::default()).reflect(procedures_writer),
                 ready[0].clone(),
-                changed.clone(),
+                vec![changed.clone()],
                 |_| true,
             ),
             follow(
                 watcher(nodes_api, watcher::Config::default()).reflect(nodes_writer),
                 ready[1].clone(),
-                changed,
+                vec![changed],
                 label_news,
             ),
         ];

@@ -14,7 +14,7 @@ use rota_e2e::testenv::{Scope, TestEnv};
 use rota_kube_api::procedure::NodeProcedureState;
 use rota_kube_api::{Procedure, ProcedureStatus};
 use rota_scheduler::SchedulerConfig;
-use rota_store::{Outcome, Session, Store, StoreExt, now_millis};
+use rota_store::{Outcome, Session, Store, StoreExt};
 use rota_store_kube::{KubeStore, KubeStoreConfig};
 use serde_json::json;
 use tokio::task::JoinHandle;
@@ -99,28 +99,8 @@ async fn eventually_states(
 
 /// Queues the node, waits for the running scheduler's grant, takes it up and opens the window.
 async fn open_window(store: &KubeStore, s: &Session) {
-    store
-        .transition(
-            s,
-            Transition::new(NodeState::Idle, NodeState::Queued).window(WindowChange::Queue {
-                queued_at: Some(now_millis() - 1000),
-            }),
-        )
-        .await
-        .expect("queue");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let answer = store.try_acquire_slot(s).await.expect("ask for a slot");
-        if answer.slot().is_some() {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} was granted no slot: {answer:?}",
-            s.node
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    rota_e2e::turn::queue(store, s).await;
+    rota_e2e::turn::granted(store, s, Duration::from_secs(30)).await;
     store
         .transition(
             s,

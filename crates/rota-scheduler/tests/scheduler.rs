@@ -43,15 +43,7 @@ fn node(name: &str) -> NodeName {
 /// `name`'s agent queues it, as it does at a request.
 async fn queue(store: &KubeStore, name: &str) -> Session {
     let session = store.open_session(&node(name), TTL).await.expect("session");
-    store
-        .transition(
-            &session,
-            Transition::new(NodeState::Idle, NodeState::Queued).window(WindowChange::Queue {
-                queued_at: Some(now_millis() - 1000),
-            }),
-        )
-        .await
-        .expect("queued");
+    rota_e2e::turn::queue(store, &session).await;
     session
 }
 
@@ -251,20 +243,7 @@ async fn a_withdrawal_decided_on_a_stale_read_takes_nothing_from_a_grant_written
     api.replace(&name, &Default::default(), &object)
         .await
         .expect("grant");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while store
-        .try_acquire_slot(&session)
-        .await
-        .expect("ask")
-        .slot()
-        .is_none()
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the grant reached the agent"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    rota_e2e::turn::granted(&store, &session, Duration::from_secs(10)).await;
     // The view has caught up with the take-up: nothing to decide any more.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !fleet.decide(TAKE_UP).expect("decide").0.is_empty() {

@@ -402,21 +402,8 @@ async fn a_waiting_node_writes_nothing_and_takes_its_grant_up_once_written() {
         .await
         .expect("the grant reaches the waiter through its watch")
         .expect("the store is alive");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     sent.take();
-    while store
-        .try_acquire_slot(&waiters[0])
-        .await
-        .expect("look")
-        .slot()
-        .is_none()
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the grant never reached the waiter"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    rota_e2e::turn::granted(&store, &waiters[0], Duration::from_secs(10)).await;
     let opened = store
         .fenced_transition(
             &waiters[0],

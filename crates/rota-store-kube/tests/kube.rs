@@ -44,15 +44,7 @@ async fn enqueue(store: &KubeStore, s: &rota_store::Session) {
         .add_request(s, &Process::Reboot, "test")
         .await
         .expect("request");
-    store
-        .transition(
-            s,
-            Transition::new(NodeState::Idle, NodeState::Queued).window(WindowChange::Queue {
-                queued_at: Some(now_millis() - 1000),
-            }),
-        )
-        .await
-        .expect("enqueue");
+    rota_e2e::turn::queue(store, s).await;
 }
 
 /// Polls `check` every 200 ms until it is true; fails after `timeout`.
@@ -677,20 +669,8 @@ async fn a_grant_written_by_hand_without_its_lease_is_fenced_and_given_up() {
         .await
         .expect("a grant written by hand");
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while store
-        .try_acquire_slot(&s)
-        .await
-        .expect("look")
-        .slot()
-        .is_none()
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the grant written by hand never reached the agent"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // The grant written by hand reaches the agent.
+    rota_e2e::turn::granted(&store, &s, Duration::from_secs(10)).await;
     let refused = store.fence(&s, TTL).await;
     assert!(
         matches!(refused, Err(rota_store::Error::Fenced { .. })),

@@ -15,7 +15,7 @@ use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use rota_core::{ConfigMapKey, NodeName, NodeState, ProcedureSpec, Process};
 use rota_e2e::testenv::Scope;
 use rota_kube_api::Procedure;
-use rota_store::{Outcome, Session, Store, StoreExt, Transition, WindowChange, now_millis};
+use rota_store::{Outcome, Session, Store, StoreExt, Transition, WindowChange};
 use rota_store_kube::KubeStore;
 use serde_json::json;
 
@@ -260,15 +260,7 @@ async fn a_script_comes_from_its_config_map_in_the_rota_namespace() {
 
 /// Queues the node, has the scheduler grant it a slot, takes the grant up and opens the window.
 async fn open_window(scope: &Scope, store: &KubeStore, s: &Session) {
-    store
-        .transition(
-            s,
-            Transition::new(NodeState::Idle, NodeState::Queued).window(WindowChange::Queue {
-                queued_at: Some(now_millis() - 1000),
-            }),
-        )
-        .await
-        .expect("queue");
+    rota_e2e::turn::queue(store, s).await;
     common::take_turn(scope, store, s).await;
     store
         .transition(

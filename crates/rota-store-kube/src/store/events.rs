@@ -3,7 +3,6 @@
 //! nothing, and a procedure for the whole fleet queues every node at once: `rota status`
 //! shows the queue.
 
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType};
 use rota_core::{NodeName, NodeState, Process};
 use rota_store::{Outcome, Transition, WindowChange};
@@ -22,12 +21,7 @@ impl KubeStore {
         reason: &'static str,
         note: String,
     ) {
-        let reference = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(node.as_str().into()),
-            ..ObjectReference::default()
-        };
+        let reference = rota_kube_api::node_reference(node.as_str());
         let event = Event {
             type_,
             reason: reason.into(),

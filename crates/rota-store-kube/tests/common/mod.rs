@@ -123,22 +123,7 @@ pub fn scheduler(scope: &Scope, store: &KubeStore) -> tokio_util::sync::DropGuar
 #[allow(dead_code, reason = "not every test binary runs the scheduler")]
 pub async fn take_turn(scope: &Scope, store: &KubeStore, session: &Session) -> u32 {
     round(scope).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let answer = store
-            .try_acquire_slot(session)
-            .await
-            .expect("ask for a slot");
-        if let Some(slot) = answer.slot() {
-            return slot;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} was granted no slot: {answer:?}",
-            session.node
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    rota_e2e::turn::granted(store, session, Duration::from_secs(10)).await
 }
 
 /// `node`'s RotaNode in `store`'s installation, read now.
