@@ -151,6 +151,32 @@ fn real_node_with_the_image() -> Result<RealNode> {
     Ok(node)
 }
 
+/// The KEP-5683 node lifecycle conditions that the agent sets on its Node, in the order
+/// [`lifecycle_conditions`] reads them.
+const LIFECYCLE_CONDITIONS: [&str; 4] = [
+    "MaintenancePlanned",
+    "DrainInProgress",
+    "Drained",
+    "MaintenanceInProgress",
+];
+
+/// The status of each of [`LIFECYCLE_CONDITIONS`] on the Node `name`, as an operator reads it:
+/// `kubectl get node -o jsonpath`; empty for a condition the Node does not list.
+fn lifecycle_conditions(node: &RealNode, name: &str) -> Result<Vec<String>> {
+    let kubectl = tool("kubectl")?;
+    LIFECYCLE_CONDITIONS
+        .iter()
+        .map(|type_| {
+            let path = format!("jsonpath={{.status.conditions[?(@.type==\"{type_}\")].status}}");
+            let mut cmd = Command::new(&kubectl);
+            cmd.arg("--kubeconfig")
+                .arg(node.kubeconfig())
+                .args(["get", "node", name, "-o", &path]);
+            Ok(run(&mut cmd)?.trim().to_string())
+        })
+        .collect()
+}
+
 /// The release's agents' pods (component `agent`), not its scheduler's replicas (component
 /// `scheduler`), which run on the same node.
 fn agent_selector() -> String {
@@ -474,6 +500,14 @@ async fn helm_install_puts_the_agent_on_the_real_node_and_it_reboots_it_once() -
     tokio::time::sleep(Duration::from_secs(5)).await;
     eprintln!("idle agent in its pod: {}", agent_rss()?);
     fx.request_reboot_and_wait_for_it().await?;
+    // Mid-window, the Node says so in KEP-5683's words (the agent set them before it ran the
+    // reboot command), beside the conditions the real kubelet keeps.
+    let mid_window = lifecycle_conditions(&fx.node, &fx.name)?;
+    ensure!(
+        mid_window == ["True", "False", "True", "True"],
+        "MaintenancePlanned, DrainInProgress, Drained, MaintenanceInProgress while rebooting: \
+         {mid_window:?}"
+    );
 
     // The "reboot": and the agent pod goes with the old boot.
     fx.reboot()?;
@@ -483,6 +517,24 @@ async fn helm_install_puts_the_agent_on_the_real_node_and_it_reboots_it_once() -
     fx.wait_finished().await?;
     let new_agent = agent_ready(&fx.client, &fx.name).await?;
     assert_ne!(new_agent.name_any(), agent.name_any());
+    // Back in service and idle: each False, and still listed (MaintenancePlanned goes with
+    // the idle agent's next pass, right after the write that ended the window).
+    wait_for("the lifecycle conditions False", TIMEOUT, || async {
+        let now = lifecycle_conditions(&fx.node, &fx.name)?;
+        Ok((now == ["False"; 4]).then_some(()))
+    })
+    .await?;
+    let ready = Api::<Node>::all(fx.client.clone())
+        .get(&fx.name)
+        .await?
+        .status
+        .and_then(|s| s.conditions)
+        .and_then(|cs| cs.into_iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.status);
+    ensure!(
+        ready.as_deref() == Some("True"),
+        "the kubelet's Ready is {ready:?}"
+    );
 
     let events: Api<Event> = Api::all(fx.client.clone());
     let on_node = events

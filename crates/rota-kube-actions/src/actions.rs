@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tracing::warn;
 
 use crate::annotations::REBOOT_IN_PROGRESS_ANNOTATION;
+use crate::conditions::{self, Step};
 use crate::drain::{DrainOptions, Progress, drain_with_progress};
 use crate::error::Error;
 use crate::{annotations, health_gate, node};
@@ -32,6 +33,8 @@ pub struct KubeActions {
     health_pdbs: bool,
     pending_taint: Option<String>,
     annotate: bool,
+    /// Whether the node lifecycle conditions are set (see [`KubeActions::node_conditions`]).
+    conditions: bool,
     /// Whether the Node, as the last health check read it, carries
     /// [`REBOOT_IN_PROGRESS_ANNOTATION`]: the verification that precedes every return to
     /// service reads it, so the return knows without a read of its own whether the window
@@ -62,6 +65,7 @@ impl KubeActions {
             health_pdbs: false,
             pending_taint: None,
             annotate: false,
+            conditions: true,
             reboot_in_progress: AtomicBool::new(false),
         }
     }
@@ -82,6 +86,16 @@ impl KubeActions {
         self
     }
 
+    /// With `set` (the default; `rota agent --node-conditions`), the Node carries the node
+    /// lifecycle conditions of KEP-5683 through the node's window: `MaintenancePlanned` while
+    /// it is queued, `DrainInProgress` while rota drains it and `Drained` after, and
+    /// `MaintenanceInProgress` from the cordon or the drain until it is back in service, when
+    /// rota sets each of them `False` again (see [`crate::conditions`]).
+    pub fn node_conditions(mut self, set: bool) -> KubeActions {
+        self.conditions = set;
+        self
+    }
+
     /// With `check`, the health check also waits until every PodDisruptionBudget of the
     /// cluster is satisfied again (see [`crate::check_gate`]).
     pub fn health_pdbs(mut self, check: bool) -> KubeActions {
@@ -93,6 +107,46 @@ impl KubeActions {
     /// says which pods a PodDisruptionBudget held back.
     pub fn drain_progress(&self) -> watch::Receiver<Progress> {
         self.progress.subscribe()
+    }
+}
+
+impl KubeActions {
+    /// The Node's write of [`NodeActions::return_to_service`]: with annotations, one write:
+    /// the uncordon's, carrying them, or theirs alone for a node rota did not cordon. Without,
+    /// or for a window without a reboot and nothing to uncordon, no request.
+    async fn return_node(&self, uncordon: bool) -> Result<(), ActionError> {
+        let rebooted = self.annotate && self.reboot_in_progress.load(Ordering::Relaxed);
+        if !uncordon && !rebooted {
+            return Ok(());
+        }
+        let mut patch = if uncordon {
+            node::uncordon_patch(&self.drain.labels)
+        } else {
+            serde_json::json!({})
+        };
+        if self.annotate {
+            annotations::add_to(&mut patch, annotations::on_return(rebooted));
+        }
+        node::patch_node(&self.client, self.node.as_str(), patch)
+            .await
+            .map(drop)
+            .map_err(|e| failed("returning the node to service", e))
+    }
+
+    /// Sets the conditions of `step` on the Node, when they are on. A failure is logged and
+    /// goes no further, as a refused Event does: the conditions report to other tools what rota
+    /// does, and no Kubernetes controller acts on them (KEP-5683), so a write of them that
+    /// fails must neither fail a drain, hold a reboot back nor stop the agent. An installation
+    /// whose RBAC lacks `patch` on `nodes/status` (an older chart) keeps working, with a warning
+    /// at each step. A condition left behind is set right by the next step's write, or by the
+    /// idle node's when the agent starts again.
+    async fn set_conditions(&self, step: Step) {
+        if !self.conditions {
+            return;
+        }
+        if let Err(e) = conditions::set(&self.client, self.node.as_str(), step).await {
+            warn!(node = %self.node, error = %e, ?step, "cannot set the node's lifecycle conditions (KEP-5683); the window goes on without them (--node-conditions=false turns them off)");
+        }
     }
 }
 
@@ -113,6 +167,7 @@ impl NodeActions for KubeActions {
 
     /// The drain's own cordon, with its labels, for a drain delay before the evictions.
     async fn cordon(&self) -> Result<(), ActionError> {
+        self.set_conditions(Step::Cordoned).await;
         node::cordon(&self.client, self.node.as_str(), &self.drain.labels)
             .await
             .map(drop)
@@ -131,18 +186,27 @@ impl NodeActions for KubeActions {
                 &self.progress,
             )
         };
-        drain
+        self.set_conditions(Step::Draining).await;
+        let drained = drain
             .retry(retry_pauses())
             .when(Error::is_unavailable)
             .notify(|e, pause| {
                 warn!(node = %self.node, error = %e, pause = ?pause, "the drain met an unavailable API server; draining again");
             })
-            .await
-            .map_err(|e| failed("drain", e))
+            .await;
+        // A drain that the agent's timeout ends never gets here: the uncordon that follows
+        // its failure clears DrainInProgress.
+        let step = match drained {
+            Ok(()) => Step::Drained,
+            Err(_) => Step::DrainFailed,
+        };
+        self.set_conditions(step).await;
+        drained.map_err(|e| failed("drain", e))
     }
 
     /// With annotations, every uncordon of rota's ends a reboot in progress: the node is
-    /// back in service (an operator's unlock of a failed reboot included).
+    /// back in service (an operator's unlock of a failed reboot included, and a failed
+    /// drain's). So it is for the conditions, once the uncordon is written.
     async fn uncordon(&self) -> Result<(), ActionError> {
         let mut patch = node::uncordon_patch(&self.drain.labels);
         if self.annotate {
@@ -150,33 +214,24 @@ impl NodeActions for KubeActions {
         }
         node::patch_node(&self.client, self.node.as_str(), patch)
             .await
-            .map(drop)
-            .map_err(|e| failed("uncordon", e))
+            .map_err(|e| failed("uncordon", e))?;
+        self.set_conditions(Step::BackInService).await;
+        Ok(())
     }
 
-    /// With annotations, one write: the uncordon's, carrying them, or theirs alone for a node
-    /// rota did not cordon. Without, or for a window without a reboot and nothing to
-    /// uncordon, no request.
+    /// The Node's write ([`KubeActions::return_node`]), then the conditions' own (a patch of
+    /// the Node's status, which a patch of the Node cannot carry), once the node is back in
+    /// service.
     async fn return_to_service(&self, uncordon: bool) -> Result<(), ActionError> {
-        let rebooted = self.annotate && self.reboot_in_progress.load(Ordering::Relaxed);
-        if !uncordon && !rebooted {
-            return Ok(());
-        }
-        let mut patch = if uncordon {
-            node::uncordon_patch(&self.drain.labels)
-        } else {
-            serde_json::json!({})
-        };
-        if self.annotate {
-            annotations::add_to(&mut patch, annotations::on_return(rebooted));
-        }
-        node::patch_node(&self.client, self.node.as_str(), patch)
-            .await
-            .map(drop)
-            .map_err(|e| failed("returning the node to service", e))
+        self.return_node(uncordon).await?;
+        self.set_conditions(Step::BackInService).await;
+        Ok(())
     }
 
+    /// Starts the reboot. The conditions first, so that the Node says rota reboots it before
+    /// the reboot takes the node away.
     async fn reboot_starting(&self, started_at: Millis) -> Result<(), ActionError> {
+        self.set_conditions(Step::Rebooting).await;
         if !self.annotate {
             return Ok(());
         }
@@ -221,7 +276,11 @@ impl NodeActions for KubeActions {
             .map_err(|e| failed("reading the node's labels", e))
     }
 
+    /// The conditions' `MaintenancePlanned` follows the mark, taint or not; an idle node's
+    /// also clears whatever of rota's conditions a failed write left behind.
     async fn mark_pending(&self, pending: bool) -> Result<(), ActionError> {
+        let step = if pending { Step::Queued } else { Step::Idle };
+        self.set_conditions(step).await;
         let Some(key) = &self.pending_taint else {
             return Ok(());
         };

@@ -16,8 +16,8 @@ pub const LAST_REBOOT_STARTED_ANNOTATION: &str = "rota.dev/last-reboot-started";
 /// The time the node was back in service, verified healthy, after its last reboot by rota.
 pub const LAST_REBOOT_FINISHED_ANNOTATION: &str = "rota.dev/last-reboot-finished";
 
-/// RFC 3339 in UTC, to the second, as kured writes its times.
-fn rfc3339(at: Timestamp) -> String {
+/// RFC 3339 in UTC, to the second, as kured writes its times (and Kubernetes its own).
+pub(crate) fn rfc3339(at: Timestamp) -> String {
     Timestamp::from_second(at.as_second())
         .unwrap_or(at)
         .to_string()

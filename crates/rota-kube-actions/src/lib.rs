@@ -6,14 +6,18 @@
 //!   [`rota_actions::NodeActions`]);
 //! - `annotations`: the annotations of `--annotate-nodes` (the reboot in progress, the last
 //!   reboot's start and end);
+//! - `conditions`: the node lifecycle conditions of KEP-5683 (`MaintenancePlanned`,
+//!   `DrainInProgress`, `Drained`, `MaintenanceInProgress`) that the agent sets on its Node;
 //! - `drain`: cordon, evict, and wait until the evicted pods are gone;
 //! - `health_gate`: the health gate before the slot goes back (the evicted workloads whole
 //!   again, and optionally every PodDisruptionBudget satisfied);
-//! - `node`: the Node object: cordon, uncordon, its labels, its taints and its Ready condition;
+//! - `node`: the Node object: cordon, uncordon, its labels, its taints, its Ready condition and
+//!   the patch of its status;
 //! - `node_labels`: the labels rota sets in its cordon and its uncordon, and the pending taint;
 //! - `error`: the crate's error type, which names the call and the object.
 mod actions;
 mod annotations;
+mod conditions;
 mod drain;
 mod error;
 mod health_gate;
@@ -23,6 +27,9 @@ mod node_labels;
 pub use actions::{DEFAULT_REBOOT_COMMAND, KubeActions};
 pub use annotations::{
     LAST_REBOOT_FINISHED_ANNOTATION, LAST_REBOOT_STARTED_ANNOTATION, REBOOT_IN_PROGRESS_ANNOTATION,
+};
+pub use conditions::{
+    DRAIN_IN_PROGRESS, DRAINED, MAINTENANCE_IN_PROGRESS, MAINTENANCE_PLANNED, ROTA_REASON_PREFIX,
 };
 pub use drain::{DrainOptions, MIRROR_ANNOTATION, Progress, drain, drain_with_progress};
 pub use error::{Error, Refusal, RefusalReason, Result};

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::health_gate::EVICTED_ANNOTATION;
 use crate::node_labels::NodeLabels;
 
-async fn get(client: &Client, node: &str) -> Result<Node> {
+pub(crate) async fn get(client: &Client, node: &str) -> Result<Node> {
     Api::<Node>::all(client.clone())
         .get_opt(node)
         .await
@@ -36,6 +36,28 @@ pub(crate) async fn patch_node(
             node: node.to_owned(),
         }),
         Err(e) => Err(Error::api("patch", "nodes", node, e)),
+    }
+}
+
+/// Patches the Node's `status` subresource (`nodes/status`) with the strategic merge patch
+/// `patch`. Strategic, not the merge patch of [`patch_node`]: a merge patch replaces a list
+/// whole, and `status.conditions` is one list that the kubelet (Ready, MemoryPressure...) and
+/// other controllers write too, while a strategic merge patch merges it by `type`, as the
+/// kubelet's own status writes do, so only the entries named in `patch` change.
+pub(crate) async fn patch_status(
+    client: &Client,
+    node: &str,
+    patch: serde_json::Value,
+) -> Result<()> {
+    match Api::<Node>::all(client.clone())
+        .patch_status(node, &PatchParams::default(), &Patch::Strategic(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Err(Error::NodeNotFound {
+            node: node.to_owned(),
+        }),
+        Err(e) => Err(Error::api("patch", "nodes/status", node, e)),
     }
 }
 

@@ -533,3 +533,36 @@ fn the_chart_renders_the_health_gate_values_as_agent_flags() -> Result<()> {
     );
     Ok(())
 }
+
+/// `agent.nodeConditions` (on by default) turns the node lifecycle conditions off with
+/// `--node-conditions=false`, and with them the agents' right to patch their Node's status.
+#[test]
+fn the_chart_renders_node_conditions_as_an_agent_flag_and_their_rbac() -> Result<()> {
+    if chart::skipped() {
+        return Ok(());
+    }
+    let status_verbs = |sets: &[&str]| -> Result<Vec<String>> {
+        let role = chart::objects(sets)?
+            .into_iter()
+            .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "rota-agent")
+            .context("no ClusterRole rota-agent")?;
+        let rules = role["rules"].as_array().context("a role without rules")?;
+        Ok(rules
+            .iter()
+            .filter(|r| r["resources"] == json!(["nodes/status"]))
+            .flat_map(|r| r["verbs"].as_array().cloned().unwrap_or_default())
+            .filter_map(|v| v.as_str().map(String::from))
+            .collect())
+    };
+    let ours = ["--node-conditions"];
+    ensure!(agent_flags(&[], &ours)?.is_empty(), "on by default");
+    ensure!(status_verbs(&[])? == ["patch"], "{:?}", status_verbs(&[])?);
+    let off = ["agent.nodeConditions=false"];
+    let flags = agent_flags(&off, &ours)?;
+    ensure!(flags == ["--node-conditions=false"], "off: {flags:?}");
+    ensure!(status_verbs(&off)?.is_empty(), "{:?}", status_verbs(&off)?);
+    chart::ensure_rejected(&[(
+        "agent.nodeConditions=\"no\"",
+        "at '/agent/nodeConditions': got string, want boolean",
+    )])
+}

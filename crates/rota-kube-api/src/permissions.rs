@@ -43,10 +43,28 @@ pub struct Permission {
 }
 
 impl Permission {
-    /// Whether an agent without it cannot work. Events on the Node are a courtesy: an agent
-    /// that may not send them still does its work (and logs each refusal).
+    /// Whether an agent without it cannot work (see [`Permission::courtesy`]).
     pub fn needed(&self) -> bool {
-        self.group != "events.k8s.io"
+        self.courtesy().is_none()
+    }
+
+    /// What an agent without it goes without, when it is a courtesy: the Events on the Node,
+    /// and the Node's lifecycle conditions (a patch of `nodes/status`). An agent that may not
+    /// write them still does its work, and logs each refusal.
+    pub fn courtesy(&self) -> Option<&'static str> {
+        match (self.group, self.resource, self.subresource) {
+            ("events.k8s.io", _, _) => Some("its Node gets no Events of its transitions"),
+            ("", "nodes", Some("status")) => Some(
+                "its Node gets no lifecycle conditions (KEP-5683; --node-conditions=false \
+                 stops asking for them)",
+            ),
+            _ => None,
+        }
+    }
+
+    /// Whether it is the patch of the Node's status that only the lifecycle conditions need.
+    pub fn is_node_status(&self) -> bool {
+        (self.group, self.resource, self.subresource) == ("", "nodes", Some("status"))
     }
 }
 
@@ -115,9 +133,11 @@ const fn rule(
     }
 }
 
-/// The ClusterRole's rules for the drain, the health gate and the cordon.
+/// The ClusterRole's rules for the drain, the health gate and the cordon, and the Node's
+/// lifecycle conditions (`rota agent --node-conditions`, a patch of its status).
 const DRAIN: &[Rule] = &[
     rule("", "nodes", None, &["patch"]),
+    rule("", "nodes", Some("status"), &["patch"]),
     rule("apps", "replicasets", None, &["get", "list"]),
     rule("apps", "statefulsets", None, &["get", "list"]),
     rule("apps", "deployments", None, &["get", "list"]),
@@ -403,12 +423,22 @@ mod tests {
             "{store_only:?}"
         );
         assert!(store_only.len() < all.len());
-        // Only the Events may be missing without stopping the agent.
-        let courtesy: Vec<&Permission> = all.iter().filter(|p| !p.needed()).collect();
-        assert!(
-            !courtesy.is_empty() && courtesy.iter().all(|p| p.resource == "events"),
-            "{courtesy:?}"
+        // Only the Events and the Node's lifecycle conditions may be missing without
+        // stopping the agent.
+        let courtesy: Vec<String> = all
+            .iter()
+            .filter(|p| !p.needed())
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            courtesy,
+            [
+                "`create` on `events.events.k8s.io`",
+                "`patch` on `events.events.k8s.io`",
+                "`patch` on `nodes/status`",
+            ]
         );
+        assert!(store_only.iter().all(|p| !p.is_node_status()));
     }
 
     fn verbs_on(permissions: &[Permission], resource: &str) -> Vec<&'static str> {
@@ -450,6 +480,17 @@ mod tests {
         // The procedures are read, never written: their status is the scheduler's.
         assert_eq!(verbs_on(&agent, "procedures"), ["get", "list", "watch"]);
         assert!(verbs_on(&agent, "procedures/status").is_empty());
+        // Its Node: cordoned, labelled, tainted and annotated by patches, and its lifecycle
+        // conditions set by a patch of its status; never created, updated whole or deleted.
+        assert_eq!(verbs_on(&agent, "nodes"), ["get", "list", "watch", "patch"]);
+        assert_eq!(verbs_on(&agent, "nodes/status"), ["patch"]);
+        assert!(
+            agent
+                .iter()
+                .filter(|p| p.is_node_status())
+                .all(|p| p.namespace.is_none() && !p.needed()),
+            "{agent:?}"
+        );
     }
 
     #[test]
@@ -561,8 +602,8 @@ mod tests {
             .collect();
         assert_eq!(
             describe(&missing),
-            "`get`, `list`, `watch`, `patch` on `nodes`; `get`, `update` on \
-             `leases.coordination.k8s.io` in namespace rota-system"
+            "`get`, `list`, `watch`, `patch` on `nodes`; `patch` on `nodes/status`; `get`, \
+             `update` on `leases.coordination.k8s.io` in namespace rota-system"
         );
     }
 }

@@ -180,7 +180,8 @@ async fn actions(
                 )
                 .health_pdbs(args.kube_drain.health_pdbs)
                 .pending_taint(args.kube_drain.prefer_no_schedule_taint.clone())
-                .annotate_nodes(args.kube_drain.annotate_nodes),
+                .annotate_nodes(args.kube_drain.annotate_nodes)
+                .node_conditions(args.kube_drain.node_conditions),
             )
         }
     })
@@ -272,10 +273,14 @@ async fn blockers(args: &AgentArgs, cluster: &Cluster) -> Result<Vec<Arc<dyn Blo
 /// RBAC. Waits while the API server is unavailable, as the store does.
 async fn check_cluster(args: &AgentArgs, cluster: &Cluster) -> Result<()> {
     let client = cluster.client().await?;
-    let wanted = permissions::agent_permissions(
+    let mut wanted = permissions::agent_permissions(
         &args.store.namespace,
         args.node_actions == NodeActionsKind::Kube,
     );
+    if !args.kube_drain.node_conditions {
+        // Only the lifecycle conditions write the Node's status.
+        wanted.retain(|p| !p.is_node_status());
+    }
     let check = || async {
         match preflight::check(&client, &args.store.namespace).await {
             // The reviews name every permission it lacks, not only the first refused.
@@ -295,9 +300,15 @@ async fn check_cluster(args: &AgentArgs, cluster: &Cluster) -> Result<()> {
         .await?;
     let (needed, courtesy): (Vec<_>, Vec<_>) = missing.into_iter().partition(|p| p.needed());
     if !courtesy.is_empty() {
+        let mut without: Vec<&str> = courtesy
+            .iter()
+            .filter_map(permissions::Permission::courtesy)
+            .collect();
+        without.dedup();
         warn!(
-            "the agent's service account lacks {}: its Node gets no Events of its transitions",
-            permissions::describe(&courtesy)
+            "the agent's service account lacks {}: {}",
+            permissions::describe(&courtesy),
+            without.join("; ")
         );
     }
     if !needed.is_empty() {

@@ -278,12 +278,13 @@ async fn narrow(admin: &Client, name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Node A's agent may cordon, label and taint A; create and update A's RotaNode, keeping or
-/// clearing the grant and the withdrawal the scheduler wrote; create and delete A's RotaWindows;
-/// give back a slot A holds; and pause the fleet. It may not cordon B, write B's RotaNode or
-/// RotaWindows, grant itself a slot or withdraw one, rewrite a RotaWindow, take a slot (free or
-/// B's, by update or create), renew or delete a Lease, give back B's slot, or change the fleet's
-/// other settings. A token bound to no pod may write none of it; the admin may.
+/// Node A's agent may cordon, label and taint A and set A's lifecycle conditions; create and
+/// update A's RotaNode, keeping or clearing the grant and the withdrawal the scheduler wrote;
+/// create and delete A's RotaWindows; give back a slot A holds; and pause the fleet. It may not
+/// cordon B or set B's conditions, write B's RotaNode or RotaWindows, grant itself a slot or
+/// withdraw one, rewrite a RotaWindow, take a slot (free or B's, by update or create), renew or
+/// delete a Lease, give back B's slot, or change the fleet's other settings. A token bound to
+/// no pod may write none of it; the admin may.
 #[tokio::test]
 async fn an_agent_may_change_only_its_own_nodes_objects_and_each_refusal_names_the_policy()
 -> Result<()> {
@@ -330,6 +331,26 @@ async fn an_agent_may_change_only_its_own_nodes_objects_and_each_refusal_names_t
         &denied("change only its own Node", &format!("UPDATE of Node {b}")),
     )?;
     ensure!(!unschedulable(&scope, b).await?, "B was cordoned");
+    // Its own Node's lifecycle conditions, a patch of its status (nodes/status)...
+    let planned = Patch::Strategic(json!({ "status": { "conditions": [{
+        "type": "MaintenancePlanned",
+        "status": "True",
+        "reason": "RotaMaintenanceQueued",
+        "message": "rota queued the node for maintenance",
+    }] } }));
+    nodes_as_a
+        .patch_status(a, &PatchParams::default(), &planned)
+        .await
+        .context("A's agent setting its own Node's conditions")?;
+    // ...but not another node's.
+    refused(
+        "setting B's conditions",
+        nodes_as_a
+            .patch_status(b, &PatchParams::default(), &planned)
+            .await,
+        &policy,
+        &denied("change only its own Node", &format!("UPDATE of Node {b}")),
+    )?;
 
     // RotaNodes: its own, created and updated without a grant (never created with one)...
     let rota_nodes_as_a: Api<RotaNode> = Api::all(agent.clone());

@@ -376,6 +376,27 @@ pub struct KubeDrainArgs {
     /// that needed no drain). Windows without a reboot write nothing more.
     #[arg(long)]
     pub annotate_nodes: bool,
+    /// With --node-actions kube: rota sets the node lifecycle conditions of KEP-5683 on the
+    /// Node through its window (on by default; --node-conditions=false turns them off).
+    ///
+    /// MaintenancePlanned while the node is queued, until it is idle again; DrainInProgress
+    /// while rota drains it, then Drained; MaintenanceInProgress from the cordon (or the
+    /// drain) through the maintenance and the reboot until the node is back in service. Each
+    /// is then set False again, with a reason (rota's reasons start with Rota), and stays
+    /// listed; rota never clears a condition that another writer set. They are written
+    /// whether or not the cluster's NodeLifecycleConditions feature gate is on, with a patch
+    /// of the Node's status (RBAC: patch on nodes/status). A write that fails is logged and
+    /// changes nothing else: the conditions are a report for other tools, like the Events.
+    #[arg(
+        long,
+        value_name = "BOOL",
+        default_value_t = true,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub node_conditions: bool,
     /// With --node-actions kube: also wait, before the slot goes back, until every
     /// PodDisruptionBudget in the cluster is satisfied again.
     ///
