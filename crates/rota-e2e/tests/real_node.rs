@@ -2,7 +2,8 @@
 //! built, on the control plane whose one real node runs a kubelet and containerd
 //! (`testenv/node-up`). The agent pod runs under the kubelet with the chart's pod spec, talks to
 //! the API server with its own service account, drains real containers under a
-//! PodDisruptionBudget and runs a stand-in reboot command through the chart's values. Every host
+//! PodDisruptionBudget (and waits for a wait-completed Job's container to finish, never evicting
+//! it) and runs a stand-in reboot command through the chart's values. Every host
 //! path of the chart points into a directory of the test; nothing can reboot or change this
 //! machine.
 
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -258,6 +260,55 @@ async fn workload(scope: &Scope, node: &RealNode, kwok: &[String]) -> Result<()>
     Ok(())
 }
 
+/// A Job's pod on the real node, annotated `rota.dev/drain: wait-completed`, that sleeps 20 s
+/// (past the drain, which starts a few seconds after it runs) and exits 0; once Running. This
+/// control plane runs no Job controller (testenv/up's --controllers), so the pod is made as the
+/// Job controller makes one: owned by its Job, which stays suspended. The real kubelet runs it.
+async fn ci_job_on_the_real_node(scope: &Scope, node: &RealNode) -> Result<Pod> {
+    let job: Job = serde_json::from_value(json!({
+        "metadata": { "name": "ci" },
+        "spec": {
+            "suspend": true,
+            "template": { "spec": {
+                "restartPolicy": "Never",
+                "containers": [{ "name": "ci", "image": node.busybox_image()? }],
+            }},
+        },
+    }))?;
+    let job = scope
+        .api::<Job>()
+        .create(&PostParams::default(), &job)
+        .await?;
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {
+            "name": "ci-job",
+            "labels": { "app": "ci" },
+            "annotations": { "rota.dev/drain": "wait-completed" },
+            "ownerReferences": [{
+                "apiVersion": "batch/v1", "kind": "Job", "name": "ci", "uid": job.uid(),
+                "controller": true, "blockOwnerDeletion": true,
+            }],
+        },
+        "spec": {
+            "nodeName": node.name()?,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 5,
+            "containers": [{
+                "name": "ci",
+                "image": node.busybox_image()?,
+                "imagePullPolicy": "Never",
+                "command": ["sleep", "20"],
+            }],
+        },
+    }))?;
+    scope.pods().create(&PostParams::default(), &pod).await?;
+    wait_for("the CI job running on the real node", TIMEOUT, || async {
+        let pod = scope.pods().get("ci-job").await?;
+        Ok(pod_is_running(&pod).then_some(pod))
+    })
+    .await
+}
+
 fn running_on<'a>(pods: &'a [Pod], node: &str) -> Option<&'a Pod> {
     pods.iter().find(|p| {
         pod_is_running(p) && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
@@ -497,9 +548,22 @@ async fn helm_install_puts_the_agent_on_the_real_node_and_it_reboots_it_once() -
     );
     // A measurement for the closing note, not an assertion: the idle agent's resident memory
     // in its pod, as the kernel counts it.
+    // A CI job the drain must not evict: it waits until the job has completed (issue 41).
+    let ci_job = ci_job_on_the_real_node(&fx.scope, &fx.node).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     eprintln!("idle agent in its pod: {}", agent_rss()?);
     fx.request_reboot_and_wait_for_it().await?;
+    // The reboot came after the drain, and the drain after the job's end: it ran to completion
+    // on the node, never evicted.
+    let ci_after = fx.scope.pods().get("ci-job").await?;
+    ensure!(
+        ci_after.uid() == ci_job.uid()
+            && ci_after.metadata.deletion_timestamp.is_none()
+            && ci_after.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"),
+        "the CI job did not run to its end before the reboot: {:?} {:?}",
+        ci_after.metadata,
+        ci_after.status.as_ref().map(|s| &s.phase)
+    );
     // Mid-window, the Node says so in KEP-5683's words (the agent set them before it ran the
     // reboot command), beside the conditions the real kubelet keeps.
     let mid_window = lifecycle_conditions(&fx.node, &fx.name)?;

@@ -1,10 +1,12 @@
-//! Drain: cordon, evict through the Eviction API, wait until the evicted pods are gone (a
-//! watch reports each deletion as it happens; a slow re-list is the safety net).
+//! Drain: cordon, evict through the Eviction API, wait until the evicted pods are gone and the
+//! wait-completed ones have completed (a watch reports each change as it happens; a slow
+//! re-list is the safety net).
 //!
 //! All state lives in the API server (the cordon, the record of what is evicted, the
 //! evictions, the pods' deletion), none in this process, so [`drain`] is idempotent and
 //! cancel-safe: dropping its future at any await (the caller's timeout) leaves nothing to clean
-//! up but the cordon, and calling it again carries on where the cluster is. It spawns no task that could outlive the future.
+//! up but the cordon, and calling it again carries on where the cluster is. It spawns no task
+//! that could outlive the future.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -19,15 +21,21 @@ use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::core::Status;
 use kube::{Client, ResourceExt};
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::error::{Error, Refusal, RefusalReason, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::health_gate::{self, Leaving};
 use crate::node;
 use crate::node_labels::NodeLabels;
+use crate::selection::{Plan, is_finished, overdue, plan};
+use crate::selector::Selector;
 
-/// Marks a static pod's mirror in the API server; the kubelet owns it, eviction cannot move it.
-pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+/// How long a drain waits, by default, for its wait-completed pods to complete: a CI job or a
+/// batch step of the usual length (GitLab CI's default job timeout is one hour) finishes
+/// within it, and the fleet's rollout, which waits for the slot this node holds, is held up
+/// for no longer than that.
+pub const WAIT_COMPLETED_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// How a drain treats the node's pods. The defaults are the safe ones: pods that would lose
 /// data or not come back are refused, not evicted.
@@ -61,6 +69,19 @@ pub struct DrainOptions {
     /// are evicted and waited for; the others stay. The API server evaluates it, so it must
     /// be one it accepts. `None`: every pod the rules above allow.
     pub pod_selector: Option<String>,
+    /// The drain fails with [`Error::DrainTimeout`], naming what it still waits for, once its
+    /// evictions and the wait for the evicted pods to go have taken this long (from the
+    /// drain's start). The wait for wait-completed pods has its own bound,
+    /// `wait_completed_timeout`. `None`: no bound but the caller's.
+    pub timeout: Option<Duration>,
+    /// Pods that match this selector are wait-completed (Cluster API's `WaitCompleted`), as
+    /// are pods annotated [`crate::DRAIN_ANNOTATION`]` = `[`crate::WAIT_COMPLETED`]: they are
+    /// not evicted; the drain waits until each has completed (phase Succeeded or Failed) or
+    /// is gone. The cordon keeps new ones off the node.
+    pub wait_completed_selector: Option<Selector>,
+    /// The drain fails with [`Error::WaitCompletedTimeout`], naming the pods, if wait-completed
+    /// pods still run this long after its start; they are not evicted then either.
+    pub wait_completed_timeout: Duration,
 }
 
 impl Default for DrainOptions {
@@ -76,12 +97,17 @@ impl Default for DrainOptions {
             labels: NodeLabels::default(),
             skip_wait_for_delete: None,
             pod_selector: None,
+            timeout: None,
+            wait_completed_selector: None,
+            wait_completed_timeout: WAIT_COMPLETED_TIMEOUT,
         }
     }
 }
 
 /// What a drain in progress is waiting for: what an operator needs to know when it does not
-/// finish. See [`drain_with_progress`].
+/// finish. See [`drain_with_progress`]; its `Display` is the drain's account in the agent's
+/// log and in the failure of a drain that timed out, such as "waiting for 1 pod to complete:
+/// ci/job-x".
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Progress {
     /// Pods (`namespace/name`) whose eviction is refused for now, with the API server's reason
@@ -89,6 +115,60 @@ pub struct Progress {
     pub refused: BTreeMap<String, String>,
     /// Pods (`namespace/name`) evicted or already terminating that still exist.
     pub terminating: Vec<String>,
+    /// Wait-completed pods (`namespace/name`, sorted) that still run: the drain waits for
+    /// them to complete, and does not evict them.
+    pub waiting: Vec<String>,
+}
+
+/// "N pod(s)".
+fn pods(n: usize) -> String {
+    if n == 1 {
+        "1 pod".to_owned()
+    } else {
+        format!("{n} pods")
+    }
+}
+
+/// "waiting for 1 pod to complete: ci/job-x": the one wording of the wait for wait-completed
+/// pods, in the log, the progress and the errors.
+pub(crate) fn waiting_for(waiting: &[String]) -> String {
+    format!(
+        "waiting for {} to complete: {}",
+        pods(waiting.len()),
+        waiting.join(", ")
+    )
+}
+
+impl fmt::Display for Progress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if !self.refused.is_empty() {
+            let refused: Vec<String> = self
+                .refused
+                .iter()
+                .map(|(pod, reason)| format!("{pod} ({reason})"))
+                .collect();
+            parts.push(format!(
+                "eviction refused for {}: {}",
+                pods(refused.len()),
+                refused.join(", ")
+            ));
+        }
+        if !self.terminating.is_empty() {
+            parts.push(format!(
+                "waiting for {} to terminate: {}",
+                pods(self.terminating.len()),
+                self.terminating.join(", ")
+            ));
+        }
+        if !self.waiting.is_empty() {
+            parts.push(waiting_for(&self.waiting));
+        }
+        if parts.is_empty() {
+            return f.write_str("waiting for nothing");
+        }
+        f.write_str(&parts.join("; "))
+    }
 }
 
 /// One pod instance: a pod recreated under the same name (a StatefulSet's) has another UID.
@@ -103,74 +183,6 @@ impl fmt::Display for PodRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.namespace, self.name)
     }
-}
-
-/// What the drain does with one pod.
-#[derive(Debug, PartialEq, Eq)]
-enum Plan {
-    /// Left on the node: DaemonSet and mirror pods, finished pods.
-    Leave,
-    /// Already being deleted: only wait until it is gone.
-    Wait,
-    Evict,
-}
-
-/// The plan for one pod, or every reason it may not be evicted under `options`.
-fn plan(pod: &Pod, options: &DrainOptions) -> std::result::Result<Plan, Vec<RefusalReason>> {
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    if matches!(phase, Some("Succeeded" | "Failed")) {
-        return Ok(Plan::Leave);
-    }
-    if pod.annotations().contains_key(MIRROR_ANNOTATION) {
-        return Ok(Plan::Leave);
-    }
-    let controller = pod
-        .owner_references()
-        .iter()
-        .find(|o| o.controller == Some(true));
-    if controller.is_some_and(|c| c.kind == "DaemonSet") {
-        return Ok(Plan::Leave);
-    }
-    if overdue(pod, options.skip_wait_for_delete) {
-        return Ok(Plan::Leave);
-    }
-    if pod.metadata.deletion_timestamp.is_some() {
-        return Ok(Plan::Wait);
-    }
-    let mut refusals = Vec::new();
-    if controller.is_none() && !options.force {
-        refusals.push(RefusalReason::Unmanaged);
-    }
-    let empty_dir = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_ref())
-        .is_some_and(|vs| vs.iter().any(|v| v.empty_dir.is_some()));
-    if empty_dir && !options.delete_emptydir_data {
-        refusals.push(RefusalReason::EmptyDir);
-    }
-    if refusals.is_empty() {
-        Ok(Plan::Evict)
-    } else {
-        Err(refusals)
-    }
-}
-
-/// Whether `pod` is still there more than `skip` after its deletion deadline.
-fn overdue(pod: &Pod, skip: Option<Duration>) -> bool {
-    let (Some(deadline), Some(skip)) = (&pod.metadata.deletion_timestamp, skip) else {
-        return false;
-    };
-    let late = jiff::Timestamp::now().duration_since(deadline.0);
-    let overdue = late.is_positive() && late.unsigned_abs() > skip;
-    if overdue {
-        warn!(
-            pod = %pod_ref(pod),
-            late = ?late.unsigned_abs(),
-            "a pod is still terminating long after its grace period; not waiting for it"
-        );
-    }
-    overdue
 }
 
 fn pod_ref(pod: &Pod) -> PodRef {
@@ -204,11 +216,12 @@ async fn pods_on(
 }
 
 /// Cordons `node` and evicts its pods (see [`DrainOptions`]), then waits until every evicted
-/// pod is gone. Returns at once with [`Error::Refused`], naming every offending pod, if a pod
-/// may not be evicted under `options`; the node then stays cordoned.
+/// pod is gone and every wait-completed pod has completed. Returns at once with
+/// [`Error::Refused`], naming every offending pod, if a pod may not be evicted under
+/// `options`; the node then stays cordoned.
 ///
-/// A PodDisruptionBudget that never allows the eviction makes the drain wait forever: bound it
-/// with `tokio::time::timeout`.
+/// Without `options.timeout`, a PodDisruptionBudget that never allows the eviction makes the
+/// drain wait forever: bound it with `tokio::time::timeout` too.
 pub async fn drain(client: &Client, node: &str, options: &DrainOptions) -> Result<()> {
     drain_with_progress(client, node, options, &watch::Sender::default()).await
 }
@@ -220,10 +233,12 @@ pub async fn drain_with_progress(
     options: &DrainOptions,
     progress: &watch::Sender<Progress>,
 ) -> Result<()> {
+    let started = Instant::now();
     progress.send_replace(Progress::default());
     let cordoned = node::cordon(client, node, &options.labels).await?;
     let mut evict = Vec::new();
     let mut wait = Vec::new();
+    let mut completing = Vec::new();
     let mut refusals = Vec::new();
     let mut leaving = Vec::new();
     let (pods, version) = pods_on(client, node, options.pod_selector.as_deref()).await?;
@@ -236,6 +251,7 @@ pub async fn drain_with_progress(
         match planned {
             Ok(Plan::Leave) => debug!(node, pod = %pod_ref, "leaving the pod on the node"),
             Ok(Plan::Wait) => wait.push(pod_ref),
+            Ok(Plan::WaitCompleted) => completing.push(pod_ref),
             Ok(Plan::Evict) => evict.push(pod_ref),
             Err(reasons) => refusals.extend(reasons.into_iter().map(|reason| Refusal {
                 pod: pod_ref.to_string(),
@@ -250,14 +266,67 @@ pub async fn drain_with_progress(
         });
     }
     // Pods already terminating count too: an interrupted drain of this window may have
-    // evicted them, and the health gate waits for their workloads all the same.
+    // evicted them, and the health gate waits for their workloads all the same. The
+    // wait-completed ones leave nothing to restore: they run to their end.
     health_gate::record(client, node, &cordoned, &leaving).await?;
     info!(
         node,
         evicting = evict.len(),
         terminating = wait.len(),
+        wait_completed = completing.len(),
         "draining"
     );
+    let evicted = evict_and_wait_gone(
+        client,
+        node,
+        evict,
+        wait,
+        version.clone(),
+        options,
+        progress,
+    );
+    let evicted = async {
+        let Some(timeout) = options.timeout else {
+            return evicted.await;
+        };
+        match tokio::time::timeout_at(started + timeout, evicted).await {
+            Ok(evicted) => evicted,
+            Err(_) => Err(Error::DrainTimeout {
+                node: node.to_owned(),
+                timeout,
+                progress: progress.borrow().clone(),
+            }),
+        }
+    };
+    let completed = wait_for(
+        client,
+        node,
+        Until::Completed {
+            deadline: started + options.wait_completed_timeout,
+        },
+        Watched {
+            pods: completing,
+            version,
+            events: None,
+        },
+        options,
+        progress,
+    );
+    tokio::try_join!(evicted, completed)?;
+    info!(node, "drained");
+    Ok(())
+}
+
+/// Evicts the pods of `evict`, then waits until they, and those of `terminating`, are gone.
+async fn evict_and_wait_gone(
+    client: &Client,
+    node: &str,
+    evict: Vec<PodRef>,
+    terminating: Vec<PodRef>,
+    version: Option<String>,
+    options: &DrainOptions,
+    progress: &watch::Sender<Progress>,
+) -> Result<()> {
     // Owned pods in the stream: futures borrowing from a closure argument trip the compiler's
     // higher-ranked `Send` check when this future is boxed by `async_trait`.
     let evictions = stream::iter(evict.clone())
@@ -269,15 +338,14 @@ pub async fn drain_with_progress(
     let api = Api::<Pod>::all(client.clone());
     let (evicted, events) = tokio::join!(evictions, watch_pods(&api, node, version.as_deref()));
     evicted?;
-    wait.extend(evict);
-    let waiting = Waiting {
-        pods: wait,
+    let mut pods = terminating;
+    pods.extend(evict);
+    let watched = Watched {
+        pods,
         version,
         events,
     };
-    wait_gone(client, node, waiting, options, progress).await?;
-    info!(node, "drained");
-    Ok(())
+    wait_for(client, node, Until::Gone, watched, options, progress).await
 }
 
 fn eviction(pod: &PodRef, options: &DrainOptions) -> Eviction {
@@ -392,68 +460,111 @@ async fn watch_pods(api: &Api<Pod>, node: &str, version: Option<&str>) -> Option
     }
 }
 
-/// What the wait for evicted pods to go starts from: the pods, the version of the list they
-/// came from, and a watch from that version (which sees every deletion since, also one made
-/// before the watch started), if it could be started.
-struct Waiting {
+/// What a wait for pods starts from: the pods, the version of the list they came from, and a
+/// watch from that version (which sees every change since, also one made before the watch
+/// started), if one was started already.
+struct Watched {
     pods: Vec<PodRef>,
     version: Option<String>,
     events: Option<PodEvents>,
 }
 
-/// Waits until none of the pods is on the node any more. A pod of the same name but another
-/// UID (recreated by its StatefulSet) is a different pod and does not count.
+/// What a wait for pods waits for.
+#[derive(Clone, Copy, Debug)]
+enum Until {
+    /// Every pod is gone (evicted or terminating ones); published as `terminating`.
+    Gone,
+    /// Every pod has completed (phase Succeeded or Failed) or is gone (wait-completed ones);
+    /// published as `waiting`. Still running at `deadline`: [`Error::WaitCompletedTimeout`].
+    Completed { deadline: Instant },
+}
+
+impl Until {
+    /// Whether this instance of the pod no longer holds the drain back.
+    fn done(self, pod: &Pod) -> bool {
+        matches!(self, Until::Completed { .. }) && is_finished(pod)
+    }
+
+    fn publish(self, progress: &watch::Sender<Progress>, node: &str, pods: Vec<String>) {
+        progress.send_if_modified(|p| {
+            let field = match self {
+                Until::Gone => &mut p.terminating,
+                Until::Completed { .. } => &mut p.waiting,
+            };
+            if *field == pods {
+                return false;
+            }
+            if matches!(self, Until::Completed { .. }) && !pods.is_empty() {
+                info!(node, "{}", waiting_for(&pods));
+            }
+            *field = pods;
+            true
+        });
+    }
+}
+
+/// Waits until none of the pods holds the drain back any more (see [`Until`]). A pod of the
+/// same name but another UID (recreated by its StatefulSet) is a different pod and does not
+/// count.
 ///
-/// The watch reports each deletion as it happens. The node's pods are listed again every
+/// The watch reports each change as it happens. The node's pods are listed again every
 /// `poll_interval`, and the watch restarted from that list, in case the watch broke.
-async fn wait_gone(
+async fn wait_for(
     client: &Client,
     node: &str,
-    waiting: Waiting,
+    until: Until,
+    watched: Watched,
     options: &DrainOptions,
     progress: &watch::Sender<Progress>,
 ) -> Result<()> {
     let api = Api::<Pod>::all(client.clone());
-    let Waiting {
+    let Watched {
         pods,
         mut version,
         mut events,
-    } = waiting;
+    } = watched;
     let mut remaining: HashSet<PodRef> = pods.into_iter().collect();
     loop {
-        let mut terminating: Vec<String> = remaining.iter().map(PodRef::to_string).collect();
-        terminating.sort();
-        progress.send_if_modified(|p| {
-            let changed = p.terminating != terminating;
-            p.terminating = terminating;
-            changed
-        });
+        let mut left: Vec<String> = remaining.iter().map(PodRef::to_string).collect();
+        left.sort();
+        until.publish(progress, node, left.clone());
         if remaining.is_empty() {
             return Ok(());
+        }
+        let mut next = Instant::now() + options.poll_interval;
+        if let Until::Completed { deadline } = until {
+            if Instant::now() >= deadline {
+                return Err(Error::WaitCompletedTimeout {
+                    node: node.to_owned(),
+                    timeout: options.wait_completed_timeout,
+                    pods: left,
+                });
+            }
+            next = next.min(deadline);
         }
         debug!(
             node,
             remaining = remaining.len(),
-            "waiting for evicted pods to go"
+            ?until,
+            "waiting for pods"
         );
         let watched = async {
             let events = match events.take() {
                 Some(events) => Some(events),
                 None => watch_pods(&api, node, version.as_deref()).await,
             };
-            until_deleted(events, &mut remaining).await;
+            until_done(events, until, &mut remaining).await;
         };
-        if tokio::time::timeout(options.poll_interval, watched)
-            .await
-            .is_ok()
-        {
+        if tokio::time::timeout_at(next, watched).await.is_ok() {
             continue;
         }
         let (present, listed) = pods_on(client, node, options.pod_selector.as_deref()).await?;
         let present: HashSet<PodRef> = present
             .iter()
             .filter(|pod| {
-                !(remaining.contains(&pod_ref(pod)) && overdue(pod, options.skip_wait_for_delete))
+                let pod_ref = pod_ref(pod);
+                !(remaining.contains(&pod_ref)
+                    && (until.done(pod) || overdue(pod, options.skip_wait_for_delete)))
             })
             .map(pod_ref)
             .collect();
@@ -462,9 +573,10 @@ async fn wait_gone(
     }
 }
 
-/// Removes pods from `remaining` as `events` reports them deleted; returns when none is left.
-/// Without a watch, or once it breaks, it never returns: the caller's next list takes over.
-async fn until_deleted(events: Option<PodEvents>, remaining: &mut HashSet<PodRef>) {
+/// Removes pods from `remaining` as `events` reports them deleted (or, waiting for them to
+/// complete, finished); returns when none is left. Without a watch, or once it breaks, it
+/// never returns: the caller's next list takes over.
+async fn until_done(events: Option<PodEvents>, until: Until, remaining: &mut HashSet<PodRef>) {
     let Some(mut events) = events else {
         return std::future::pending().await;
     };
@@ -472,11 +584,13 @@ async fn until_deleted(events: Option<PodEvents>, remaining: &mut HashSet<PodRef
         match event {
             Ok(WatchEvent::Deleted(pod)) => {
                 remaining.remove(&pod_ref(&pod));
-                if remaining.is_empty() {
-                    return;
+            }
+            Ok(WatchEvent::Added(pod) | WatchEvent::Modified(pod)) => {
+                if until.done(&pod) {
+                    remaining.remove(&pod_ref(&pod));
                 }
             }
-            Ok(WatchEvent::Added(_) | WatchEvent::Modified(_) | WatchEvent::Bookmark(_)) => {}
+            Ok(WatchEvent::Bookmark(_)) => {}
             Ok(WatchEvent::Error(e)) => {
                 debug!(error = %e, "the watch of the node's pods ended");
                 break;
@@ -486,6 +600,9 @@ async fn until_deleted(events: Option<PodEvents>, remaining: &mut HashSet<PodRef
                 break;
             }
         }
+        if remaining.is_empty() {
+            return;
+        }
     }
     std::future::pending().await
 }
@@ -493,116 +610,55 @@ async fn until_deleted(events: Option<PodEvents>, remaining: &mut HashSet<PodRef
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, PodSpec, PodStatus, Volume};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
-    use std::collections::BTreeMap;
 
-    fn owned_by(kind: &str) -> Pod {
-        let mut pod = Pod::default();
-        pod.metadata.owner_references = Some(vec![OwnerReference {
-            kind: kind.into(),
-            controller: Some(true),
-            ..OwnerReference::default()
-        }]);
-        pod
-    }
-
-    fn with_empty_dir(mut pod: Pod) -> Pod {
-        pod.spec = Some(PodSpec {
-            volumes: Some(vec![Volume {
-                name: "scratch".into(),
-                empty_dir: Some(EmptyDirVolumeSource::default()),
-                ..Volume::default()
-            }]),
-            ..PodSpec::default()
-        });
-        pod
-    }
-
-    fn flags(force: bool, delete_emptydir_data: bool) -> DrainOptions {
-        DrainOptions {
-            force,
-            delete_emptydir_data,
-            ..DrainOptions::default()
-        }
-    }
-
+    /// The wording an operator reads in the log and in a failed drain's cause.
     #[test]
-    fn plans_follow_kubectl_drain() {
-        let safe = DrainOptions::default();
-        assert_eq!(plan(&owned_by("ReplicaSet"), &safe), Ok(Plan::Evict));
-        assert_eq!(plan(&owned_by("DaemonSet"), &safe), Ok(Plan::Leave));
+    fn progress_says_what_the_drain_waits_for() {
+        assert_eq!(Progress::default().to_string(), "waiting for nothing");
+        let waiting = Progress {
+            waiting: vec!["ci/job-x".into()],
+            ..Progress::default()
+        };
         assert_eq!(
-            plan(&with_empty_dir(owned_by("DaemonSet")), &safe),
-            Ok(Plan::Leave)
+            waiting.to_string(),
+            "waiting for 1 pod to complete: ci/job-x"
         );
-
-        let mut mirror = Pod::default();
-        mirror.metadata.annotations =
-            Some(BTreeMap::from([(MIRROR_ANNOTATION.into(), "x".into())]));
-        assert_eq!(plan(&mirror, &safe), Ok(Plan::Leave));
-
-        let finished = Pod {
-            status: Some(PodStatus {
-                phase: Some("Succeeded".into()),
-                ..PodStatus::default()
-            }),
-            ..Pod::default()
+        let all = Progress {
+            refused: BTreeMap::from([("web/web-0".into(), "budget web needs 2".into())]),
+            terminating: vec!["db/db-0".into(), "db/db-1".into()],
+            waiting: vec!["ci/job-x".into(), "ci/job-y".into()],
         };
-        assert_eq!(plan(&finished, &safe), Ok(Plan::Leave));
-
-        let mut terminating = Pod::default();
-        terminating.metadata.deletion_timestamp = Some(Time(Default::default()));
-        assert_eq!(plan(&terminating, &safe), Ok(Plan::Wait));
-    }
-
-    #[test]
-    fn a_pod_terminating_long_past_its_deadline_is_left_only_when_asked() {
-        let terminating_since = |seconds_ago: i64| {
-            let mut pod = owned_by("ReplicaSet");
-            let deadline = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(seconds_ago);
-            pod.metadata.deletion_timestamp = Some(Time(deadline));
-            pod
-        };
-        let skipping = DrainOptions {
-            skip_wait_for_delete: Some(Duration::from_secs(30)),
-            ..DrainOptions::default()
-        };
-        assert_eq!(plan(&terminating_since(60), &skipping), Ok(Plan::Leave));
-        assert_eq!(plan(&terminating_since(10), &skipping), Ok(Plan::Wait));
-        // Its grace period still running: the deadline is ahead.
-        assert_eq!(plan(&terminating_since(-60), &skipping), Ok(Plan::Wait));
         assert_eq!(
-            plan(&terminating_since(3600), &DrainOptions::default()),
-            Ok(Plan::Wait)
+            all.to_string(),
+            "eviction refused for 1 pod: web/web-0 (budget web needs 2); waiting for 2 pods to \
+             terminate: db/db-0, db/db-1; waiting for 2 pods to complete: ci/job-x, ci/job-y"
         );
     }
 
     #[test]
-    fn unsafe_pods_need_their_flag() {
-        let bare = Pod::default();
+    fn timeouts_name_the_pods_and_the_bound() {
+        let timed_out = Error::WaitCompletedTimeout {
+            node: "gpu-1".into(),
+            timeout: Duration::from_secs(3600),
+            pods: vec!["ci/job-x".into()],
+        };
         assert_eq!(
-            plan(&bare, &flags(false, true)),
-            Err(vec![RefusalReason::Unmanaged])
+            timed_out.to_string(),
+            "node gpu-1: the wait-completed timeout of 1h passed, still waiting for 1 pod to \
+             complete: ci/job-x; not evicting it"
         );
-        assert_eq!(plan(&bare, &flags(true, false)), Ok(Plan::Evict));
-
-        let scratch = with_empty_dir(owned_by("StatefulSet"));
+        let held = Error::DrainTimeout {
+            node: "gpu-1".into(),
+            timeout: Duration::from_secs(630),
+            progress: Progress {
+                terminating: vec!["db/db-0".into()],
+                ..Progress::default()
+            },
+        };
         assert_eq!(
-            plan(&scratch, &flags(true, false)),
-            Err(vec![RefusalReason::EmptyDir])
+            held.to_string(),
+            "node gpu-1 did not drain within the drain timeout of 10m 30s: waiting for 1 pod \
+             to terminate: db/db-0"
         );
-        assert_eq!(plan(&scratch, &flags(false, true)), Ok(Plan::Evict));
-
-        let bare_scratch = with_empty_dir(Pod::default());
-        assert_eq!(
-            plan(&bare_scratch, &DrainOptions::default()),
-            Err(vec![RefusalReason::Unmanaged, RefusalReason::EmptyDir])
-        );
-        assert_eq!(
-            plan(&bare_scratch, &flags(false, true)),
-            Err(vec![RefusalReason::Unmanaged])
-        );
-        assert_eq!(plan(&bare_scratch, &flags(true, true)), Ok(Plan::Evict));
     }
 }

@@ -1,6 +1,9 @@
 use std::fmt;
+use std::time::Duration;
 
 use rota_kube_client::CallError;
+
+use crate::drain::{Progress, waiting_for};
 
 /// A pod that the drain will not evict without an explicit flag, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -10,17 +13,20 @@ pub struct Refusal {
     pub reason: RefusalReason,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RefusalReason {
     /// No controller would recreate the pod (`--force` allows it).
     Unmanaged,
     /// The pod's emptyDir data is lost with it (`--delete-emptydir-data` allows it).
     EmptyDir,
+    /// The pod's [`crate::DRAIN_ANNOTATION`] has this value, which rota does not know: a
+    /// misspelt wait-completed must not get the pod evicted.
+    DrainAnnotation(String),
 }
 
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.reason {
+        match &self.reason {
             RefusalReason::Unmanaged => write!(
                 f,
                 "pod {} has no controller to recreate it (evicted only with the force option, \
@@ -32,6 +38,15 @@ impl fmt::Display for Refusal {
                 "pod {} has emptyDir data that eviction deletes (evicted only with the \
                  delete-emptydir-data option, like kubectl drain --delete-emptydir-data)",
                 self.pod
+            ),
+            RefusalReason::DrainAnnotation(value) => write!(
+                f,
+                "pod {} has the annotation {}={value:?}, which rota does not know (the one \
+                 value is {:?}: the drain waits for the pod to complete instead of evicting \
+                 it); correct or remove it",
+                self.pod,
+                crate::DRAIN_ANNOTATION,
+                crate::WAIT_COMPLETED,
             ),
         }
     }
@@ -85,6 +100,39 @@ pub enum Error {
         node: String,
         refusals: Vec<Refusal>,
     },
+    /// The wait-completed pods still ran when the drain's wait for them timed out; they are
+    /// not evicted.
+    #[error(
+        "node {node}: the wait-completed timeout of {} passed, still {}; not evicting {}",
+        span(*.timeout),
+        waiting_for(.pods),
+        if .pods.len() == 1 { "it" } else { "them" }
+    )]
+    WaitCompletedTimeout {
+        node: String,
+        timeout: Duration,
+        /// `namespace/name`, sorted.
+        pods: Vec<String>,
+    },
+    /// The evictions, or the wait for the evicted pods to go, took longer than the drain's
+    /// timeout; `progress` is what the drain was still waiting for.
+    #[error(
+        "node {node} did not drain within the drain timeout of {}: {progress}",
+        span(*.timeout)
+    )]
+    DrainTimeout {
+        node: String,
+        timeout: Duration,
+        progress: Progress,
+    },
+}
+
+/// `1h`, `10m 30s`: a duration as the flags take it.
+fn span(duration: Duration) -> String {
+    match jiff::SignedDuration::try_from(duration) {
+        Ok(d) => format!("{d:#}"),
+        Err(_) => format!("{duration:?}"),
+    }
 }
 
 impl Error {

@@ -8,7 +8,10 @@
 //!   reboot's start and end);
 //! - `conditions`: the node lifecycle conditions of KEP-5683 (`MaintenancePlanned`,
 //!   `DrainInProgress`, `Drained`, `MaintenanceInProgress`) that the agent sets on its Node;
-//! - `drain`: cordon, evict, and wait until the evicted pods are gone;
+//! - `drain`: cordon, evict, and wait until the evicted pods are gone and the wait-completed
+//!   ones have completed;
+//! - `selection`: which pods the drain evicts, waits for, leaves alone or refuses;
+//! - `selector`: label selectors, matched against the pods the drain lists;
 //! - `health_gate`: the health gate before the slot goes back (the evicted workloads whole
 //!   again, and optionally every PodDisruptionBudget satisfied);
 //! - `node`: the Node object: cordon, uncordon, its labels, its taints, its Ready condition and
@@ -23,6 +26,8 @@ mod error;
 mod health_gate;
 mod node;
 mod node_labels;
+mod selection;
+mod selector;
 
 pub use actions::{DEFAULT_REBOOT_COMMAND, KubeActions};
 pub use annotations::{
@@ -31,7 +36,7 @@ pub use annotations::{
 pub use conditions::{
     DRAIN_IN_PROGRESS, DRAINED, MAINTENANCE_IN_PROGRESS, MAINTENANCE_PLANNED, ROTA_REASON_PREFIX,
 };
-pub use drain::{DrainOptions, MIRROR_ANNOTATION, Progress, drain, drain_with_progress};
+pub use drain::{DrainOptions, Progress, WAIT_COMPLETED_TIMEOUT, drain, drain_with_progress};
 pub use error::{Error, Refusal, RefusalReason, Result};
 pub use health_gate::{
     EVICTED_ANNOTATION, Evicted, Workload, check_gate, evicted, unsatisfied_pdbs,
@@ -39,3 +44,5 @@ pub use health_gate::{
 };
 pub use node::{check_ready, cordon, is_cordoned, uncordon};
 pub use node_labels::{NodeLabels, parse_labels, parse_taint_key};
+pub use selection::{DRAIN_ANNOTATION, MIRROR_ANNOTATION, WAIT_COMPLETED};
+pub use selector::Selector;

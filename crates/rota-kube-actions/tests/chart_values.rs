@@ -477,6 +477,47 @@ fn the_chart_renders_the_kured_style_drain_values_as_agent_flags() -> Result<()>
     Ok(())
 }
 
+/// `drain.waitCompletedSelector` and `drain.waitCompletedTimeout`: empty, the agent's defaults
+/// (only annotated pods are wait-completed, for up to 1h); set, their flags.
+#[test]
+fn the_chart_renders_the_wait_completed_values_as_agent_flags() -> Result<()> {
+    if chart::skipped() {
+        return Ok(());
+    }
+    let ours = ["--drain-wait-completed-"];
+    let default = agent_flags(&[], &ours)?;
+    ensure!(default.is_empty(), "defaults: {default:?}");
+    let custom = agent_flags(
+        &[
+            "drain.waitCompletedSelector=\"app in (ci-runner,gpu-batch)\"",
+            "drain.waitCompletedTimeout=\"3h\"",
+        ],
+        &ours,
+    )?;
+    ensure!(
+        custom
+            == [
+                "--drain-wait-completed-selector=app in (ci-runner,gpu-batch)",
+                "--drain-wait-completed-timeout=3h",
+            ],
+        "custom: {custom:?}"
+    );
+    chart::ensure_rejected(&[
+        (
+            "drain.waitCompletedSelector=true",
+            "at '/drain/waitCompletedSelector': got boolean, want string",
+        ),
+        (
+            "drain.waitCompletedTimeout=\"0s\"",
+            "at '/drain/waitCompletedTimeout'",
+        ),
+        (
+            "drain.waitCompletedTimeout=3600",
+            "at '/drain/waitCompletedTimeout'",
+        ),
+    ])
+}
+
 #[test]
 fn the_chart_renders_the_drain_and_reboot_delays_as_agent_flags() -> Result<()> {
     if chart::skipped() {

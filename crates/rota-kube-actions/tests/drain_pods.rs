@@ -168,8 +168,10 @@ async fn emptydir_and_unmanaged_pods_are_refused_unless_allowed() -> Result<()> 
     };
 
     let refusals = refused(options()).await?;
-    let named: Vec<(String, RefusalReason)> =
-        refusals.iter().map(|r| (r.pod.clone(), r.reason)).collect();
+    let named: Vec<(String, RefusalReason)> = refusals
+        .iter()
+        .map(|r| (r.pod.clone(), r.reason.clone()))
+        .collect();
     ensure!(
         named
             == vec![

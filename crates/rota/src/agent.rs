@@ -20,10 +20,36 @@ use tracing::{info, warn};
 use crate::cli::{AgentArgs, NodeActionsKind, NodeLabelArg, RebootMethod};
 use crate::store::{Cluster, StoreLocation};
 
+/// How much later than the drain's own bounds the agent's bound of a drain through the
+/// Kubernetes API fires. That drain bounds itself: its evictions by --drain-timeout, its wait
+/// for wait-completed pods by --drain-wait-completed-timeout, and each fails naming the pods it
+/// still waits for. The agent's bound is the backstop behind both (one that a request hung past
+/// its own timeouts would meet), so that theirs are the ones that fire.
+const KUBE_DRAIN_BACKSTOP: Duration = Duration::from_secs(60);
+
+/// The agent's bound of a whole drain: --drain-timeout, or with --node-actions kube the
+/// backstop behind the drain's own two bounds (see [`KUBE_DRAIN_BACKSTOP`]).
+fn drain_bound(args: &AgentArgs) -> Duration {
+    let drain_timeout: Duration = args.timing.drain_timeout.into();
+    match args.node_actions {
+        NodeActionsKind::Command => drain_timeout,
+        NodeActionsKind::Kube => {
+            drain_timeout.max(wait_completed_timeout(args)) + KUBE_DRAIN_BACKSTOP
+        }
+    }
+}
+
+fn wait_completed_timeout(args: &AgentArgs) -> Duration {
+    args.kube_drain
+        .drain_wait_completed_timeout
+        .unwrap_or(rota_kube_actions::WAIT_COMPLETED_TIMEOUT)
+}
+
 /// The one conversion of the command line into the agent's configuration: every default
 /// comes from the constants that `AgentConfig::new` uses too.
 fn config(args: AgentArgs) -> AgentConfig {
     let node_labels = args.node_labels();
+    let drain_timeout = drain_bound(&args);
     let AgentArgs {
         store,
         node,
@@ -66,7 +92,7 @@ fn config(args: AgentArgs) -> AgentConfig {
     config.maintenance_in_progress = sentinels.maintenance_in_progress;
     config.boot_id_file = sentinels.boot_id_file;
     config.concurrency = concurrency;
-    config.drain_timeout = timing.drain_timeout.into();
+    config.drain_timeout = drain_timeout;
     config.reboot_timeout = timing.reboot_timeout.into();
     config.verify_timeout = timing.verify_timeout.into();
     config.health_interval = timing.health_interval.into();
@@ -121,6 +147,14 @@ async fn actions(
                     "--drain-pod-selector",
                     args.kube_drain.drain_pod_selector.is_some(),
                 ),
+                (
+                    "--drain-wait-completed-selector",
+                    args.kube_drain.drain_wait_completed_selector.is_some(),
+                ),
+                (
+                    "--drain-wait-completed-timeout",
+                    args.kube_drain.drain_wait_completed_timeout.is_some(),
+                ),
                 ("--health-pdbs", args.kube_drain.health_pdbs),
                 ("--cordon-label", !args.kube_drain.cordon_labels.is_empty()),
                 (
@@ -172,6 +206,12 @@ async fn actions(
                         grace_period: args.kube_drain.drain_grace_period,
                         skip_wait_for_delete: args.kube_drain.drain_skip_wait_for_delete_timeout,
                         pod_selector: args.kube_drain.drain_pod_selector.clone(),
+                        timeout: Some(args.timing.drain_timeout.into()),
+                        wait_completed_selector: args
+                            .kube_drain
+                            .drain_wait_completed_selector
+                            .clone(),
+                        wait_completed_timeout: wait_completed_timeout(args),
                         labels,
                         ..DrainOptions::default()
                     },
@@ -523,6 +563,51 @@ mod tests {
         assert_eq!(parsed.blocker_interval, built.blocker_interval);
         assert_eq!(parsed.state_dir, built.state_dir);
         assert_eq!(parsed.exec_prefix, built.exec_prefix);
+    }
+
+    /// With --node-actions kube the drain bounds its evictions by --drain-timeout and its wait
+    /// for wait-completed pods by --drain-wait-completed-timeout itself; the agent's bound is the
+    /// backstop a minute behind the larger, and the flags reach the drain's options.
+    #[test]
+    fn a_kube_drain_bounds_itself_and_the_agent_backs_it_up() {
+        let kube = |extra: &[&str]| {
+            let mut args = vec!["--node-actions", "kube"];
+            args.extend_from_slice(extra);
+            agent_args(&args)
+        };
+        let hour = Duration::from_secs(3600);
+        assert_eq!(
+            config(kube(&[])).drain_timeout,
+            hour + KUBE_DRAIN_BACKSTOP,
+            "the default wait of 1h outlasts the default drain timeout of 10m"
+        );
+        let long_drain = kube(&[
+            "--drain-timeout",
+            "2h",
+            "--drain-wait-completed-timeout",
+            "30m",
+        ]);
+        assert_eq!(
+            config(long_drain).drain_timeout,
+            2 * hour + KUBE_DRAIN_BACKSTOP
+        );
+        assert_eq!(
+            config(agent_args(&["--drain-wait-completed-timeout", "3h"])).drain_timeout,
+            rota_agent::DRAIN_TIMEOUT,
+            "with shell commands (where the flag is refused at start) nothing waits"
+        );
+        let waiting = kube(&[
+            "--drain-wait-completed-selector",
+            "app=ci-runner",
+            "--drain-wait-completed-timeout",
+            "3h",
+        ]);
+        assert_eq!(wait_completed_timeout(&waiting), 3 * hour);
+        let selector = waiting
+            .kube_drain
+            .drain_wait_completed_selector
+            .expect("a selector");
+        assert_eq!(selector.to_string(), "app=ci-runner");
     }
 
     /// A shared store waits up to 30 s by default, SQLite not at all, a flag's 0 never, and a

@@ -291,6 +291,47 @@ fn bad_input_is_refused_with_one_clear_line() {
             vec![
                 "--node".into(),
                 "n".into(),
+                "--drain-wait-completed-selector".into(),
+                "app=ci-runner".into(),
+            ],
+            "--drain-wait-completed-selector needs --node-actions kube",
+        ),
+        (
+            vec![
+                "--node".into(),
+                "n".into(),
+                "--drain-wait-completed-timeout".into(),
+                "3h".into(),
+            ],
+            "--drain-wait-completed-timeout needs --node-actions kube",
+        ),
+        (
+            vec![
+                "--node".into(),
+                "n".into(),
+                "--node-actions".into(),
+                "kube".into(),
+                "--drain-wait-completed-selector".into(),
+                "app in (ci".into(),
+            ],
+            "invalid value 'app in (ci' for '--drain-wait-completed-selector <SELECTOR>': \
+             unbalanced parentheses; expected a label selector such as `app=ci-runner`",
+        ),
+        (
+            vec![
+                "--node".into(),
+                "n".into(),
+                "--node-actions".into(),
+                "kube".into(),
+                "--drain-wait-completed-timeout".into(),
+                "0s".into(),
+            ],
+            "invalid value '0s' for '--drain-wait-completed-timeout <DURATION>'",
+        ),
+        (
+            vec![
+                "--node".into(),
+                "n".into(),
                 "--prefer-no-schedule-taint".into(),
                 "Rota.dev/pending".into(),
             ],

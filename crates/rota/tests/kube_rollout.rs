@@ -1,13 +1,15 @@
 //! Kubernetes mode end to end, a rollout's turns: one real `rota agent` process per kwok node
 //! (`--store kube --node-actions kube`) on the real control plane of `testenv/`, with simulated
 //! reboots (see `rota_e2e::fleet`). Nodes take turns under a budget, a drain that times out
-//! gives the slot back, a deleted node's slot is freed, and the marks on the Nodes (a cordon
+//! gives the slot back, so does one whose wait-completed pod outlasts its timeout (naming it), a
+//! deleted node's slot is freed, and the marks on the Nodes (a cordon
 //! from before, the waiting taint, the window's labels) are what they should be. Each test has
 //! its own namespace and node names, so the tests can share one control plane and run in
 //! parallel.
 //!
 //! Pods are bound to their nodes without a controller, so the agents drain with `--drain-force`,
-//! except in the budget test, whose pods belong to a Deployment.
+//! except in the budget test, whose pods belong to a Deployment, and the wait-completed test,
+//! whose pod is not evicted.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -146,6 +148,75 @@ async fn a_drain_that_times_out_gives_the_slot_back_and_backs_off() -> Result<()
     );
     assert_eq!(fleet.reboot_commands(blocked)?, 0);
     scope.wait_pod_running("blocked-0", PATIENCE).await?;
+    finish(fleet, scope).await
+}
+
+/// A wait-completed pod (here by `--drain-wait-completed-selector`) still running when the
+/// wait-completed timeout passes fails the window like any failed drain: the cause, recorded in
+/// the history and shown by `rota status`, names the pod; the pod was never evicted, and the
+/// node is uncordoned.
+#[tokio::test]
+async fn a_wait_completed_pod_past_its_timeout_fails_the_window_naming_it() -> Result<()> {
+    let Some((env, scope, nodes)) = scope_with_nodes("kube-wait-completed", 1).await? else {
+        return Ok(());
+    };
+    let node = &nodes[0];
+    pods_on(&scope, "ci", &nodes).await?;
+    let before = scope.pods().get("ci-0").await?;
+    let fleet = fleet(
+        env,
+        &scope,
+        &nodes,
+        args(&[
+            "--concurrency",
+            "1",
+            "--drain-wait-completed-selector",
+            "app=ci",
+            "--drain-wait-completed-timeout",
+            "2s",
+            "--backoff-initial",
+            "1h",
+        ]),
+    )
+    .await;
+    let store = start(&fleet).await?;
+    fleet.request_reboot(node)?;
+    wait(&fleet, &format!("{node}'s drain to fail"), || async {
+        let entries = history(&store, node).await?;
+        Ok((count(&entries, &Process::Reboot, HistoryEvent::Failed) > 0).then_some(()))
+    })
+    .await;
+    let entries = history(&store, node).await?;
+    let cause = entries
+        .iter()
+        .find(|e| e.event == HistoryEvent::Failed)
+        .and_then(|e| e.cause.clone())
+        .unwrap_or_default();
+    let waiting = format!("waiting for 1 pod to complete: {}/ci-0", scope.namespace());
+    ensure!(
+        cause.contains(&waiting) && cause.contains("not evicting it"),
+        "cause: {cause}"
+    );
+    let record = existing_record(&store, node).await?;
+    ensure!(
+        record
+            .last_result
+            .as_deref()
+            .is_some_and(|r| r.contains(&waiting)),
+        "rota status shows {:?}",
+        record.last_result
+    );
+    let after = scope.pods().get("ci-0").await?;
+    ensure!(
+        after.metadata.uid == before.metadata.uid && after.metadata.deletion_timestamp.is_none(),
+        "the wait-completed pod was evicted: {:?}",
+        after.metadata
+    );
+    ensure!(
+        !unschedulable(&scope, node).await?,
+        "{node} left cordoned after the failed drain"
+    );
+    assert_eq!(fleet.reboot_commands(node)?, 0);
     finish(fleet, scope).await
 }
 

@@ -8,12 +8,13 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use humantime::Duration as HumanDuration;
 use rota_core::{Hours, NodeName};
+use rota_kube_actions::Selector;
 use rota_notify::{EventKind, Template, Webhook};
 
 use super::parse::{
     NodeLabelArg, command_text, concurrency, duration, failure_budget, host_path, hours,
     json_webhook, label, node_labels, notify_template, positive_duration, positive_span,
-    slack_webhook, span, taint_key,
+    slack_webhook, span, taint_key, wait_completed_selector,
 };
 use super::{BackoffArgs, NodeActionsKind, StoreArgs};
 
@@ -331,6 +332,30 @@ pub struct KubeDrainArgs {
     /// --drain-delete-emptydir-data. A malformed selector is refused at start.
     #[arg(long, value_name = "SELECTOR")]
     pub drain_pod_selector: Option<String>,
+    /// With --node-actions kube: the node's pods matching this label selector are wait-completed
+    /// (Cluster API's WaitCompleted): not evicted; the drain waits until they have completed
+    /// (default: none).
+    ///
+    /// Such as `app=ci-runner`, or `cluster.x-k8s.io/drain=wait-completed` for pods labelled as
+    /// Cluster API has them. A pod annotated rota.dev/drain=wait-completed is wait-completed
+    /// without it. Completed: its phase is Succeeded or Failed, or it is gone; the cordon keeps new
+    /// ones off the node. They need neither --drain-force nor --drain-delete-emptydir-data, as they
+    /// are not evicted; DaemonSet, mirror and finished pods are left alone as always, and with
+    /// --drain-pod-selector only the pods it selects are the drain's. A malformed selector is
+    /// refused at start.
+    #[arg(long, value_name = "SELECTOR", value_parser = wait_completed_selector)]
+    pub drain_wait_completed_selector: Option<Selector>,
+    /// With --node-actions kube: how long the drain waits for its wait-completed pods to complete
+    /// (default 1h).
+    ///
+    /// It counts from the drain's start (after --drain-delay), apart from --drain-timeout, which
+    /// bounds the evictions and the wait for the evicted pods to go. Once it passes with a
+    /// wait-completed pod still running, the drain fails with the pods it waited for ("waiting for
+    /// 1 pod to complete: ci/job-x") and does not evict them: rota uncordons the node, gives the
+    /// slot back and backs off, as for any failed drain. The agent logs each change of what it
+    /// waits for, in the same words.
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    pub drain_wait_completed_timeout: Option<Duration>,
     /// With --node-actions kube: a label set on the Node in rota's cordon, such as
     /// rota.dev/maintenance=true (kured's --pre-reboot-node-labels).
     ///

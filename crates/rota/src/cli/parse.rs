@@ -184,6 +184,12 @@ pub(super) fn taint_key(value: &str) -> Result<String, String> {
     rota_kube_actions::parse_taint_key(value).map_err(|e| e.to_string())
 }
 
+/// The label selector of `--drain-wait-completed-selector`, checked at start and matched by
+/// the drain against each pod it lists.
+pub(super) fn wait_completed_selector(value: &str) -> Result<rota_kube_actions::Selector, String> {
+    rota_kube_actions::Selector::parse(value)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,7 +264,7 @@ mod tests {
         type ValueParser = fn(&str) -> Result<(), String>;
 
         /// The value parsers of `rota agent`, `rota mop submit` and the operator commands.
-        const PARSERS: [(&str, ValueParser); 16] = [
+        const PARSERS: [(&str, ValueParser); 17] = [
             ("duration", |v| duration(v).map(drop)),
             ("span", |v| span(v).map(drop)),
             ("positive_span", |v| positive_span(v).map(drop)),
@@ -275,6 +281,9 @@ mod tests {
             ("node_labels", |v| node_labels(v).map(drop)),
             ("command_text", |v| command_text(v).map(drop)),
             ("taint_key", |v| taint_key(v).map(drop)),
+            ("wait_completed_selector", |v| {
+                wait_completed_selector(v).map(drop)
+            }),
         ];
 
         proptest! {
