@@ -85,8 +85,30 @@ pub async fn check(client: &Client, namespace: &str) -> Result<(), ApiError> {
     );
     let answers = std::iter::once(first).chain(rest).collect();
     match (verdict(&ROTA_RESOURCES, answers), namespace) {
-        (_, Err(e @ ApiError::Unauthorized)) | (Err(e), _) | (Ok(()), Err(e)) => Err(e),
+        (_, Err(e @ ApiError::Unauthorized)) => Err(e),
+        (Err(e), _) | (Ok(()), Err(e)) if e.is_forbidden() => {
+            ready(client).await?;
+            Err(e)
+        }
+        (Err(e), _) | (Ok(()), Err(e)) => Err(e),
         (Ok(()), Ok(())) => Ok(()),
+    }
+}
+
+/// Fails with an unavailable error (which the caller retries) while the API server reports
+/// itself not ready on `/readyz`. An API server that has just started serves requests before
+/// its authorizer has read the cluster's roles: for a moment RBAC refuses everything, and a
+/// review answers that the client may do nothing. A refusal is taken as final only once the
+/// server is ready. `/readyz` is open to every client (`system:public-info-viewer`); where an
+/// installation closed it, or it does not exist, there is nothing to wait for.
+pub async fn ready(client: &Client) -> Result<(), ApiError> {
+    let request = http::Request::get("/readyz")
+        .body(Vec::new())
+        .expect("a GET of a fixed path is a valid request");
+    match client.request_text(request).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if matches!(status.code, 401 | 403 | 404) => Ok(()),
+        Err(source) => Err(ApiError::call("get", "/readyz", "the API server's", source)),
     }
 }
 

@@ -10,7 +10,8 @@ use rota_actions::{CommandActions, NodeActions, Reboot};
 use rota_agent::{Agent, AgentConfig, SentinelCommand, WindowMarker};
 use rota_blockers::{AlertFilter, AnnotationBlocker, Blocker, PodBlocker, PrometheusBlocker};
 use rota_kube_actions::{DrainOptions, KubeActions, NodeLabels};
-use rota_kube_api::{permissions, preflight};
+use rota_kube_api::permissions::{self, Permission};
+use rota_kube_api::preflight;
 use rota_metrics::{Metrics, MetricsServer};
 use rota_notify::{Notifier, NotifierConfig, NotifyObserver};
 use rota_store::{Store, StoreUrl};
@@ -327,7 +328,11 @@ async fn check_cluster(args: &AgentArgs, cluster: &Cluster) -> Result<()> {
             Err(e) if e.is_forbidden() => {}
             checked => checked?,
         }
-        permissions::missing(&client, &wanted).await
+        let missing = permissions::missing(&client, &wanted).await?;
+        if missing.iter().any(Permission::needed) {
+            preflight::ready(&client).await?;
+        }
+        Ok(missing)
     };
     // Each error names what it checked (the missing piece, or the call that failed): one line
     // with nothing before it.

@@ -10,6 +10,8 @@ use std::process::Output;
 use anyhow::{Context as _, Result, ensure};
 use kube::Api;
 use kube::config::Kubeconfig;
+use rota_e2e::control_plane::{Component, OwnControlPlane};
+use rota_e2e::testenv::wait_for;
 use rota_kube_api::RotaNode;
 use rota_store::StoreExt;
 use rota_store_kube::{KubeStore, KubeStoreConfig};
@@ -244,5 +246,85 @@ async fn an_agent_without_its_rbac_permissions_stops_at_once_and_names_them() ->
         "the agent wrote a RotaNode"
     );
     ensure!(!unschedulable(&scope, &node).await?, "the agent cordoned");
+    scope.cleanup().await
+}
+
+/// An API server that has just started answers before its authorizer has read the cluster's
+/// roles: for a moment every review says the agent may do nothing. An agent refused while the
+/// API server reports itself not ready (here: its etcd is down) waits, as for an unavailable
+/// one, and judges its permissions only once the server is ready. Its account here truly
+/// lacks them, so it then stops and names them; before the fix it stopped at once (the soak's
+/// agent that "exited by itself" after a restart of the API server).
+#[tokio::test]
+async fn an_agent_refused_by_an_api_server_that_is_not_ready_waits_until_it_is() -> Result<()> {
+    let Some(plane) = OwnControlPlane::start()? else {
+        return Ok(());
+    };
+    let env = plane.env();
+    rota_e2e::fleet::install_crd(env.client().await?).await?;
+    let scope = env.scope("kube-agent-not-ready").await?;
+    scope.service_account_client(env, "weak").await?;
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    env.write_kubeconfig_as(&scope.client(), scope.namespace(), "weak", &kubeconfig)
+        .await?;
+
+    let etcd = plane.pid(Component::Etcd)?;
+    std::process::Command::new("kill")
+        .args(["-KILL", &etcd.to_string()])
+        .status()?;
+    let admin = scope.client();
+    wait_for(
+        "the API server to report itself not ready",
+        PATIENCE,
+        || {
+            let admin = admin.clone();
+            async move {
+                let readyz = http::Request::get("/readyz").body(Vec::new())?;
+                Ok(admin.request_text(readyz).await.is_err().then_some(()))
+            }
+        },
+    )
+    .await?;
+
+    let stderr_path = dir.path().join("agent.stderr");
+    let mut agent = tokio::process::Command::new(ROTA)
+        .args(["agent", "--store", "kube", "--node-actions", "kube"])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("--host-root")
+        .arg(dir.path())
+        .args(["--node", "not-ready-node", "--start-jitter", "0s"])
+        .args(["--namespace", scope.namespace()])
+        .stderr(std::fs::File::create(&stderr_path)?)
+        .kill_on_drop(true)
+        .spawn()?;
+    let waited = wait_for("the agent to wait for the API server", PATIENCE, || {
+        let stderr_path = stderr_path.clone();
+        let exited = agent.try_wait();
+        async move {
+            let stderr = std::fs::read_to_string(&stderr_path)?;
+            Ok((exited?.is_some() || stderr.contains("checking the cluster again")).then_some(()))
+        }
+    })
+    .await;
+    let exited = agent.try_wait()?;
+    ensure!(
+        waited.is_ok() && exited.is_none(),
+        "the agent did not wait for the API server to be ready ({exited:?}): {}",
+        std::fs::read_to_string(&stderr_path)?
+    );
+
+    plane.restart(Component::Etcd)?;
+    let status = tokio::time::timeout(PATIENCE, agent.wait())
+        .await
+        .context("the agent did not stop once the API server was ready")??;
+    let stderr = std::fs::read_to_string(&stderr_path)?;
+    ensure!(!status.success(), "the agent succeeded: {stderr}");
+    ensure!(
+        stderr.contains("the agent's service account lacks")
+            && stderr.contains("`create` on `pods/eviction`;"),
+        "the agent did not name what it lacks: {stderr}"
+    );
     scope.cleanup().await
 }
