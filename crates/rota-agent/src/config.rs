@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::sentinel_command::{SentinelCommand, VERDICT_FILE};
 
-use rota_core::{BackoffPolicy, MaintenanceHours, NodeName};
+use rota_core::{BackoffPolicy, Batches, FailureBudget, MaintenanceHours, NodeName};
 
 /// The reboot sentinels watched by default (kured's and the reboot coordinator's).
 pub const DEFAULT_REBOOT_SENTINELS: [&str; 2] = ["/run/reboot-needed", "/var/run/reboot-required"];
@@ -107,9 +107,12 @@ pub struct AgentConfig {
     /// The maintenance hours: when the node may take a slot, drain, run a procedure or reboot;
     /// `None`: at any time.
     pub hours: Option<MaintenanceHours>,
-    /// Pause the fleet before taking a slot once this many nodes failed in the rollout;
-    /// `None`: no budget.
-    pub failure_budget: Option<u32>,
+    /// The fleet's rollout batches this agent configures. With neither these nor a failure
+    /// budget the agent leaves the stored rollout; with either, the part not given is the
+    /// default (`all`, no budget).
+    pub batches: Option<Batches>,
+    /// The fleet's failure budget this agent configures (see `batches`).
+    pub failure_budget: Option<FailureBudget>,
     /// How often a blocked node asks its blockers again (and how long an answer is reused).
     pub blocker_interval: Duration,
     /// A command whose success says the node needs a reboot, run every so often; its verdict
@@ -146,6 +149,7 @@ impl AgentConfig {
             node_labels: BTreeMap::new(),
             procedure_poll: PROCEDURE_POLL,
             hours: None,
+            batches: None,
             failure_budget: None,
             blocker_interval: BLOCKER_INTERVAL,
             reboot_sentinel_command: None,

@@ -14,8 +14,11 @@
 //! - [`record`]: a node's record, and what every write does to it: requests, backoff,
 //!   history, the slot given back (§3, §6);
 //! - [`schedule`](mod@schedule): who takes a slot next, the queue's one rule (§3, §4);
+//! - [`rollout`]: a rollout's batches, which widen as nodes finish healthy, and its failure
+//!   budget (§3);
 //! - [`grants`]: what a Kubernetes scheduler does on its read of the fleet: the grants of
 //!   `schedule`, and the Leases it takes back;
+//! - [`plan`]: a forecast of the turns to come, the queue played forward by `schedule`;
 //! - [`hours`]: maintenance hours, the days and times of day in which disruptive work may
 //!   start (§2).
 
@@ -27,9 +30,11 @@ pub mod labels;
 pub mod lifecycle;
 pub mod names;
 pub mod ordering;
+pub mod plan;
 pub mod priority;
 pub mod procedure;
 pub mod record;
+pub mod rollout;
 pub mod schedule;
 
 pub use backoff::BackoffPolicy;
@@ -46,5 +51,8 @@ pub use procedure::{BackoffSpec, ConfigMapKey, ProcedureError, ProcedureSpec, sh
 pub use record::{
     Applied, BackoffRecord, Blocked, Entry, NewRequest, NodeFields, NodeOverview, NodeRecord,
     Outcome, RecordError, RequestRecord, RequestState, Transition, Write, window_result,
+};
+pub use rollout::{
+    Batches, BatchesError, FailureBudget, FailureBudgetError, Rollout, RolloutError,
 };
 pub use schedule::{Grant, Held, Limits, Schedule, Turn, Waiter, schedule};

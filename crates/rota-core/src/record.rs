@@ -29,6 +29,9 @@ pub struct NodeRecord {
     pub last_reboot_at: Option<Millis>,
     pub queued_at: Option<Millis>,
     pub last_result: Option<String>,
+    /// When `last_result` was recorded: a rollout counts the nodes that finished since it began
+    /// (`rollout::finished`).
+    pub last_result_at: Option<Millis>,
     /// Why the node's agent holds back (a blocker, the fleet's pause), while it does.
     pub blocked: Option<Blocked>,
 }
@@ -58,6 +61,7 @@ impl NodeRecord {
             last_reboot_at: None,
             queued_at: None,
             last_result: None,
+            last_result_at: None,
             blocked: None,
         }
     }
@@ -357,7 +361,7 @@ pub enum RecordError {
 /// The `last_result` a window change leaves on the node, if it sets one.
 pub fn window_result(window: &WindowChange) -> Option<String> {
     match window {
-        WindowChange::Finish => Some("finished".to_string()),
+        WindowChange::Finish => Some(crate::rollout::FINISHED.to_string()),
         WindowChange::Fail { cause, .. } => Some(format!("failed: {cause}")),
         WindowChange::Cancel { reason } => Some(format!("canceled: {reason}")),
         WindowChange::Postpone { reason } => Some(format!("postponed: {reason}")),
@@ -618,6 +622,7 @@ impl Applying {
                 record.state = NodeState::Failed;
                 record.since = self.now;
                 record.last_result = Some(format!("failed: {cause}"));
+                record.last_result_at = Some(self.now);
                 (HistoryEvent::Failed, Some(cause.clone()))
             }
         };
@@ -699,6 +704,7 @@ impl Applying {
         use RequestState as R;
         if let Some(result) = window_result(window) {
             self.after.record.last_result = Some(result);
+            self.after.record.last_result_at = Some(self.now);
         }
         match window {
             WindowChange::None | WindowChange::Queue { .. } => {}

@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 
 use crate::decision::Millis;
 use crate::names::NodeName;
+use crate::rollout::Batches;
 
 /// One queued node that holds no slot.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,6 +53,12 @@ impl Limits {
             concurrency,
             groups: BTreeMap::new(),
         }
+    }
+
+    /// The fleet's `concurrency`, narrowed to the width `batches` reached once `finished`
+    /// nodes ended their windows healthy in this rollout (see [`Batches::width`]).
+    pub fn rollout(concurrency: u32, batches: &Batches, finished: u32) -> Limits {
+        Limits::fleet(batches.width(concurrency, finished))
     }
 }
 

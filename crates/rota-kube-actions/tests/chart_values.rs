@@ -121,6 +121,14 @@ fn bad_values_fail_helm_template_with_a_clear_message() -> Result<()> {
             "at '/agent/failureBudget': minimum: got 0, want 1",
         ),
         (
+            "agent.failureBudget=\"101%\"",
+            "at '/agent/failureBudget': '101%' does not match pattern",
+        ),
+        (
+            "agent.batches=\"fast\"",
+            "at '/agent/batches': 'fast' does not match pattern",
+        ),
+        (
             "blockers.prometheus.url=\"prometheus:9090\"",
             "at '/blockers/prometheus/url'",
         ),
@@ -269,7 +277,7 @@ fn the_chart_renders_hours_and_the_failure_budget_as_agent_flags() -> Result<()>
     if chart::skipped() {
         return Ok(());
     }
-    let ours = ["--hours", "--failure-budget"];
+    let ours = ["--hours", "--failure-budget", "--batches"];
     let default = agent_flags(&[], &ours)?;
     ensure!(
         default.is_empty(),
@@ -279,6 +287,7 @@ fn the_chart_renders_hours_and_the_failure_budget_as_agent_flags() -> Result<()>
         &[
             "agent.hours=[\"mon-fri 22:00-04:00 Europe/Berlin\",\"sat 08:00:30-10:00\"]",
             "agent.failureBudget=2",
+            "agent.batches=\"exponential\"",
         ],
         &ours,
     )?;
@@ -288,8 +297,17 @@ fn the_chart_renders_hours_and_the_failure_budget_as_agent_flags() -> Result<()>
                 "--hours=mon-fri 22:00-04:00 Europe/Berlin",
                 "--hours=sat 08:00:30-10:00",
                 "--failure-budget=2",
+                "--batches=exponential",
             ],
         "{custom:?}"
+    );
+    let share = agent_flags(
+        &["agent.failureBudget=\"10%\"", "agent.batches=\"1,5,10\""],
+        &ours,
+    )?;
+    ensure!(
+        share == ["--failure-budget=10%", "--batches=1,5,10"],
+        "{share:?}"
     );
     Ok(())
 }
@@ -606,4 +624,45 @@ fn the_chart_renders_node_conditions_as_an_agent_flag_and_their_rbac() -> Result
         "agent.nodeConditions=\"no\"",
         "at '/agent/nodeConditions': got string, want boolean",
     )])
+}
+
+/// The node-scoped policy lets the agents store exactly the rollout their flags give, as rota
+/// writes it, and none without the chart's values.
+#[test]
+fn the_chart_renders_the_rollout_the_agents_may_store() -> Result<()> {
+    if chart::skipped() {
+        return Ok(());
+    }
+    let policy = |sets: &[&str]| chart::rendered("rota", sets, Some("templates/authority.yaml"));
+    let expression = |rendered: &str| {
+        rendered
+            .lines()
+            .skip_while(|l| l.trim() != "- name: rollout")
+            .nth(1)
+            .map(|l| l.trim().to_string())
+    };
+    let none = policy(&[])?;
+    ensure!(
+        expression(&none).as_deref() == Some("expression: \"''\""),
+        "{none}"
+    );
+    let both = policy(&[
+        "agent.batches=\"exponential\"",
+        "agent.failureBudget=\"10%\"",
+    ])?;
+    ensure!(
+        expression(&both).as_deref()
+            == Some("expression: \"'batches=exponential;failure-budget=10%'\""),
+        "{both}"
+    );
+    let budget = policy(&["agent.failureBudget=2"])?;
+    ensure!(
+        expression(&budget).as_deref() == Some("expression: \"'batches=all;failure-budget=2'\""),
+        "{budget}"
+    );
+    let rollout: rota_core::Rollout = "batches=exponential;failure-budget=10%"
+        .parse()
+        .context("rota reads it")?;
+    ensure!(rollout.to_string() == "batches=exponential;failure-budget=10%");
+    Ok(())
 }

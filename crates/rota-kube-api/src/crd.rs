@@ -101,6 +101,9 @@ pub struct RotaNodeStatus {
     pub queued_at: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_result: Option<String>,
+    /// When `lastResult` was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_result_at: Option<Timestamp>,
     /// Why the node's agent holds back (a blocker, the fleet's pause), while it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked: Option<BlockedStatus>,

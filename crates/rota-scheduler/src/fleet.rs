@@ -17,7 +17,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use rota_core::grants::{Granted, LeaseView, NodeView, Operation, decide};
-use rota_core::{Limits, NodeName, NodeState};
+use rota_core::{Batches, Limits, NodeName, NodeState, rollout};
 use rota_kube_api::{CONFIG_MAP, RotaNode, slots};
 use rota_store::now_millis;
 use rota_store_kube::{NAMESPACE_LABEL, settings_of};
@@ -264,7 +264,20 @@ impl Fleet {
                 acquired_at: slots::acquired_at(lease).unwrap_or(0),
             })
             .collect();
-        let limits = Limits::fleet(settings.concurrency.unwrap_or(1));
+        let batches = &settings.rollout.batches;
+        let finished = match batches {
+            Batches::All => 0,
+            _ => {
+                let records = read.nodes.iter().filter_map(|(name, node)| {
+                    Some(rota_store_kube::record::node_record(
+                        name,
+                        node.status.as_ref()?,
+                    ))
+                });
+                rollout::finished(&records.collect::<Vec<_>>(), settings.resumed_at)
+            }
+        };
+        let limits = Limits::rollout(settings.concurrency.unwrap_or(1), batches, finished);
         let take_up = i64::try_from(take_up.as_millis()).unwrap_or(i64::MAX);
         let decided = decide(&nodes, &leases, &limits, now_millis(), take_up);
         Ok((decided, read))

@@ -19,6 +19,7 @@ mod error_chain;
 mod etcd;
 mod handles;
 pub mod metrics;
+mod plan_check;
 mod postgres_counters;
 mod summary;
 
@@ -47,6 +48,7 @@ use crate::etcd::Etcd;
 pub use crate::etcd::{EtcdPhase, EtcdSummary};
 use crate::handles::{Handles, Opener};
 pub use crate::handles::{PhaseTraffic, TrafficSummary};
+pub use crate::plan_check::PlanCheck;
 use crate::postgres_counters::{PgObserver, agents_url};
 pub use crate::postgres_counters::{PostgresPhase, PostgresSummary};
 use crate::summary::{Ended, outcome, summarize};
@@ -121,6 +123,9 @@ pub struct Options {
     /// etcd's metrics URL (`--etcd-metrics`, with a handle per agent on Kubernetes): what etcd
     /// wrote in each phase is reported.
     pub etcd_metrics: Option<String>,
+    /// Makes `rota plan`'s forecast once every node asked for its turn, and reports how the
+    /// rollout kept to it (see `plan_check`).
+    pub plan: bool,
 }
 
 /// The store to run against.
@@ -243,6 +248,9 @@ pub struct Summary {
     /// What PostgreSQL counted for the agents' own handles (`--handle-per-agent` on PostgreSQL).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub postgres: Option<PostgresSummary>,
+    /// How the rollout kept to `rota plan`'s forecast (`--plan`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanCheck>,
 }
 
 struct Node {
@@ -570,13 +578,21 @@ async fn simulate(
     // The store is read for the outcome in a task of its own: while this loop waited for it,
     // reboots and restarts would wait too, and lengthen every window.
     let (outcomes_tx, mut outcomes) = mpsc::channel(1);
+    let forecast = Arc::new(std::sync::Mutex::new(None));
     let checker = {
         let (store, reads) = (store.clone(), harness_reads.clone());
         let every = fleet.check_every;
+        let (wanted, forecast) = (options.plan, forecast.clone());
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             loop {
                 tick.tick().await;
+                if wanted && forecast.lock().is_ok_and(|f| f.is_none()) {
+                    match plan_check::when_all_asked(&*store, started).await {
+                        Ok(made) => *forecast.lock().unwrap_or_else(|e| e.into_inner()) = made,
+                        Err(e) => warn!(error = %e, "could not make the forecast; trying again"),
+                    }
+                }
                 let outcome = outcome(&*store, started, &reads).await;
                 if outcomes_tx.send(outcome).await.is_err() {
                     return;
@@ -659,7 +675,8 @@ async fn simulate(
         });
     let reads = harness_reads.load(Ordering::Relaxed);
     let counted = counters.end_rollout(&marks, reads, options.nodes, interrupt).await?;
-    Ok::<_, Error>((started, written, completed, failed, deadline, traffic, counted))
+    let forecast = forecast.lock().unwrap_or_else(|e| e.into_inner()).take();
+    Ok::<_, Error>((started, written, completed, failed, deadline, traffic, counted, forecast))
     }
     .await;
     for node in &mut nodes {
@@ -674,13 +691,14 @@ async fn simulate(
         cycle.abort();
         let _ = cycle.await;
     }
-    let (started, written, completed, failed, deadline, traffic, counted) = rollout?;
+    let (started, written, completed, failed, deadline, traffic, counted, forecast) = rollout?;
     let ended = Ended {
         completed,
         failed,
         reboots: nodes.iter().map(|n| n.boots).sum(),
         traffic,
         counted,
+        forecast,
     };
     // The rollout is over, but the store may be out of reach just now: its result is read
     // again, until the rollout's deadline, rather than lost.

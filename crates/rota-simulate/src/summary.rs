@@ -18,6 +18,8 @@ pub(crate) struct Ended {
     pub(crate) reboots: u32,
     pub(crate) traffic: Option<TrafficSummary>,
     pub(crate) counted: Counted,
+    /// `rota plan`'s forecast and when it was made (`--plan`).
+    pub(crate) forecast: Option<(Millis, rota_store::forecast::Forecast)>,
 }
 
 /// Nodes whose reboot finished, and nodes that failed (since the sentinels were written at
@@ -114,5 +116,9 @@ pub(crate) async fn summarize(
         traffic: ended.traffic.clone(),
         etcd: ended.counted.etcd.clone(),
         postgres: ended.counted.postgres.clone(),
+        plan: ended
+            .forecast
+            .as_ref()
+            .map(|(made, forecast)| crate::plan_check::check(started, *made, forecast, &history)),
     })
 }

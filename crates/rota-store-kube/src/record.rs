@@ -34,6 +34,7 @@ pub fn new_status(now: Millis) -> RotaNodeStatus {
         last_reboot_at: None,
         queued_at: None,
         last_result: None,
+        last_result_at: None,
         blocked: None,
         requests: Vec::new(),
         backoff: Vec::new(),
@@ -78,6 +79,7 @@ pub fn node_record(node: &NodeName, status: &RotaNodeStatus) -> NodeRecord {
         last_reboot_at: status.last_reboot_at.map(|t| t.0),
         queued_at: status.queued_at.map(|t| t.0),
         last_result: status.last_result.clone(),
+        last_result_at: status.last_result_at.map(|t| t.0),
         blocked: status.blocked.as_ref().map(|b| Blocked {
             reason: b.reason.clone(),
             since: b.since.0,
@@ -276,6 +278,7 @@ fn set_record(status: &mut RotaNodeStatus, record: &NodeRecord) {
     status.last_reboot_at = record.last_reboot_at.map(Timestamp);
     status.queued_at = record.queued_at.map(Timestamp);
     status.last_result = record.last_result.clone();
+    status.last_result_at = record.last_result_at.map(Timestamp);
     status.blocked = record.blocked.as_ref().map(|b| BlockedStatus {
         reason: b.reason.clone(),
         since: Timestamp(b.since),

@@ -1,4 +1,4 @@
-use rota_core::{HistoryEvent, NodeName, NodeState, ProcedureSpec, Process};
+use rota_core::{HistoryEvent, NodeName, NodeState, ProcedureSpec, Process, Rollout};
 // The core's record, its writes, time unit and window change are the stores' too: a store
 // reads the record, lets the core decide a write, and persists the answer.
 pub use rota_core::{
@@ -93,6 +93,8 @@ pub struct Settings {
     pub pause: Option<Pause>,
     /// When the fleet was last resumed (the start of the current rollout), if ever.
     pub resumed_at: Option<Millis>,
+    /// How the rollout widens, and its failure budget.
+    pub rollout: Rollout,
 }
 
 /// One change of the fleet's settings.
@@ -105,6 +107,8 @@ pub enum Setting {
     },
     /// Lifts the pause, if any, and starts a new rollout.
     Resume,
+    /// The rollout's batches and failure budget.
+    Rollout(Rollout),
 }
 
 impl Setting {
@@ -112,7 +116,8 @@ impl Setting {
     /// waiter go on.
     pub(crate) fn wakes(&self) -> u64 {
         match self {
-            Setting::Concurrency(_) | Setting::Resume => crate::WAKE_ALL,
+            // A rollout's new batches may widen it.
+            Setting::Concurrency(_) | Setting::Resume | Setting::Rollout(_) => crate::WAKE_ALL,
             Setting::Pause { .. } => 0,
         }
     }
@@ -245,6 +250,11 @@ impl Pause {
     pub fn decode(value: &str) -> serde_json::Result<Pause> {
         serde_json::from_str(value)
     }
+}
+
+/// The stored rollout (`rota_meta.rollout`, `rota-config.data.rollout`); none is the default.
+pub fn rollout_setting(value: Option<&str>) -> crate::Result<Rollout> {
+    Ok(decode_setting("rollout", value, str::parse::<Rollout>)?.unwrap_or_default())
 }
 
 /// Reads one value of the store's key-value settings with `read` (a pause is JSON, the time

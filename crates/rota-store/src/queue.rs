@@ -5,6 +5,7 @@ use rota_core::{Held, Limits, Turn, Waiter, schedule};
 
 use crate::error::{Error, Result};
 use crate::model::Session;
+use crate::model::rollout_setting;
 use crate::rows::stored_slot_if_any;
 use crate::rows::{JsonRow, SqlRow, concurrency, field, json_rows, parse, stored_slot};
 use crate::sql::Dialect;
@@ -20,7 +21,9 @@ pub(crate) enum Look {
 /// The queue and the slots for [`schedule`], as the node `$1` of session `$2` sees them: its
 /// session (which must be current), its own slot, the slots held, the queued nodes that hold
 /// no slot (alive when their session is current, blocked when they record a reason) as JSON,
-/// the concurrency and the database's clock. `locked` reads the node's row and the slots as a
+/// the concurrency, the rollout with the nodes that finished in it (counted as
+/// [`rota_core::rollout::finished`] counts them, and only when the rollout has batches) and the
+/// database's clock. `locked` reads the node's row and the slots as a
 /// grant does, locked until the transaction ends.
 pub(crate) fn look_sql<DB: Dialect>(locked: bool) -> String {
     let (lock_node, slots) = match locked {
@@ -35,6 +38,11 @@ pub(crate) fn look_sql<DB: Dialect>(locked: bool) -> String {
            held AS (SELECT slot, holder FROM slot_list WHERE holder IS NOT NULL) \
          SELECT me.now, me.current, \
            (SELECT value FROM rota_meta WHERE key = 'concurrency') AS concurrency, \
+           (SELECT value FROM rota_meta WHERE key = 'rollout') AS rollout, \
+           CASE WHEN EXISTS (SELECT 1 FROM rota_meta WHERE key = 'rollout') \
+             THEN (SELECT count(*) FROM nodes f WHERE f.last_result = '{finished}' \
+               AND f.last_result_at >= COALESCE((SELECT CAST(value AS BIGINT) FROM rota_meta \
+                 WHERE key = 'resumed_at'), 0)) ELSE 0 END AS finished, \
            (SELECT slot FROM held WHERE holder = $1) AS own, \
            (SELECT {held} FROM held) AS held, \
            (SELECT {queue} FROM nodes q LEFT JOIN sessions s ON s.id = q.session_id \
@@ -42,6 +50,7 @@ pub(crate) fn look_sql<DB: Dialect>(locked: bool) -> String {
              AND q.node NOT IN (SELECT holder FROM held)) AS queue \
          FROM me",
         now = DB::NOW,
+        finished = rota_core::rollout::FINISHED,
         held = DB::json_objects("'slot', slot", "slot"),
         queue = DB::json_objects(
             "'node', q.node, 'queued_at', q.queued_at, \
@@ -100,7 +109,10 @@ pub(crate) fn look(row: Option<impl SqlRow>, session: &Session) -> Result<Look> 
                 .ok()
         })
         .collect();
-    let schedule = schedule(&queue, &held, &Limits::fleet(concurrency), now);
+    let rollout = rollout_setting(row.column::<Option<String>>("rollout")?.as_deref())?;
+    let finished = u32::try_from(row.column::<i64>("finished")?).unwrap_or(u32::MAX);
+    let limits = Limits::rollout(concurrency, &rollout.batches, finished);
+    let schedule = schedule(&queue, &held, &limits, now);
     // A node that is not queued waits for its own change, counted as one.
     Ok(Look::Turn(
         schedule.turn(node).unwrap_or(Turn::Wait { changes: 1 }),

@@ -21,7 +21,7 @@ use crate::history::{history_of, history_sql};
 use crate::model::{
     Acquire, BackoffRecord, Fleet, History, HistoryFilter, Millis, NodeOverview, NodeRecord, Part,
     Pause, ProcedureRecord, RequestRecord, Session, Setting, Settings, Writer, Written,
-    decode_setting,
+    decode_setting, rollout_setting,
 };
 use crate::queue::{self, Look};
 use crate::rows::{
@@ -125,11 +125,11 @@ pub(crate) struct Read {
     pub(crate) now: i64,
 }
 
-/// The update of a node's row `$1` to a record, with [`Sql::bind_row`]'s parameters `$2` to `$14`.
+/// The update of a node's row `$1` to a record, with [`Sql::bind_row`]'s parameters `$2` to `$15`.
 pub(crate) const UPDATE_NODE: &str = "UPDATE nodes SET state = $2, since = $3, process = $4, \
      pre_cordoned = $5, cordoned_by_rota = $6, boot_id = $7, reboot_started_at = $8, \
      reboot_deadline = $9, last_reboot_at = $10, queued_at = $11, last_result = $12, \
-     blocked_reason = $13, blocked_since = $14 WHERE node = $1";
+     blocked_reason = $13, blocked_since = $14, last_result_at = $15 WHERE node = $1";
 
 /// What a write changed beside the node's row, each a JSON array of objects that a statement
 /// reads as rows ([`Dialect::json_rows`]), so that a change of any size is one statement.
@@ -300,6 +300,7 @@ where
             .bind(record.last_result.as_deref())
             .bind(record.blocked.as_ref().map(|b| b.reason.as_str()))
             .bind(record.blocked.as_ref().map(|b| b.since))
+            .bind(record.last_result_at)
     }
 
     /// A write's decision: the node's record, fenced by the writer's session when an agent
@@ -453,6 +454,7 @@ where
                 value("resumed_at").as_deref(),
                 str::parse,
             )?,
+            rollout: rollout_setting(value("rollout").as_deref())?,
         })
     }
 
@@ -681,6 +683,10 @@ where
                 };
                 Self::set_meta(conn, "paused", Some(pause.encode())).await?;
                 Ok(Some(pause))
+            }
+            Setting::Rollout(rollout) => {
+                Self::set_meta(conn, "rollout", Some(rollout.to_string())).await?;
+                Ok(None)
             }
             Setting::Resume => {
                 // A new rollout starts now, before the pause is lifted.

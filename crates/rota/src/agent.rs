@@ -60,6 +60,7 @@ fn config(args: AgentArgs) -> AgentConfig {
         exec_prefix,
         hours,
         failure_budget,
+        batches,
         sentinels,
         timing,
         backoff,
@@ -79,6 +80,7 @@ fn config(args: AgentArgs) -> AgentConfig {
     // The flag's parser already refused malformed hours; no flag is no maintenance hours.
     config.hours = rota_core::MaintenanceHours::new(hours).ok();
     config.failure_budget = failure_budget;
+    config.batches = batches;
     config.blocker_interval = blockers.blocker_interval.into();
     config.host_root = host_root;
     config.reboot_sentinels = sentinels.reboot_sentinels;

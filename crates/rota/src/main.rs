@@ -10,6 +10,7 @@ mod mop;
 mod notify;
 mod operator;
 mod output;
+mod plan;
 #[cfg(test)]
 mod reference;
 mod report_file;
@@ -89,6 +90,7 @@ async fn run(command: Command) -> Result<()> {
         Command::Simulate(args) => simulate::run(args).await,
         Command::Status(args) if args.watch => watch::run(args).await,
         Command::Status(args) => status::run(args).await,
+        Command::Plan(args) => plan::run(args).await,
         Command::History(args) => history::run(args).await,
         Command::Unlock(args) => operator::unlock(args).await,
         Command::Retry(args) => operator::retry(args).await,

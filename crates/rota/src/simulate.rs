@@ -182,6 +182,7 @@ pub async fn run(args: SimulateArgs) -> Result<()> {
             handle_per_agent: args.handle_per_agent,
             idle: args.idle,
             etcd_metrics: args.etcd_metrics,
+            plan: args.plan,
         },
         &cancel,
         |done, _| bar.set_position(done as u64),

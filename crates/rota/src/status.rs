@@ -1,7 +1,7 @@
 //! `rota status`: one row per node.
 
 use anyhow::Result;
-use rota_core::{NodeName, NodeState, Process};
+use rota_core::{NodeName, NodeState, Process, Rollout};
 use rota_store::{BackoffRecord, Millis, NodeRecord, Pause, SlotHolder, Store, now_millis};
 use serde::Serialize;
 
@@ -56,6 +56,43 @@ pub struct Summary {
     pub paused: Option<Pause>,
     /// What holds every node's turn back, as the store says (no scheduler runs).
     pub notice: Option<String>,
+    pub rollout: RolloutSummary,
+}
+
+/// The rollout's rules and how far it got.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RolloutSummary {
+    pub rules: Rollout,
+    /// When it began (the fleet's last resume), if ever.
+    pub since: Option<Millis>,
+    /// The nodes that ended their windows healthy in it.
+    pub finished: u32,
+}
+
+impl RolloutSummary {
+    /// The rollout's line, if it has rules of its own: its width now and its failure budget.
+    fn line(&self, concurrency: Option<u32>) -> Option<String> {
+        if self.rules.is_default() {
+            return None;
+        }
+        let began = self.since.map_or_else(
+            || "ever".to_string(),
+            |at| format!("since {}", output::rfc3339_seconds(at)),
+        );
+        let mut line = format!("rollout {began}: batches {}", self.rules.batches);
+        if let Some(concurrency) = concurrency {
+            let width = self.rules.batches.width(concurrency, self.finished);
+            line.push_str(&format!(
+                ", {width} at once now ({} node{} finished healthy)",
+                self.finished,
+                if self.finished == 1 { "" } else { "s" }
+            ));
+        }
+        if let Some(budget) = self.rules.failure_budget {
+            line.push_str(&format!("; failure budget {budget}"));
+        }
+        Some(line)
+    }
 }
 
 /// Builds a node's row. The slot comes from the slot holders when the node record does not
@@ -119,6 +156,10 @@ pub fn summary_line(summary: &Summary) -> String {
     } else {
         format!("{slots} ({who})")
     };
+    if let Some(rollout) = summary.rollout.line(summary.concurrency) {
+        line.push('\n');
+        line.push_str(&rollout);
+    }
     if let Some(pause) = &summary.paused {
         line.push_str(&format!(
             "\nPAUSED since {}: {} (no node takes a slot or reboots until `rota resume`)",
@@ -187,6 +228,14 @@ pub async fn run(args: StatusArgs) -> Result<()> {
 pub async fn gather(store: &dyn Store) -> Result<(Vec<NodeFacts>, Summary)> {
     let fleet = store.fleet().await?;
     let settings = store.settings().await?;
+    let rollout = RolloutSummary {
+        finished: rota_core::rollout::finished(
+            fleet.nodes.iter().map(|n| &n.record),
+            settings.resumed_at,
+        ),
+        rules: settings.rollout,
+        since: settings.resumed_at,
+    };
     let facts = fleet
         .nodes
         .into_iter()
@@ -203,6 +252,7 @@ pub async fn gather(store: &dyn Store) -> Result<(Vec<NodeFacts>, Summary)> {
             holders: fleet.slots,
             paused: settings.pause,
             notice: fleet.notice,
+            rollout,
         },
     ))
 }
@@ -306,6 +356,7 @@ mod tests {
                 holders,
                 paused: None,
                 notice: None,
+                rollout: RolloutSummary::default(),
             },
         )
     }
@@ -330,6 +381,7 @@ mod tests {
             holders: vec![],
             paused: None,
             notice: None,
+            rollout: RolloutSummary::default(),
         };
         insta::assert_snapshot!(render_table(&summary, &[], NOW), @r"
         concurrency not set, 0 slots held
@@ -348,6 +400,7 @@ mod tests {
                 "no scheduler runs: the leader Lease rota-system/rota-scheduler does not exist"
                     .into(),
             ),
+            rollout: RolloutSummary::default(),
         };
         insta::assert_snapshot!(render_table(&summary, &[], NOW), @r"
         concurrency 1, 0 of 1 slots held
@@ -367,10 +420,34 @@ mod tests {
                 since: NOW - 60_000,
             }),
             notice: None,
+            rollout: RolloutSummary::default(),
         };
         insta::assert_snapshot!(render_table(&summary, &[], NOW), @r"
         concurrency 1, 0 of 1 slots held
         PAUSED since 2024-05-01T09:59:00Z: kernel CVE triage (no node takes a slot or reboots until `rota resume`)
+
+        no nodes known to the store
+        ");
+    }
+
+    #[test]
+    fn a_progressive_rollout_shows_its_width_and_budget() {
+        let summary = Summary {
+            concurrency: Some(4),
+            holders: vec![],
+            paused: None,
+            notice: None,
+            rollout: RolloutSummary {
+                rules: "batches=exponential;failure-budget=10%"
+                    .parse()
+                    .expect("a rollout"),
+                since: Some(NOW - 3_600_000),
+                finished: 1,
+            },
+        };
+        insta::assert_snapshot!(render_table(&summary, &[], NOW), @r"
+        concurrency 4, 0 of 4 slots held
+        rollout since 2024-05-01T09:00:00Z: batches exponential, 2 at once now (1 node finished healthy); failure budget 10%
 
         no nodes known to the store
         ");

@@ -150,8 +150,11 @@ fn bad_hours_and_budgets_are_refused_at_start() {
             "mon 22:00-04:00 Mars/Olympus",
             "unknown time zone",
         ),
-        ("--failure-budget", "0", "≥ 1"),
-        ("--failure-budget", "many", "≥ 1"),
+        ("--failure-budget", "0", "at least 1"),
+        ("--failure-budget", "many", "`10%`"),
+        ("--failure-budget", "0%", "from 1% to 100%"),
+        ("--batches", "fast", "`exponential`, `linear:<step>`"),
+        ("--batches", "linear:0", "at least 1"),
     ];
     for (flag, value, allowed) in cases {
         let output = Command::new(ROTA)

@@ -674,6 +674,7 @@ async fn an_agent_may_change_only_its_own_nodes_objects_and_each_refusal_names_t
         ("raising the concurrency", "concurrency", "100"),
         ("lifting the pause", "paused", ""),
         ("starting a new rollout", "resumedAt", "1"),
+        ("widening the rollout", "rollout", "batches=all"),
         ("taking a node tag", "nextNodeTag", "1"),
     ] {
         refused(

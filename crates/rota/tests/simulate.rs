@@ -159,3 +159,51 @@ fn etcd_metrics_without_a_kubernetes_store_is_refused() {
         "nothing was made"
     );
 }
+
+/// `rota simulate` once, on the SQLite store `db`, with `extra` flags: its JSON summary.
+fn simulate_on(db: &Path, extra: &[&str]) -> serde_json::Value {
+    let store = format!("sqlite://{}", db.display());
+    let output = Command::new(env!("CARGO_BIN_EXE_rota"))
+        .args([
+            "simulate",
+            "--store",
+            &store,
+            "--nodes",
+            "8",
+            "--concurrency",
+            "2",
+        ])
+        .args(["--maintenance-time", "1s", "--json"])
+        .args(extra)
+        .env_remove("ROTA_STORE")
+        .output()
+        .expect("run rota simulate");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    serde_json::from_slice(&output.stdout).expect("one JSON object")
+}
+
+/// `rota plan`'s forecast against the rollout that then happens: a first rollout records how
+/// long a window takes; in the second, the forecast made once every node asked for its turn
+/// has every window, their order is the order they opened in, and every window ends within
+/// the stated margin of its forecast: a quarter of the forecast's span, and at least a second
+/// (what the agents' handoffs on a loaded machine may add to four windows in a row).
+#[test]
+fn a_plan_forecasts_the_order_and_the_end_of_the_rollout_that_happens() {
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    let db = tmp.path().join("rota.db");
+    simulate_on(&db, &[]);
+    let summary = simulate_on(&db, &["--plan"]);
+    let plan = &summary["plan"];
+    assert_eq!(plan["windows"], 8, "{summary}");
+    assert_eq!(plan["order_kept"], true, "{summary}");
+    let span = plan["forecast_span_ms"].as_i64().expect("a span");
+    // Four rounds of two windows of about a second each.
+    assert!((3_000..6_000).contains(&span), "{summary}");
+    let margin = (span / 4).max(1_000);
+    let error = plan["finish_error_max_ms"].as_i64().expect("an error");
+    assert!(
+        error <= margin,
+        "a window ended {error} ms from its forecast: {summary}"
+    );
+}

@@ -3,7 +3,7 @@
 
 use rota_blockers::{Block, BlockKind};
 use rota_core::NodeState;
-use rota_store::{Blocked, NodeRecord, StoreExt, now_millis};
+use rota_store::{Blocked, NodeRecord, Pause, StoreExt, now_millis};
 use tokio::time::Instant;
 use tracing::info;
 
@@ -11,8 +11,8 @@ use super::{Agent, Checked, Running};
 use crate::error::Result;
 
 impl Agent {
-    /// Whether anything holds the node back before it is disrupted: the fleet's pause or a
-    /// blocker. If so, records the reasons (a write only when they change, logged once each
+    /// Whether anything holds the node back before it is disrupted: the fleet's `pause` (as the
+    /// caller just read it) or a blocker. If so, records the reasons (a write only when they change, logged once each
     /// time), and waits for the next check: `blocker_interval`, or a store change (a resume).
     /// If not, clears a recorded reason first, so that the node holds the queue again.
     pub(super) async fn blocked(
@@ -20,9 +20,10 @@ impl Agent {
         running: &mut Running,
         record: &NodeRecord,
         seen: u64,
+        pause: Option<Pause>,
     ) -> Result<bool> {
         let mut blocks = Vec::new();
-        if let Some(pause) = self.store.paused().await? {
+        if let Some(pause) = pause {
             blocks.push(Block {
                 kind: BlockKind::Paused,
                 reason: format!("the fleet is paused: {}", pause.reason),

@@ -1,5 +1,6 @@
 //! One incarnation of the agent: opening its session (a newer one fences every older one),
-//! renewing it in the background, and the concurrency it configures on start.
+//! renewing it in the background, and the fleet's concurrency and rollout it configures on
+//! start.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -7,9 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use backon::Retryable as _;
+use rota_core::Rollout;
 use rota_observer::AgentObserver;
 use rota_sentinel::SentinelWatcher;
-use rota_store::{RetryPauses, Session, Store, StoreExt, retry_pauses};
+use rota_store::{RetryPauses, Session, Setting, Store, StoreExt, retry_pauses};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
@@ -24,7 +26,7 @@ impl Agent {
         let open = || async {
             // Independent: a restart after a reboot waits for neither before the other.
             let (configured, session) = tokio::join!(
-                self.configure_concurrency(),
+                self.configure_fleet(),
                 self.store
                     .open_session(&self.config.node, self.config.session_ttl)
             );
@@ -124,14 +126,21 @@ impl Agent {
         Ok(())
     }
 
-    /// Sets the fleet's concurrency if this agent is configured with one that differs.
-    pub(super) async fn configure_concurrency(&self) -> Result<()> {
-        let Some(concurrency) = self.config.concurrency else {
+    /// Sets the fleet's concurrency and rollout where this agent is configured with values
+    /// that differ from the stored ones.
+    pub(super) async fn configure_fleet(&self) -> Result<()> {
+        let config = &self.config;
+        if config.concurrency.is_none()
+            && config.batches.is_none()
+            && config.failure_budget.is_none()
+        {
             return Ok(());
-        };
-        let current = self.store.concurrency().await?;
-        if current != Some(concurrency) {
-            if let Some(current) = current {
+        }
+        let settings = self.store.settings().await?;
+        if let Some(concurrency) = config.concurrency
+            && settings.concurrency != Some(concurrency)
+        {
+            if let Some(current) = settings.concurrency {
                 warn!(
                     from = current,
                     to = concurrency,
@@ -139,6 +148,17 @@ impl Agent {
                 );
             }
             self.store.set_concurrency(concurrency).await?;
+        }
+        // The flags state the whole rollout, as the chart renders them for every agent alike
+        // (and as its node-scoped policy allows): a part not given is the default.
+        let rollout = Rollout {
+            batches: config.batches.clone().unwrap_or_default(),
+            failure_budget: config.failure_budget,
+        };
+        let configured = config.batches.is_some() || config.failure_budget.is_some();
+        if configured && rollout != settings.rollout {
+            warn!(from = %settings.rollout, to = %rollout, "changing the fleet's rollout");
+            self.store.set(Setting::Rollout(rollout)).await?;
         }
         Ok(())
     }

@@ -110,6 +110,7 @@ fn digest(overview: &NodeOverview, closed: &[RequestRecord]) -> u64 {
         last_reboot_at,
         queued_at,
         last_result,
+        last_result_at,
         blocked,
     } = record;
     (
@@ -123,7 +124,7 @@ fn digest(overview: &NodeOverview, closed: &[RequestRecord]) -> u64 {
     )
         .hash(h);
     (boot_id, reboot_started_at, reboot_deadline, last_reboot_at).hash(h);
-    (queued_at, last_result).hash(h);
+    (queued_at, last_result, last_result_at).hash(h);
     blocked
         .as_ref()
         .map(|Blocked { reason, since }| (reason, since))

@@ -66,5 +66,6 @@ pub fn options(store: StoreChoice, nodes: usize, concurrency: u32) -> Options {
         handle_per_agent: false,
         idle: Duration::ZERO,
         etcd_metrics: None,
+        plan: false,
     }
 }

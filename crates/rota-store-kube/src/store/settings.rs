@@ -30,6 +30,9 @@ pub(super) const RESUMED_COLUMN: &str = "rota-config.data.resumedAt";
 
 pub(crate) const CONCURRENCY_KEY: &str = "concurrency";
 
+/// The rota-config key that holds the rollout's batches and failure budget.
+pub(crate) const ROLLOUT_KEY: &str = "rollout";
+
 /// The Procedures' fingerprint, which the scheduler publishes (see
 /// `watches::procedures_fingerprint`).
 pub const PROCEDURES_KEY: &str = "procedures";
@@ -157,6 +160,12 @@ impl KubeStore {
                     .await?;
                 Ok(None)
             }
+            Setting::Rollout(rollout) => {
+                let value = rollout.to_string();
+                self.update_config(ROLLOUT_KEY, |_| Ok((value.clone(), ())))
+                    .await?;
+                Ok(None)
+            }
             Setting::Pause { reason } => {
                 let pause = Pause {
                     reason,
@@ -198,6 +207,7 @@ pub fn settings_of(map: Option<&ConfigMap>) -> Result<Settings> {
         concurrency: concurrency_of(map)?,
         pause: rota_store::decode_setting(PAUSED_COLUMN, value(PAUSED_KEY), Pause::decode)?,
         resumed_at: rota_store::decode_setting(RESUMED_COLUMN, value(RESUMED_KEY), str::parse)?,
+        rollout: rota_store::rollout_setting(value(ROLLOUT_KEY))?,
     })
 }
 

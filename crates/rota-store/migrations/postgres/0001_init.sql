@@ -54,6 +54,8 @@ CREATE TABLE nodes (
     last_reboot_at    BIGINT,
     queued_at         BIGINT,
     last_result       TEXT,
+    -- When last_result was recorded: a rollout counts the nodes that finished since it began.
+    last_result_at    BIGINT,
     -- Why the node's agent holds back (a blocker, the fleet's pause), and since when; NULL
     -- while nothing does.
     blocked_reason    TEXT,

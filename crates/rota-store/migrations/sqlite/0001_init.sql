@@ -33,6 +33,8 @@ CREATE TABLE nodes (
     last_reboot_at    INTEGER,
     queued_at         INTEGER,
     last_result       TEXT,
+    -- When last_result was recorded: a rollout counts the nodes that finished since it began.
+    last_result_at    INTEGER,
     -- Why the node's agent holds back (a blocker, the fleet's pause), and since when; NULL
     -- while nothing does.
     blocked_reason    TEXT,

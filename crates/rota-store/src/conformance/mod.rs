@@ -11,6 +11,7 @@ mod macros;
 mod pause;
 mod procedures;
 mod requests;
+mod rollout;
 mod sessions;
 mod slots;
 mod stress;
@@ -46,6 +47,7 @@ pub use self::requests::{
     an_operator_requests_and_cancels_without_a_session, open_request_is_unique_per_process,
     racing_requests_create_one_open_request, the_overview_is_what_each_node_reads,
 };
+pub use self::rollout::a_rollout_widens_as_its_nodes_finish_healthy;
 pub use self::sessions::{
     a_fenced_transition_needs_the_slot_and_the_session,
     expired_session_is_fenced_and_told_apart_from_a_superseded_one, fence_requires_a_held_slot,

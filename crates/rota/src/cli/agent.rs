@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use humantime::Duration as HumanDuration;
-use rota_core::{Hours, NodeName};
+use rota_core::{Batches, FailureBudget, Hours, NodeName};
 use rota_kube_actions::Selector;
 use rota_notify::{EventKind, Template, Webhook};
 
 use super::parse::{
-    NodeLabelArg, command_text, concurrency, duration, failure_budget, host_path, hours,
+    NodeLabelArg, batches, command_text, concurrency, duration, failure_budget, host_path, hours,
     json_webhook, label, node_labels, notify_template, positive_duration, positive_span,
     slack_webhook, span, taint_key, wait_completed_selector,
 };
@@ -72,12 +72,23 @@ pub struct AgentArgs {
     /// again. Default: any time. ROTA_HOURS holds one.
     #[arg(long = "hours", value_name = "HOURS", env = "ROTA_HOURS", value_parser = hours)]
     pub hours: Vec<Hours>,
-    /// Pause the whole fleet once this many nodes failed (default: no budget).
+    /// The rollout's failure budget: pause the whole fleet once this many nodes failed (a
+    /// number, like 2, or a share of the fleet, like 10%; default: no budget).
     ///
-    /// Checked before a node takes a slot: once F (at least 1) nodes have failed since the last
-    /// `rota resume` (or ever), the fleet pauses, and `rota status` says why.
+    /// A setting of the fleet, like the concurrency: the agent stores it as it starts. Checked
+    /// before a node takes a slot: once F nodes have failed since the last `rota resume` (or
+    /// ever), the fleet pauses, and `rota status` says why.
     #[arg(long, value_name = "F", env = "ROTA_FAILURE_BUDGET", value_parser = failure_budget)]
-    pub failure_budget: Option<u32>,
+    pub failure_budget: Option<FailureBudget>,
+    /// How the rollout widens: `all` (the whole concurrency at once), `exponential` (1, 2, 4,
+    /// …), `linear:S` (S, 2S, 3S, …) or widths like `1,5,10` (Ansible's `serial`; the last
+    /// repeats).
+    ///
+    /// A setting of the fleet, like the concurrency: the agent stores it as it starts. A width
+    /// holds until as many nodes ended their windows healthy at it; every width is capped by
+    /// the concurrency. `rota resume` starts a new rollout, narrow again.
+    #[arg(long, value_name = "BATCHES", env = "ROTA_BATCHES", value_parser = batches)]
+    pub batches: Option<Batches>,
     #[command(flatten)]
     pub sentinels: SentinelArgs,
     #[command(flatten)]

@@ -31,7 +31,7 @@ pub use backoff::BackoffArgs;
 pub use bench::{BenchArgs, Workload};
 pub use mop::{MopCommand, MopListArgs, MopSubmitArgs};
 pub use operator::{
-    HistoryArgs, PauseArgs, RequestArgs, ResumeArgs, RetryArgs, StatusArgs, UnlockArgs,
+    HistoryArgs, PauseArgs, PlanArgs, RequestArgs, ResumeArgs, RetryArgs, StatusArgs, UnlockArgs,
 };
 pub use parse::NodeLabelArg;
 pub use scheduler::SchedulerArgs;
@@ -82,6 +82,9 @@ pub enum Command {
     Simulate(SimulateArgs),
     /// Show every node: state, slot, process, queue, backoff, last result.
     Status(StatusArgs),
+    /// Forecast the turns to come, writing nothing: the order the waiting nodes take their
+    /// windows in, about when each starts and ends, and the nodes held back now.
+    Plan(PlanArgs),
     /// Show the history of work events (started, finished, failed, canceled, postponed), oldest
     /// first.
     History(HistoryArgs),
@@ -120,6 +123,7 @@ impl Command {
             Command::Agent(_) | Command::Scheduler(_) => "info",
             Command::Simulate(_)
             | Command::Status(_)
+            | Command::Plan(_)
             | Command::History(_)
             | Command::Unlock(_)
             | Command::Retry(_)

@@ -26,6 +26,15 @@ pub struct StatusArgs {
 }
 
 #[derive(Debug, Clone, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = Format::Table)]
+    pub output: Format,
+}
+
+#[derive(Debug, Clone, Args)]
 pub struct HistoryArgs {
     #[command(flatten)]
     pub store: StoreArgs,

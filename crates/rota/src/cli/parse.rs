@@ -5,7 +5,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use humantime::Duration as HumanDuration;
-use rota_core::{Hours, Priority};
+use rota_core::{Batches, FailureBudget, Hours, Priority};
 use rota_notify::{EventKind, Template, Webhook};
 use rota_store::Millis;
 use time::OffsetDateTime;
@@ -116,11 +116,16 @@ pub(super) fn hours(value: &str) -> Result<Hours, String> {
     })
 }
 
-pub(super) fn failure_budget(value: &str) -> Result<u32, String> {
-    match value.parse::<u32>() {
-        Ok(f) if f >= 1 => Ok(f),
-        _ => Err("expected a whole number of failed nodes ≥ 1, such as 1 or 3".into()),
-    }
+pub(super) fn failure_budget(value: &str) -> Result<FailureBudget, String> {
+    value
+        .parse()
+        .map_err(|e: rota_core::FailureBudgetError| e.to_string())
+}
+
+pub(super) fn batches(value: &str) -> Result<Batches, String> {
+    value
+        .parse()
+        .map_err(|e: rota_core::BatchesError| e.to_string())
 }
 
 pub(super) fn json_webhook(value: &str) -> Result<Webhook, String> {
@@ -264,7 +269,7 @@ mod tests {
         type ValueParser = fn(&str) -> Result<(), String>;
 
         /// The value parsers of `rota agent`, `rota mop submit` and the operator commands.
-        const PARSERS: [(&str, ValueParser); 17] = [
+        const PARSERS: [(&str, ValueParser); 18] = [
             ("duration", |v| duration(v).map(drop)),
             ("span", |v| span(v).map(drop)),
             ("positive_span", |v| positive_span(v).map(drop)),
@@ -275,6 +280,7 @@ mod tests {
             ("host_path", |v| host_path(v).map(drop)),
             ("hours", |v| hours(v).map(drop)),
             ("failure_budget", |v| failure_budget(v).map(drop)),
+            ("batches", |v| batches(v).map(drop)),
             ("notify_template", |v| notify_template(v).map(drop)),
             ("priority", |v| priority(v).map(drop)),
             ("label", |v| label(v).map(drop)),

@@ -48,4 +48,10 @@ pub struct SimulateArgs {
     /// Print one JSON object with the rollout's numbers instead of a summary.
     #[arg(long)]
     pub json: bool,
+    /// Make `rota plan`'s forecast once every node asked for its turn, and report how the
+    /// rollout kept to it: the order the windows opened in, and each window's end against its
+    /// forecast. Its times come from the steps recorded before: run once on the same store
+    /// (`--store sqlite://…`) to record them.
+    #[arg(long)]
+    pub plan: bool,
 }

@@ -2,7 +2,7 @@
 //! reboot when one was requested.
 
 use rota_core::{Event, Process};
-use rota_store::{NodeRecord, RequestRecord, now_millis};
+use rota_store::{NodeRecord, RequestRecord, StoreExt, now_millis};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
@@ -49,7 +49,8 @@ impl Agent {
         }
         // Like kured holding its lock: a blocked node keeps its slot and cordon, and waits.
         let seen = *running.changes.borrow_and_update();
-        if self.blocked(running, &record, seen).await? {
+        let pause = self.store.paused().await?;
+        if self.blocked(running, &record, seen, pause).await? {
             return Ok(());
         }
         // The boot id goes to the store before the reboot starts: after it, only a different

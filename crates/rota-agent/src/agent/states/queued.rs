@@ -45,8 +45,8 @@ impl Agent {
         let seen = *running.changes.borrow_and_update();
         // A failure budget that is used up pauses the fleet; a blocked node (a paused fleet
         // included) takes no slot, so the blockers are asked first.
-        self.enforce_failure_budget().await?;
-        if self.blocked(running, record, seen).await? {
+        let pause = self.enforce_failure_budget().await?;
+        if self.blocked(running, record, seen, pause).await? {
             return Ok(());
         }
         // When the turn may have come (the changes the last answer named have happened), the

@@ -1,0 +1,167 @@
+//! `rota plan`: the turns to come, forecast from the store without writing anything
+//! (`rota_store::forecast`): the order the waiting nodes take their windows in, by rota-core's
+//! own rule (`rota_core::plan`, which plays `schedule` forward), each window as long as the
+//! fleet's typical one (the p50 of every recorded drain, maintenance, reboot and verification),
+//! and the nodes held back now.
+
+use anyhow::Result;
+use rota_core::NodeState;
+use rota_core::plan::{Plan, Rules, StepDurations};
+use rota_store::forecast::forecast;
+use rota_store::{Millis, now_millis};
+use serde::Serialize;
+
+use crate::cli::{Format, PlanArgs};
+use crate::output;
+
+pub async fn run(args: PlanArgs) -> Result<()> {
+    let store = crate::open_store(&args.store).await?;
+    let now = now_millis();
+    let made = forecast(&*store, now).await?;
+    let forecast = shown(&made.plan, &made.rules, &made.durations, now);
+    let text = match args.output {
+        Format::Table => render_table(&forecast),
+        Format::Json => output::json(&forecast)?,
+    };
+    output::emit(&text)
+}
+
+/// What `rota plan` shows.
+#[derive(Clone, Debug, Serialize)]
+struct Forecast {
+    pub at: Millis,
+    /// The typical length of each window state, in milliseconds (empty: none recorded yet,
+    /// and the plan has its order but no times).
+    pub step_p50_ms: Vec<(NodeState, Millis)>,
+    pub window_p50_ms: Millis,
+    pub concurrency: u32,
+    pub batches: String,
+    pub windows: Vec<Window>,
+    pub held_back: Vec<HeldBack>,
+    /// When the last planned window is expected to end.
+    pub finish: Option<Millis>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+struct Window {
+    pub turn: usize,
+    pub node: String,
+    pub slot: u32,
+    pub open: bool,
+    pub start: Millis,
+    pub finish: Millis,
+}
+
+#[derive(Clone, Debug, Serialize)]
+struct HeldBack {
+    pub node: String,
+    pub reason: String,
+}
+
+fn shown(planned: &Plan, rules: &Rules, durations: &StepDurations, now: Millis) -> Forecast {
+    Forecast {
+        at: now,
+        step_p50_ms: durations.by_state.iter().map(|(s, d)| (*s, *d)).collect(),
+        window_p50_ms: durations.window(),
+        concurrency: rules.concurrency,
+        batches: rules.batches.to_string(),
+        windows: planned
+            .windows
+            .iter()
+            .map(|w| Window {
+                turn: w.turn,
+                node: w.node.to_string(),
+                slot: w.slot,
+                open: w.open,
+                start: w.start,
+                finish: w.finish,
+            })
+            .collect(),
+        held_back: planned
+            .held_back
+            .iter()
+            .map(|(node, reason)| HeldBack {
+                node: node.to_string(),
+                reason: reason.clone(),
+            })
+            .collect(),
+        finish: planned.finish(),
+    }
+}
+
+/// The summary line, the windows, then the nodes held back.
+fn render_table(forecast: &Forecast) -> String {
+    let known = !forecast.step_p50_ms.is_empty();
+    let mut text = if forecast.windows.is_empty() {
+        "no node waits for a window\n".to_string()
+    } else if known {
+        let steps: Vec<String> = forecast
+            .step_p50_ms
+            .iter()
+            .map(|(state, ms)| format!("{state} {}", took(*ms)))
+            .collect();
+        format!(
+            "{} windows, concurrency {}, batches {}; a window takes about {} ({}); all done about {}\n",
+            forecast.windows.len(),
+            forecast.concurrency,
+            forecast.batches,
+            took(forecast.window_p50_ms),
+            steps.join(", "),
+            forecast
+                .finish
+                .map_or_else(|| "-".to_string(), output::rfc3339_seconds),
+        )
+    } else {
+        format!(
+            "{} windows, concurrency {}, batches {}; no window recorded yet, so no times\n",
+            forecast.windows.len(),
+            forecast.concurrency,
+            forecast.batches
+        )
+    };
+    if !forecast.windows.is_empty() {
+        text.push('\n');
+        let time = |at: Millis| {
+            if known {
+                output::rfc3339_seconds(at)
+            } else {
+                "-".to_string()
+            }
+        };
+        text.push_str(&output::table(
+            &["TURN", "NODE", "SLOT", "START", "FINISH"],
+            forecast.windows.iter().map(|w| {
+                vec![
+                    w.turn.to_string(),
+                    w.node.clone(),
+                    w.slot.to_string(),
+                    if w.open {
+                        format!("open since {}", output::rfc3339_seconds(w.start))
+                    } else {
+                        time(w.start)
+                    },
+                    time(w.finish),
+                ]
+            }),
+        ));
+    }
+    if !forecast.held_back.is_empty() {
+        text.push_str("\nheld back:\n");
+        for held in &forecast.held_back {
+            text.push_str(&format!("  {}: {}\n", held.node, held.reason));
+        }
+    }
+    text
+}
+
+/// A typical length for people: tenths of seconds below ten seconds, whole seconds above.
+fn took(ms: Millis) -> String {
+    let ms = u64::try_from(ms).unwrap_or(0);
+    if ms < 10_000 {
+        #[allow(clippy::cast_precision_loss, reason = "below ten seconds")]
+        let seconds = ms as f64 / 1000.0;
+        format!("{seconds:.1}s")
+    } else {
+        humantime::format_duration(std::time::Duration::from_secs(ms.div_ceil(1000))).to_string()
+    }
+}
