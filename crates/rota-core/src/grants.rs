@@ -126,7 +126,25 @@ pub fn decide(
             })
         })
         .collect();
-    let grants = schedule(&queue, &held, limits, now).grants.into_iter();
+    // A grant written a moment ago whose Lease the read does not show naming its node means
+    // the read of the Leases is behind the read of the RotaNodes (two watches, each at its own
+    // pace; a grant's Lease is written first): granting on it could count a group without the
+    // node just granted. No grant is decided on such a read; the next one catches up. (A grant
+    // written by hand, with no Lease, holds the grants back only that moment.)
+    let behind = nodes.iter().any(|n| {
+        n.grant.is_some_and(|g| {
+            now.saturating_sub(g.at) < RELEASE_GRACE.min(take_up)
+                && !leases
+                    .iter()
+                    .any(|l| l.slot == g.slot && l.holder.as_ref() == Some(&n.node))
+        })
+    });
+    let grants = if behind {
+        Vec::new()
+    } else {
+        schedule(&queue, &held, limits, now).grants
+    };
+    let grants = grants.into_iter();
     let grants = grants.map(|grant| Operation::Grant {
         node: grant.node,
         slot: grant.slot,

@@ -176,7 +176,7 @@ fn a_lease_not_in_use_waits_a_moment_for_its_agent_to_give_it_back() {
 #[test]
 fn a_node_a_lease_names_or_a_grant_names_is_not_granted_again() {
     let orphan = queued("a", 10);
-    let granted_elsewhere = granted(queued("b", 20), 1, NOW);
+    let granted_elsewhere = granted(queued("b", 20), 1, NOW - RELEASE_GRACE);
     let ops = decided(
         &[orphan, granted_elsewhere, queued("c", 30)],
         &[Some("a"), None, None],
@@ -322,4 +322,33 @@ proptest! {
         let free = usize::try_from(concurrency).expect("small").saturating_sub(held);
         prop_assert!(granted_slots.len() <= free);
     }
+}
+
+#[test]
+fn a_read_whose_leases_are_behind_a_fresh_grant_decides_no_grant() {
+    // b was granted slot 0 a moment ago, and the read's Leases do not show it yet: its group
+    // (and the fleet) would be counted without b, so nothing is granted; a withdrawal still is.
+    let in_a = |node: NodeView| NodeView {
+        group: Some("a".into()),
+        ..node
+    };
+    let fresh = in_a(granted(queued("b", 20), 0, NOW - 10));
+    let limits = Limits {
+        each_group: Some(1),
+        ..Limits::fleet(3)
+    };
+    let nodes = [fresh.clone(), in_a(queued("c", 30)), queued("stale", 40)];
+    let mut read = leases(&[None, None, Some("stale")]);
+    read[2].acquired_at = NOW - RELEASE_GRACE;
+    assert_eq!(
+        decide(&nodes, &read, &limits, NOW, TAKE_UP),
+        [withdraw("stale", 2, Withdrawal::Unused)]
+    );
+    // Once the read shows b's Lease, c waits for its group, and the fleet's other slot goes on.
+    let caught_up = leases(&[Some("b"), None, None]);
+    let nodes = [fresh, in_a(queued("c", 30)), queued("d", 40)];
+    assert_eq!(
+        decide(&nodes, &caught_up, &limits, NOW, TAKE_UP),
+        [grant("d", 1)]
+    );
 }

@@ -8,9 +8,13 @@
 //! concurrency less the slots held (a lowered concurrency takes no slot away: those held
 //! beyond it go back before anyone else takes one).
 //!
-//! A node may belong to a group, and a group may have a limit of its own beside the fleet's:
-//! a node is granted only when both allow it, and a node whose group is full does not hold up
-//! the nodes of other groups behind it.
+//! A node may belong to a group (a zone, a pool), and a group may have a limit of its own
+//! beside the fleet's (named, or one for every group): a node is granted only when both allow
+//! it, and a node whose group is full does not hold up the nodes of other groups behind it.
+//! With groups in turn, one group goes at a time: the group that holds slots (the first by
+//! name, if several do), or when none does, the first group by name with a node that may go;
+//! the nodes of the other groups wait, keeping their places, until it holds none. A node of no
+//! group counts as a group of its own, before every named one.
 
 use std::collections::BTreeMap;
 
@@ -43,7 +47,12 @@ pub struct Held {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Limits {
     pub concurrency: u32,
+    /// The limits of named groups.
     pub groups: BTreeMap<String, u32>,
+    /// The limit of every group not named in `groups`.
+    pub each_group: Option<u32>,
+    /// One group at a time.
+    pub in_turn: bool,
 }
 
 impl Limits {
@@ -51,14 +60,29 @@ impl Limits {
     pub fn fleet(concurrency: u32) -> Limits {
         Limits {
             concurrency,
-            groups: BTreeMap::new(),
+            ..Limits::default()
         }
+    }
+
+    /// The limit of `group`, if it has one.
+    pub fn of_group(&self, group: &str) -> Option<u32> {
+        self.groups.get(group).copied().or(self.each_group)
     }
 
     /// The fleet's `concurrency`, narrowed to the width `batches` reached once `finished`
     /// nodes ended their windows healthy in this rollout (see [`Batches::width`]).
     pub fn rollout(concurrency: u32, batches: &Batches, finished: u32) -> Limits {
         Limits::fleet(batches.width(concurrency, finished))
+    }
+
+    /// These limits with the groups' rules of `groups`.
+    pub fn with_groups(self, groups: &Limits) -> Limits {
+        Limits {
+            groups: groups.groups.clone(),
+            each_group: groups.each_group,
+            in_turn: groups.in_turn,
+            ..self
+        }
     }
 }
 
@@ -111,22 +135,36 @@ pub fn schedule(queue: &[Waiter], held: &[Held], limits: &Limits, now: Millis) -
     for group in held.iter().filter_map(|h| h.group.as_deref()) {
         *in_group.entry(group).or_default() += 1;
     }
+    let eligible = |w: &Waiter| !w.blocked && w.alive && w.place <= now;
+    // With groups in turn, the one group that may take slots (`None` within: no group).
+    let in_turn: Option<Option<&str>> = if limits.in_turn {
+        held.iter().map(|h| h.group.as_deref()).min().or_else(|| {
+            order
+                .iter()
+                .filter(|w| eligible(w))
+                .map(|w| w.group.as_deref())
+                .min()
+        })
+    } else {
+        None
+    };
     let mut schedule = Schedule::default();
     // The eligible waiters ahead of the one at hand that were not granted.
     let mut ahead: i64 = 0;
     for waiter in order {
-        if waiter.blocked || !waiter.alive || waiter.place > now {
+        if !eligible(waiter) {
             schedule
                 .turns
                 .insert(waiter.node.clone(), Turn::Wait { changes: 1 });
             continue;
         }
-        let group_full = waiter.group.as_deref().is_some_and(|group| {
-            limits
-                .groups
-                .get(group)
-                .is_some_and(|limit| in_group.get(group).copied().unwrap_or(0) >= *limit)
-        });
+        let out_of_turn = in_turn.is_some_and(|group| group != waiter.group.as_deref());
+        let group_full = out_of_turn
+            || waiter.group.as_deref().is_some_and(|group| {
+                limits
+                    .of_group(group)
+                    .is_some_and(|limit| in_group.get(group).copied().unwrap_or(0) >= limit)
+            });
         let turn = match free.last() {
             Some(&slot) if !group_full => {
                 free.pop();

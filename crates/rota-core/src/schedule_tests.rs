@@ -44,6 +44,7 @@ fn limits(concurrency: u32, groups: &[(&str, u32)]) -> Limits {
     Limits {
         concurrency,
         groups: groups.iter().map(|(g, l)| (g.to_string(), *l)).collect(),
+        ..Limits::default()
     }
 }
 
@@ -261,21 +262,30 @@ fn arb_case(grouped: bool) -> impl Strategy<Value = Case> {
     } else {
         Just(vec![None; GROUPS.len()]).boxed()
     };
-    (queue, held, 0u32..6, group_limits).prop_map(|(queue, held, concurrency, group_limits)| {
-        let groups = GROUPS
-            .iter()
-            .zip(group_limits)
-            .filter_map(|(g, limit)| Some((g.to_string(), limit?)))
-            .collect();
-        Case {
-            queue,
-            held,
-            limits: Limits {
-                concurrency,
-                groups,
-            },
-        }
-    })
+    let rules = if grouped {
+        (proptest::option::of(0u32..3), proptest::bool::weighted(0.3)).boxed()
+    } else {
+        Just((None, false)).boxed()
+    };
+    (queue, held, 0u32..6, group_limits, rules).prop_map(
+        |(queue, held, concurrency, group_limits, (each_group, in_turn))| {
+            let groups = GROUPS
+                .iter()
+                .zip(group_limits)
+                .filter_map(|(g, limit)| Some((g.to_string(), limit?)))
+                .collect();
+            Case {
+                queue,
+                held,
+                limits: Limits {
+                    concurrency,
+                    groups,
+                    each_group,
+                    in_turn,
+                },
+            }
+        },
+    )
 }
 
 fn key(w: &Waiter) -> (Millis, &NodeName) {
@@ -339,16 +349,40 @@ impl<'a> Facts<'a> {
         (held, granted)
     }
 
-    /// Whether `w`'s group has a limit and is at or over it after this schedule.
+    /// With groups in turn, the group whose turn it is, found apart from [`schedule`]: the
+    /// first held group by name, else the first eligible waiter's group by name.
+    fn in_turn(&self) -> Option<Option<&'a str>> {
+        if !self.case.limits.in_turn {
+            return None;
+        }
+        let held = self.case.held.iter().map(|h| h.group.as_deref()).min();
+        held.or_else(|| {
+            self.case
+                .queue
+                .iter()
+                .filter(|w| eligible(w))
+                .map(|w| w.group.as_deref())
+                .min()
+        })
+    }
+
+    /// Whether `w` may not go for its group: out of turn, or its group has a limit and is at
+    /// or over it after this schedule.
     fn group_full(&self, w: &Waiter) -> bool {
+        if self
+            .in_turn()
+            .is_some_and(|group| group != w.group.as_deref())
+        {
+            return true;
+        }
         let Some(group) = w.group.as_deref() else {
             return false;
         };
-        let Some(limit) = self.case.limits.groups.get(group) else {
+        let Some(limit) = self.case.limits.of_group(group) else {
             return false;
         };
         let (held, granted) = self.in_group(group);
-        held + granted >= usize::try_from(*limit).expect("small")
+        held + granted >= usize::try_from(limit).expect("small")
     }
 
     /// How many slots may be granted: the free ones, but no more than the concurrency leaves
@@ -408,8 +442,11 @@ fn check_common(case: &Case) -> Result<(), TestCaseError> {
         }
     }
     // Group limits hold, and a group already over its limit takes nothing.
-    for (group, limit) in &case.limits.groups {
-        let limit = usize::try_from(*limit).expect("small");
+    for (group, limit) in GROUPS
+        .iter()
+        .filter_map(|g| Some((*g, case.limits.of_group(g)?)))
+    {
+        let limit = usize::try_from(limit).expect("small");
         let (held, granted) = f.in_group(group);
         if held <= limit {
             prop_assert!(held + granted <= limit, "{} over its limit", group);
@@ -427,6 +464,17 @@ fn check_common(case: &Case) -> Result<(), TestCaseError> {
         // And one passed over for lack of a slot found none left.
         if !f.group_full(b) {
             prop_assert_eq!(grants.len(), f.capacity(), "{:?} waits with a slot free", b);
+        }
+    }
+    // With groups in turn, every grant goes to the group whose turn it is.
+    if let Some(group) = f.in_turn() {
+        for g in grants {
+            let w = case
+                .queue
+                .iter()
+                .find(|w| w.node == g.node)
+                .expect("a waiter");
+            prop_assert_eq!(w.group.as_deref(), group, "{:?} granted out of turn", w);
         }
     }
     // The queue's order is its places', not the order given.
@@ -489,4 +537,63 @@ proptest! {
             concurrency
         );
     }
+}
+
+#[test]
+fn a_limit_for_every_group_holds_each_group_apart() {
+    let queue = [
+        in_group("a1", 1, "zone-a"),
+        in_group("a2", 2, "zone-a"),
+        in_group("b1", 3, "zone-b"),
+        in_group("c1", 4, "zone-c"),
+        in_group("c2", 5, "zone-c"),
+    ];
+    let limits = Limits {
+        each_group: Some(1),
+        ..limits(4, &[("zone-c", 2)])
+    };
+    let got = turns(&queue, &[], &limits, &["a1", "a2", "b1", "c1", "c2"]);
+    assert_eq!(
+        got,
+        [
+            Turn::Granted(0),
+            wait(1),
+            Turn::Granted(1),
+            Turn::Granted(2),
+            Turn::Granted(3),
+        ]
+    );
+}
+
+#[test]
+fn groups_in_turn_finish_one_group_before_the_next_starts() {
+    let queue = [
+        in_group("b1", 1, "zone-b"),
+        in_group("a1", 2, "zone-a"),
+        in_group("a2", 3, "zone-a"),
+        in_group("a3", 4, "zone-a"),
+        waiter("none", 5),
+    ];
+    let limits = Limits {
+        in_turn: true,
+        ..Limits::fleet(2)
+    };
+    let names = ["b1", "a1", "a2", "a3", "none"];
+    // Nothing held: the first group by name with a node that may go... is the group of no
+    // name, before zone-a.
+    let got = turns(&queue, &[], &limits, &names);
+    assert_eq!(got, [wait(1), wait(1), wait(1), wait(1), Turn::Granted(0)]);
+    // zone-a holds a slot: zone-a goes on, zone-b (first in the queue) waits.
+    let got = turns(&queue, &[held_in(0, "zone-a")], &limits, &names);
+    assert_eq!(got, [wait(1), Turn::Granted(1), wait(1), wait(2), wait(1)]);
+    // Without the node of no group and nothing held, zone-a starts before zone-b.
+    let got = turns(&queue[..4], &[], &limits, &names[..4]);
+    assert_eq!(got, [wait(1), Turn::Granted(0), Turn::Granted(1), wait(1)]);
+    // A blocked group does not hold the next one up.
+    let mut blocked = queue[..4].to_vec();
+    for w in &mut blocked[1..] {
+        w.blocked = true;
+    }
+    let got = turns(&blocked, &[], &limits, &names[..4]);
+    assert_eq!(got, [Turn::Granted(0), wait(1), wait(1), wait(1)]);
 }

@@ -6,6 +6,7 @@ use rota_core::{Limits, NodeName};
 
 use crate::cluster::{Lease, RotaNode, Status};
 use crate::scheduler::{Kind, Op};
+use crate::system::{Groups, Rota};
 
 /// The model has no time: every node was queued, and every grant written, at this instant,
 /// and `decide` runs at it with no take-up time, so that a scheduler may withdraw a grant not
@@ -13,7 +14,7 @@ use crate::scheduler::{Kind, Op};
 const NOW: i64 = 0;
 
 /// The operations a read of `nodes` and `leases` allows: every one `decide` makes on it.
-pub fn decisions(nodes: &[RotaNode], leases: &[Lease]) -> Vec<Op> {
+pub fn decisions(model: &Rota, nodes: &[RotaNode], leases: &[Lease]) -> Vec<Op> {
     let views: Vec<NodeView> = (0u8..)
         .zip(nodes)
         .map(|(node, read)| NodeView {
@@ -21,7 +22,7 @@ pub fn decisions(nodes: &[RotaNode], leases: &[Lease]) -> Vec<Op> {
             queued: (read.status == Status::Queued).then_some(NOW),
             blocked: false,
             alive: true,
-            group: None,
+            group: model.groups.map(|_| Groups::of(node).to_owned()),
             grant: read.grant.map(|slot| Granted {
                 slot: u32::from(slot),
                 at: NOW,
@@ -44,7 +45,10 @@ pub fn decisions(nodes: &[RotaNode], leases: &[Lease]) -> Vec<Op> {
         u8::try_from(node.expect("a node of the model")).expect("N fits")
     };
     let slot = |slot: u32| u8::try_from(slot).expect("a slot below K");
-    decide(&views, &leases, &Limits::fleet(concurrency), NOW, 0)
+    let limits = model
+        .groups
+        .map_or_else(|| Limits::fleet(concurrency), |g| g.limits(concurrency));
+    decide(&views, &leases, &limits, NOW, 0)
         .into_iter()
         .map(|operation| match operation {
             Operation::Grant { node, slot: s } => Op {

@@ -34,7 +34,8 @@
 //! written by hand into a queued RotaNode without its Lease.
 //!
 //! Properties ([`properties`]): never more than `K` nodes out; a node out only while the Lease
-//! its grant names names it; with one leader at a time, every node finishes, with a check
+//! its grant names names it; with two groups, never more of a group out than its limit, or never
+//! two groups out at once when they go in turn; with one leader at a time, every node finishes, with a check
 //! that the state graph has no cycle ([`acyclic`]), without which stateright's `eventually`
 //! would miss endless runs; with both leading at once, only that every node can finish.
 //!
@@ -63,9 +64,9 @@ use stateright::{Checker, HasDiscoveries, Model, Path};
 
 use acyclic::Search;
 use agent::Does;
-use properties::{AT_MOST_K, CAN_FINISH, FINISHES, LEASED};
+use properties::{AT_MOST_K, CAN_FINISH, FINISHES, GROUP_LIMIT, IN_TURN, LEASED};
 use scheduler::{Kind, Op, Step};
-use system::{Action, Flaw, Leaders, Rota, State};
+use system::{Action, Flaw, Groups, Leaders, Rota, State};
 
 type Discoveries = HashMap<&'static str, Path<State, Action>>;
 
@@ -80,6 +81,7 @@ fn rota(leaders: Leaders) -> Rota {
         timeouts: Some(0),
         hand_grants: 0,
         flaw: None,
+        groups: None,
     }
 }
 
@@ -151,6 +153,11 @@ fn assert_safe(model: Rota) {
 /// Every property holds, and the state graph has no cycle, so that every run ends and
 /// [`FINISHES`] is judged on all of them.
 fn assert_live(model: Rota) {
+    assert_live_with(model, &[]);
+}
+
+/// [`assert_live`], with `more` properties checked too.
+fn assert_live_with(model: Rota, more: &[&'static str]) {
     let started = Instant::now();
     match acyclic::search(&model) {
         Search::Acyclic(states) => {
@@ -161,7 +168,9 @@ fn assert_live(model: Rota) {
         }
         Search::Cycle(path) => panic!("a cycle:\n{}", listed(path)),
     }
-    assert_none(&check(model, None), &[AT_MOST_K, LEASED, FINISHES]);
+    let mut properties = vec![AT_MOST_K, LEASED, FINISHES];
+    properties.extend_from_slice(more);
+    assert_none(&check(model, None), &properties);
 }
 
 #[test]
@@ -258,4 +267,60 @@ fn a_take_up_without_the_fence_puts_k_plus_one_out_on_a_grant_written_by_hand() 
         _ => false,
     });
     assert!(unleased, "no node out without its Lease");
+}
+
+/// Two groups (nodes 0 and 1 in `a`, node 2 in `b`) with a limit of one node each, and two
+/// slots: with one scheduler, a crash and a grant withdrawn, never two nodes of `a` out, and
+/// every node finishes.
+#[test]
+fn two_groups_of_one_node_each_at_a_time_under_one_scheduler() {
+    assert_live_with(
+        Rota {
+            crashes: 1,
+            timeouts: Some(1),
+            groups: Some(Groups::OneEach),
+            ..rota(Leaders::One)
+        },
+        &[GROUP_LIMIT],
+    );
+}
+
+/// Two groups in turn: with one scheduler, never a node of `a` and one of `b` out at once,
+/// and every node finishes.
+#[test]
+fn two_groups_in_turn_under_one_scheduler() {
+    assert_live_with(
+        Rota {
+            crashes: 1,
+            timeouts: Some(1),
+            groups: Some(Groups::InTurn),
+            ..rota(Leaders::One)
+        },
+        &[IN_TURN],
+    );
+}
+
+/// Two groups with two schedulers leading at once and grants withdrawn without limit.
+#[test]
+fn two_groups_of_one_node_each_at_a_time_beside_two_schedulers_leading() {
+    let model = Rota {
+        crashes: 1,
+        timeouts: None,
+        groups: Some(Groups::OneEach),
+        ..rota(Leaders::Both)
+    };
+    let discoveries = check(model, None);
+    assert_none(&discoveries, &[AT_MOST_K, LEASED, GROUP_LIMIT]);
+}
+
+#[test]
+fn two_groups_in_turn_beside_two_schedulers_leading() {
+    let model = Rota {
+        crashes: 1,
+        timeouts: None,
+        groups: Some(Groups::InTurn),
+        ..rota(Leaders::Both)
+    };
+    let discoveries = check(model, None);
+    assert_none(&discoveries, &[AT_MOST_K, LEASED, IN_TURN]);
 }

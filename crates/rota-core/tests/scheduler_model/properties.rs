@@ -3,7 +3,7 @@
 use stateright::Property;
 
 use crate::cluster::Status;
-use crate::system::{Leaders, Rota, State};
+use crate::system::{Groups, Leaders, Rota, State};
 
 /// The safety property (docs/design.md §4, invariant 1).
 pub const AT_MOST_K: &str = "never more than K nodes out";
@@ -22,7 +22,20 @@ pub const FINISHES: &str = "every node finishes";
 /// stateright lacks; leader election is what ends the first in rota.
 pub const CAN_FINISH: &str = "every node can finish";
 
-pub fn all(leaders: Leaders) -> Vec<Property<Rota>> {
+/// Groups ([`Groups::OneEach`]): never two nodes of one group out at once.
+pub const GROUP_LIMIT: &str = "never more of a group out than its limit";
+/// Groups in turn ([`Groups::InTurn`]): never nodes of two groups out at once.
+pub const IN_TURN: &str = "never two groups out at once";
+
+/// The groups of the nodes out.
+fn out_groups(model: &Rota, state: &State) -> Vec<&'static str> {
+    (0..model.nodes)
+        .filter(|node| state.hosts[usize::from(*node)].out)
+        .map(Groups::of)
+        .collect()
+}
+
+pub fn all(leaders: Leaders, groups: Option<Groups>) -> Vec<Property<Rota>> {
     let mut properties = vec![
         Property::always(AT_MOST_K, |model: &Rota, state: &State| {
             let out = state.hosts.iter().filter(|host| host.out).count();
@@ -39,9 +52,30 @@ pub fn all(leaders: Leaders) -> Vec<Property<Rota>> {
         }),
     ];
     properties.push(match leaders {
-        Leaders::Failover => Property::eventually(FINISHES, finished),
+        Leaders::Failover | Leaders::One => Property::eventually(FINISHES, finished),
         Leaders::Both => Property::sometimes(CAN_FINISH, finished),
     });
+    match groups {
+        Some(Groups::OneEach) => {
+            properties.push(Property::always(
+                GROUP_LIMIT,
+                |model: &Rota, state: &State| {
+                    let out = out_groups(model, state);
+                    ["a", "b"]
+                        .iter()
+                        .all(|g| out.iter().filter(|o| *o == g).count() <= 1)
+                },
+            ));
+        }
+        Some(Groups::InTurn) => {
+            properties.push(Property::always(IN_TURN, |model: &Rota, state: &State| {
+                out_groups(model, state)
+                    .windows(2)
+                    .all(|pair| pair[0] == pair[1])
+            }));
+        }
+        None => {}
+    }
     properties
 }
 

@@ -149,6 +149,7 @@ pub fn steps(model: &Rota, state: &State, s: usize, decisions: &[Op]) -> Vec<Ste
             scheduler.role == Role::Leading && state.schedulers[1 - s].role == Role::Leading
         }
         Leaders::Failover => scheduler.role == Role::Deposed,
+        Leaders::One => false,
     };
     if stops {
         steps.push(Step::Stop);

@@ -22,6 +22,33 @@ pub enum Leaders {
     /// over; the deposed leader may still carry out the operation it decided, but reads no
     /// more, and stops at any step.
     Failover,
+    /// One leads, all along: the other never runs.
+    One,
+}
+
+/// The groups of a model with two: node 0 and 1 in `a`, the others in `b`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Groups {
+    /// At most one node of each group out at once.
+    OneEach,
+    /// One group at a time.
+    InTurn,
+}
+
+impl Groups {
+    /// Node `node`'s group.
+    pub fn of(node: u8) -> &'static str {
+        if node < 2 { "a" } else { "b" }
+    }
+
+    /// The rules rota-core's `schedule` gets.
+    pub fn limits(self, concurrency: u32) -> rota_core::Limits {
+        rota_core::Limits {
+            each_group: (self == Groups::OneEach).then_some(1),
+            in_turn: self == Groups::InTurn,
+            ..rota_core::Limits::fleet(concurrency)
+        }
+    }
 }
 
 /// A rule of the protocol broken on purpose, for the tests that show a property catching it.
@@ -51,6 +78,8 @@ pub struct Rota {
     /// Lease does not name the node.
     pub hand_grants: u8,
     pub flaw: Option<Flaw>,
+    /// Two groups and their rule, if any.
+    pub groups: Option<Groups>,
 }
 
 impl Rota {
@@ -73,6 +102,9 @@ impl fmt::Display for Rota {
             "N={} K={} {:?} crashes={} timeouts={timeouts} hand grants={}",
             self.nodes, self.slots, self.leaders, self.crashes, self.hand_grants
         )?;
+        if let Some(groups) = self.groups {
+            write!(f, " groups {groups:?}")?;
+        }
         match self.flaw {
             Some(flaw) => write!(f, " with {flaw:?}"),
             None => Ok(()),
@@ -173,6 +205,7 @@ impl Model for Rota {
         let second = match self.leaders {
             Leaders::Both => Role::Leading,
             Leaders::Failover => Role::Standby,
+            Leaders::One => Role::Stopped,
         };
         vec![State {
             nodes: vec![queued; nodes],
@@ -200,7 +233,7 @@ impl Model for Rota {
             .iter()
             .any(|s| s.role == Role::Leading && s.plan.is_none());
         let decisions = if reads {
-            decisions::decisions(&state.nodes, &state.leases)
+            decisions::decisions(self, &state.nodes, &state.leases)
         } else {
             Vec::new()
         };
@@ -258,6 +291,6 @@ impl Model for Rota {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        properties::all(self.leaders)
+        properties::all(self.leaders, self.groups)
     }
 }
