@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::sentinel_command::{SentinelCommand, VERDICT_FILE};
 
-use rota_core::{BackoffPolicy, Batches, FailureBudget, MaintenanceHours, NodeName};
+use rota_core::{BackoffPolicy, Batches, FailureBudget, GroupRules, MaintenanceHours, NodeName};
 
 /// The reboot sentinels watched by default (kured's and the reboot coordinator's).
 pub const DEFAULT_REBOOT_SENTINELS: [&str; 2] = ["/run/reboot-needed", "/var/run/reboot-required"];
@@ -113,6 +113,13 @@ pub struct AgentConfig {
     pub batches: Option<Batches>,
     /// The fleet's failure budget this agent configures (see `batches`).
     pub failure_budget: Option<FailureBudget>,
+    /// The node's slot group (`--group`), recorded as it queues.
+    pub group: Option<String>,
+    /// The label of the node whose value is its slot group (`--group-by`, on Kubernetes a
+    /// Node label such as `topology.kubernetes.io/zone`).
+    pub group_by: Option<String>,
+    /// The fleet's slot groups' rules this agent configures (`None`: leaves them as stored).
+    pub group_rules: Option<GroupRules>,
     /// How often a blocked node asks its blockers again (and how long an answer is reused).
     pub blocker_interval: Duration,
     /// A command whose success says the node needs a reboot, run every so often; its verdict
@@ -151,6 +158,9 @@ impl AgentConfig {
             hours: None,
             batches: None,
             failure_budget: None,
+            group: None,
+            group_by: None,
+            group_rules: None,
             blocker_interval: BLOCKER_INTERVAL,
             reboot_sentinel_command: None,
         }

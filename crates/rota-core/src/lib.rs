@@ -16,6 +16,7 @@
 //! - [`schedule`](mod@schedule): who takes a slot next, the queue's one rule (§3, §4);
 //! - [`rollout`]: a rollout's batches, which widen as nodes finish healthy, and its failure
 //!   budget (§3);
+//! - [`groups`]: the slot groups' rules, one setting of the fleet;
 //! - [`grants`]: what a Kubernetes scheduler does on its read of the fleet: the grants of
 //!   `schedule`, and the Leases it takes back;
 //! - [`plan`]: a forecast of the turns to come, the queue played forward by `schedule`;
@@ -25,6 +26,7 @@
 pub mod backoff;
 pub mod decision;
 pub mod grants;
+pub mod groups;
 pub mod hours;
 pub mod labels;
 pub mod lifecycle;
@@ -39,6 +41,7 @@ pub mod schedule;
 
 pub use backoff::BackoffPolicy;
 pub use decision::{Decision, Millis, WindowChange, wakes};
+pub use groups::{GroupRules, GroupRulesError};
 pub use hours::{Hours, HoursError, HoursProblem, MaintenanceHours};
 pub use labels::{check_label_key, check_label_value};
 pub use lifecycle::{

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 
 use crate::decision::Millis;
+use crate::groups::GroupRules;
 use crate::lifecycle::NodeState;
 use crate::names::NodeName;
 use crate::rollout::Batches;
@@ -19,6 +20,7 @@ use crate::schedule::{Held, Limits, Waiter, schedule};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlanNode {
     pub node: NodeName,
+    pub group: Option<String>,
     pub now: Now,
 }
 
@@ -136,6 +138,7 @@ impl Plan {
 pub struct Rules {
     pub concurrency: u32,
     pub batches: Batches,
+    pub groups: GroupRules,
     /// Nodes finished healthy in the rollout so far.
     pub finished: u32,
 }
@@ -144,8 +147,14 @@ pub struct Rules {
 pub fn plan(nodes: &[PlanNode], rules: &Rules, durations: &StepDurations, now: Millis) -> Plan {
     let window = durations.window();
     let mut plan = Plan::default();
-    // (slot, node, expected end)
+    // (slot, node, expected end), and the node's group.
     let mut held: Vec<(u32, NodeName, Millis)> = Vec::new();
+    let group_of = |node: &NodeName| {
+        nodes
+            .iter()
+            .find(|n| &n.node == node)
+            .and_then(|n| n.group.clone())
+    };
     let mut waiters: Vec<Waiter> = Vec::new();
     for node in nodes {
         match &node.now {
@@ -173,7 +182,7 @@ pub fn plan(nodes: &[PlanNode], rules: &Rules, durations: &StepDurations, now: M
                 place: *place,
                 blocked: false,
                 alive: true,
-                group: None,
+                group: node.group.clone(),
             }),
             Now::HeldBack { reason } => plan.held_back.push((node.node.clone(), reason.clone())),
         }
@@ -189,12 +198,15 @@ pub fn plan(nodes: &[PlanNode], rules: &Rules, durations: &StepDurations, now: M
         finished = finished.saturating_add(u32::try_from(before - held.len()).unwrap_or(0));
         let holding: Vec<Held> = held
             .iter()
-            .map(|(slot, _, _)| Held {
+            .map(|(slot, node, _)| Held {
                 slot: *slot,
-                group: None,
+                group: group_of(node),
             })
             .collect();
-        let limits = Limits::rollout(rules.concurrency, &rules.batches, finished);
+        let limits =
+            rules
+                .groups
+                .limits(Limits::rollout(rules.concurrency, &rules.batches, finished));
         let granted = schedule(&waiters, &holding, &limits, t).grants;
         for grant in &granted {
             held.push((grant.slot, grant.node.clone(), t + window));

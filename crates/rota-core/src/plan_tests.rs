@@ -11,6 +11,7 @@ fn name(n: &str) -> NodeName {
 fn queued(n: &str, place: Millis) -> PlanNode {
     PlanNode {
         node: name(n),
+        group: None,
         now: Now::Queued { place },
     }
 }
@@ -31,6 +32,7 @@ fn rules(concurrency: u32, batches: Batches) -> Rules {
     Rules {
         concurrency,
         batches,
+        groups: GroupRules::default(),
         finished: 0,
     }
 }
@@ -74,6 +76,7 @@ fn a_window_open_now_ends_when_its_remaining_states_are_done() {
     let nodes = [
         PlanNode {
             node: name("a"),
+            group: None,
             // Rebooting for 1 s of its 4: 3 s, then 1 s verifying.
             now: Now::InWindow {
                 slot: 0,
@@ -121,6 +124,7 @@ fn nodes_held_back_are_named_and_not_planned() {
     let nodes = [
         PlanNode {
             node: name("paused"),
+            group: None,
             now: Now::HeldBack {
                 reason: "the fleet is paused".into(),
             },
@@ -136,6 +140,7 @@ fn nodes_held_back_are_named_and_not_planned() {
     // A failed node keeps its slot: with one slot, nobody goes.
     let failed = PlanNode {
         node: name("failed"),
+        group: None,
         now: Now::Failed { slot: 0 },
     };
     let stuck = super::plan(
@@ -229,4 +234,32 @@ proptest! {
             prop_assert!(open <= usize::try_from(concurrency).unwrap_or(usize::MAX));
         }
     }
+}
+
+#[test]
+fn groups_in_turn_are_planned_one_after_the_other() {
+    let in_zone = |n: &str, place: Millis, zone: &str| PlanNode {
+        group: Some(zone.to_string()),
+        ..queued(n, place)
+    };
+    let nodes = [
+        in_zone("b1", 1, "zone-b"),
+        in_zone("a1", 2, "zone-a"),
+        in_zone("a2", 3, "zone-a"),
+        in_zone("b2", 4, "zone-b"),
+    ];
+    let rules = Rules {
+        groups: "in-turn".parse().expect("rules"),
+        ..rules(2, Batches::All)
+    };
+    let plan = plan(&nodes, &rules, &durations(), 10);
+    assert_eq!(
+        starts(&plan),
+        [
+            ("a1".into(), 10, 10 + W),
+            ("a2".into(), 10, 10 + W),
+            ("b1".into(), 10 + W, 10 + 2 * W),
+            ("b2".into(), 10 + W, 10 + 2 * W),
+        ]
+    );
 }

@@ -34,6 +34,8 @@ pub struct NodeRecord {
     pub last_result_at: Option<Millis>,
     /// Why the node's agent holds back (a blocker, the fleet's pause), while it does.
     pub blocked: Option<Blocked>,
+    /// The slot group the node belongs to (a zone, a pool), as its agent last recorded it.
+    pub group: Option<String>,
 }
 
 /// Why a node's agent waits instead of taking a slot or rebooting, and since when.
@@ -63,6 +65,7 @@ impl NodeRecord {
             last_result: None,
             last_result_at: None,
             blocked: None,
+            group: None,
         }
     }
 
@@ -159,6 +162,8 @@ pub struct NodeFields {
     pub reboot_started_at: Option<Option<Millis>>,
     pub reboot_deadline: Option<Option<Millis>>,
     pub last_reboot_at: Option<Millis>,
+    /// The node's slot group, recorded as it queues.
+    pub group: Option<Option<String>>,
 }
 
 /// One transition of the node lifecycle, written atomically, fenced by the writer's session, and
@@ -514,6 +519,9 @@ impl Applying {
         }
         if let Some(at) = f.last_reboot_at {
             record.last_reboot_at = Some(at);
+        }
+        if let Some(group) = &f.group {
+            record.group.clone_from(group);
         }
         match &t.window {
             WindowChange::Queue { queued_at } => record.queued_at = *queued_at,

@@ -129,6 +129,10 @@ fn bad_values_fail_helm_template_with_a_clear_message() -> Result<()> {
             "at '/agent/batches': 'fast' does not match pattern",
         ),
         (
+            "agent.groupLimits=[\"zone a=1\"]",
+            "at '/agent/groupLimits/0': 'zone a=1' does not match pattern",
+        ),
+        (
             "blockers.prometheus.url=\"prometheus:9090\"",
             "at '/blockers/prometheus/url'",
         ),
@@ -664,5 +668,51 @@ fn the_chart_renders_the_rollout_the_agents_may_store() -> Result<()> {
         .parse()
         .context("rota reads it")?;
     ensure!(rollout.to_string() == "batches=exponential;failure-budget=10%");
+    Ok(())
+}
+
+/// The slot groups: the agents' flags, and the rules the node-scoped policy lets them store,
+/// exactly as rota writes the rules those flags give.
+#[test]
+fn the_chart_renders_the_slot_groups_as_agent_flags_and_the_rules_they_store() -> Result<()> {
+    if chart::skipped() {
+        return Ok(());
+    }
+    let ours = ["--group"];
+    ensure!(agent_flags(&[], &ours)?.is_empty(), "no groups by default");
+    let sets = [
+        "agent.groupBy=\"topology.kubernetes.io/zone\"",
+        "agent.groupLimits=[\"zone-b=2\",1,\"zone-a=3\"]",
+        "agent.groupsInTurn=true",
+    ];
+    let flags = agent_flags(&sets, &ours)?;
+    ensure!(
+        flags
+            == [
+                "--group-by=topology.kubernetes.io/zone",
+                "--group-limit=zone-b=2",
+                "--group-limit=1",
+                "--group-limit=zone-a=3",
+                "--groups-in-turn",
+            ],
+        "{flags:?}"
+    );
+    let policy = chart::rendered("rota", &sets, Some("templates/authority.yaml"))?;
+    let expression = policy
+        .lines()
+        .skip_while(|l| l.trim() != "- name: groups")
+        .nth(1)
+        .map(|l| l.trim().to_string());
+    let mut rules = rota_core::GroupRules {
+        in_turn: true,
+        ..rota_core::GroupRules::default()
+    };
+    for part in ["zone-b=2", "*=1", "zone-a=3"] {
+        rules.add(part).context("a rule")?;
+    }
+    ensure!(
+        expression == Some(format!("expression: \"'{rules}'\"")),
+        "{expression:?} is not rota's {rules}"
+    );
     Ok(())
 }

@@ -104,6 +104,9 @@ pub struct RotaNodeStatus {
     /// When `lastResult` was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_result_at: Option<Timestamp>,
+    /// The slot group the node belongs to (the value of its Node's `--group-by` label).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
     /// Why the node's agent holds back (a blocker, the fleet's pause), while it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked: Option<BlockedStatus>,

@@ -277,7 +277,11 @@ impl Fleet {
                 rollout::finished(&records.collect::<Vec<_>>(), settings.resumed_at)
             }
         };
-        let limits = Limits::rollout(settings.concurrency.unwrap_or(1), batches, finished);
+        let limits = settings.groups.limits(Limits::rollout(
+            settings.concurrency.unwrap_or(1),
+            batches,
+            finished,
+        ));
         let take_up = i64::try_from(take_up.as_millis()).unwrap_or(i64::MAX);
         let decided = decide(&nodes, &leases, &limits, now_millis(), take_up);
         Ok((decided, read))
@@ -344,7 +348,7 @@ fn view(node: &RotaNode, paused: bool) -> Option<NodeView> {
         queued,
         blocked: paused || status.is_some_and(|s| s.blocked.is_some()),
         alive: node.spec.withdrawn.is_none(),
-        group: None,
+        group: status.and_then(|s| s.group.clone()),
         grant,
         taken_up: taken.is_some(),
         since: status.map_or(0, |s| s.since.0),

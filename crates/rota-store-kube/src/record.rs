@@ -35,6 +35,7 @@ pub fn new_status(now: Millis) -> RotaNodeStatus {
         queued_at: None,
         last_result: None,
         last_result_at: None,
+        group: None,
         blocked: None,
         requests: Vec::new(),
         backoff: Vec::new(),
@@ -80,6 +81,7 @@ pub fn node_record(node: &NodeName, status: &RotaNodeStatus) -> NodeRecord {
         queued_at: status.queued_at.map(|t| t.0),
         last_result: status.last_result.clone(),
         last_result_at: status.last_result_at.map(|t| t.0),
+        group: status.group.clone(),
         blocked: status.blocked.as_ref().map(|b| Blocked {
             reason: b.reason.clone(),
             since: b.since.0,
@@ -279,6 +281,7 @@ fn set_record(status: &mut RotaNodeStatus, record: &NodeRecord) {
     status.queued_at = record.queued_at.map(Timestamp);
     status.last_result = record.last_result.clone();
     status.last_result_at = record.last_result_at.map(Timestamp);
+    status.group.clone_from(&record.group);
     status.blocked = record.blocked.as_ref().map(|b| BlockedStatus {
         reason: b.reason.clone(),
         since: Timestamp(b.since),

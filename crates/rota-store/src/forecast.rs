@@ -36,6 +36,7 @@ pub async fn forecast(store: &dyn Store, now: Millis) -> Result<Forecast> {
     let rules = Rules {
         concurrency: settings.concurrency.unwrap_or(1),
         batches: settings.rollout.batches.clone(),
+        groups: settings.groups.clone(),
         finished: rollout::finished(fleet.nodes.iter().map(|n| &n.record), settings.resumed_at),
     };
     Ok(Forecast {
@@ -51,6 +52,7 @@ fn plan_node(node: &NodeOverview, settings: &Settings, now: Millis) -> Option<Pl
     let at = |now: Now| {
         Some(PlanNode {
             node: record.node.clone(),
+            group: record.group.clone(),
             now,
         })
     };

@@ -1,4 +1,4 @@
-use rota_core::{HistoryEvent, NodeName, NodeState, ProcedureSpec, Process, Rollout};
+use rota_core::{GroupRules, HistoryEvent, NodeName, NodeState, ProcedureSpec, Process, Rollout};
 // The core's record, its writes, time unit and window change are the stores' too: a store
 // reads the record, lets the core decide a write, and persists the answer.
 pub use rota_core::{
@@ -95,6 +95,8 @@ pub struct Settings {
     pub resumed_at: Option<Millis>,
     /// How the rollout widens, and its failure budget.
     pub rollout: Rollout,
+    /// The slot groups' limits, and whether they go in turn.
+    pub groups: GroupRules,
 }
 
 /// One change of the fleet's settings.
@@ -109,6 +111,8 @@ pub enum Setting {
     Resume,
     /// The rollout's batches and failure budget.
     Rollout(Rollout),
+    /// The slot groups' rules.
+    Groups(GroupRules),
 }
 
 impl Setting {
@@ -117,7 +121,10 @@ impl Setting {
     pub(crate) fn wakes(&self) -> u64 {
         match self {
             // A rollout's new batches may widen it.
-            Setting::Concurrency(_) | Setting::Resume | Setting::Rollout(_) => crate::WAKE_ALL,
+            Setting::Concurrency(_)
+            | Setting::Resume
+            | Setting::Rollout(_)
+            | Setting::Groups(_) => crate::WAKE_ALL,
             Setting::Pause { .. } => 0,
         }
     }
@@ -255,6 +262,12 @@ impl Pause {
 /// The stored rollout (`rota_meta.rollout`, `rota-config.data.rollout`); none is the default.
 pub fn rollout_setting(value: Option<&str>) -> crate::Result<Rollout> {
     Ok(decode_setting("rollout", value, str::parse::<Rollout>)?.unwrap_or_default())
+}
+
+/// The stored slot groups' rules (`rota_meta.groups`, `rota-config.data.groups`); none is the
+/// default: no group limit.
+pub fn groups_setting(value: Option<&str>) -> crate::Result<GroupRules> {
+    Ok(decode_setting("groups", value, str::parse::<GroupRules>)?.unwrap_or_default())
 }
 
 /// Reads one value of the store's key-value settings with `read` (a pause is JSON, the time

@@ -5,7 +5,7 @@ use rota_core::{Held, Limits, Turn, Waiter, schedule};
 
 use crate::error::{Error, Result};
 use crate::model::Session;
-use crate::model::rollout_setting;
+use crate::model::{groups_setting, rollout_setting};
 use crate::rows::stored_slot_if_any;
 use crate::rows::{JsonRow, SqlRow, concurrency, field, json_rows, parse, stored_slot};
 use crate::sql::Dialect;
@@ -39,23 +39,25 @@ pub(crate) fn look_sql<DB: Dialect>(locked: bool) -> String {
          SELECT me.now, me.current, \
            (SELECT value FROM rota_meta WHERE key = 'concurrency') AS concurrency, \
            (SELECT value FROM rota_meta WHERE key = 'rollout') AS rollout, \
+           (SELECT value FROM rota_meta WHERE key = 'groups') AS groups, \
            CASE WHEN EXISTS (SELECT 1 FROM rota_meta WHERE key = 'rollout') \
              THEN (SELECT count(*) FROM nodes f WHERE f.last_result = '{finished}' \
                AND f.last_result_at >= COALESCE((SELECT CAST(value AS BIGINT) FROM rota_meta \
                  WHERE key = 'resumed_at'), 0)) ELSE 0 END AS finished, \
            (SELECT slot FROM held WHERE holder = $1) AS own, \
-           (SELECT {held} FROM held) AS held, \
+           (SELECT {held} FROM held h LEFT JOIN nodes g ON g.node = h.holder) AS held, \
            (SELECT {queue} FROM nodes q LEFT JOIN sessions s ON s.id = q.session_id \
              WHERE q.state = 'queued' AND q.queued_at IS NOT NULL \
              AND q.node NOT IN (SELECT holder FROM held)) AS queue \
          FROM me",
         now = DB::NOW,
         finished = rota_core::rollout::FINISHED,
-        held = DB::json_objects("'slot', slot", "slot"),
+        held = DB::json_objects("'slot', h.slot, 'group', g.group_name", "h.slot"),
         queue = DB::json_objects(
             "'node', q.node, 'queued_at', q.queued_at, \
              'blocked', CASE WHEN q.blocked_reason IS NULL THEN 0 ELSE 1 END, \
-             'alive', CASE WHEN NOT s.superseded AND s.deadline > me.now THEN 1 ELSE 0 END",
+             'alive', CASE WHEN NOT s.superseded AND s.deadline > me.now THEN 1 ELSE 0 END, \
+             'group', q.group_name",
             "q.queued_at, q.node"
         ),
     )
@@ -84,7 +86,7 @@ pub(crate) fn look(row: Option<impl SqlRow>, session: &Session) -> Result<Look> 
         .map(|slot| {
             Ok(Held {
                 slot: stored_slot("slots.slot", field(slot, "slots.slot")?)?,
-                group: None,
+                group: field(slot, "nodes.group")?,
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -96,7 +98,7 @@ pub(crate) fn look(row: Option<impl SqlRow>, session: &Session) -> Result<Look> 
             place: field(w, "nodes.queued_at")?,
             blocked: field::<u8>(w, "nodes.blocked")? != 0,
             alive: field::<u8>(w, "nodes.alive")? != 0,
-            group: None,
+            group: field(w, "nodes.group")?,
         })
     };
     let queue: Vec<Waiter> = json_rows("nodes", row.column("queue")?)?
@@ -111,7 +113,8 @@ pub(crate) fn look(row: Option<impl SqlRow>, session: &Session) -> Result<Look> 
         .collect();
     let rollout = rollout_setting(row.column::<Option<String>>("rollout")?.as_deref())?;
     let finished = u32::try_from(row.column::<i64>("finished")?).unwrap_or(u32::MAX);
-    let limits = Limits::rollout(concurrency, &rollout.batches, finished);
+    let groups = groups_setting(row.column::<Option<String>>("groups")?.as_deref())?;
+    let limits = groups.limits(Limits::rollout(concurrency, &rollout.batches, finished));
     let schedule = schedule(&queue, &held, &limits, now);
     // A node that is not queued waits for its own change, counted as one.
     Ok(Look::Turn(

@@ -93,7 +93,7 @@ pub(crate) fn stored_slot_if_any(column: &'static str, value: Option<i64>) -> Re
 
 pub(crate) const NODE_COLUMNS: &str = "n.node, n.state, n.since, n.process, n.pre_cordoned, \
     n.cordoned_by_rota, n.boot_id, n.reboot_started_at, n.reboot_deadline, n.last_reboot_at, \
-    n.queued_at, n.last_result, n.last_result_at, n.blocked_reason, n.blocked_since, s.slot";
+    n.queued_at, n.last_result, n.last_result_at, n.group_name, n.blocked_reason, n.blocked_since, s.slot";
 
 /// A node's row with its open requests and backoffs, as JSON arrays in the columns `requests`
 /// and `backoffs`.
@@ -187,6 +187,7 @@ fn node_fields(row: &impl SqlRow, node: NodeName) -> Result<NodeRecord> {
         queued_at: row.column("queued_at")?,
         last_result: row.column("last_result")?,
         last_result_at: row.column("last_result_at")?,
+        group: row.column("group_name")?,
         blocked: blocked(row.column("blocked_reason")?, row.column("blocked_since")?),
     })
 }

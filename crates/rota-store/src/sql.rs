@@ -21,7 +21,7 @@ use crate::history::{history_of, history_sql};
 use crate::model::{
     Acquire, BackoffRecord, Fleet, History, HistoryFilter, Millis, NodeOverview, NodeRecord, Part,
     Pause, ProcedureRecord, RequestRecord, Session, Setting, Settings, Writer, Written,
-    decode_setting, rollout_setting,
+    decode_setting, groups_setting, rollout_setting,
 };
 use crate::queue::{self, Look};
 use crate::rows::{
@@ -125,11 +125,11 @@ pub(crate) struct Read {
     pub(crate) now: i64,
 }
 
-/// The update of a node's row `$1` to a record, with [`Sql::bind_row`]'s parameters `$2` to `$15`.
+/// The update of a node's row `$1` to a record, with [`Sql::bind_row`]'s parameters `$2` to `$16`.
 pub(crate) const UPDATE_NODE: &str = "UPDATE nodes SET state = $2, since = $3, process = $4, \
      pre_cordoned = $5, cordoned_by_rota = $6, boot_id = $7, reboot_started_at = $8, \
      reboot_deadline = $9, last_reboot_at = $10, queued_at = $11, last_result = $12, \
-     blocked_reason = $13, blocked_since = $14, last_result_at = $15 WHERE node = $1";
+     blocked_reason = $13, blocked_since = $14, last_result_at = $15, group_name = $16 WHERE node = $1";
 
 /// What a write changed beside the node's row, each a JSON array of objects that a statement
 /// reads as rows ([`Dialect::json_rows`]), so that a change of any size is one statement.
@@ -301,6 +301,7 @@ where
             .bind(record.blocked.as_ref().map(|b| b.reason.as_str()))
             .bind(record.blocked.as_ref().map(|b| b.since))
             .bind(record.last_result_at)
+            .bind(record.group.as_deref())
     }
 
     /// A write's decision: the node's record, fenced by the writer's session when an agent
@@ -455,6 +456,7 @@ where
                 str::parse,
             )?,
             rollout: rollout_setting(value("rollout").as_deref())?,
+            groups: groups_setting(value("groups").as_deref())?,
         })
     }
 
@@ -686,6 +688,10 @@ where
             }
             Setting::Rollout(rollout) => {
                 Self::set_meta(conn, "rollout", Some(rollout.to_string())).await?;
+                Ok(None)
+            }
+            Setting::Groups(groups) => {
+                Self::set_meta(conn, "groups", Some(groups.to_string())).await?;
                 Ok(None)
             }
             Setting::Resume => {

@@ -61,6 +61,10 @@ fn config(args: AgentArgs) -> AgentConfig {
         hours,
         failure_budget,
         batches,
+        group,
+        group_by,
+        group_limit,
+        groups_in_turn,
         sentinels,
         timing,
         backoff,
@@ -81,6 +85,23 @@ fn config(args: AgentArgs) -> AgentConfig {
     config.hours = rota_core::MaintenanceHours::new(hours).ok();
     config.failure_budget = failure_budget;
     config.batches = batches;
+    config.group = group;
+    config.group_by = group_by;
+    config.group_rules = (!group_limit.is_empty() || groups_in_turn).then(|| {
+        let mut rules = rota_core::GroupRules {
+            in_turn: groups_in_turn,
+            ..rota_core::GroupRules::default()
+        };
+        for (name, limit) in group_limit {
+            match name {
+                Some(name) => {
+                    rules.limits.insert(name, limit);
+                }
+                None => rules.each = Some(limit),
+            }
+        }
+        rules
+    });
     config.blocker_interval = blockers.blocker_interval.into();
     config.host_root = host_root;
     config.reboot_sentinels = sentinels.reboot_sentinels;

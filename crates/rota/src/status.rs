@@ -1,7 +1,7 @@
 //! `rota status`: one row per node.
 
 use anyhow::Result;
-use rota_core::{NodeName, NodeState, Process, Rollout};
+use rota_core::{GroupRules, NodeName, NodeState, Process, Rollout};
 use rota_store::{BackoffRecord, Millis, NodeRecord, Pause, SlotHolder, Store, now_millis};
 use serde::Serialize;
 
@@ -26,6 +26,9 @@ pub struct StatusRow {
     pub last_result: Option<String>,
     /// Why the node's agent holds back (a blocker, the fleet's pause), while it does.
     pub blocked: Option<BlockedRow>,
+    /// The node's slot group, if it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
     #[serde(skip)]
     since_millis: Millis,
     #[serde(skip)]
@@ -57,6 +60,8 @@ pub struct Summary {
     /// What holds every node's turn back, as the store says (no scheduler runs).
     pub notice: Option<String>,
     pub rollout: RolloutSummary,
+    /// The slot groups' rules.
+    pub groups: GroupRules,
 }
 
 /// The rollout's rules and how far it got.
@@ -125,6 +130,7 @@ pub fn row(facts: &NodeFacts, holders: &[SlotHolder], now: Millis) -> StatusRow 
             reason: b.reason.clone(),
             since: output::rfc3339(b.since),
         }),
+        group: record.group.clone(),
         since_millis: record.since,
         backoff_millis,
     }
@@ -156,6 +162,9 @@ pub fn summary_line(summary: &Summary) -> String {
     } else {
         format!("{slots} ({who})")
     };
+    if !summary.groups.is_default() {
+        line.push_str(&format!("\nslot groups: {}", summary.groups));
+    }
     if let Some(rollout) = summary.rollout.line(summary.concurrency) {
         line.push('\n');
         line.push_str(&rollout);
@@ -181,8 +190,13 @@ pub fn render_table(summary: &Summary, rows: &[StatusRow], now: Millis) -> Strin
         text.push_str("no nodes known to the store\n");
         return text;
     }
-    let header = [
-        "NODE",
+    // The GROUP column only in a fleet with groups.
+    let grouped = rows.iter().any(|r| r.group.is_some());
+    let mut header = vec!["NODE"];
+    if grouped {
+        header.push("GROUP");
+    }
+    header.extend([
         "STATE",
         "SLOT",
         "PROCESS",
@@ -191,12 +205,15 @@ pub fn render_table(summary: &Summary, rows: &[StatusRow], now: Millis) -> Strin
         "BACKOFF",
         "LAST RESULT",
         "BLOCKED",
-    ];
+    ]);
     text.push_str(&output::table(
         &header,
         rows.iter().map(|r| {
-            vec![
-                r.node.to_string(),
+            let mut cells = vec![r.node.to_string()];
+            if grouped {
+                cells.push(output::cell(r.group.as_deref()));
+            }
+            cells.extend([
                 r.state.to_string(),
                 output::cell(r.slot),
                 output::cell(r.process.as_ref()),
@@ -205,7 +222,8 @@ pub fn render_table(summary: &Summary, rows: &[StatusRow], now: Millis) -> Strin
                 output::cell(r.backoff_millis.map(|b| output::relative(b, now))),
                 output::cell(r.last_result.as_deref()),
                 output::cell(r.blocked.as_ref().map(|b| b.reason.as_str())),
-            ]
+            ]);
+            cells
         }),
     ));
     text
@@ -253,6 +271,7 @@ pub async fn gather(store: &dyn Store) -> Result<(Vec<NodeFacts>, Summary)> {
             paused: settings.pause,
             notice: fleet.notice,
             rollout,
+            groups: settings.groups,
         },
     ))
 }
@@ -357,6 +376,7 @@ mod tests {
                 paused: None,
                 notice: None,
                 rollout: RolloutSummary::default(),
+                groups: GroupRules::default(),
             },
         )
     }
@@ -382,6 +402,7 @@ mod tests {
             paused: None,
             notice: None,
             rollout: RolloutSummary::default(),
+            groups: GroupRules::default(),
         };
         insta::assert_snapshot!(render_table(&summary, &[], NOW), @r"
         concurrency not set, 0 slots held
@@ -401,6 +422,7 @@ mod tests {
                     .into(),
             ),
             rollout: RolloutSummary::default(),
+            groups: GroupRules::default(),
         };
         insta::assert_snapshot!(render_table(&summary, &[], NOW), @r"
         concurrency 1, 0 of 1 slots held
@@ -421,6 +443,7 @@ mod tests {
             }),
             notice: None,
             rollout: RolloutSummary::default(),
+            groups: GroupRules::default(),
         };
         insta::assert_snapshot!(render_table(&summary, &[], NOW), @r"
         concurrency 1, 0 of 1 slots held
@@ -444,9 +467,11 @@ mod tests {
                 since: Some(NOW - 3_600_000),
                 finished: 1,
             },
+            groups: "*=1;in-turn".parse().expect("rules"),
         };
         insta::assert_snapshot!(render_table(&summary, &[], NOW), @r"
         concurrency 4, 0 of 4 slots held
+        slot groups: *=1;in-turn
         rollout since 2024-05-01T09:00:00Z: batches exponential, 2 at once now (1 node finished healthy); failure budget 10%
 
         no nodes known to the store

@@ -237,6 +237,17 @@ impl Agent {
         Some(labels)
     }
 
+    /// The node's slot group as it queues: `--group`, or the value of its `--group-by` label
+    /// (no value: no group). `None` leaves the recorded group: no group is configured, or the
+    /// labels cannot be read now.
+    pub(super) async fn group(&self) -> Option<Option<String>> {
+        if let Some(group) = &self.config.group {
+            return Some(Some(group.clone()));
+        }
+        let key = self.config.group_by.as_ref()?;
+        Some(self.labels().await?.get(key).cloned())
+    }
+
     pub(super) async fn procedure_map(&self) -> Result<Procedures> {
         Ok(self
             .store

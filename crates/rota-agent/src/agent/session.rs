@@ -133,6 +133,7 @@ impl Agent {
         if config.concurrency.is_none()
             && config.batches.is_none()
             && config.failure_budget.is_none()
+            && config.group_rules.is_none()
         {
             return Ok(());
         }
@@ -159,6 +160,12 @@ impl Agent {
         if configured && rollout != settings.rollout {
             warn!(from = %settings.rollout, to = %rollout, "changing the fleet's rollout");
             self.store.set(Setting::Rollout(rollout)).await?;
+        }
+        if let Some(groups) = &config.group_rules
+            && *groups != settings.groups
+        {
+            warn!(from = %settings.groups, to = %groups, "changing the fleet's slot groups");
+            self.store.set(Setting::Groups(groups.clone())).await?;
         }
         Ok(())
     }

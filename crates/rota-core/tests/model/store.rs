@@ -112,6 +112,7 @@ fn digest(overview: &NodeOverview, closed: &[RequestRecord]) -> u64 {
         last_result,
         last_result_at,
         blocked,
+        group,
     } = record;
     (
         node,
@@ -124,7 +125,7 @@ fn digest(overview: &NodeOverview, closed: &[RequestRecord]) -> u64 {
     )
         .hash(h);
     (boot_id, reboot_started_at, reboot_deadline, last_reboot_at).hash(h);
-    (queued_at, last_result, last_result_at).hash(h);
+    (queued_at, last_result, last_result_at, group).hash(h);
     blocked
         .as_ref()
         .map(|Blocked { reason, since }| (reason, since))

@@ -33,6 +33,9 @@ pub(crate) const CONCURRENCY_KEY: &str = "concurrency";
 /// The rota-config key that holds the rollout's batches and failure budget.
 pub(crate) const ROLLOUT_KEY: &str = "rollout";
 
+/// The rota-config key that holds the slot groups' rules.
+pub(crate) const GROUPS_KEY: &str = "groups";
+
 /// The Procedures' fingerprint, which the scheduler publishes (see
 /// `watches::procedures_fingerprint`).
 pub const PROCEDURES_KEY: &str = "procedures";
@@ -166,6 +169,12 @@ impl KubeStore {
                     .await?;
                 Ok(None)
             }
+            Setting::Groups(groups) => {
+                let value = groups.to_string();
+                self.update_config(GROUPS_KEY, |_| Ok((value.clone(), ())))
+                    .await?;
+                Ok(None)
+            }
             Setting::Pause { reason } => {
                 let pause = Pause {
                     reason,
@@ -208,6 +217,7 @@ pub fn settings_of(map: Option<&ConfigMap>) -> Result<Settings> {
         pause: rota_store::decode_setting(PAUSED_COLUMN, value(PAUSED_KEY), Pause::decode)?,
         resumed_at: rota_store::decode_setting(RESUMED_COLUMN, value(RESUMED_KEY), str::parse)?,
         rollout: rota_store::rollout_setting(value(ROLLOUT_KEY))?,
+        groups: rota_store::groups_setting(value(GROUPS_KEY))?,
     })
 }
 

@@ -35,6 +35,8 @@ CREATE TABLE nodes (
     last_result       TEXT,
     -- When last_result was recorded: a rollout counts the nodes that finished since it began.
     last_result_at    INTEGER,
+    -- The slot group the node belongs to (a zone, a pool), as its agent recorded it.
+    group_name        TEXT,
     -- Why the node's agent holds back (a blocker, the fleet's pause), and since when; NULL
     -- while nothing does.
     blocked_reason    TEXT,

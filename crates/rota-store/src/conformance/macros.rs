@@ -56,6 +56,7 @@ macro_rules! conformance_tests {
             a_postponed_window_requeues_its_work_without_backoff,
             resume_starts_a_new_rollout,
             a_rollout_widens_as_its_nodes_finish_healthy,
+            slot_groups_keep_their_limits_and_go_in_turn,
             procedures_are_stored_once_and_immutable,
             a_procedure_is_requested_once_per_node_ever,
             completing_a_request_keeps_the_window_open,

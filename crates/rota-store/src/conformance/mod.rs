@@ -6,6 +6,7 @@
 mod audit;
 mod blocked;
 mod failures;
+mod groups;
 mod history;
 mod macros;
 mod pause;
@@ -32,6 +33,7 @@ pub use self::failures::{
     drain_failure_releases_slot_and_requeues_requests, retry_resumes_a_failed_node,
     unlock_frees_a_failed_node,
 };
+pub use self::groups::slot_groups_keep_their_limits_and_go_in_turn;
 pub use self::history::{
     history_is_ordered_and_filterable, steps_record_every_state_a_node_enters,
 };

@@ -92,23 +92,23 @@ async fn persist(
     let written = "EXISTS (SELECT 1 FROM node_row)";
     let after_moved = format!("(SELECT count(*) FROM moved) >= 0 AND {written}");
     let [moved, cleared, set, history, opened] = change_sql::<Postgres>(
-        ["$17", "$18", "$19", "$20", "$21"],
+        ["$18", "$19", "$20", "$21", "$22"],
         [written, written, written, written, &after_moved],
     );
     let sql = format!(
         "WITH node_row AS ( \
-           {UPDATE_NODE} AND xmin::TEXT = $24 AND ($25::BIGINT IS NULL \
-               OR EXISTS (SELECT 1 FROM sessions se WHERE se.id = $25 \
+           {UPDATE_NODE} AND xmin::TEXT = $25 AND ($26::BIGINT IS NULL \
+               OR EXISTS (SELECT 1 FROM sessions se WHERE se.id = $26 \
                  AND se.id = nodes.session_id AND NOT se.superseded \
                  AND se.deadline > rota_now_ms())) \
            RETURNING node, xmin::TEXT AS version \
          ), released AS ( \
-           UPDATE slot_rows SET holder = NULL, acquired_at = NULL WHERE $16 AND holder = $1 \
+           UPDATE slot_rows SET holder = NULL, acquired_at = NULL WHERE $17 AND holder = $1 \
              AND {written} RETURNING slot \
          ), moved AS ({moved}), cleared AS ({cleared}), backed_off AS ({set}), \
            appended AS ({history}), opened AS ({opened}), notified AS ( \
-           SELECT pg_notify($22, $23) WHERE $23 IS NOT NULL AND {written} \
-             AND (NOT $26 OR EXISTS (SELECT 1 FROM opened)) \
+           SELECT pg_notify($23, $24) WHERE $24 IS NOT NULL AND {written} \
+             AND (NOT $27 OR EXISTS (SELECT 1 FROM opened)) \
          ) \
          SELECT o.*, (SELECT count(*) FROM notified) AS notified, \
            (SELECT version FROM node_row) AS version FROM ( \

@@ -12,9 +12,9 @@ use rota_kube_actions::Selector;
 use rota_notify::{EventKind, Template, Webhook};
 
 use super::parse::{
-    NodeLabelArg, batches, command_text, concurrency, duration, failure_budget, host_path, hours,
-    json_webhook, label, node_labels, notify_template, positive_duration, positive_span,
-    slack_webhook, span, taint_key, wait_completed_selector,
+    NodeLabelArg, batches, command_text, concurrency, duration, failure_budget, group_by,
+    group_limit, group_name, host_path, hours, json_webhook, label, node_labels, notify_template,
+    positive_duration, positive_span, slack_webhook, span, taint_key, wait_completed_selector,
 };
 use super::{BackoffArgs, NodeActionsKind, StoreArgs};
 
@@ -89,6 +89,24 @@ pub struct AgentArgs {
     /// the concurrency. `rota resume` starts a new rollout, narrow again.
     #[arg(long, value_name = "BATCHES", env = "ROTA_BATCHES", value_parser = batches)]
     pub batches: Option<Batches>,
+    /// This node's slot group (a rack, a pool), for `--group-limit` and `--groups-in-turn`.
+    #[arg(long, value_name = "NAME", env = "ROTA_GROUP", value_parser = group_name, conflicts_with = "group_by")]
+    pub group: Option<String>,
+    /// The label whose value is this node's slot group: on Kubernetes a label of its Node,
+    /// such as topology.kubernetes.io/zone or a node pool's; elsewhere one of --node-label.
+    #[arg(long, value_name = "LABEL", env = "ROTA_GROUP_BY", value_parser = group_by)]
+    pub group_by: Option<String>,
+    /// A limit of the slot groups (repeatable): `N` for every group, `NAME=N` for one group.
+    /// A node takes a turn only when both the concurrency and its group's limit allow it.
+    ///
+    /// A setting of the fleet, like the concurrency: the agent stores the groups' rules (these
+    /// and --groups-in-turn) as it starts.
+    #[arg(long, value_name = "[NAME=]N", value_parser = group_limit)]
+    pub group_limit: Vec<(Option<String>, u32)>,
+    /// One slot group at a time: the group that holds slots goes on until it holds none, then
+    /// the next group by name (finish zone-a before zone-b starts).
+    #[arg(long)]
+    pub groups_in_turn: bool,
     #[command(flatten)]
     pub sentinels: SentinelArgs,
     #[command(flatten)]

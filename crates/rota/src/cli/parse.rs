@@ -122,6 +122,35 @@ pub(super) fn failure_budget(value: &str) -> Result<FailureBudget, String> {
         .map_err(|e: rota_core::FailureBudgetError| e.to_string())
 }
 
+/// A slot group's name: a label value.
+pub(super) fn group_name(value: &str) -> Result<String, String> {
+    match rota_core::check_label_value(value) {
+        Ok(()) if !value.is_empty() => Ok(value.to_owned()),
+        Ok(()) => Err("expected a group name, such as zone-a".into()),
+        Err(e) => Err(format!("{e}; expected a label value, such as zone-a")),
+    }
+}
+
+/// The label that names a slot group: a label key.
+pub(super) fn group_by(value: &str) -> Result<String, String> {
+    rota_core::check_label_key(value)
+        .map(|()| value.to_owned())
+        .map_err(|e| format!("{e}; expected a label key, such as topology.kubernetes.io/zone"))
+}
+
+/// One `--group-limit`: `N` for every group, `NAME=N` for one.
+pub(super) fn group_limit(value: &str) -> Result<(Option<String>, u32), String> {
+    let number = |n: &str| {
+        n.trim()
+            .parse::<u32>()
+            .map_err(|_| format!("expected N or NAME=N with N a whole number of nodes, such as 1 or zone-a=2, not {value:?}"))
+    };
+    match value.split_once('=') {
+        Some((name, n)) => Ok((Some(group_name(name.trim())?), number(n)?)),
+        None => Ok((None, number(value)?)),
+    }
+}
+
 pub(super) fn batches(value: &str) -> Result<Batches, String> {
     value
         .parse()
@@ -269,7 +298,7 @@ mod tests {
         type ValueParser = fn(&str) -> Result<(), String>;
 
         /// The value parsers of `rota agent`, `rota mop submit` and the operator commands.
-        const PARSERS: [(&str, ValueParser); 18] = [
+        const PARSERS: [(&str, ValueParser); 21] = [
             ("duration", |v| duration(v).map(drop)),
             ("span", |v| span(v).map(drop)),
             ("positive_span", |v| positive_span(v).map(drop)),
@@ -281,6 +310,9 @@ mod tests {
             ("hours", |v| hours(v).map(drop)),
             ("failure_budget", |v| failure_budget(v).map(drop)),
             ("batches", |v| batches(v).map(drop)),
+            ("group_name", |v| group_name(v).map(drop)),
+            ("group_by", |v| group_by(v).map(drop)),
+            ("group_limit", |v| group_limit(v).map(drop)),
             ("notify_template", |v| notify_template(v).map(drop)),
             ("priority", |v| priority(v).map(drop)),
             ("label", |v| label(v).map(drop)),

@@ -43,10 +43,12 @@ impl Agent {
         let requested = Event::Requested {
             eligible_at: queued_at,
         };
+        let group = self.group().await;
         self.commit_with(running, record, requested, |queue| {
             for (process, source) in &new {
                 queue.requests.push((process.clone(), source.clone()));
             }
+            queue.fields.group = group;
         })
         .await?;
         for (process, source) in &new {
