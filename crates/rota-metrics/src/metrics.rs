@@ -40,6 +40,12 @@ struct BlockedLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GroupLabels {
+    node: String,
+    group: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WorkLabels {
     node: String,
     process: String,
@@ -67,6 +73,7 @@ pub struct Metrics {
     budget_failed: Family<NodeLabels, Gauge>,
     budget: Family<NodeLabels, Gauge>,
     blocked: Family<BlockedLabels, Gauge>,
+    group: Family<GroupLabels, Gauge>,
     drain: Histogram,
     maintenance: Histogram,
     reboot: Histogram,
@@ -160,6 +167,12 @@ impl Metrics {
                 })
                 .set(0);
         }
+        let group = Family::<GroupLabels, Gauge>::default();
+        registry.register(
+            "group",
+            "The node's slot group (--group, --group-by), 1 for the group it last recorded",
+            group.clone(),
+        );
         let store_available = Family::<NodeLabels, Gauge>::default();
         registry.register(
             "store_available",
@@ -208,6 +221,7 @@ impl Metrics {
             budget_failed,
             budget,
             blocked,
+            group,
             drain,
             maintenance,
             reboot,
@@ -347,6 +361,22 @@ impl AgentObserver for Metrics {
     }
 
     fn transition(&self, before: &NodeRecord, after: &NodeRecord, event: &Event) {
+        if before.group != after.group
+            && let Some(old) = &before.group
+        {
+            self.group.remove(&GroupLabels {
+                node: self.node.to_string(),
+                group: old.clone(),
+            });
+        }
+        if let Some(group) = &after.group {
+            self.group
+                .get_or_create(&GroupLabels {
+                    node: self.node.to_string(),
+                    group: group.clone(),
+                })
+                .set(1);
+        }
         let mut entered = self.entered();
         if before.state == after.state {
             return;
@@ -567,6 +597,29 @@ mod tests {
 
         metrics.store_access(false);
         assert!(metrics.ready().unwrap_err().contains("store access failed"));
+    }
+
+    #[test]
+    fn the_nodes_slot_group_is_exposed_and_follows_a_change() {
+        let metrics = Metrics::new(NodeName::new("node-1").unwrap(), None);
+        let idle = record(NodeState::Idle, 1_000);
+        let mut queued = record(NodeState::Queued, 2_000);
+        queued.group = Some("zone-a".into());
+        metrics.transition(&idle, &queued, &Event::Requested { eligible_at: 2_000 });
+        let text = metrics.encode().unwrap();
+        assert_eq!(
+            line(&text, "rota_group{"),
+            "rota_group{node=\"node-1\",group=\"zone-a\"} 1"
+        );
+        let mut moved = record(NodeState::Queued, 3_000);
+        moved.group = Some("zone-b".into());
+        metrics.transition(&queued, &moved, &Event::Requested { eligible_at: 3_000 });
+        let text = metrics.encode().unwrap();
+        assert!(!text.contains("group=\"zone-a\""), "{text}");
+        assert!(
+            text.contains("rota_group{node=\"node-1\",group=\"zone-b\"} 1"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -178,7 +178,10 @@ pub fn legend(
     writeln!(svg, r#"<g class="legend">"#)?;
     let (mut lx, mut ly) = (left, y);
     for symbol in segments.chain(markers).chain(open) {
-        let label = symbol.label();
+        let label = match symbol {
+            Symbol::Segment(SegmentKind::Window) if timeline.is_forecast() => "window (forecast)",
+            _ => symbol.label(),
+        };
         let room = 16.0 + label.len() as f64 * CHAR_WIDTH + 24.0;
         if lx > left && lx + room > left + width {
             lx = left;

@@ -141,6 +141,8 @@ pub struct TimelineError {
 pub struct Timeline {
     segments: Vec<Segment>,
     markers: Vec<Marker>,
+    /// What is to come (`rota plan`), not what happened.
+    forecast: bool,
 }
 
 impl Timeline {
@@ -155,7 +157,23 @@ impl Timeline {
                 end: bad.end,
             });
         }
-        Ok(Timeline { segments, markers })
+        Ok(Timeline {
+            segments,
+            markers,
+            forecast: false,
+        })
+    }
+
+    /// This timeline as a forecast: drawn under its own heading, its windows as forecast.
+    pub fn forecast(self) -> Timeline {
+        Timeline {
+            forecast: true,
+            ..self
+        }
+    }
+
+    pub fn is_forecast(&self) -> bool {
+        self.forecast
     }
 
     pub fn segments(&self) -> &[Segment] {

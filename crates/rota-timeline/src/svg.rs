@@ -122,8 +122,13 @@ fn draw(svg: &mut String, timeline: &Timeline) -> fmt::Result {
     let (first, last) = timeline.span().unwrap_or((frame.start, frame.end));
     writeln!(
         svg,
-        r#"<text class="heading" x="{:.1}" y="20" font-size="14" font-weight="bold">rota rollout, {} to {} UTC ({}, {} nodes)</text>"#,
+        r#"<text class="heading" x="{:.1}" y="20" font-size="14" font-weight="bold">rota {}, {} to {} UTC ({}, {} nodes)</text>"#,
         frame.left,
+        if timeline.is_forecast() {
+            "forecast"
+        } else {
+            "rollout"
+        },
         time(first),
         time(last),
         duration(last.saturating_sub(first)),

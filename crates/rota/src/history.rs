@@ -9,7 +9,6 @@ use serde::Serialize;
 
 use crate::cli::{Format, HistoryArgs};
 use crate::output;
-use crate::report_file::ReportFile;
 use crate::steps;
 
 /// One history entry or audit record as `rota history` shows it; also the JSON output's
@@ -119,34 +118,10 @@ pub fn filter(args: &HistoryArgs, now: Millis) -> Result<HistoryFilter> {
     })
 }
 
-/// The files `--svg` and `--html` name, checked before the store is opened, so that a typo
-/// in a path costs no query.
-fn report_files(args: &HistoryArgs) -> Result<(Option<ReportFile>, Option<ReportFile>)> {
-    if let (Some(svg), Some(html)) = (&args.svg, &args.html)
-        && svg == html
-    {
-        bail!(
-            "--svg and --html both name {}: expected two different files",
-            svg.display()
-        );
-    }
-    let svg = args
-        .svg
-        .as_deref()
-        .map(|path| ReportFile::prepare("--svg", path))
-        .transpose()?;
-    let html = args
-        .html
-        .as_deref()
-        .map(|path| ReportFile::prepare("--html", path))
-        .transpose()?;
-    Ok((svg, html))
-}
-
 pub async fn run(args: HistoryArgs) -> Result<()> {
     let now = now_millis();
     let filter = filter(&args, now)?;
-    let (svg, html) = report_files(&args)?;
+    let (svg, html) = crate::report_file::pair(args.svg.as_deref(), args.html.as_deref())?;
     let store = crate::open_store(&args.store).await?;
     let entries = store.history(&filter).await?;
     // A RotaAuditRecord CRD installed a moment ago answers 429 until its storage is ready: a

@@ -5,8 +5,8 @@
 //! and the nodes held back now.
 
 use anyhow::Result;
-use rota_core::NodeState;
 use rota_core::plan::{Plan, Rules, StepDurations};
+use rota_core::{NodeName, NodeState};
 use rota_store::forecast::forecast;
 use rota_store::{Millis, now_millis};
 use serde::Serialize;
@@ -15,10 +15,23 @@ use crate::cli::{Format, PlanArgs};
 use crate::output;
 
 pub async fn run(args: PlanArgs) -> Result<()> {
+    let (svg, html) = crate::report_file::pair(args.svg.as_deref(), args.html.as_deref())?;
     let store = crate::open_store(&args.store).await?;
     let now = now_millis();
     let made = forecast(&*store, now).await?;
     let forecast = shown(&made.plan, &made.rules, &made.durations, now);
+    if svg.is_some() || html.is_some() {
+        let timeline = timeline(&forecast, now)?;
+        if let Some(file) = svg {
+            file.write(&rota_timeline::render_svg(&timeline))?;
+        }
+        if let Some(file) = html {
+            file.write(&rota_timeline::render_html(
+                &timeline,
+                "rota plan: the forecast of the turns to come",
+            ))?;
+        }
+    }
     let text = match args.output {
         Format::Table => render_table(&forecast),
         Format::Json => output::json(&forecast)?,
@@ -163,5 +176,83 @@ fn took(ms: Millis) -> String {
         format!("{seconds:.1}s")
     } else {
         humantime::format_duration(std::time::Duration::from_secs(ms.div_ceil(1000))).to_string()
+    }
+}
+
+/// The forecast as a timeline: each node waits from now until its window is forecast to open
+/// (a window open now is drawn from its current state's start), then its window.
+fn timeline(forecast: &Forecast, now: Millis) -> Result<rota_timeline::Timeline> {
+    use rota_timeline::{Segment, SegmentKind};
+    let mut segments = Vec::new();
+    for window in &forecast.windows {
+        let node = NodeName::new(&window.node)?;
+        if !window.open && window.start > now {
+            segments.push(Segment::new(
+                node.clone(),
+                SegmentKind::Wait,
+                now,
+                window.start,
+            ));
+        }
+        segments.push(Segment::new(
+            node,
+            SegmentKind::Window,
+            window.start,
+            window.finish.max(window.start),
+        ));
+    }
+    Ok(rota_timeline::Timeline::new(segments, Vec::new())?.forecast())
+}
+
+#[cfg(test)]
+mod tests {
+    use rota_timeline::SegmentKind;
+
+    use super::*;
+
+    fn window(turn: usize, node: &str, open: bool, start: Millis, finish: Millis) -> Window {
+        Window {
+            turn,
+            node: node.into(),
+            slot: 0,
+            open,
+            start,
+            finish,
+        }
+    }
+
+    #[test]
+    fn the_forecast_is_drawn_as_waits_then_windows_under_its_own_heading() {
+        let forecast = Forecast {
+            at: 1_000,
+            step_p50_ms: vec![(NodeState::Rebooting, 2_000)],
+            window_p50_ms: 2_000,
+            concurrency: 1,
+            batches: "all".into(),
+            windows: vec![
+                window(1, "node-a", true, 500, 2_500),
+                window(2, "node-b", false, 2_500, 4_500),
+            ],
+            held_back: Vec::new(),
+            finish: Some(4_500),
+        };
+        let timeline = timeline(&forecast, 1_000).expect("a timeline");
+        let drawn: Vec<(&str, SegmentKind, Millis, Millis)> = timeline
+            .segments()
+            .iter()
+            .map(|s| (s.node.as_str(), s.kind, s.start, s.end))
+            .collect();
+        assert_eq!(
+            drawn,
+            [
+                ("node-a", SegmentKind::Window, 500, 2_500),
+                ("node-b", SegmentKind::Wait, 1_000, 2_500),
+                ("node-b", SegmentKind::Window, 2_500, 4_500),
+            ]
+        );
+        let svg = rota_timeline::render_svg(&timeline);
+        assert!(svg.contains(">rota forecast, "), "{svg}");
+        assert!(svg.contains(">window (forecast)<"), "{svg}");
+        assert!(!svg.contains("rota rollout,"), "{svg}");
     }
 }

@@ -16,6 +16,29 @@ pub struct ReportFile {
     temp: NamedTempFile,
 }
 
+/// The files `--svg` and `--html` name, checked before the store is opened, so that a typo
+/// in a path costs no query.
+pub fn pair(
+    svg: Option<&Path>,
+    html: Option<&Path>,
+) -> Result<(Option<ReportFile>, Option<ReportFile>)> {
+    if let (Some(svg), Some(html)) = (svg, html)
+        && svg == html
+    {
+        bail!(
+            "--svg and --html both name {}: expected two different files",
+            svg.display()
+        );
+    }
+    let svg = svg
+        .map(|path| ReportFile::prepare("--svg", path))
+        .transpose()?;
+    let html = html
+        .map(|path| ReportFile::prepare("--html", path))
+        .transpose()?;
+    Ok((svg, html))
+}
+
 impl ReportFile {
     /// Checks that `path`, given with `flag`, can be written: not a directory, in a directory
     /// that exists and takes new files, and, if it exists, writable itself.

@@ -3,32 +3,17 @@
 
 use std::sync::Arc;
 
-use rota_core::{NodeState, Process};
-
-use super::{finish_window, node, open_window, session};
-use crate::model::{NodeFields, Session, Setting, Transition, WindowChange, now_millis};
+use super::{enqueue_with, finish_window, node, open_window, session};
+use crate::model::{NodeFields, Session, Setting, now_millis};
 use crate::store::{Store, StoreExt};
 
 /// Requests a reboot and enters the queue at `queued_at`, in `group`.
 async fn enqueue_in(store: &dyn Store, s: &Session, queued_at: i64, group: &str) {
-    store
-        .add_request(s, &Process::Reboot, "conformance")
-        .await
-        .expect("add request");
-    store
-        .transition(
-            s,
-            Transition::new(NodeState::Idle, NodeState::Queued)
-                .window(WindowChange::Queue {
-                    queued_at: Some(queued_at),
-                })
-                .fields(NodeFields {
-                    group: Some(Some(group.to_owned())),
-                    ..NodeFields::default()
-                }),
-        )
-        .await
-        .expect("enqueue");
+    let fields = NodeFields {
+        group: Some(Some(group.to_owned())),
+        ..NodeFields::default()
+    };
+    enqueue_with(store, s, queued_at, fields).await;
 }
 
 /// Asks for a slot for each of `asking` in turn, opening each granted one's window; returns

@@ -85,6 +85,16 @@ async fn session(store: &dyn Store, name: &str) -> Session {
 
 /// Requests a reboot and enters the queue at `queued_at`.
 async fn enqueue(store: &dyn Store, s: &Session, queued_at: i64) -> NodeRecord {
+    enqueue_with(store, s, queued_at, NodeFields::default()).await
+}
+
+/// [`enqueue`], the queueing transition setting `fields` (a group).
+async fn enqueue_with(
+    store: &dyn Store,
+    s: &Session,
+    queued_at: i64,
+    fields: NodeFields,
+) -> NodeRecord {
     store
         .add_request(s, &Process::Reboot, "conformance")
         .await
@@ -92,9 +102,11 @@ async fn enqueue(store: &dyn Store, s: &Session, queued_at: i64) -> NodeRecord {
     store
         .transition(
             s,
-            Transition::new(NodeState::Idle, NodeState::Queued).window(WindowChange::Queue {
-                queued_at: Some(queued_at),
-            }),
+            Transition::new(NodeState::Idle, NodeState::Queued)
+                .window(WindowChange::Queue {
+                    queued_at: Some(queued_at),
+                })
+                .fields(fields),
         )
         .await
         .expect("enqueue")

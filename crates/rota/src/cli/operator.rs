@@ -32,6 +32,13 @@ pub struct PlanArgs {
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = Format::Table)]
     pub output: Format,
+    /// Also draw the forecast as a timeline (one lane per node: its wait, then its window,
+    /// as `rota history --svg` draws what happened) into this SVG file.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+    /// Also write the forecast's timeline as a self-contained HTML page into this file.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
