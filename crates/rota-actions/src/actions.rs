@@ -48,6 +48,9 @@ pub trait NodeActions: Send + Sync {
     async fn reboot_starting(&self, _started_at: Millis) -> Result<(), ActionError> {
         Ok(())
     }
+    /// Records on the node, for other tools, that its maintenance (its procedures) runs:
+    /// Kubernetes' node lifecycle conditions. A courtesy: it fails nothing.
+    async fn maintenance_started(&self) {}
     /// Starts the reboot as a child process and returns at once; the agent stays alive.
     async fn reboot(&self) -> Result<RebootHandle, ActionError>;
     async fn health(&self) -> Result<(), ActionError>;

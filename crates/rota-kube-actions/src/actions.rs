@@ -228,6 +228,12 @@ impl NodeActions for KubeActions {
         Ok(())
     }
 
+    /// A window's maintenance without a drain (a procedure that does not need one) says so
+    /// too, not only the cordon and the drain.
+    async fn maintenance_started(&self) {
+        self.set_conditions(Step::Maintaining).await;
+    }
+
     /// Starts the reboot. The conditions first, so that the Node says rota reboots it before
     /// the reboot takes the node away.
     async fn reboot_starting(&self, started_at: Millis) -> Result<(), ActionError> {

@@ -52,6 +52,9 @@ pub(crate) enum Step {
     Drained,
     /// rota's drain failed.
     DrainFailed,
+    /// rota runs the node's maintenance (its procedures, kustodian's script), with or
+    /// without a drain before it.
+    Maintaining,
     /// rota starts the node's reboot.
     Rebooting,
     /// The node is back in service: uncordoned at the end of its window (or after an
@@ -70,6 +73,7 @@ impl Step {
             Step::Draining => "RotaDraining",
             Step::Drained => "RotaDrained",
             Step::DrainFailed => "RotaDrainFailed",
+            Step::Maintaining => "RotaMaintaining",
             Step::Rebooting => "RotaRebooting",
             Step::BackInService => "RotaBackInService",
         }
@@ -129,6 +133,11 @@ impl Step {
                 false,
                 "rota's drain of the node failed; rota puts it back in service and tries \
                  again later",
+            )],
+            Step::Maintaining => &[(
+                MAINTENANCE_IN_PROGRESS,
+                true,
+                "rota runs the node's maintenance: its procedures",
             )],
             Step::Rebooting => &[(MAINTENANCE_IN_PROGRESS, true, "rota is rebooting the node")],
             Step::BackInService => &[
@@ -293,6 +302,10 @@ mod tests {
             ]
         );
         assert_eq!(
+            apply(Step::Maintaining),
+            [row(MAINTENANCE_IN_PROGRESS, "True", "RotaMaintaining", NOW)]
+        );
+        assert_eq!(
             apply(Step::Rebooting),
             [row(MAINTENANCE_IN_PROGRESS, "True", "RotaRebooting", NOW)]
         );
@@ -439,6 +452,7 @@ mod tests {
             Step::Draining,
             Step::Drained,
             Step::DrainFailed,
+            Step::Maintaining,
             Step::Rebooting,
             Step::BackInService,
         ];

@@ -190,6 +190,29 @@ async fn a_window_sets_the_node_lifecycle_conditions_and_clears_them_after() -> 
         );
     }
 
+    // A window without a drain or a reboot (a procedure that needs neither) is maintenance in
+    // progress too, from its procedures' start until it is back in service.
+    actions.mark_pending(true).await?;
+    step(["True", "False", "False", "False"], "queued again").await?;
+    actions.maintenance_started().await;
+    let maintaining = step(["True", "False", "False", "True"], "maintaining").await?;
+    ensure!(
+        maintaining[MAINTENANCE_IN_PROGRESS].reason.as_deref() == Some("RotaMaintaining"),
+        "{maintaining:?}"
+    );
+    actions.return_to_service(false).await?;
+    step(
+        ["True", "False", "False", "False"],
+        "back after maintenance",
+    )
+    .await?;
+    actions.mark_pending(false).await?;
+    step(
+        ["False", "False", "False", "False"],
+        "idle after maintenance",
+    )
+    .await?;
+
     // Without --node-conditions: a whole window writes none of them.
     let plain = KubeActions::new(
         scope.client(),
@@ -203,6 +226,7 @@ async fn a_window_sets_the_node_lifecycle_conditions_and_clears_them_after() -> 
     tokio::time::timeout(TIMEOUT, plain.drain())
         .await
         .context("the drain without conditions did not finish")??;
+    plain.maintenance_started().await;
     plain.reboot_starting(1_717_245_296_789).await?;
     plain.return_to_service(true).await?;
     plain.mark_pending(false).await?;

@@ -23,6 +23,7 @@ impl Agent {
             .filter(|r| matches!(r.process, Process::Mop(_)))
             .collect();
         if !procedures.is_empty() {
+            self.actions.maintenance_started().await;
             return self.run_procedures(running, &record, &procedures).await;
         }
         let active: Vec<Process> = active.into_iter().map(|r| r.process).collect();
