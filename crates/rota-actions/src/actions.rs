@@ -48,6 +48,12 @@ pub trait NodeActions: Send + Sync {
     async fn reboot_starting(&self, _started_at: Millis) -> Result<(), ActionError> {
         Ok(())
     }
+    /// What holds the drain under way back, if anything does for now (pods whose eviction is
+    /// refused, pods the drain waits to complete), for `rota status`: Kubernetes' drain
+    /// says; a drain command says nothing.
+    fn drain_held(&self) -> Option<String> {
+        None
+    }
     /// Records on the node, for other tools, that its maintenance (its procedures) runs:
     /// Kubernetes' node lifecycle conditions. A courtesy: it fails nothing.
     async fn maintenance_started(&self) {}

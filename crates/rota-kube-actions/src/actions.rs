@@ -228,6 +228,18 @@ impl NodeActions for KubeActions {
         Ok(())
     }
 
+    /// Refused evictions and wait-completed pods; pods on their way out hold nothing back.
+    fn drain_held(&self) -> Option<String> {
+        let progress = self.progress.borrow();
+        (!progress.refused.is_empty() || !progress.waiting.is_empty()).then(|| {
+            let held = Progress {
+                terminating: Vec::new(),
+                ..progress.clone()
+            };
+            format!("the drain is held: {held}")
+        })
+    }
+
     /// A window's maintenance without a drain (a procedure that does not need one) says so
     /// too, not only the cordon and the drain.
     async fn maintenance_started(&self) {

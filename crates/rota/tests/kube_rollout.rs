@@ -173,7 +173,7 @@ async fn a_wait_completed_pod_past_its_timeout_fails_the_window_naming_it() -> R
             "--drain-wait-completed-selector",
             "app=ci",
             "--drain-wait-completed-timeout",
-            "2s",
+            "8s",
             "--backoff-initial",
             "1h",
         ]),
@@ -181,6 +181,20 @@ async fn a_wait_completed_pod_past_its_timeout_fails_the_window_naming_it() -> R
     .await;
     let store = start(&fleet).await?;
     fleet.request_reboot(node)?;
+    let waiting = format!("waiting for 1 pod to complete: {}/ci-0", scope.namespace());
+    // While the drain waits, rota status shows what it waits for.
+    wait(
+        &fleet,
+        &format!("{node}'s drain to show its wait"),
+        || async {
+            let record = existing_record(&store, node).await?;
+            Ok(record
+                .blocked
+                .is_some_and(|b| b.reason == format!("the drain is held: {waiting}"))
+                .then_some(()))
+        },
+    )
+    .await;
     wait(&fleet, &format!("{node}'s drain to fail"), || async {
         let entries = history(&store, node).await?;
         Ok((count(&entries, &Process::Reboot, HistoryEvent::Failed) > 0).then_some(()))
@@ -192,7 +206,6 @@ async fn a_wait_completed_pod_past_its_timeout_fails_the_window_naming_it() -> R
         .find(|e| e.event == HistoryEvent::Failed)
         .and_then(|e| e.cause.clone())
         .unwrap_or_default();
-    let waiting = format!("waiting for 1 pod to complete: {}/ci-0", scope.namespace());
     ensure!(
         cause.contains(&waiting) && cause.contains("not evicting it"),
         "cause: {cause}"
@@ -205,6 +218,11 @@ async fn a_wait_completed_pod_past_its_timeout_fails_the_window_naming_it() -> R
             .is_some_and(|r| r.contains(&waiting)),
         "rota status shows {:?}",
         record.last_result
+    );
+    ensure!(
+        record.blocked.is_none(),
+        "the wait is still shown after the drain: {:?}",
+        record.blocked
     );
     let after = scope.pods().get("ci-0").await?;
     ensure!(

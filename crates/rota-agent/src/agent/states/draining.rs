@@ -1,13 +1,18 @@
 //! `draining`: cordon the node and evict its pods (or skip that for work that needs no drain),
 //! after the drain delay when there is one.
 
+use std::time::Duration;
+
 use rota_core::{Event, Failure, Process};
-use rota_store::{NodeRecord, RequestRecord};
+use rota_store::{Blocked, NodeRecord, RequestRecord, StoreExt, now_millis};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::agent::{Agent, Running, needs_drain};
 use crate::error::Result;
+
+/// How often a drain under way is asked what holds it back.
+const DRAIN_HELD_EVERY: Duration = Duration::from_secs(2);
 
 impl Agent {
     pub(super) async fn draining(&self, running: &mut Running, record: &NodeRecord) -> Result<()> {
@@ -41,10 +46,29 @@ impl Agent {
                 }
             }
         }
-        let drained = tokio::select! {
-            () = running.cancel.cancelled() => return Ok(()),
-            drained = tokio::time::timeout(self.config.drain_timeout, self.actions.drain()) => drained,
+        let drain = tokio::time::timeout(self.config.drain_timeout, self.actions.drain());
+        tokio::pin!(drain);
+        // What holds the drain back, as `rota status` shows it (BLOCKED), written when it
+        // changes and cleared when the drain ends.
+        let mut shown: Option<String> = None;
+        let mut look =
+            tokio::time::interval_at(Instant::now() + DRAIN_HELD_EVERY, DRAIN_HELD_EVERY);
+        let drained = loop {
+            tokio::select! {
+                () = running.cancel.cancelled() => return Ok(()),
+                drained = &mut drain => break drained,
+                _ = look.tick() => {
+                    let held = self.actions.drain_held();
+                    if held != shown {
+                        self.show_held(running, held.as_deref()).await;
+                        shown = held;
+                    }
+                }
+            }
         };
+        if shown.is_some() {
+            self.show_held(running, None).await;
+        }
         let cause = match drained {
             Ok(Ok(())) => {
                 self.commit(running, &record, Event::Drained).await?;
@@ -57,6 +81,25 @@ impl Agent {
             ),
         };
         self.drain_failed(running, &record, cause).await
+    }
+
+    /// Records what holds the drain back (or, with `None`, that nothing does). A courtesy for
+    /// `rota status`: a write that fails is logged, and the drain goes on.
+    async fn show_held(&self, running: &Running, held: Option<&str>) {
+        let blocked = held.map(|reason| Blocked {
+            reason: reason.to_owned(),
+            since: now_millis(),
+        });
+        if let Err(e) = self
+            .store
+            .set_blocked(&running.session, blocked.as_ref())
+            .await
+        {
+            warn!(node = %self.config.node, error = %e, "could not record what holds the drain back");
+        }
+        if let Some(held) = held {
+            info!(node = %self.config.node, held, "the drain waits");
+        }
     }
 
     /// Cordons the node and starts the drain delay (kured's `--drain-delay`): its pods are
