@@ -109,6 +109,7 @@ impl StepDurations {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Planned {
     pub node: NodeName,
+    pub group: Option<String>,
     pub slot: u32,
     /// When it opens; for a window open already, when it entered its current state.
     pub start: Millis,
@@ -163,6 +164,7 @@ pub fn plan(nodes: &[PlanNode], rules: &Rules, durations: &StepDurations, now: M
                 held.push((*slot, node.node.clone(), finish));
                 plan.windows.push(Planned {
                     node: node.node.clone(),
+                    group: node.group.clone(),
                     slot: *slot,
                     start: *since,
                     finish,
@@ -212,6 +214,7 @@ pub fn plan(nodes: &[PlanNode], rules: &Rules, durations: &StepDurations, now: M
             held.push((grant.slot, grant.node.clone(), t + window));
             plan.windows.push(Planned {
                 node: grant.node.clone(),
+                group: group_of(&grant.node),
                 slot: grant.slot,
                 start: t,
                 finish: t + window,

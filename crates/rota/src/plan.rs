@@ -59,6 +59,8 @@ struct Forecast {
 struct Window {
     pub turn: usize,
     pub node: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
     pub slot: u32,
     pub open: bool,
     pub start: Millis,
@@ -84,6 +86,7 @@ fn shown(planned: &Plan, rules: &Rules, durations: &StepDurations, now: Millis) 
             .map(|w| Window {
                 turn: w.turn,
                 node: w.node.to_string(),
+                group: w.group.clone(),
                 slot: w.slot,
                 open: w.open,
                 start: w.start,
@@ -141,12 +144,21 @@ fn render_table(forecast: &Forecast) -> String {
                 "-".to_string()
             }
         };
+        // The GROUP column only in a fleet with groups.
+        let grouped = forecast.windows.iter().any(|w| w.group.is_some());
+        let header: &[&str] = if grouped {
+            &["TURN", "NODE", "GROUP", "SLOT", "START", "FINISH"]
+        } else {
+            &["TURN", "NODE", "SLOT", "START", "FINISH"]
+        };
         text.push_str(&output::table(
-            &["TURN", "NODE", "SLOT", "START", "FINISH"],
+            header,
             forecast.windows.iter().map(|w| {
-                vec![
-                    w.turn.to_string(),
-                    w.node.clone(),
+                let mut cells = vec![w.turn.to_string(), w.node.clone()];
+                if grouped {
+                    cells.push(output::cell(w.group.as_deref()));
+                }
+                cells.extend([
                     w.slot.to_string(),
                     if w.open {
                         format!("open since {}", output::rfc3339_seconds(w.start))
@@ -154,7 +166,8 @@ fn render_table(forecast: &Forecast) -> String {
                         time(w.start)
                     },
                     time(w.finish),
-                ]
+                ]);
+                cells
             }),
         ));
     }
@@ -214,6 +227,7 @@ mod tests {
         Window {
             turn,
             node: node.into(),
+            group: None,
             slot: 0,
             open,
             start,
@@ -254,5 +268,32 @@ mod tests {
         assert!(svg.contains(">rota forecast, "), "{svg}");
         assert!(svg.contains(">window (forecast)<"), "{svg}");
         assert!(!svg.contains("rota rollout,"), "{svg}");
+    }
+
+    #[test]
+    fn a_plan_of_a_grouped_fleet_shows_each_windows_group() {
+        let mut grouped = window(1, "node-a", false, 2_000, 4_000);
+        grouped.group = Some("zone-a".into());
+        let forecast = Forecast {
+            at: 1_000,
+            step_p50_ms: vec![(NodeState::Rebooting, 2_000)],
+            window_p50_ms: 2_000,
+            concurrency: 1,
+            batches: "all".into(),
+            windows: vec![grouped, window(2, "node-b", false, 4_000, 6_000)],
+            held_back: vec![HeldBack {
+                node: "node-c".into(),
+                reason: "the fleet is paused: kernel triage".into(),
+            }],
+            finish: Some(6_000),
+        };
+        let table = render_table(&forecast);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[2].starts_with("TURN  NODE    GROUP"), "{table}");
+        assert!(lines[3].contains("node-a  zone-a"), "{table}");
+        assert!(
+            table.contains("held back:\n  node-c: the fleet is paused: kernel triage"),
+            "{table}"
+        );
     }
 }
