@@ -53,6 +53,9 @@ pub struct Limits {
     pub each_group: Option<u32>,
     /// One group at a time.
     pub in_turn: bool,
+    /// The concurrency is a rollout's width that widens as windows end: an end may let more
+    /// than one waiter go, so a waiter is told to look again at every change.
+    pub widens: bool,
 }
 
 impl Limits {
@@ -72,16 +75,10 @@ impl Limits {
     /// The fleet's `concurrency`, narrowed to the width `batches` reached once `finished`
     /// nodes ended their windows healthy in this rollout (see [`Batches::width`]).
     pub fn rollout(concurrency: u32, batches: &Batches, finished: u32) -> Limits {
-        Limits::fleet(batches.width(concurrency, finished))
-    }
-
-    /// These limits with the groups' rules of `groups`.
-    pub fn with_groups(self, groups: &Limits) -> Limits {
+        let width = batches.width(concurrency, finished);
         Limits {
-            groups: groups.groups.clone(),
-            each_group: groups.each_group,
-            in_turn: groups.in_turn,
-            ..self
+            widens: width < concurrency,
+            ..Limits::fleet(width)
         }
     }
 }
@@ -178,6 +175,7 @@ pub fn schedule(queue: &[Waiter], held: &[Held], limits: &Limits, now: Millis) -
                 Turn::Granted(slot)
             }
             _ if group_full => Turn::Wait { changes: 1 },
+            _ if limits.widens => Turn::Wait { changes: 1 },
             _ => {
                 let granted = i64::try_from(schedule.grants.len()).unwrap_or(i64::MAX);
                 let changes = ahead + granted + 1 - free_at_start;

@@ -282,6 +282,7 @@ fn arb_case(grouped: bool) -> impl Strategy<Value = Case> {
                     groups,
                     each_group,
                     in_turn,
+                    widens: false,
                 },
             }
         },
@@ -596,4 +597,22 @@ fn groups_in_turn_finish_one_group_before_the_next_starts() {
     }
     let got = turns(&blocked, &[], &limits, &names[..4]);
     assert_eq!(got, [Turn::Granted(0), wait(1), wait(1), wait(1)]);
+}
+
+#[test]
+fn in_a_rollout_that_widens_every_waiter_looks_again_at_each_change() {
+    // Width 1 of a concurrency of 4 (nothing finished yet): the one slot taken, the others
+    // told to look again at the next change, since an end may widen the rollout.
+    let queue = [waiter("a", 1), waiter("b", 2), waiter("c", 3)];
+    let limits = Limits::rollout(4, &crate::Batches::Exponential, 0);
+    assert!(limits.widens);
+    let got = turns(&queue, &[], &limits, &["a", "b", "c"]);
+    assert_eq!(got, [Turn::Granted(0), wait(1), wait(1)]);
+    // At its widest, the count of handoffs comes back.
+    let limits = Limits::rollout(2, &crate::Batches::Exponential, 1);
+    assert!(!limits.widens);
+    let got = turns(&queue, &[], &limits, &["a", "b", "c"]);
+    assert_eq!(got, [Turn::Granted(0), Turn::Granted(1), wait(1)]);
+    let got = turns(&queue, &[held(0), held(1)], &limits, &["a", "b", "c"]);
+    assert_eq!(got, [wait(1), wait(2), wait(3)]);
 }

@@ -126,6 +126,9 @@ pub struct Options {
     /// Makes `rota plan`'s forecast once every node asked for its turn, and reports how the
     /// rollout kept to it (see `plan_check`).
     pub plan: bool,
+    /// The rollout's batches every agent configures (`--batches`); `None`: the whole
+    /// concurrency at once.
+    pub batches: Option<rota_core::Batches>,
 }
 
 /// The store to run against.
@@ -265,6 +268,7 @@ fn node_config(node: &Node, options: &Options, fleet: &Fleet) -> AgentConfig {
     config.host_root = node.root.clone();
     config.boot_id_file = node.root.join("boot_id");
     config.concurrency = Some(options.concurrency);
+    config.batches.clone_from(&options.batches);
     config.reboot_timeout = options.maintenance_time * 10 + Duration::from_secs(60);
     config.store_poll = if options.handle_per_agent {
         fleet.own_handle_store_poll

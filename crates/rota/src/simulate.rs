@@ -183,6 +183,7 @@ pub async fn run(args: SimulateArgs) -> Result<()> {
             idle: args.idle,
             etcd_metrics: args.etcd_metrics,
             plan: args.plan,
+            batches: args.batches,
         },
         &cancel,
         |done, _| bar.set_position(done as u64),

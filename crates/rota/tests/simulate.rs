@@ -160,19 +160,13 @@ fn etcd_metrics_without_a_kubernetes_store_is_refused() {
     );
 }
 
-/// `rota simulate` once, on the SQLite store `db`, with `extra` flags: its JSON summary.
-fn simulate_on(db: &Path, extra: &[&str]) -> serde_json::Value {
+/// `rota simulate` once, on the SQLite store `db`, 8 nodes `concurrency` at a time, with `extra`
+/// flags: its JSON summary.
+fn simulate_on(db: &Path, concurrency: &str, extra: &[&str]) -> serde_json::Value {
     let store = format!("sqlite://{}", db.display());
     let output = Command::new(env!("CARGO_BIN_EXE_rota"))
-        .args([
-            "simulate",
-            "--store",
-            &store,
-            "--nodes",
-            "8",
-            "--concurrency",
-            "2",
-        ])
+        .args(["simulate", "--store", &store, "--nodes", "8"])
+        .args(["--concurrency", concurrency])
         .args(["--maintenance-time", "1s", "--json"])
         .args(extra)
         .env_remove("ROTA_STORE")
@@ -184,23 +178,41 @@ fn simulate_on(db: &Path, extra: &[&str]) -> serde_json::Value {
 }
 
 /// `rota plan`'s forecast against the rollout that then happens: a first rollout records how
-/// long a window takes; in the second, the forecast made once every node asked for its turn
-/// has every window, their order is the order they opened in, and every window ends within
-/// the stated margin of its forecast: a quarter of the forecast's span, and at least a second
-/// (what the agents' handoffs on a loaded machine may add to four windows in a row).
+/// long a window takes; in the next ones, the forecast made once every node asked for its turn
+/// has every window, in the order they opened, and every window ends within the stated margin
+/// of its forecast: a quarter of the forecast's span, and at least a second (what the agents'
+/// handoffs on a loaded machine may add to four windows in a row).
 #[test]
 fn a_plan_forecasts_the_order_and_the_end_of_the_rollout_that_happens() {
     let tmp = tempfile::tempdir().expect("a temporary directory");
     let db = tmp.path().join("rota.db");
-    simulate_on(&db, &[]);
-    let summary = simulate_on(&db, &["--plan"]);
+    simulate_on(&db, "2", &[]);
+    // Four rounds of two windows of about a second each.
+    let summary = simulate_on(&db, "2", &["--plan"]);
+    kept_to_the_forecast(&summary, 3_000..6_000);
+    // A new rollout by exponential batches of a concurrency of 4: one, two, four, then the
+    // last one, four rounds again. Before the fix the SQL store's waiters slept through the
+    // widening, and the rollout took eight seconds against the forecast's four.
+    let resumed = Command::new(env!("CARGO_BIN_EXE_rota"))
+        .args(["resume", "--store", &format!("sqlite://{}", db.display())])
+        .output()
+        .expect("run rota resume");
+    assert!(resumed.status.success(), "{resumed:?}");
+    let summary = simulate_on(&db, "4", &["--plan", "--batches", "exponential"]);
+    kept_to_the_forecast(&summary, 3_000..6_000);
+    assert_eq!(summary["max_concurrent"], 4, "{summary}");
+}
+
+/// The forecast of `summary` (`rota simulate --plan`) had every window, in the order they
+/// opened, a span within `span`, and every window's end within a quarter of the span (at least
+/// a second) of its forecast.
+fn kept_to_the_forecast(summary: &serde_json::Value, span: std::ops::Range<i64>) {
     let plan = &summary["plan"];
     assert_eq!(plan["windows"], 8, "{summary}");
     assert_eq!(plan["order_kept"], true, "{summary}");
-    let span = plan["forecast_span_ms"].as_i64().expect("a span");
-    // Four rounds of two windows of about a second each.
-    assert!((3_000..6_000).contains(&span), "{summary}");
-    let margin = (span / 4).max(1_000);
+    let forecast = plan["forecast_span_ms"].as_i64().expect("a span");
+    assert!(span.contains(&forecast), "{summary}");
+    let margin = (forecast / 4).max(1_000);
     let error = plan["finish_error_max_ms"].as_i64().expect("an error");
     assert!(
         error <= margin,

@@ -67,5 +67,6 @@ pub fn options(store: StoreChoice, nodes: usize, concurrency: u32) -> Options {
         idle: Duration::ZERO,
         etcd_metrics: None,
         plan: false,
+        batches: None,
     }
 }

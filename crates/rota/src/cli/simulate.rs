@@ -54,4 +54,7 @@ pub struct SimulateArgs {
     /// (`--store sqlite://…`) to record them.
     #[arg(long)]
     pub plan: bool,
+    /// The rollout's batches, as `rota agent --batches` takes them (default: all at once).
+    #[arg(long, value_name = "BATCHES", value_parser = super::parse::batches)]
+    pub batches: Option<rota_core::Batches>,
 }
