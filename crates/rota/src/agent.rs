@@ -92,13 +92,9 @@ fn config(args: AgentArgs) -> AgentConfig {
             in_turn: groups_in_turn,
             ..rota_core::GroupRules::default()
         };
-        for (name, limit) in group_limit {
-            match name {
-                Some(name) => {
-                    rules.limits.insert(name, limit);
-                }
-                None => rules.each = Some(limit),
-            }
+        for part in &group_limit {
+            // The flag's parser already refused a part that does not read.
+            let _ = rules.add(part);
         }
         rules
     });

@@ -114,14 +114,14 @@ fn render_table(forecast: &Forecast) -> String {
         let steps: Vec<String> = forecast
             .step_p50_ms
             .iter()
-            .map(|(state, ms)| format!("{state} {}", took(*ms)))
+            .map(|(state, ms)| format!("{state} {}", crate::steps::duration(*ms)))
             .collect();
         format!(
             "{} windows, concurrency {}, batches {}; a window takes about {} ({}); all done about {}\n",
             forecast.windows.len(),
             forecast.concurrency,
             forecast.batches,
-            took(forecast.window_p50_ms),
+            crate::steps::duration(forecast.window_p50_ms),
             steps.join(", "),
             forecast
                 .finish
@@ -178,18 +178,6 @@ fn render_table(forecast: &Forecast) -> String {
         }
     }
     text
-}
-
-/// A typical length for people: tenths of seconds below ten seconds, whole seconds above.
-fn took(ms: Millis) -> String {
-    let ms = u64::try_from(ms).unwrap_or(0);
-    if ms < 10_000 {
-        #[allow(clippy::cast_precision_loss, reason = "below ten seconds")]
-        let seconds = ms as f64 / 1000.0;
-        format!("{seconds:.1}s")
-    } else {
-        humantime::format_duration(std::time::Duration::from_secs(ms.div_ceil(1000))).to_string()
-    }
 }
 
 /// The forecast as a timeline: each node waits from now until its window is forecast to open

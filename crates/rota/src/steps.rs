@@ -168,7 +168,7 @@ fn phase_row(phase: &PhaseSummary) -> PhaseRow {
 
 /// A step's length: to the millisecond below a second and to a tenth below ten, as a
 /// simulated or fast rollout's steps are that short; whole seconds and up above.
-fn duration(ms: Millis) -> String {
+pub(crate) fn duration(ms: Millis) -> String {
     match ms {
         ..1_000 => format!("{}ms", ms.max(0)),
         1_000..10_000 => format!("{:.1}s", ms as f64 / 1000.0),

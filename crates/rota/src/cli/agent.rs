@@ -102,7 +102,7 @@ pub struct AgentArgs {
     /// A setting of the fleet, like the concurrency: the agent stores the groups' rules (these
     /// and --groups-in-turn) as it starts.
     #[arg(long, value_name = "[NAME=]N", value_parser = group_limit)]
-    pub group_limit: Vec<(Option<String>, u32)>,
+    pub group_limit: Vec<String>,
     /// One slot group at a time: the group that holds slots goes on until it holds none, then
     /// the next group by name (finish zone-a before zone-b starts).
     #[arg(long)]

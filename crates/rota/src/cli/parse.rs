@@ -5,7 +5,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use humantime::Duration as HumanDuration;
-use rota_core::{Batches, FailureBudget, Hours, Priority};
+use rota_core::{Batches, FailureBudget, GroupRules, Hours, Priority};
 use rota_notify::{EventKind, Template, Webhook};
 use rota_store::Millis;
 use time::OffsetDateTime;
@@ -138,17 +138,17 @@ pub(super) fn group_by(value: &str) -> Result<String, String> {
         .map_err(|e| format!("{e}; expected a label key, such as topology.kubernetes.io/zone"))
 }
 
-/// One `--group-limit`: `N` for every group, `NAME=N` for one.
-pub(super) fn group_limit(value: &str) -> Result<(Option<String>, u32), String> {
-    let number = |n: &str| {
-        n.trim()
-            .parse::<u32>()
-            .map_err(|_| format!("expected N or NAME=N with N a whole number of nodes, such as 1 or zone-a=2, not {value:?}"))
+/// One `--group-limit`: `N` for every group, `NAME=N` for one; as the part of
+/// `rota_core::GroupRules` it reads as (`*=N`, `NAME=N`).
+pub(super) fn group_limit(value: &str) -> Result<String, String> {
+    let part = match value.trim() {
+        every if !every.contains('=') => format!("*={every}"),
+        one => one.to_owned(),
     };
-    match value.split_once('=') {
-        Some((name, n)) => Ok((Some(group_name(name.trim())?), number(n)?)),
-        None => Ok((None, number(value)?)),
-    }
+    GroupRules::default()
+        .add(&part)
+        .map(|()| part)
+        .map_err(|e| format!("{e}; as a flag: N for every group or NAME=N, such as 1 or zone-a=2"))
 }
 
 pub(super) fn batches(value: &str) -> Result<Batches, String> {
