@@ -2,7 +2,7 @@
 //!
 //! The vocabulary and rules come from the project's design guide (`docs/design.md`):
 //! - [`priority`]: two-digit procedure priorities, lower is more important (§2, §5);
-//! - [`names`]: node names, processes (`reboot`, `maintenance`, `mop/<name>`) and history
+//! - [`names`]: node names, processes (`reboot`, `maintenance`, `mop/<name>`, `fleetlock`) and history
 //!   events (§2);
 //! - [`ordering`]: the per-node procedure priority rule (§5, invariant 5 of §4);
 //! - [`procedure`]: maintenance procedures, their node selectors and checksum pins (§5);
@@ -20,11 +20,13 @@
 //! - [`grants`]: what a Kubernetes scheduler does on its read of the fleet: the grants of
 //!   `schedule`, and the Leases it takes back;
 //! - [`plan`]: a forecast of the turns to come, the queue played forward by `schedule`;
+//! - [`fleetlock`]: what a FleetLock client's `pre-reboot` and `steady-state` do to its node;
 //! - [`hours`]: maintenance hours, the days and times of day in which disruptive work may
 //!   start (§2).
 
 pub mod backoff;
 pub mod decision;
+pub mod fleetlock;
 pub mod grants;
 pub mod groups;
 pub mod hours;

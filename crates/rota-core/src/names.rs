@@ -116,6 +116,9 @@ pub enum Process {
     Maintenance,
     /// A named maintenance procedure; the name is a DNS-1123 label.
     Mop(String),
+    /// A reboot a FleetLock client (Fedora CoreOS's Zincati) asked `rota fleetlock` for: the
+    /// host reboots itself once its lock is granted.
+    FleetLock,
 }
 
 /// Whether `name` is a DNS-1123 label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters.
@@ -153,6 +156,7 @@ impl fmt::Display for Process {
             Process::Reboot => f.write_str("reboot"),
             Process::Maintenance => f.write_str("maintenance"),
             Process::Mop(name) => write!(f, "mop/{name}"),
+            Process::FleetLock => f.write_str("fleetlock"),
         }
     }
 }
@@ -164,6 +168,7 @@ impl FromStr for Process {
         match s {
             "reboot" => Ok(Process::Reboot),
             "maintenance" => Ok(Process::Maintenance),
+            "fleetlock" => Ok(Process::FleetLock),
             _ => match s.strip_prefix("mop/") {
                 Some(name) if is_dns1123_label(name) => Ok(Process::Mop(name.to_owned())),
                 _ => Err(NameError::Process {

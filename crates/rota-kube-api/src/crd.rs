@@ -285,8 +285,9 @@ fn history_event_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "type": "string", "enum": names })
 }
 
-/// `reboot`, `maintenance` or `mop/<DNS-1123 label>`, as `rota_core::Process` parses them.
-const PROCESS_PATTERN: &str = "^(reboot|maintenance|mop/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)$";
+/// `reboot`, `maintenance`, `fleetlock` or `mop/<DNS-1123 label>`, as `rota_core::Process` parses them.
+const PROCESS_PATTERN: &str =
+    "^(reboot|maintenance|fleetlock|mop/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)$";
 
 fn process_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "type": "string", "pattern": PROCESS_PATTERN })

@@ -5,6 +5,7 @@ mod agent;
 mod audit;
 mod bench;
 mod cli;
+mod fleetlock;
 mod history;
 mod mop;
 mod notify;
@@ -87,6 +88,7 @@ async fn run(command: Command) -> Result<()> {
     match command {
         Command::Agent(args) => agent::run(*args).await,
         Command::Scheduler(args) => scheduler::run(args).await,
+        Command::Fleetlock(args) => fleetlock::run(*args).await,
         Command::Simulate(args) => simulate::run(args).await,
         Command::Status(args) if args.watch => watch::run(args).await,
         Command::Status(args) => status::run(args).await,

@@ -153,7 +153,7 @@ type Procedures = HashMap<String, ProcedureRecord>;
 fn needs_drain(request: &RequestRecord, procedures: &Procedures) -> bool {
     match &request.process {
         Process::Mop(name) => procedures.get(name).is_none_or(|p| p.spec.needs_drain()),
-        Process::Reboot | Process::Maintenance => true,
+        Process::Reboot | Process::Maintenance | Process::FleetLock => true,
     }
 }
 

@@ -8,7 +8,7 @@
 //!   Kubernetes drain, notifications, blockers);
 //! - `backoff`: the backoff flags that `rota agent` and `rota mop submit` share;
 //! - `operator`: status, history, unlock, retry, request, cancel, pause, resume;
-//! - `mop`, `simulate`, `bench`: those commands' arguments;
+//! - `mop`, `simulate`, `bench`, `fleetlock`: those commands' arguments;
 //! - `parse`: the value parsers, whose errors name the value and what is allowed.
 
 use std::path::PathBuf;
@@ -20,6 +20,7 @@ use crate::store::StoreLocation;
 mod agent;
 mod backoff;
 mod bench;
+pub mod fleetlock;
 mod mop;
 mod operator;
 mod parse;
@@ -29,6 +30,7 @@ mod simulate;
 pub use agent::{AgentArgs, RebootMethod};
 pub use backoff::BackoffArgs;
 pub use bench::{BenchArgs, Workload};
+pub use fleetlock::FleetlockArgs;
 pub use mop::{MopCommand, MopListArgs, MopSubmitArgs};
 pub use operator::{
     HistoryArgs, PauseArgs, PlanArgs, RequestArgs, ResumeArgs, RetryArgs, StatusArgs, UnlockArgs,
@@ -77,6 +79,9 @@ pub enum Command {
     /// Run the scheduler of a Kubernetes installation: the elected leader among its replicas
     /// grants the slots to the queued nodes, in queue order.
     Scheduler(SchedulerArgs),
+    /// Serve FleetLock, the reboot lock protocol of Fedora CoreOS's Zincati: hosts that ask to
+    /// reboot take their turns like nodes with an agent (queue, slot, drain, verify).
+    Fleetlock(Box<FleetlockArgs>),
     /// Run N real agents in this process against a real store, with simulated reboots, and
     /// report how the rollout went.
     Simulate(SimulateArgs),
@@ -120,7 +125,7 @@ impl Command {
     /// their stderr stays quiet.
     pub fn default_log_level(&self) -> &'static str {
         match self {
-            Command::Agent(_) | Command::Scheduler(_) => "info",
+            Command::Agent(_) | Command::Scheduler(_) | Command::Fleetlock(_) => "info",
             Command::Simulate(_)
             | Command::Status(_)
             | Command::Plan(_)

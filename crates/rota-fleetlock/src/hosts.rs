@@ -1,0 +1,500 @@
+//! What an agent does for its own node, done here for every host that asks by FleetLock and
+//! runs no agent. A request moves the host's node along its lifecycle as
+//! [`rota_core::fleetlock`] decides; while the node holds a slot, a task of its own drains it,
+//! waits for its client to take the lock, watches its reboot and verifies it, as an agent
+//! would, with the same lifecycle events (docs/design.md §10).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rota_actions::{ActionError, NodeActions};
+use rota_core::fleetlock::{self, Lock, Look, Refusal, Unlock};
+use rota_core::{BackoffPolicy, Event, MaintenanceHours, NodeName, NodeState, Process};
+use rota_store::{
+    Acquire, Millis, NodeOverview, NodeRecord, Session, Store, StoreExt, Transition, now_millis,
+};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::error::Result;
+use crate::protocol::{Kind, Rejection};
+
+/// The source recorded with a FleetLock host's request.
+pub const SOURCE: &str = "fleetlock";
+
+/// How the server treats its hosts' windows.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub drain_timeout: Duration,
+    pub reboot_timeout: Duration,
+    pub verify_timeout: Duration,
+    pub health_interval: Duration,
+    /// How long a waiting host keeps its place in the queue without asking again: its
+    /// session's TTL (Zincati asks every 5 to 5.5 minutes).
+    pub client_ttl: Duration,
+    /// How long a drained node waits for its host to ask again and take the lock before its
+    /// window ends (the node is uncordoned, the slot given back).
+    pub lock_wait: Duration,
+    pub backoff: BackoffPolicy,
+    pub hours: Option<MaintenanceHours>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            drain_timeout: Duration::from_secs(600),
+            reboot_timeout: Duration::from_secs(900),
+            verify_timeout: Duration::from_secs(600),
+            health_interval: Duration::from_secs(5),
+            client_ttl: Duration::from_secs(900),
+            lock_wait: Duration::from_secs(900),
+            backoff: BackoffPolicy::DEFAULT,
+            hours: None,
+        }
+    }
+}
+
+/// What the server does to a host's node, by its platform: a Kubernetes Node's API, or
+/// commands on bare metal.
+#[async_trait]
+pub trait Platform: Send + Sync {
+    fn actions(&self, node: &NodeName) -> Arc<dyn NodeActions>;
+    /// The node's boot id as the platform knows it; `None` where it knows none (bare metal:
+    /// there the client's `steady-state` is the word that it rebooted).
+    async fn boot_id(&self, node: &NodeName) -> Result<Option<String>, ActionError>;
+}
+
+/// The FleetLock hosts' nodes, and the tasks of those in their windows.
+#[derive(Clone)]
+pub struct Hosts {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) platform: Arc<dyn Platform>,
+    pub(crate) config: Config,
+    hosts: Mutex<HashMap<NodeName, Arc<tokio::sync::Mutex<Host>>>>,
+    pub(crate) cancel: CancellationToken,
+}
+
+/// One host, as this server knows it between requests.
+#[derive(Default)]
+struct Host {
+    /// The node's session, and when it runs out as last renewed.
+    session: Option<(Session, Instant)>,
+    /// The change count before which another look at the queue would say "wait" again.
+    turn_at: Option<u64>,
+    /// The task of the node's window.
+    window: Option<JoinHandle<()>>,
+}
+
+fn refused(refusal: Refusal, value: impl Into<String>) -> Rejection {
+    Rejection::new(Kind::Refused(refusal), value)
+}
+
+/// Why `refusal` holds `record`'s node back, in words.
+fn explain(refusal: Refusal, record: &NodeRecord) -> Rejection {
+    let node = &record.node;
+    let value = match refusal {
+        Refusal::WaitingForSlot => format!("node {node} waits for a slot"),
+        Refusal::Draining => format!("node {node} holds a slot and is being drained"),
+        Refusal::OutsideHours => {
+            format!("node {node} waits for its maintenance hours")
+        }
+        Refusal::Blocked => format!(
+            "node {node} is held back: {}",
+            record.blocked.as_ref().map_or("", |b| b.reason.as_str())
+        ),
+        Refusal::Paused => "the fleet is paused (rota resume lifts it)".to_owned(),
+        Refusal::BackingOff => format!(
+            "node {node} backs off after a failure until {} ms since the epoch",
+            record.queued_at.unwrap_or_default()
+        ),
+        Refusal::Verifying => format!("node {node} rebooted and is being verified"),
+        Refusal::Failed => format!(
+            "node {node}'s window failed ({}); it keeps its slot and cordon until rota retry or rota unlock",
+            record.last_result.as_deref().unwrap_or("no cause recorded")
+        ),
+        Refusal::OtherWork => format!(
+            "node {node} has other work than FleetLock's ({}): it is not a FleetLock host",
+            record
+                .process
+                .as_ref()
+                .map_or("open requests".to_owned(), |p| p.to_string())
+        ),
+    };
+    refused(refusal, value)
+}
+
+impl Hosts {
+    pub fn new(
+        store: Arc<dyn Store>,
+        platform: Arc<dyn Platform>,
+        config: Config,
+        cancel: CancellationToken,
+    ) -> Hosts {
+        Hosts {
+            inner: Arc::new(Inner {
+                store,
+                platform,
+                config,
+                hosts: Mutex::new(HashMap::new()),
+                cancel,
+            }),
+        }
+    }
+
+    /// Takes over the windows of FleetLock hosts under way, after a restart of the server.
+    pub async fn resume(&self) -> Result<()> {
+        for overview in self.inner.store.overview().await? {
+            let record = overview.record;
+            if record.process == Some(Process::FleetLock) && record.state.holds_slot() {
+                let host = self.inner.host(&record.node);
+                let mut host = host.lock().await;
+                let session = self.inner.session(&mut host, &record.node).await?;
+                info!(node = %record.node, state = %record.state, "taking over a FleetLock window under way");
+                self.inner.ensure_window(&mut host, session);
+            }
+        }
+        Ok(())
+    }
+
+    /// A `pre-reboot` of `node`'s host, of `group`: `Ok` grants the lock.
+    pub async fn pre_reboot(&self, node: &NodeName, group: &str) -> Result<(), Rejection> {
+        let host = self.inner.host(node);
+        let mut host = host.lock().await;
+        self.inner
+            .pre_reboot(&mut host, node, group)
+            .await
+            .map_err(|e| e.rejection())?
+    }
+
+    /// A `steady-state` of `node`'s host: `Ok` says it holds nothing any more.
+    pub async fn steady_state(&self, node: &NodeName) -> Result<(), Rejection> {
+        let host = self.inner.host(node);
+        let mut host = host.lock().await;
+        self.inner
+            .steady_state(&mut host, node)
+            .await
+            .map_err(|e| e.rejection())?
+    }
+}
+
+impl Inner {
+    fn host(&self, node: &NodeName) -> Arc<tokio::sync::Mutex<Host>> {
+        let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
+        hosts.entry(node.clone()).or_default().clone()
+    }
+
+    /// The node's session, opened or renewed when half its TTL has passed: a host asking
+    /// every few minutes renews it about once per half TTL, and a host that stops asking
+    /// loses its place in the queue when it runs out.
+    async fn session(&self, host: &mut Host, node: &NodeName) -> Result<Session> {
+        let ttl = self.config.client_ttl;
+        if let Some((session, until)) = &host.session {
+            if until.saturating_duration_since(Instant::now()) > ttl / 2 {
+                return Ok(session.clone());
+            }
+            if self.store.heartbeat(session, ttl).await.is_ok() {
+                let session = session.clone();
+                host.session = Some((session.clone(), Instant::now() + ttl));
+                return Ok(session);
+            }
+        }
+        let session = self.store.open_session(node, ttl).await?;
+        host.session = Some((session.clone(), Instant::now() + ttl));
+        Ok(session)
+    }
+
+    async fn look_up(&self, node: &NodeName) -> Result<(NodeOverview, bool)> {
+        let (overview, settings) =
+            tokio::try_join!(self.store.record(node), self.store.settings())?;
+        let overview = overview.unwrap_or_else(|| NodeOverview {
+            record: NodeRecord::new(node.clone(), NodeState::Idle, now_millis()),
+            open_requests: Vec::new(),
+            backoffs: Vec::new(),
+        });
+        Ok((overview, settings.pause.is_some()))
+    }
+
+    async fn pre_reboot(
+        self: &Arc<Inner>,
+        host: &mut Host,
+        node: &NodeName,
+        group: &str,
+    ) -> Result<Result<(), Rejection>> {
+        // A waiter told to wait is told so again from memory until enough has changed.
+        if let Some(turn) = host.turn_at
+            && *self.store.changes().borrow() < turn
+        {
+            self.session(host, node).await?;
+            return Ok(Err(refused(
+                Refusal::WaitingForSlot,
+                format!("node {node} waits for a slot"),
+            )));
+        }
+        // Each pass moves the node one step on: queued, granted, drained, rebooting.
+        for _ in 0..3 {
+            let (overview, paused) = self.look_up(node).await?;
+            let record = &overview.record;
+            let boot_id = if record.state == NodeState::Rebooting {
+                self.platform.boot_id(node).await?
+            } else {
+                None
+            };
+            let look = self.look(&overview, paused, boot_id.as_deref());
+            match fleetlock::pre_reboot(&look) {
+                Lock::Queue => self.queue(host, &overview, group).await?,
+                Lock::TakeSlot => return self.take_slot(host, record).await,
+                Lock::StartReboot => {
+                    self.start_reboot(host, record, boot_id).await?;
+                    return Ok(Ok(()));
+                }
+                Lock::Granted => return Ok(Ok(())),
+                Lock::Postpone => {
+                    let session = self.session(host, node).await?;
+                    let reason = "the maintenance hours ended before the host took its lock";
+                    let event = Event::HoursEnded {
+                        reason: reason.to_owned(),
+                    };
+                    self.commit(&session, record, event, false, |_| {}).await?;
+                    return Ok(Err(explain(Refusal::OutsideHours, record)));
+                }
+                Lock::Refused(refusal) => {
+                    if record.state.holds_slot() {
+                        let session = self.session(host, node).await?;
+                        self.ensure_window(host, session);
+                    }
+                    return Ok(Err(explain(refusal, record)));
+                }
+            }
+        }
+        Ok(Err(refused(
+            Refusal::WaitingForSlot,
+            format!("node {node} waits for a slot"),
+        )))
+    }
+
+    fn look<'a>(
+        &'a self,
+        overview: &'a NodeOverview,
+        paused: bool,
+        boot_id: Option<&'a str>,
+    ) -> Look<'a> {
+        Look {
+            record: &overview.record,
+            requested: overview
+                .open_requests
+                .iter()
+                .any(|r| r.process == Process::FleetLock),
+            other_requests: overview
+                .open_requests
+                .iter()
+                .any(|r| r.process != Process::FleetLock),
+            paused,
+            hours: self.config.hours.as_ref(),
+            now: now_millis(),
+            boot_id,
+        }
+    }
+
+    /// Records the host's request; an idle node queues with it, from the end of its backoff.
+    async fn queue(
+        self: &Arc<Inner>,
+        host: &mut Host,
+        overview: &NodeOverview,
+        group: &str,
+    ) -> Result<()> {
+        let record = &overview.record;
+        let session = self.session(host, &record.node).await?;
+        if record.state != NodeState::Idle {
+            self.store
+                .add_request(&session, &Process::FleetLock, SOURCE)
+                .await?;
+            return Ok(());
+        }
+        let eligible_at = overview
+            .backoffs
+            .iter()
+            .filter(|b| b.process == Process::FleetLock)
+            .map(|b| b.until)
+            .fold(now_millis(), Millis::max);
+        let event = Event::Requested { eligible_at };
+        self.commit(&session, record, event, false, |queue| {
+            queue.requests.push((Process::FleetLock, SOURCE.to_owned()));
+            queue.fields.group = Some(Some(group.to_owned()));
+        })
+        .await?;
+        info!(node = %record.node, group, "FleetLock host queued");
+        Ok(())
+    }
+
+    async fn take_slot(
+        self: &Arc<Inner>,
+        host: &mut Host,
+        record: &NodeRecord,
+    ) -> Result<Result<(), Rejection>> {
+        let session = self.session(host, &record.node).await?;
+        let seen = *self.store.changes().borrow();
+        if let Acquire::Wait { changes } = self.store.try_acquire_slot(&session).await? {
+            host.turn_at = Some(seen.saturating_add(changes));
+            return Ok(Err(refused(
+                Refusal::WaitingForSlot,
+                format!(
+                    "node {} waits for a slot: at least {changes} handoffs ahead",
+                    record.node
+                ),
+            )));
+        }
+        host.turn_at = None;
+        let actions = self.platform.actions(&record.node);
+        let pre_cordoned = actions.is_cordoned().await?;
+        let event = Event::SlotAcquired { pre_cordoned };
+        let granted = self
+            .commit(&session, record, event, true, |open| {
+                open.process = Some(Process::FleetLock);
+            })
+            .await?;
+        info!(node = %record.node, slot = ?granted.slot, "FleetLock host granted a slot; draining");
+        self.ensure_window(host, session);
+        Ok(Err(explain(Refusal::Draining, &granted)))
+    }
+
+    /// Records the reboot's start, fenced, right before the answer that lets the host reboot.
+    async fn start_reboot(
+        self: &Arc<Inner>,
+        host: &mut Host,
+        record: &NodeRecord,
+        boot_id: Option<String>,
+    ) -> Result<()> {
+        let session = self.session(host, &record.node).await?;
+        let now = now_millis();
+        self.platform
+            .actions(&record.node)
+            .reboot_starting(now)
+            .await?;
+        // Where the platform knows no boot id, the recorded one stands for this boot.
+        let boot_id = boot_id.unwrap_or_else(|| format!("fleetlock-{now}"));
+        let deadline = now.saturating_add(ms(self.config.reboot_timeout));
+        self.commit(&session, record, Event::RebootStarted, true, |reboot| {
+            reboot.process = Some(Process::FleetLock);
+            let fields = &mut reboot.fields;
+            fields.boot_id = Some(Some(boot_id));
+            fields.reboot_started_at = Some(Some(now));
+            fields.reboot_deadline = Some(Some(deadline));
+            fields.last_reboot_at = Some(now);
+        })
+        .await?;
+        info!(node = %record.node, "FleetLock host drained: lock granted, the host reboots");
+        self.ensure_window(host, session);
+        Ok(())
+    }
+
+    async fn steady_state(
+        self: &Arc<Inner>,
+        host: &mut Host,
+        node: &NodeName,
+    ) -> Result<Result<(), Rejection>> {
+        let (overview, paused) = self.look_up(node).await?;
+        let record = &overview.record;
+        let boot_id = if record.state == NodeState::Rebooting {
+            self.platform.boot_id(node).await?
+        } else {
+            None
+        };
+        match fleetlock::steady_state(&self.look(&overview, paused, boot_id.as_deref())) {
+            Unlock::Nothing => {}
+            Unlock::Withdraw => {
+                let session = self.session(host, node).await?;
+                self.store
+                    .cancel_request(&session, &Process::FleetLock)
+                    .await?;
+                host.turn_at = None;
+                let event = Event::Canceled {
+                    granted: record.slot.is_some(),
+                };
+                self.commit(&session, record, event, false, |_| {}).await?;
+                info!(%node, "FleetLock host left the queue (steady-state)");
+            }
+            Unlock::EndWindow => {
+                if let Some(window) = host.window.take() {
+                    window.abort();
+                }
+                let session = self.session(host, node).await?;
+                let event = Event::Unlock {
+                    reason: "the FleetLock host gave its lock back before it rebooted".to_owned(),
+                };
+                self.commit(&session, record, event, false, |_| {}).await?;
+                info!(%node, "FleetLock host gave its lock back before it rebooted; window ended");
+            }
+            Unlock::BootChanged => {
+                let session = self.session(host, node).await?;
+                self.commit(&session, record, Event::BootChanged, true, |_| {})
+                    .await?;
+                info!(%node, "FleetLock host is back from its reboot; verifying");
+                self.ensure_window(host, session);
+            }
+            Unlock::NotRebooted => {
+                return Ok(Err(Rejection::new(
+                    Kind::NotRebooted,
+                    format!(
+                        "node {node}'s boot id {} has not changed since its lock was granted; ask again once it has rebooted",
+                        boot_id.unwrap_or_default()
+                    ),
+                )));
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// Applies `event` to the node's lifecycle through the core and writes the decision; the
+    /// uncordon it asks for comes first, while the node still holds its slot.
+    pub(crate) async fn commit(
+        &self,
+        session: &Session,
+        record: &NodeRecord,
+        event: Event,
+        fenced: bool,
+        with: impl FnOnce(&mut Transition) + Send,
+    ) -> Result<NodeRecord> {
+        let decision = record.lifecycle().apply(&event)?;
+        let actions = self.platform.actions(&record.node);
+        if matches!(event, Event::Healthy) {
+            if decision.uncordon {
+                self.store.fence(session, self.config.client_ttl).await?;
+            }
+            actions.return_to_service(decision.uncordon).await?;
+        } else if decision.uncordon {
+            self.store.fence(session, self.config.client_ttl).await?;
+            actions.uncordon().await?;
+        }
+        let mut transition = Transition::of(decision);
+        with(&mut transition);
+        let updated = if fenced {
+            self.store
+                .fenced_transition(session, transition, self.config.client_ttl)
+                .await?
+        } else {
+            self.store.transition(session, transition).await?
+        };
+        info!(node = %record.node, %event, from = %record.state, to = %updated.state, "transition");
+        Ok(updated)
+    }
+
+    /// Starts the task of the node's window unless it runs.
+    fn ensure_window(self: &Arc<Inner>, host: &mut Host, session: Session) {
+        if host.window.as_ref().is_some_and(|w| !w.is_finished()) {
+            return;
+        }
+        host.window = Some(tokio::spawn(self.clone().window(session)));
+    }
+}
+
+pub(crate) fn ms(duration: Duration) -> Millis {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}

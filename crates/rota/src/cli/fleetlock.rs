@@ -1,0 +1,70 @@
+//! `rota fleetlock`'s arguments.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use rota_core::Hours;
+
+use super::parse::{duration, hours};
+use super::{BackoffArgs, StoreArgs};
+
+#[derive(Debug, Clone, Args)]
+pub struct FleetlockArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The address the FleetLock endpoints listen on: Zincati's `fleet_lock.base_url` is
+    /// `http://<this address>/`.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        env = "ROTA_FLEETLOCK_LISTEN",
+        default_value = "127.0.0.1:8470"
+    )]
+    pub listen: SocketAddr,
+    /// The hosts' ids: a file of lines `<node> <id> [<address>]` (a host shows its Zincati id
+    /// with `systemd-id128 machine-id --app-specific=de35106b6ec24688b63afddaa156679b`; with
+    /// an address, only requests from it may use the id). Without it, the id is the node's
+    /// name.
+    #[arg(long, value_name = "PATH", env = "ROTA_FLEETLOCK_IDS")]
+    pub ids: Option<PathBuf>,
+    /// A group's token, GROUP=PATH (the file holds the token): requests of the group must
+    /// carry `Authorization: Bearer <token>`. Once any is given, groups without one are
+    /// refused. Repeat for each group.
+    #[arg(long = "group-token", value_name = "GROUP=PATH")]
+    pub group_tokens: Vec<String>,
+    /// Run with `sh -c` to drain a host (`ROTA_NODE` names it) once it holds a slot.
+    #[arg(long, value_name = "COMMAND")]
+    pub drain_command: Option<String>,
+    /// Run to return a host to service at the end of its window.
+    #[arg(long, value_name = "COMMAND")]
+    pub uncordon_command: Option<String>,
+    /// Must succeed after a host's reboot for its window to end healthy.
+    #[arg(long, value_name = "COMMAND")]
+    pub health_command: Option<String>,
+    /// A drain that takes longer fails (the node is uncordoned and backs off).
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10m")]
+    pub drain_timeout: Duration,
+    /// A host not back this long after its lock was granted fails closed.
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "15m")]
+    pub reboot_timeout: Duration,
+    /// How long a host may stay unhealthy after its reboot before it fails closed.
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10m")]
+    pub verify_timeout: Duration,
+    /// How often a host's health and boot id are checked.
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "5s")]
+    pub health_interval: Duration,
+    /// How long a waiting host keeps its place in the queue without asking again (Zincati
+    /// asks every 5 to 5.5 minutes).
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "15m")]
+    pub client_ttl: Duration,
+    /// How long a drained host has to ask again and take its lock before its window ends.
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "15m")]
+    pub lock_wait: Duration,
+    /// Maintenance hours, as `rota agent --hours`: hosts take slots and reboot only within them.
+    #[arg(long = "hours", value_name = "HOURS", value_parser = hours)]
+    pub hours: Vec<Hours>,
+    #[command(flatten)]
+    pub backoff: BackoffArgs,
+}
