@@ -1,0 +1,309 @@
+//! FleetLock hosts taking their turns through rota, on a real server on SQLite and on
+//! PostgreSQL: the whole window, never a 2xx before the drain has ended, one slot shared, and
+//! what happens when a host never comes back, gives up, or the server restarts.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Backend, Fixture, Options, eventually};
+use rota_core::{HistoryEvent, Process};
+use rota_fleetlock::Config;
+use rota_store::StoreExt;
+
+on_every_store!(
+    a_zincati_host_takes_its_turn_and_is_granted_only_once_drained,
+    two_clients_with_one_slot_one_waits_until_the_others_steady_state,
+    a_host_that_gives_its_lock_back_before_rebooting_ends_its_window,
+    a_waiting_host_that_reports_steady_state_leaves_the_queue,
+    a_host_that_never_comes_back_fails_closed_at_the_reboot_deadline,
+    a_drained_host_that_never_takes_its_lock_is_returned_to_service,
+    an_unhealthy_host_fails_closed_after_its_reboot,
+    a_paused_fleet_grants_nothing,
+    a_restarted_server_carries_on_the_windows_under_way,
+);
+
+const PAUSE: Duration = Duration::from_millis(100);
+
+fn fleetlock() -> Process {
+    Process::FleetLock
+}
+
+async fn a_zincati_host_takes_its_turn_and_is_granted_only_once_drained(backend: Backend) {
+    let Some(fixture) = Fixture::start(backend, Options::default()).await else {
+        return;
+    };
+    let host = fixture.client("fcos-1");
+    // Zincati's start: give back whatever it held (nothing).
+    assert!(host.steady_state().await.ok());
+    // Its update is staged: it asks, and is refused while the drain runs.
+    for _ in 0..5 {
+        let answer = host.pre_reboot().await;
+        assert_eq!(
+            (answer.status, answer.kind.as_str()),
+            (409, "draining"),
+            "{answer:?}"
+        );
+        tokio::time::sleep(PAUSE).await;
+    }
+    assert!(fixture.log("fcos-1").is_empty(), "the drain has not ended");
+    fixture.let_drain("fcos-1");
+    let refusals = host.until_granted(300, PAUSE).await;
+    assert!(
+        refusals.iter().all(|a| a.kind == "draining"),
+        "{refusals:?}"
+    );
+    assert_eq!(
+        fixture.log("fcos-1"),
+        ["drain"],
+        "granted after the drain ended"
+    );
+    let record = fixture.record("fcos-1").await;
+    assert_eq!(record.state.to_string(), "rebooting");
+    assert_eq!(record.process, Some(fleetlock()));
+    // It reboots; its Zincati starts and reports steady state.
+    assert!(host.steady_state().await.ok());
+    eventually("the window ends healthy", || async {
+        fixture.record("fcos-1").await.state.to_string() == "idle"
+    })
+    .await;
+    assert_eq!(fixture.log("fcos-1"), ["drain", "uncordon"]);
+    let record = fixture.record("fcos-1").await;
+    assert_eq!((record.slot, record.cordoned_by_rota), (None, false));
+    assert_eq!(
+        fixture.events("fcos-1").await,
+        [
+            (fleetlock(), HistoryEvent::Started),
+            (fleetlock(), HistoryEvent::Finished)
+        ]
+    );
+    // A second update later: a new window.
+    assert_eq!(host.pre_reboot().await.kind, "draining");
+}
+
+async fn two_clients_with_one_slot_one_waits_until_the_others_steady_state(backend: Backend) {
+    let Some(fixture) = Fixture::start(backend, Options::default()).await else {
+        return;
+    };
+    fixture.store.set_concurrency(1).await.expect("concurrency");
+    let first = fixture.client("fcos-1");
+    let second = fixture.client("fcos-2");
+    assert_eq!(first.pre_reboot().await.kind, "draining");
+    assert_eq!(second.pre_reboot().await.kind, "waiting_for_slot");
+    fixture.let_drain("fcos-1");
+    fixture.let_drain("fcos-2");
+    first.until_granted(300, PAUSE).await;
+    for _ in 0..5 {
+        let answer = second.pre_reboot().await;
+        assert_eq!(answer.kind, "waiting_for_slot", "{answer:?}");
+        tokio::time::sleep(PAUSE).await;
+    }
+    assert!(
+        fixture.log("fcos-2").is_empty(),
+        "the second is not drained"
+    );
+    assert!(first.steady_state().await.ok());
+    let refusals = second.until_granted(300, PAUSE).await;
+    assert!(
+        refusals
+            .iter()
+            .all(|a| a.kind == "waiting_for_slot" || a.kind == "draining"),
+        "{refusals:?}"
+    );
+    let first_done = fixture.record("fcos-1").await;
+    assert_eq!(
+        first_done.state.to_string(),
+        "idle",
+        "slot handed on only once healthy"
+    );
+    assert_eq!(fixture.log("fcos-1"), ["drain", "uncordon"]);
+}
+
+async fn a_host_that_gives_its_lock_back_before_rebooting_ends_its_window(backend: Backend) {
+    let Some(fixture) = Fixture::start(backend, Options::default()).await else {
+        return;
+    };
+    let host = fixture.client("fcos-1");
+    assert_eq!(host.pre_reboot().await.kind, "draining");
+    // Zincati restarts (its update was dropped) and gives back what it holds: the drain
+    // stops, and the node goes back into service.
+    assert!(host.steady_state().await.ok());
+    let record = fixture.record("fcos-1").await;
+    assert_eq!(
+        (record.state.to_string(), record.slot),
+        ("idle".to_owned(), None)
+    );
+    assert_eq!(fixture.log("fcos-1"), ["uncordon"]);
+    assert_eq!(
+        fixture.events("fcos-1").await,
+        [
+            (fleetlock(), HistoryEvent::Started),
+            (fleetlock(), HistoryEvent::Canceled)
+        ]
+    );
+}
+
+async fn a_waiting_host_that_reports_steady_state_leaves_the_queue(backend: Backend) {
+    let Some(fixture) = Fixture::start(backend, Options::default()).await else {
+        return;
+    };
+    fixture.client("fcos-1").pre_reboot().await;
+    let waiting = fixture.client("fcos-2");
+    assert_eq!(waiting.pre_reboot().await.kind, "waiting_for_slot");
+    assert_eq!(fixture.record("fcos-2").await.state.to_string(), "queued");
+    assert!(waiting.steady_state().await.ok());
+    let record = fixture.record("fcos-2").await;
+    assert_eq!(record.state.to_string(), "idle");
+    let open = fixture
+        .store
+        .open_requests(&record.node)
+        .await
+        .expect("requests");
+    assert!(open.is_empty(), "{open:?}");
+}
+
+async fn a_host_that_never_comes_back_fails_closed_at_the_reboot_deadline(backend: Backend) {
+    let options = Options {
+        config: Config {
+            reboot_timeout: Duration::from_secs(1),
+            ..Options::default().config
+        },
+        ..Options::default()
+    };
+    let Some(fixture) = Fixture::start(backend, options).await else {
+        return;
+    };
+    let host = fixture.client("fcos-1");
+    host.pre_reboot().await;
+    fixture.let_drain("fcos-1");
+    host.until_granted(300, PAUSE).await;
+    eventually("the reboot deadline fails the window", || async {
+        fixture.record("fcos-1").await.state.to_string() == "failed"
+    })
+    .await;
+    let record = fixture.record("fcos-1").await;
+    assert!(record.slot.is_some(), "fail closed: the slot is kept");
+    assert!(
+        record.cordoned_by_rota,
+        "fail closed: the node stays out of service"
+    );
+    assert_eq!(fixture.log("fcos-1"), ["drain"], "never uncordoned");
+    assert!(
+        record
+            .last_result
+            .as_deref()
+            .is_some_and(|r| r.contains("did not come back")),
+        "{record:?}"
+    );
+    assert_eq!(host.pre_reboot().await.kind, "failed");
+}
+
+async fn a_drained_host_that_never_takes_its_lock_is_returned_to_service(backend: Backend) {
+    let options = Options {
+        config: Config {
+            lock_wait: Duration::from_secs(1),
+            ..Options::default().config
+        },
+        ..Options::default()
+    };
+    let Some(fixture) = Fixture::start(backend, options).await else {
+        return;
+    };
+    fixture.let_drain("fcos-1");
+    fixture.client("fcos-1").pre_reboot().await;
+    eventually("the window ends once --lock-wait has passed", || async {
+        fixture.record("fcos-1").await.state.to_string() == "idle"
+    })
+    .await;
+    assert_eq!(fixture.log("fcos-1"), ["drain", "uncordon"]);
+    let events = fixture.events("fcos-1").await;
+    assert_eq!(
+        events.last(),
+        Some(&(fleetlock(), HistoryEvent::Canceled)),
+        "{events:?}"
+    );
+}
+
+async fn an_unhealthy_host_fails_closed_after_its_reboot(backend: Backend) {
+    let options = Options {
+        config: Config {
+            verify_timeout: Duration::from_secs(1),
+            ..Options::default().config
+        },
+        ..Options::default()
+    };
+    let Some(fixture) = Fixture::start(backend, options).await else {
+        return;
+    };
+    std::fs::write(fixture.dir.join("fcos-1.unhealthy"), "").expect("unhealthy");
+    let host = fixture.client("fcos-1");
+    fixture.let_drain("fcos-1");
+    host.until_granted(300, PAUSE).await;
+    assert!(host.steady_state().await.ok());
+    eventually("verification fails the window", || async {
+        fixture.record("fcos-1").await.state.to_string() == "failed"
+    })
+    .await;
+    let record = fixture.record("fcos-1").await;
+    assert!(
+        record.slot.is_some() && record.cordoned_by_rota,
+        "{record:?}"
+    );
+    assert_eq!(fixture.log("fcos-1"), ["drain"], "never uncordoned");
+    let events = fixture.events("fcos-1").await;
+    assert_eq!(events.last(), Some(&(fleetlock(), HistoryEvent::Failed)));
+}
+
+async fn a_paused_fleet_grants_nothing(backend: Backend) {
+    let Some(fixture) = Fixture::start(backend, Options::default()).await else {
+        return;
+    };
+    fixture
+        .store
+        .pause("kernel regression")
+        .await
+        .expect("pause");
+    let host = fixture.client("fcos-1");
+    fixture.let_drain("fcos-1");
+    for _ in 0..3 {
+        let answer = host.pre_reboot().await;
+        assert_eq!(
+            (answer.status, answer.kind.as_str()),
+            (409, "paused"),
+            "{answer:?}"
+        );
+    }
+    assert!(fixture.log("fcos-1").is_empty(), "nothing drained");
+    fixture.store.resume().await.expect("resume");
+    host.until_granted(300, PAUSE).await;
+}
+
+async fn a_restarted_server_carries_on_the_windows_under_way(backend: Backend) {
+    let Some(fixture) = Fixture::start(backend, Options::default()).await else {
+        return;
+    };
+    let host = fixture.client("fcos-1");
+    assert_eq!(host.pre_reboot().await.kind, "draining");
+    let fixture = fixture.restart().await;
+    let host = fixture.client("fcos-1");
+    fixture.let_drain("fcos-1");
+    host.until_granted(300, PAUSE).await;
+    let fixture = fixture.restart().await;
+    let host = fixture.client("fcos-1");
+    assert!(
+        host.pre_reboot().await.ok(),
+        "still granted on the same boot"
+    );
+    assert!(host.steady_state().await.ok());
+    eventually("the window ends healthy", || async {
+        fixture.record("fcos-1").await.state.to_string() == "idle"
+    })
+    .await;
+    assert_eq!(
+        fixture.events("fcos-1").await,
+        [
+            (fleetlock(), HistoryEvent::Started),
+            (fleetlock(), HistoryEvent::Finished)
+        ]
+    );
+}
