@@ -1,6 +1,6 @@
 //! FleetLock, the reboot lock protocol of Fedora CoreOS's update agent (Zincati): what a
 //! client's `pre-reboot` and `steady-state` do to its node, decided from the node's record
-//! (docs/design.md §10). `rota fleetlock` carries the answer out.
+//! (docs/design.md §11). `rota fleetlock` carries the answer out.
 //!
 //! The lock is the node's window: a `pre-reboot` queues the node, and is granted only once the
 //! node holds a slot and has been drained, since the host reboots as soon as it is answered

@@ -2,7 +2,7 @@
 //! runs no agent. A request moves the host's node along its lifecycle as
 //! [`rota_core::fleetlock`] decides; while the node holds a slot, a task of its own drains it,
 //! waits for its client to take the lock, watches its reboot and verifies it, as an agent
-//! would, with the same lifecycle events (docs/design.md §10).
+//! would, with the same lifecycle events (docs/design.md §11).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

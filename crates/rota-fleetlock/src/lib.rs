@@ -1,5 +1,5 @@
 //! `rota fleetlock`: a server of FleetLock, the reboot lock protocol of Fedora CoreOS's update
-//! agent (Zincati), on any of rota's stores (docs/design.md §10). A host that asks to reboot
+//! agent (Zincati), on any of rota's stores (docs/design.md §11). A host that asks to reboot
 //! takes its turn like a node with an agent: it queues, takes a slot, is drained, and only
 //! then is answered 200; after its reboot it is verified and uncordoned, and every step is in
 //! its history.
