@@ -13,6 +13,8 @@ pub enum Error {
     Action(#[from] ActionError),
     #[error(transparent)]
     Transition(#[from] TransitionError),
+    #[error("TLS: {path}: {reason}")]
+    Tls { path: String, reason: String },
     #[error("cannot read the client ids of {path}: {reason}")]
     Ids { path: String, reason: String },
 }

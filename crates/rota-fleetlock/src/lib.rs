@@ -10,7 +10,8 @@
 //! - `commands`: bare metal's platform: shell commands, no boot id;
 //! - `hosts`: the hosts' nodes moved along their lifecycle, as `rota_core::fleetlock` decides;
 //! - `window`: the task of a host's window (drain, reboot, verification);
-//! - `server`: the HTTP endpoints.
+//! - `server`: the HTTP endpoints;
+//! - `tls`: the server's certificate, and its clients' (bare metal).
 
 mod commands;
 mod error;
@@ -19,6 +20,7 @@ pub mod ids;
 pub mod machine_id;
 pub mod protocol;
 pub mod server;
+mod tls;
 mod window;
 
 pub use commands::CommandPlatform;
@@ -27,3 +29,4 @@ pub use hosts::{Config, Hosts, Platform};
 pub use ids::{Client, FileIds, Ids, NameIds};
 pub use machine_id::{ZINCATI_APP_ID, zincati_id};
 pub use server::{Endpoint, Server};
+pub use tls::Tls;

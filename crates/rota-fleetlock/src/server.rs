@@ -5,21 +5,38 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::Json;
-use axum::Router;
+use std::time::Duration;
+
 use axum::body::Body;
-use axum::extract::{ConnectInfo, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use axum::{Extension, Json, Router};
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use rustls_pki_types::CertificateDer;
 use serde_json::json;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::hosts::Hosts;
 use crate::ids::Ids;
 use crate::protocol::{self, Kind, MAX_BODY, Rejection};
+use crate::tls::{self, Tls};
+
+/// How long open connections have to finish once the server stops.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Who a connection is: its address, and the client certificate it showed over TLS.
+#[derive(Clone)]
+struct Peer {
+    addr: SocketAddr,
+    certificate: Option<CertificateDer<'static>>,
+}
 
 /// The protocol's two operations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,17 +63,17 @@ impl Server {
     }
 
     /// The protocol's routes, at the root of the server (Zincati's `base_url`).
-    pub fn router(self: Arc<Server>) -> Router {
+    fn router(self: Arc<Server>) -> Router {
         Router::new()
             .route(
                 "/v1/pre-reboot",
                 post(
                     |State(server): State<Arc<Server>>,
-                     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+                     Extension(peer): Extension<Peer>,
                      headers: HeaderMap,
                      body: Body| async move {
                         server
-                            .answer(Endpoint::PreReboot, peer, &headers, body)
+                            .answer(Endpoint::PreReboot, &peer, &headers, body)
                             .await
                     },
                 ),
@@ -65,11 +82,11 @@ impl Server {
                 "/v1/steady-state",
                 post(
                     |State(server): State<Arc<Server>>,
-                     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+                     Extension(peer): Extension<Peer>,
                      headers: HeaderMap,
                      body: Body| async move {
                         server
-                            .answer(Endpoint::SteadyState, peer, &headers, body)
+                            .answer(Endpoint::SteadyState, &peer, &headers, body)
                             .await
                     },
                 ),
@@ -89,31 +106,79 @@ impl Server {
             .with_state(self)
     }
 
-    /// Serves on `listener` until `cancel`.
+    /// Serves on `listener`, over `tls` when given, until `cancel`; open connections then
+    /// have a few seconds to finish.
     pub async fn serve(
         self: Arc<Server>,
         listener: TcpListener,
+        tls: Option<Tls>,
         cancel: CancellationToken,
     ) -> std::io::Result<()> {
-        let app = self
-            .router()
-            .into_make_service_with_connect_info::<SocketAddr>();
-        axum::serve(listener, app)
-            .with_graceful_shutdown(cancel.cancelled_owned())
+        let router = self.router();
+        let graceful = GracefulShutdown::new();
+        loop {
+            let (stream, addr) = tokio::select! {
+                () = cancel.cancelled() => break,
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        // Out of file descriptors, or a connection reset before it was taken.
+                        warn!(error = %e, "cannot accept a connection");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+            };
+            let router = router.clone();
+            let tls = tls.clone();
+            let watcher = graceful.watcher();
+            // The handshake runs in the connection's task: a slow client holds up nobody.
+            tokio::spawn(async move {
+                let Some(tls) = tls else {
+                    let peer = Peer {
+                        addr,
+                        certificate: None,
+                    };
+                    watcher.watch(connection(router, peer, stream)).await.ok();
+                    return;
+                };
+                let stream = match tls.acceptor.accept(stream).await {
+                    Ok(stream) => stream,
+                    Err(e) => {
+                        debug!(%addr, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                };
+                let certificate = stream
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|chain| chain.first())
+                    .map(|c| c.clone().into_owned());
+                let peer = Peer { addr, certificate };
+                watcher.watch(connection(router, peer, stream)).await.ok();
+            });
+        }
+        if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
             .await
+            .is_err()
+        {
+            warn!("FleetLock connections still open at shutdown were dropped");
+        }
+        Ok(())
     }
 
     async fn answer(
         &self,
         endpoint: Endpoint,
-        peer: SocketAddr,
+        peer: &Peer,
         headers: &HeaderMap,
         body: Body,
     ) -> Response {
         match self.decide(endpoint, peer, headers, body).await {
             Ok(node) => (StatusCode::OK, Json(json!({ "node": node }))).into_response(),
             Err(rejection) => {
-                debug!(?endpoint, %peer, kind = rejection.kind.as_str(), value = rejection.value, "refused");
+                debug!(?endpoint, peer = %peer.addr, kind = rejection.kind.as_str(), value = rejection.value, "refused");
                 reject(&rejection)
             }
         }
@@ -122,7 +187,7 @@ impl Server {
     async fn decide(
         &self,
         endpoint: Endpoint,
-        peer: SocketAddr,
+        peer: &Peer,
         headers: &HeaderMap,
         body: Body,
     ) -> Result<String, Rejection> {
@@ -146,8 +211,19 @@ impl Server {
                     ),
                 )
             })?;
+        if let Some(certificate) = &peer.certificate
+            && !tls::names(certificate, client.node.as_str())
+        {
+            return Err(Rejection::new(
+                Kind::ForeignId,
+                format!(
+                    "client id {:?} is node {}'s, and the client's certificate is not valid for that name",
+                    params.id, client.node
+                ),
+            ));
+        }
         if let Some(address) = client.address
-            && address != peer.ip()
+            && address != peer.addr.ip()
         {
             return Err(Rejection::new(
                 Kind::ForeignId,
@@ -155,7 +231,7 @@ impl Server {
                     "client id {:?} is node {}'s, whose requests come from {address}, not {}",
                     params.id,
                     client.node,
-                    peer.ip()
+                    peer.addr.ip()
                 ),
             ));
         }
@@ -193,4 +269,17 @@ impl Server {
 
 fn reject(rejection: &Rejection) -> Response {
     (rejection.kind.status(), Json(rejection.body())).into_response()
+}
+
+/// Serves HTTP/1.1 on one connection, its requests seeing who `peer` is.
+fn connection<S>(
+    router: Router,
+    peer: Peer,
+    stream: S,
+) -> hyper::server::conn::http1::Connection<TokioIo<S>, TowerToHyperService<Router>>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = TowerToHyperService::new(router.layer(Extension(peer)));
+    hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service)
 }

@@ -4,7 +4,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use rota_fleetlock::{CommandPlatform, Config, FileIds, Hosts, Ids, NameIds, Server};
+use rota_fleetlock::{CommandPlatform, Config, FileIds, Hosts, Ids, NameIds, Server, Tls};
+use rota_store::StoreExt;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
@@ -15,6 +16,10 @@ use crate::store::StoreLocation;
 pub async fn run(args: FleetlockArgs) -> Result<()> {
     let config = config(&args)?;
     let tokens = tokens(&args.group_tokens)?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(Tls::load(cert, key, args.client_ca.as_deref())?),
+        _ => None,
+    };
     let ids: Arc<dyn Ids> = match &args.ids {
         Some(path) => Arc::new(FileIds::read(path)?),
         None => Arc::new(NameIds),
@@ -27,6 +32,12 @@ pub async fn run(args: FleetlockArgs) -> Result<()> {
     let store = crate::store::open_for_agent(&args.store, &crate::store::Cluster::new(None))
         .await
         .context("opening the store")?;
+    if let Some(concurrency) = args.concurrency {
+        store
+            .set_concurrency(concurrency)
+            .await
+            .with_context(|| format!("--concurrency {concurrency}"))?;
+    }
     let platform = Arc::new(CommandPlatform {
         drain: args.drain_command.clone(),
         uncordon: args.uncordon_command.clone(),
@@ -44,7 +55,7 @@ pub async fn run(args: FleetlockArgs) -> Result<()> {
         .with_context(|| format!("listening on --listen {}", args.listen))?;
     info!(listen = %listener.local_addr()?, "serving FleetLock");
     let server = Arc::new(Server::new(hosts, ids, tokens));
-    crate::systemd::supervise(server.serve(listener, cancel.clone()), &cancel)
+    crate::systemd::supervise(server.serve(listener, tls, cancel.clone()), &cancel)
         .await
         .context("serving FleetLock")
 }

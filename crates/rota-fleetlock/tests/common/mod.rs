@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rota_core::{HistoryEvent, NodeName, Process};
-use rota_fleetlock::{CommandPlatform, Config, Hosts, Ids, NameIds, Server};
+use rota_fleetlock::{CommandPlatform, Config, Hosts, Ids, NameIds, Server, Tls};
 use rota_store::{HistoryFilter, PostgresStore, SqliteStore, Store, StoreExt};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -48,6 +48,7 @@ pub struct Fixture {
     pub config: Config,
     ids: Arc<dyn Ids>,
     tokens: HashMap<String, String>,
+    tls: Option<Tls>,
     cancel: CancellationToken,
     tmp: Option<tempfile::TempDir>,
 }
@@ -56,6 +57,7 @@ pub struct Options {
     pub config: Config,
     pub ids: Arc<dyn Ids>,
     pub tokens: HashMap<String, String>,
+    pub tls: Option<Tls>,
 }
 
 impl Default for Options {
@@ -67,6 +69,7 @@ impl Default for Options {
             },
             ids: Arc::new(NameIds),
             tokens: HashMap::new(),
+            tls: None,
         }
     }
 }
@@ -110,7 +113,7 @@ impl Fixture {
             options.ids.clone(),
             options.tokens.clone(),
         ));
-        tokio::spawn(server.serve(listener, cancel.clone()));
+        tokio::spawn(server.serve(listener, options.tls.clone(), cancel.clone()));
         Fixture {
             store,
             addr,
@@ -118,6 +121,7 @@ impl Fixture {
             config: options.config,
             ids: options.ids,
             tokens: options.tokens,
+            tls: options.tls,
             cancel,
             tmp: Some(tmp),
         }
@@ -131,12 +135,16 @@ impl Fixture {
             config: self.config.clone(),
             ids: self.ids.clone(),
             tokens: self.tokens.clone(),
+            tls: self.tls.clone(),
         };
         Fixture::serve(self.store.clone(), tmp, options).await
     }
 
     pub fn base(&self) -> String {
-        format!("http://{}/", self.addr)
+        match self.tls {
+            Some(_) => format!("https://localhost:{}/", self.addr.port()),
+            None => format!("http://{}/", self.addr),
+        }
     }
 
     pub fn client(&self, id: &str) -> Zincati {
@@ -217,14 +225,19 @@ pub struct Zincati {
 
 impl Zincati {
     pub fn new(base: &str, id: &str, group: &str, from: Option<IpAddr>) -> Zincati {
-        let body = serde_json::to_string_pretty(&serde_json::json!({
-            "client_params": { "id": id, "group": group }
-        }))
-        .expect("body");
         let http = reqwest::Client::builder()
             .local_address(from)
             .build()
             .expect("client");
+        Zincati::with_client(base, id, group, http)
+    }
+
+    /// A client that connects with `http` (TLS settings, a client certificate).
+    pub fn with_client(base: &str, id: &str, group: &str, http: reqwest::Client) -> Zincati {
+        let body = serde_json::to_string_pretty(&serde_json::json!({
+            "client_params": { "id": id, "group": group }
+        }))
+        .expect("body");
         Zincati {
             http,
             base: base.to_owned(),
@@ -248,6 +261,18 @@ impl Zincati {
             self.body.clone(),
         )
         .await
+    }
+
+    /// A `pre-reboot` that may fail to connect at all.
+    pub async fn try_pre_reboot(&self) -> Result<u16, reqwest::Error> {
+        let response = self
+            .http
+            .post(format!("{}v1/pre-reboot", self.base))
+            .header("fleet-lock-protocol", "true")
+            .body(self.body.clone())
+            .send()
+            .await?;
+        Ok(response.status().as_u16())
     }
 
     /// Any request to `path` under the base, with these headers and body.

@@ -34,6 +34,19 @@ pub struct FleetlockArgs {
     /// refused. Repeat for each group.
     #[arg(long = "group-token", value_name = "GROUP=PATH")]
     pub group_tokens: Vec<String>,
+    /// Serve over TLS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, value_name = "PATH", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require a client certificate signed by this CA (PEM), valid for the host's node name:
+    /// a host may then lock and unlock only for its own node. Needs --tls-cert.
+    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    pub client_ca: Option<PathBuf>,
+    /// Sets the fleet's number of slots (as `rota agent --concurrency` does) when given.
+    #[arg(long, value_name = "N", env = "ROTA_CONCURRENCY")]
+    pub concurrency: Option<u32>,
     /// Run with `sh -c` to drain a host (`ROTA_NODE` names it) once it holds a slot.
     #[arg(long, value_name = "COMMAND")]
     pub drain_command: Option<String>,
