@@ -16,6 +16,7 @@
 //! - `conformance`: the suite every store must pass, behind the feature `conformance`.
 
 mod audit;
+mod budget;
 mod error;
 pub mod forecast;
 mod history;
@@ -32,6 +33,7 @@ mod url;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
+pub use budget::BudgetCheck;
 pub use audit::{AuditRecord, NewAuditRecord, OperatorCommand, UnknownCommand};
 pub use error::{Error, Result};
 pub use model::{

@@ -229,6 +229,12 @@ pub trait StoreExt: Store {
         self.set(Setting::Resume).await
     }
 
+    /// The rollout's failure budget, before a node takes a slot: at the budget, pauses the
+    /// fleet (see [`BudgetCheck`](crate::BudgetCheck)).
+    async fn enforce_failure_budget(&self) -> Result<crate::BudgetCheck> {
+        crate::budget::enforce(self).await
+    }
+
     /// The number of slots (`concurrency`), if it was ever set.
     async fn concurrency(&self) -> Result<Option<u32>> {
         Ok(self.settings().await?.concurrency)
