@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::error::Result;
+use crate::metrics::Metrics;
 use crate::protocol::{Kind, Rejection};
 
 /// The source recorded with a FleetLock host's request.
@@ -79,6 +80,7 @@ pub(crate) struct Inner {
     pub(crate) platform: Arc<dyn Platform>,
     pub(crate) config: Config,
     hosts: Mutex<HashMap<NodeName, Arc<tokio::sync::Mutex<Host>>>>,
+    pub(crate) metrics: Arc<Metrics>,
     pub(crate) cancel: CancellationToken,
 }
 
@@ -144,9 +146,15 @@ impl Hosts {
                 platform,
                 config,
                 hosts: Mutex::new(HashMap::new()),
+                metrics: Arc::new(Metrics::new()),
                 cancel,
             }),
         }
+    }
+
+    /// The hosts' metrics, and the server's answers'.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.inner.metrics.clone()
     }
 
     /// Takes over the windows of FleetLock hosts under way, after a restart of the server.
@@ -475,6 +483,7 @@ impl Inner {
         }
         let mut transition = Transition::of(decision);
         with(&mut transition);
+        let window = transition.window.clone();
         let updated = if fenced {
             self.store
                 .fenced_transition(session, transition, self.config.client_ttl)
@@ -483,6 +492,7 @@ impl Inner {
             self.store.transition(session, transition).await?
         };
         info!(node = %record.node, %event, from = %record.state, to = %updated.state, "transition");
+        self.metrics.written(record, &updated, &window);
         Ok(updated)
     }
 

@@ -10,6 +10,7 @@
 //! - `commands`: bare metal's platform: shell commands, no boot id;
 //! - `hosts`: the hosts' nodes moved along their lifecycle, as `rota_core::fleetlock` decides;
 //! - `window`: the task of a host's window (drain, reboot, verification);
+//! - `metrics`: the hosts' nodes and the answers, for Prometheus;
 //! - `server`: the HTTP endpoints;
 //! - `tls`: the server's certificate, and its clients' (bare metal).
 
@@ -18,6 +19,7 @@ mod error;
 pub mod hosts;
 pub mod ids;
 pub mod machine_id;
+mod metrics;
 pub mod protocol;
 pub mod server;
 mod tls;
@@ -28,5 +30,6 @@ pub use error::{Error, Result};
 pub use hosts::{Config, Hosts, Platform};
 pub use ids::{Client, FileIds, Ids, NameIds};
 pub use machine_id::{ZINCATI_APP_ID, zincati_id};
+pub use metrics::Metrics;
 pub use server::{Endpoint, Server};
 pub use tls::Tls;

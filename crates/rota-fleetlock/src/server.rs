@@ -175,7 +175,10 @@ impl Server {
         headers: &HeaderMap,
         body: Body,
     ) -> Response {
-        match self.decide(endpoint, peer, headers, body).await {
+        let decided = self.decide(endpoint, peer, headers, body).await;
+        let metrics = self.hosts.metrics();
+        metrics.answered(endpoint, decided.as_ref().err().map(|r| r.kind.as_str()));
+        match decided {
             Ok(node) => (StatusCode::OK, Json(json!({ "node": node }))).into_response(),
             Err(rejection) => {
                 debug!(?endpoint, peer = %peer.addr, kind = rejection.kind.as_str(), value = rejection.value, "refused");

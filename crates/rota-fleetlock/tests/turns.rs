@@ -21,6 +21,7 @@ on_every_store!(
     an_unhealthy_host_fails_closed_after_its_reboot,
     a_paused_fleet_grants_nothing,
     a_restarted_server_carries_on_the_windows_under_way,
+    the_metrics_show_a_fleetlock_host_like_any_other_node,
 );
 
 const PAUSE: Duration = Duration::from_millis(100);
@@ -306,4 +307,39 @@ async fn a_restarted_server_carries_on_the_windows_under_way(backend: Backend) {
             (fleetlock(), HistoryEvent::Finished)
         ]
     );
+}
+
+async fn the_metrics_show_a_fleetlock_host_like_any_other_node(backend: Backend) {
+    let Some(fixture) = Fixture::start(backend, Options::default()).await else {
+        return;
+    };
+    let host = fixture.client("fcos-1");
+    assert_eq!(host.pre_reboot().await.kind, "draining");
+    let text = fixture.metrics.encode().expect("encode");
+    for line in [
+        "rota_node_state{node=\"fcos-1\",state=\"draining\"} 1",
+        "rota_node_state{node=\"fcos-1\",state=\"idle\"} 0",
+        "rota_slot_held{node=\"fcos-1\"} 1",
+        "rota_group{node=\"fcos-1\",group=\"default\"} 1",
+        "rota_fleetlock_answers_total{endpoint=\"pre-reboot\",kind=\"draining\"} 1",
+    ] {
+        assert!(text.contains(line), "{line} in {text}");
+    }
+    fixture.let_drain("fcos-1");
+    host.until_granted(300, PAUSE).await;
+    assert!(host.steady_state().await.ok());
+    eventually("the window ends healthy", || async {
+        fixture.record("fcos-1").await.state.to_string() == "idle"
+    })
+    .await;
+    let text = fixture.metrics.encode().expect("encode");
+    for line in [
+        "rota_node_state{node=\"fcos-1\",state=\"idle\"} 1",
+        "rota_slot_held{node=\"fcos-1\"} 0",
+        "rota_work_results_total{node=\"fcos-1\",process=\"fleetlock\",outcome=\"finished\"} 1",
+        "rota_fleetlock_answers_total{endpoint=\"pre-reboot\",kind=\"granted\"} 1",
+        "rota_fleetlock_answers_total{endpoint=\"steady-state\",kind=\"granted\"} 1",
+    ] {
+        assert!(text.contains(line), "{line} in {text}");
+    }
 }

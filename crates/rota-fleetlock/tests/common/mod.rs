@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rota_core::{HistoryEvent, NodeName, Process};
-use rota_fleetlock::{CommandPlatform, Config, Hosts, Ids, NameIds, Server, Tls};
+use rota_fleetlock::{CommandPlatform, Config, Hosts, Ids, Metrics, NameIds, Server, Tls};
 use rota_store::{HistoryFilter, PostgresStore, SqliteStore, Store, StoreExt};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -46,6 +46,7 @@ pub struct Fixture {
     /// says what ran, `<node>.unhealthy` fails the health check.
     pub dir: PathBuf,
     pub config: Config,
+    pub metrics: Arc<Metrics>,
     ids: Arc<dyn Ids>,
     tokens: HashMap<String, String>,
     tls: Option<Tls>,
@@ -106,6 +107,7 @@ impl Fixture {
             cancel.clone(),
         );
         hosts.resume().await.expect("resume");
+        let metrics = hosts.metrics();
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let server = Arc::new(Server::new(
@@ -119,6 +121,7 @@ impl Fixture {
             addr,
             dir,
             config: options.config,
+            metrics,
             ids: options.ids,
             tokens: options.tokens,
             tls: options.tls,
