@@ -1,6 +1,8 @@
-//! The bare-metal deployment: the systemd unit (packaging/systemd) as systemd itself reads it,
-//! the Debian package that scripts/deb builds (`ROTA_TEST_DEB`), and the agent's side of the
-//! unit's `Type=notify`: READY=1, WATCHDOG=1 and STOPPING=1 on a real notify socket.
+//! The bare-metal deployment: the systemd units (packaging/systemd: the agent's and the
+//! FleetLock server's) as systemd itself reads them, the Debian package that scripts/deb builds
+//! (`ROTA_TEST_DEB`), and the programs' side of the units on a real notify socket: the agent's
+//! READY=1, WATCHDOG=1 and STOPPING=1, the FleetLock server's WATCHDOG=1 and its exit on
+//! SIGTERM.
 
 use rota_store::{SqliteStore, StoreExt};
 use std::collections::BTreeMap;
@@ -21,6 +23,14 @@ const UNIT: &str = concat!(
 const ENV_FILE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../../packaging/systemd/rota-agent.env"
+);
+const FLEETLOCK_UNIT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../packaging/systemd/rota-fleetlock.service"
+);
+const FLEETLOCK_ENV_FILE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../packaging/systemd/rota-fleetlock.env"
 );
 
 fn read(path: impl AsRef<Path>) -> Vec<u8> {
@@ -48,18 +58,18 @@ fn systemd_analyze() -> Option<Command> {
     }
 }
 
-#[test]
-fn systemd_accepts_the_unit() {
+/// `systemd-analyze verify` of the unit at `path` (named `name`): no complaint.
+fn verify_unit(path: &str, name: &str) {
     let Some(mut analyze) = systemd_analyze() else {
         return;
     };
     // verify checks that ExecStart's program exists: the binary under test stands in for the
     // package's /usr/bin/rota.
-    let unit = text(&read(UNIT));
+    let unit = text(&read(path));
     let here = unit.replace("ExecStart=/usr/bin/rota ", &format!("ExecStart={ROTA} "));
-    assert_ne!(here, unit, "the unit's ExecStart runs /usr/bin/rota");
+    assert_ne!(here, unit, "{name}'s ExecStart runs /usr/bin/rota");
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("rota-agent.service");
+    let path = dir.path().join(format!("{name}.service"));
     std::fs::write(&path, here).expect("write the unit");
 
     let out = analyze
@@ -70,17 +80,27 @@ fn systemd_accepts_the_unit() {
     let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
     // A bad value or an unknown key is a warning ("…, ignoring") with exit status 0: any line
     // about this unit is a failure.
-    let complaints: Vec<&str> = said.lines().filter(|l| l.contains("rota-agent")).collect();
+    let complaints: Vec<&str> = said.lines().filter(|l| l.contains(name)).collect();
     assert!(
         out.status.success() && complaints.is_empty(),
-        "systemd-analyze verify ({}): {said}",
+        "systemd-analyze verify {name} ({}): {said}",
         out.status
     );
 }
 
-/// The unit's `[Service]` settings as `key → value`.
-fn service_settings() -> BTreeMap<String, String> {
-    let unit = text(&read(UNIT));
+#[test]
+fn systemd_accepts_the_unit() {
+    verify_unit(UNIT, "rota-agent");
+}
+
+#[test]
+fn systemd_accepts_the_fleetlock_unit() {
+    verify_unit(FLEETLOCK_UNIT, "rota-fleetlock");
+}
+
+/// The `[Service]` settings of the unit at `path` as `key → value`.
+fn service_settings(path: &str) -> BTreeMap<String, String> {
+    let unit = text(&read(path));
     let mut section = "";
     let mut settings = BTreeMap::new();
     for line in unit.lines().map(str::trim) {
@@ -98,7 +118,7 @@ fn service_settings() -> BTreeMap<String, String> {
 
 #[test]
 fn the_unit_restarts_the_agent_spares_its_children_and_waits_for_its_readiness() {
-    let settings = service_settings();
+    let settings = service_settings(UNIT);
     for (key, value) in [
         ("Type", "notify"),
         ("Restart", "always"),
@@ -130,6 +150,82 @@ fn the_unit_restarts_the_agent_spares_its_children_and_waits_for_its_readiness()
             !settings.contains_key(confining),
             "{confining}= would confine the maintenance commands the agent runs"
         );
+    }
+}
+
+#[test]
+fn the_fleetlock_unit_restarts_the_server_and_watches_it() {
+    let settings = service_settings(FLEETLOCK_UNIT);
+    for (key, value) in [
+        // The server sends no READY=1: it is up once it runs.
+        ("Type", "exec"),
+        ("Restart", "always"),
+        ("RestartPreventExitStatus", "2"),
+        ("EnvironmentFile", "-/etc/default/rota-fleetlock"),
+        ("ExecStart", "/usr/bin/rota fleetlock $ROTA_FLEETLOCK_ARGS"),
+        // Its pings come from the server alone, not from the commands it runs.
+        ("NotifyAccess", "main"),
+        // The default store, sqlite:///var/lib/rota/rota.db, lives there.
+        ("StateDirectory", "rota"),
+        ("StateDirectoryMode", "0700"),
+        ("LockPersonality", "yes"),
+        ("RestrictRealtime", "yes"),
+        ("SystemCallArchitectures", "native"),
+    ] {
+        assert_eq!(
+            settings.get(key).map(String::as_str),
+            Some(value),
+            "{key}= in {settings:?}"
+        );
+    }
+    assert!(settings.contains_key("WatchdogSec"), "{settings:?}");
+    // A drain stopped with the server runs again when it restarts: its commands stop with it.
+    assert!(!settings.contains_key("KillMode"), "{settings:?}");
+    for confining in [
+        "ProtectSystem",
+        "PrivateTmp",
+        "NoNewPrivileges",
+        "ProtectHome",
+    ] {
+        assert!(
+            !settings.contains_key(confining),
+            "{confining}= would confine the drain, uncordon and health commands the server runs"
+        );
+    }
+}
+
+/// The variables an env file sets or shows commented out (`#NAME=value`), with their values.
+fn env_variables(path: &str) -> Vec<(String, String)> {
+    text(&read(path))
+        .lines()
+        .map(|l| l.trim_start_matches('#'))
+        .filter_map(|l| l.split_once('='))
+        .filter(|(name, _)| {
+            !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        })
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect()
+}
+
+#[test]
+fn every_variable_of_the_fleetlock_env_file_is_one_rota_fleetlock_reads() {
+    let help = Command::new(ROTA)
+        .args(["fleetlock", "--help"])
+        .output()
+        .expect("rota fleetlock --help");
+    assert!(help.status.success(), "{}", text(&help.stderr));
+    let help = text(&help.stdout);
+    let variables = env_variables(FLEETLOCK_ENV_FILE);
+    assert!(variables.len() >= 5, "{variables:?}");
+    for (name, _) in &variables {
+        // The unit's ExecStart splits ROTA_FLEETLOCK_ARGS; RUST_LOG and ROTA_LOG_FORMAT are
+        // every command's.
+        let known = ["ROTA_FLEETLOCK_ARGS", "RUST_LOG", "ROTA_LOG_FORMAT"].contains(&name.as_str())
+            || help.contains(&format!("[env: {name}="));
+        assert!(known, "{name} is no variable of `rota fleetlock --help`");
     }
 }
 
@@ -187,7 +283,7 @@ fn man_pages() -> Vec<String> {
 }
 
 #[test]
-fn the_package_holds_the_static_binary_the_unit_and_its_conffile() {
+fn the_package_holds_the_static_binary_the_units_and_their_conffiles() {
     let deb = deb();
     // "-rwxr-xr-x root/root 123 2024-01-01 00:00 ./usr/bin/rota": files, not directories.
     let files: BTreeMap<String, String> = dpkg_deb(&["-c"], &deb)
@@ -207,8 +303,13 @@ fn the_package_holds_the_static_binary_the_unit_and_its_conffile() {
             "/usr/lib/systemd/system/rota-agent.service",
             "-rw-r--r-- 0/0",
         ),
-        // Root's only: it may hold the PostgreSQL password.
+        (
+            "/usr/lib/systemd/system/rota-fleetlock.service",
+            "-rw-r--r-- 0/0",
+        ),
+        // Root's only: they may hold the PostgreSQL password.
         ("/etc/default/rota-agent", "-rw------- 0/0"),
+        ("/etc/default/rota-fleetlock", "-rw------- 0/0"),
         // Debian's policy: every package says its licence.
         ("/usr/share/doc/rota/copyright", "-rw-r--r-- 0/0"),
     ]
@@ -237,33 +338,50 @@ fn the_package_holds_the_static_binary_the_unit_and_its_conffile() {
         .status()
         .expect("dpkg-deb -R");
     assert!(status.success(), "dpkg-deb -R");
+    let conffiles = text(&read(control.join("conffiles")));
+    let mut conffiles: Vec<&str> = conffiles.lines().collect();
+    conffiles.sort_unstable();
     assert_eq!(
-        text(&read(control.join("conffiles"))).trim_end(),
-        "/etc/default/rota-agent",
+        conffiles,
+        ["/etc/default/rota-agent", "/etc/default/rota-fleetlock"],
         "an upgrade keeps the operator's configuration"
     );
-    // Installing enables and starts nothing (the defaults would reboot the host at the next
-    // /var/run/reboot-required); an upgrade re-enables what was enabled and restarts what
-    // runs; removing stops it.
+    // Installing enables and starts nothing (the agent's defaults would reboot the host at the
+    // next /var/run/reboot-required; the server's would answer hosts before it knows their
+    // ids); an upgrade re-enables what was enabled and restarts what runs; removing stops it.
     let postinst = text(&read(control.join("postinst")));
-    assert!(
-        postinst.contains("if deb-systemd-helper debian-installed rota-agent.service; then")
-            && !postinst.contains("deb-systemd-invoke start")
-            && !postinst.contains("deb-systemd-invoke restart")
-            && postinst.contains("deb-systemd-invoke try-restart rota-agent.service"),
-        "{postinst}"
-    );
     let prerm = text(&read(control.join("prerm")));
     assert!(
-        prerm.contains("deb-systemd-invoke stop rota-agent.service"),
-        "{prerm}"
+        !postinst.contains("deb-systemd-invoke start")
+            && !postinst.contains("deb-systemd-invoke restart"),
+        "{postinst}"
     );
+    for unit in ["rota-agent.service", "rota-fleetlock.service"] {
+        assert!(
+            postinst.contains(&format!(
+                "if deb-systemd-helper debian-installed {unit}; then"
+            )) && postinst.contains(&format!("deb-systemd-invoke try-restart {unit}")),
+            "{unit}: {postinst}"
+        );
+        assert!(
+            prerm.contains(&format!("deb-systemd-invoke stop {unit}")),
+            "{unit}: {prerm}"
+        );
+    }
     let unpacked = |p: &str| read(dir.path().join(p.trim_start_matches('/')));
     assert_eq!(
         unpacked("/usr/lib/systemd/system/rota-agent.service"),
         read(UNIT)
     );
     assert_eq!(unpacked("/etc/default/rota-agent"), read(ENV_FILE));
+    assert_eq!(
+        unpacked("/usr/lib/systemd/system/rota-fleetlock.service"),
+        read(FLEETLOCK_UNIT)
+    );
+    assert_eq!(
+        unpacked("/etc/default/rota-fleetlock"),
+        read(FLEETLOCK_ENV_FILE)
+    );
 
     let binary = unpacked("/usr/bin/rota");
     assert!(
@@ -414,4 +532,79 @@ async fn the_agent_tells_systemd_it_is_ready_once_pings_the_watchdog_and_says_it
     );
     let exit = agent.wait().expect("wait for the agent");
     assert!(exit.success(), "{exit}: {}", log());
+}
+
+#[tokio::test]
+async fn the_fleetlock_server_pings_the_watchdog_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("rota.db");
+    let mut notify = NotifySocket::bind(&dir.path().join("notify"));
+    let stderr = std::fs::File::create(dir.path().join("server.log")).expect("log");
+    // The env file's example flags, split at spaces as the unit's ExecStart splits them.
+    let (_, example) = env_variables(FLEETLOCK_ENV_FILE)
+        .into_iter()
+        .find(|(name, _)| name == "ROTA_FLEETLOCK_ARGS")
+        .expect("the env file shows ROTA_FLEETLOCK_ARGS");
+    let mut server = Command::new(ROTA)
+        .arg("fleetlock")
+        .args(example.split_whitespace())
+        .env("ROTA_STORE", format!("sqlite://{}", db.display()))
+        .env("ROTA_FLEETLOCK_LISTEN", "127.0.0.1:0")
+        .env("NOTIFY_SOCKET", dir.path().join("notify"))
+        // systemd's WatchdogSec=200ms: a ping every 100 ms.
+        .env("WATCHDOG_USEC", "200000")
+        .env_remove("WATCHDOG_PID")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("start rota fleetlock");
+    let log = || text(&read(dir.path().join("server.log")));
+
+    notify.receive(Duration::from_secs(3), None);
+    let pings = notify.count("WATCHDOG=1");
+    assert!(
+        pings >= 10,
+        "{pings} pings in 3 s: {:?}\n{}",
+        notify.received,
+        log()
+    );
+    assert_eq!(
+        notify.count("READY=1"),
+        0,
+        "the server tells its readiness now: the unit's Type=exec should become Type=notify"
+    );
+
+    // SIGTERM (systemctl stop): the server stops serving and exits 0, and pings no more.
+    let status = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .expect("kill -TERM");
+    assert!(status.success());
+    let start = Instant::now();
+    let exit = loop {
+        if let Some(exit) = server.try_wait().expect("wait for the server") {
+            break exit;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the server still runs {PATIENCE:?} after SIGTERM: {}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(exit.success(), "{exit}: {}", log());
+    notify.receive(Duration::from_millis(300), None);
+    let after = notify.received.len();
+    notify.receive(Duration::from_millis(300), None);
+    assert_eq!(notify.received.len(), after, "{:?}", notify.received);
+    // STOPPING=1 may not come: the server's serving ends in the same poll as the signal, and
+    // supervise() does not wait for it. When it comes, it comes once, after the pings.
+    assert!(notify.count("STOPPING=1") <= 1, "{:?}", notify.received);
+    if notify.count("STOPPING=1") == 1 {
+        assert_eq!(
+            notify.received.last().map(String::as_str),
+            Some("STOPPING=1")
+        );
+    }
 }
