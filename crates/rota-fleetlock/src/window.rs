@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rota_core::{Event, Failure, NodeState, Process};
+use rota_core::{Blocked, Event, Failure, NodeState, Process};
 use rota_store::{NodeRecord, Session, StoreExt, now_millis};
 use tokio::time::Instant;
 use tracing::{info, warn};
@@ -16,6 +16,8 @@ use crate::hosts::{Inner, ms};
 
 /// Pause after a failed store access or node action.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
+/// How often a drain under way is asked what holds it back.
+const DRAIN_HELD_EVERY: Duration = Duration::from_secs(2);
 
 impl Inner {
     pub(crate) async fn window(self: Arc<Inner>, session: Session) {
@@ -87,7 +89,29 @@ impl Inner {
             .saturating_add(ms(self.config.drain_timeout))
             .saturating_sub(now_millis());
         let left = Duration::from_millis(u64::try_from(left).unwrap_or(0));
-        let event = match tokio::time::timeout(left, actions.drain()).await {
+        let drain = tokio::time::timeout(left, actions.drain());
+        tokio::pin!(drain);
+        // What holds the drain back, as `rota status` shows it (BLOCKED), written when it
+        // changes and cleared when the drain ends: as an agent shows its own.
+        let mut shown: Option<String> = None;
+        let mut look =
+            tokio::time::interval_at(Instant::now() + DRAIN_HELD_EVERY, DRAIN_HELD_EVERY);
+        let drained = loop {
+            tokio::select! {
+                drained = &mut drain => break drained,
+                _ = look.tick() => {
+                    let held = actions.drain_held();
+                    if held != shown {
+                        self.show_held(session, held.as_deref()).await;
+                        shown = held;
+                    }
+                }
+            }
+        };
+        if shown.is_some() {
+            self.show_held(session, None).await;
+        }
+        let event = match drained {
             Ok(Ok(())) => Event::Drained,
             Ok(Err(e)) => Event::DrainFailed(Failure::new(
                 format!("drain failed: {e}"),
@@ -103,6 +127,18 @@ impl Inner {
         };
         self.commit(session, record, event, false, |_| {}).await?;
         Ok(Duration::ZERO)
+    }
+
+    /// Records what holds the drain back (or, with `None`, that nothing does). A courtesy for
+    /// `rota status`: a write that fails is logged, and the drain goes on.
+    async fn show_held(&self, session: &Session, held: Option<&str>) {
+        let blocked = held.map(|reason| Blocked {
+            reason: reason.to_owned(),
+            since: now_millis(),
+        });
+        if let Err(e) = self.store.set_blocked(session, blocked.as_ref()).await {
+            warn!(node = %session.node, error = %e, "could not record what holds the drain back");
+        }
     }
 
     /// Drained: the host takes its lock at its next `pre-reboot`; one that does not come
