@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rota_core::{Blocked, Event, Failure, NodeState, Process};
-use rota_store::{NodeRecord, Session, StoreExt, now_millis};
+use rota_store::{NodeRecord, Session, StoreExt, Transition, now_millis};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
@@ -16,6 +16,8 @@ use crate::hosts::{Inner, ms};
 
 /// Pause after a failed store access or node action.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
+/// How often a failed window is looked at for an operator's retry or unlock.
+const FAILED_LOOK: Duration = Duration::from_secs(5);
 /// How often a drain under way is asked what holds it back.
 const DRAIN_HELD_EVERY: Duration = Duration::from_secs(2);
 
@@ -37,6 +39,10 @@ impl Inner {
                 let Some(record) = self.store.node(&node).await? else {
                     return Ok(None);
                 };
+                if record.state == NodeState::Idle && record.cordoned_by_rota {
+                    self.unlocked(&session, &record).await?;
+                    return Ok(None);
+                }
                 if record.process != Some(Process::FleetLock) || !record.state.holds_slot() {
                     return Ok(None);
                 }
@@ -45,6 +51,10 @@ impl Inner {
                     NodeState::Maintaining => self.await_lock(&session, &record).await?,
                     NodeState::Rebooting => self.await_boot(&session, &record).await?,
                     NodeState::Verifying => self.verify(&session, &record).await?,
+                    // Failed closed: the node keeps its slot and cordon until an operator's
+                    // `rota retry` (back to maintaining) or `rota unlock` (its cordon undone
+                    // here), which the task looks for.
+                    NodeState::Failed => FAILED_LOOK,
                     _ => return Ok(None),
                 };
                 Ok::<_, Error>(Some(pause))
@@ -127,6 +137,17 @@ impl Inner {
         };
         self.commit(session, record, event, false, |_| {}).await?;
         Ok(Duration::ZERO)
+    }
+
+    /// An operator unlocked the window (`rota unlock`): the node is idle but still cordoned,
+    /// and its cordon is undone here, as a node's agent undoes its own.
+    async fn unlocked(&self, session: &Session, record: &NodeRecord) -> Result<()> {
+        self.platform.actions(&record.node).uncordon().await?;
+        self.store
+            .transition(session, Transition::new(NodeState::Idle, NodeState::Idle))
+            .await?;
+        info!(node = %record.node, "the window was unlocked: node returned to service");
+        Ok(())
     }
 
     /// Records what holds the drain back (or, with `None`, that nothing does). A courtesy for

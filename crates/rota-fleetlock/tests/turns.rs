@@ -22,6 +22,8 @@ on_every_store!(
     a_paused_fleet_grants_nothing,
     a_restarted_server_carries_on_the_windows_under_way,
     the_metrics_show_a_fleetlock_host_like_any_other_node,
+    an_unlocked_host_is_returned_to_service,
+    a_retried_host_is_granted_its_lock_again,
 );
 
 const PAUSE: Duration = Duration::from_millis(100);
@@ -342,4 +344,62 @@ async fn the_metrics_show_a_fleetlock_host_like_any_other_node(backend: Backend)
     ] {
         assert!(text.contains(line), "{line} in {text}");
     }
+}
+
+/// A host whose window failed at the reboot deadline (1 s), the slot kept.
+async fn failed(backend: Backend) -> Option<Fixture> {
+    let options = Options {
+        config: Config {
+            reboot_timeout: Duration::from_secs(1),
+            ..Options::default().config
+        },
+        ..Options::default()
+    };
+    let fixture = Fixture::start(backend, options).await?;
+    let host = fixture.client("fcos-1");
+    fixture.let_drain("fcos-1");
+    host.until_granted(300, PAUSE).await;
+    eventually("the reboot deadline fails the window", || async {
+        fixture.record("fcos-1").await.state.to_string() == "failed"
+    })
+    .await;
+    Some(fixture)
+}
+
+async fn an_unlocked_host_is_returned_to_service(backend: Backend) {
+    let Some(fixture) = failed(backend).await else {
+        return;
+    };
+    let node = fixture.record("fcos-1").await.node;
+    fixture
+        .store
+        .unlock(&node, "looked at it: fine")
+        .await
+        .expect("unlock");
+    eventually("the unlocked node is uncordoned", || async {
+        !fixture.record("fcos-1").await.cordoned_by_rota
+    })
+    .await;
+    assert_eq!(fixture.log("fcos-1"), ["drain", "uncordon"]);
+    let record = fixture.record("fcos-1").await;
+    assert_eq!(
+        (record.state.to_string(), record.slot),
+        ("idle".to_owned(), None)
+    );
+}
+
+async fn a_retried_host_is_granted_its_lock_again(backend: Backend) {
+    let Some(fixture) = failed(backend).await else {
+        return;
+    };
+    let node = fixture.record("fcos-1").await.node;
+    fixture.store.retry(&node).await.expect("retry");
+    let host = fixture.client("fcos-1");
+    assert!(host.pre_reboot().await.ok(), "drained and holding its slot");
+    assert!(host.steady_state().await.ok());
+    eventually("the retried window ends healthy", || async {
+        fixture.record("fcos-1").await.state.to_string() == "idle"
+    })
+    .await;
+    assert_eq!(fixture.log("fcos-1"), ["drain", "uncordon"]);
 }
