@@ -82,12 +82,15 @@ pub async fn supervise<T>(agent: impl Future<Output = T>, cancel: &CancellationT
     let mut stopping = false;
     tokio::pin!(agent);
     loop {
+        // The cancel first: a loop that ends in the same poll as the signal (a server whose
+        // serving stops with it) still tells systemd it is stopping.
         tokio::select! {
-            result = &mut agent => return result,
+            biased;
             () = cancel.cancelled(), if !stopping => {
                 stopping = true;
                 send(&NotifyState::Stopping);
             }
+            result = &mut agent => return result,
             () = tick(&mut pings) => send(&NotifyState::Watchdog),
         }
     }
