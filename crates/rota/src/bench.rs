@@ -1,6 +1,10 @@
 //! `rota bench`: measures a store's throughput with many concurrent sessions, and counts
 //! afterwards, from the store itself, that no slot was granted twice and no history row was
-//! lost. Speed is measured here, never asserted in tests.
+//! lost. Speed is measured here, never asserted in tests. The fleetlock workload (`fleetlock`)
+//! measures a FleetLock server instead: the answers to many hosts' `pre-reboot`s.
+
+mod counted;
+mod fleetlock;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -11,7 +15,7 @@ use anyhow::{Context, Result, bail};
 use rota_core::{BackoffPolicy, HistoryEvent, NodeName, NodeState, Process};
 use rota_store::{
     Acquire, HistoryEntry, HistoryFilter, NodeFields, Session, Store, StoreExt, Transition,
-    WindowChange, now_millis,
+    StoreUrl, WindowChange, now_millis,
 };
 use tokio::task::JoinSet;
 
@@ -26,9 +30,20 @@ fn node_name(run: i64, workload: &str, i: usize) -> Result<NodeName> {
 }
 
 pub async fn run(args: BenchArgs) -> Result<()> {
+    // Without --store: a new SQLite file, removed with its directory at the end.
+    let mut _temporary = None;
+    let url = match &args.store {
+        Some(url) => url.clone(),
+        None => {
+            let dir = tempfile::tempdir().context("creating a temporary directory")?;
+            let url = StoreUrl::Sqlite(dir.path().join("bench.db"));
+            _temporary = Some(dir);
+            url
+        }
+    };
     let mut stores = Vec::new();
     for _ in 0..args.handles {
-        stores.push(args.store.open_shared().await?);
+        stores.push(url.open_shared().await?);
     }
     let store = stores[0].clone();
     // The bench sets the concurrency and writes history: never on a fleet's live store.
@@ -41,15 +56,16 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         .collect();
     if !foreign.is_empty() {
         bail!(
-            "store {} holds a fleet's nodes ({}): rota bench needs a store of its own",
-            args.store,
+            "store {url} holds a fleet's nodes ({}): rota bench needs a store of its own",
             foreign.join(", ")
         );
     }
+    if args.workload == Workload::Fleetlock {
+        return fleetlock::run(store, &url, &args).await;
+    }
     output::emit(&format!(
-        "store {} ({}), {} sessions over {} handle(s), {} s per workload\n",
-        args.store,
-        args.store.kind(),
+        "store {url} ({}), {} sessions over {} handle(s), {} s per workload\n",
+        url.kind(),
         args.sessions,
         args.handles,
         args.seconds

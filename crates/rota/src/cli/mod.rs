@@ -116,7 +116,8 @@ pub enum Command {
     #[command(subcommand)]
     Mop(MopCommand),
     /// Measure a store's throughput with many concurrent sessions, and count afterwards that no
-    /// slot was granted twice and no history row was lost. Needs a store of its own.
+    /// slot was granted twice and no history row was lost; or (--workload fleetlock) a FleetLock
+    /// server's answers to many hosts. Needs a store of its own.
     Bench(BenchArgs),
 }
 
