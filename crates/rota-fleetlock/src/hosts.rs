@@ -18,7 +18,7 @@ use rota_store::{
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::error::Result;
 use crate::metrics::Metrics;
@@ -93,6 +93,8 @@ struct Host {
     turn_at: Option<u64>,
     /// The task of the node's window.
     window: Option<JoinHandle<()>>,
+    /// The task that takes the node's slot when its turn comes between its client's requests.
+    waiter: Option<JoinHandle<()>>,
 }
 
 fn refused(refusal: Refusal, value: impl Into<String>) -> Rejection {
@@ -250,7 +252,9 @@ impl Inner {
         for _ in 0..3 {
             let (overview, paused) = self.look_up(node).await?;
             let record = &overview.record;
-            let boot_id = if record.state == NodeState::Rebooting {
+            // Read before the reboot's start too: the boot id it records is the one a new
+            // boot must differ from.
+            let boot_id = if matches!(record.state, NodeState::Maintaining | NodeState::Rebooting) {
                 self.platform.boot_id(node).await?
             } else {
                 None
@@ -258,7 +262,10 @@ impl Inner {
             let look = self.look(&overview, paused, boot_id.as_deref());
             match fleetlock::pre_reboot(&look) {
                 Lock::Queue => self.queue(host, &overview, group).await?,
-                Lock::TakeSlot => return self.take_slot(host, record).await,
+                Lock::TakeSlot => {
+                    let session = self.session(host, node).await?;
+                    return self.take_slot(host, record, session).await;
+                }
                 Lock::StartReboot => {
                     self.start_reboot(host, record, boot_id).await?;
                     return Ok(Ok(()));
@@ -346,11 +353,12 @@ impl Inner {
         self: &Arc<Inner>,
         host: &mut Host,
         record: &NodeRecord,
+        session: Session,
     ) -> Result<Result<(), Rejection>> {
-        let session = self.session(host, &record.node).await?;
         let seen = *self.store.changes().borrow();
         if let Acquire::Wait { changes } = self.store.try_acquire_slot(&session).await? {
             host.turn_at = Some(seen.saturating_add(changes));
+            self.ensure_waiter(host, &record.node);
             return Ok(Err(refused(
                 Refusal::WaitingForSlot,
                 format!(
@@ -502,6 +510,70 @@ impl Inner {
             return;
         }
         host.window = Some(tokio::spawn(self.clone().window(session)));
+    }
+
+    /// Starts the task that waits for the node's turn unless it runs.
+    fn ensure_waiter(self: &Arc<Inner>, host: &mut Host, node: &NodeName) {
+        if host.waiter.as_ref().is_some_and(|w| !w.is_finished()) {
+            return;
+        }
+        host.waiter = Some(tokio::spawn(self.clone().wait_turn(node.clone())));
+    }
+
+    /// Takes the queued node's slot as soon as its turn comes, between its client's requests:
+    /// on Kubernetes the scheduler withdraws a grant not taken up within its `--take-up` (60 s),
+    /// long before Zincati asks again (every 5 minutes), and on every store the drain starts
+    /// as soon as the slot is free. It looks again at each change of the store, and ends once
+    /// the node no longer waits. It never renews the node's session: a host that stops asking
+    /// still loses its place in the queue when its session runs out.
+    async fn wait_turn(self: Arc<Inner>, node: NodeName) {
+        let mut changes = self.store.changes();
+        loop {
+            tokio::select! {
+                () = self.cancel.cancelled() => return,
+                changed = changes.changed() => if changed.is_err() { return },
+            }
+            let host = self.host(&node);
+            let mut host = host.lock().await;
+            match self.take_turn(&mut host, &node).await {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(e) => {
+                    warn!(%node, error = %e, "FleetLock host waiting for its turn: looking again");
+                    drop(host);
+                    tokio::time::sleep(self.config.health_interval).await;
+                    changes.mark_changed();
+                }
+            }
+        }
+    }
+
+    /// One look of [`Inner::wait_turn`]: takes the slot if it is the node's turn; whether the
+    /// node still waits.
+    async fn take_turn(self: &Arc<Inner>, host: &mut Host, node: &NodeName) -> Result<bool> {
+        let session = match &host.session {
+            Some((session, until)) if *until > Instant::now() => session.clone(),
+            _ => return Ok(false),
+        };
+        if host
+            .turn_at
+            .is_some_and(|turn| *self.store.changes().borrow() < turn)
+        {
+            return Ok(true);
+        }
+        let (overview, paused) = self.look_up(node).await?;
+        let record = &overview.record;
+        let lock = fleetlock::pre_reboot(&self.look(&overview, paused, None));
+        Ok(match lock {
+            Lock::TakeSlot => {
+                // Its client learns of the grant at its next request: the node drains.
+                let _ = self.take_slot(host, record, session).await?;
+                host.turn_at.is_some()
+            }
+            // Paused, blocked, outside the hours or backing off: that may change.
+            Lock::Refused(_) => record.state == NodeState::Queued,
+            _ => false,
+        })
     }
 }
 
