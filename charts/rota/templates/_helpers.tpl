@@ -35,6 +35,31 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 
+{{/* The FleetLock server's Deployment, ServiceAccount, Service, RBAC objects and policy. */}}
+{{- define "rota.fleetlockName" -}}
+{{- printf "%s-fleetlock" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end }}
+
+{{/* The label (value "true") of the Nodes that are FleetLock hosts
+(rota_fleetlock_kube::HOST_LABEL): their Zincati asks the FleetLock server, and they run no
+agent. */}}
+{{- define "rota.fleetlockHostLabel" -}}
+rota.dev/fleetlock
+{{- end }}
+
+{{- define "rota.fleetlockSelectorLabels" -}}
+app.kubernetes.io/name: rota
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: fleetlock
+{{- end }}
+
+{{- define "rota.fleetlockLabels" -}}
+{{ include "rota.fleetlockSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end }}
+
 {{- define "rota.selectorLabels" -}}
 app.kubernetes.io/name: rota
 app.kubernetes.io/instance: {{ .Release.Name }}

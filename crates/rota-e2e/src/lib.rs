@@ -12,12 +12,14 @@
 //! it. [`control_plane`] is a control plane of a test's own, whose etcd and API server the test
 //! crashes and restarts. Without Kubernetes, [`host`] is one simulated host on this machine with
 //! a SQLite store, for the agent's tests in-process and as a process. On any store, [`turn`]
-//! walks a node into its turn as its agent would.
+//! walks a node into its turn as its agent would. [`fleetlock`] makes kwok nodes FleetLock
+//! hosts (Fedora CoreOS nodes whose Zincati asks rota's FleetLock server).
 
 pub mod chart;
 pub mod control_plane;
 pub mod disrupt;
 pub mod fleet;
+pub mod fleetlock;
 pub mod host;
 pub mod postgres;
 pub mod proxy;

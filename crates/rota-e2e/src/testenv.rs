@@ -455,6 +455,17 @@ impl Scope {
     /// Creates a kwok-managed node `<id>-<short>` with room for 110 pods, and returns its name.
     /// kwok marks it Ready shortly after; see [`Scope::wait_node_ready`].
     pub async fn create_node(&self, short: &str) -> Result<String> {
+        self.create_node_with(short, |_| {}).await
+    }
+
+    /// [`Scope::create_node`], with the Node changed by `edit` before it is created: what its
+    /// status reports from the start (kwok keeps the addresses and node info it finds there,
+    /// where a later write may race with its own first one).
+    pub async fn create_node_with(
+        &self,
+        short: &str,
+        edit: impl FnOnce(&mut Node),
+    ) -> Result<String> {
         let name = self.node_name(short);
         let mut labels = self.labels();
         labels.insert("kubernetes.io/hostname".into(), name.clone());
@@ -466,7 +477,7 @@ impl Scope {
             ("memory".to_string(), Quantity("256Gi".into())),
             ("pods".to_string(), Quantity("110".into())),
         ]);
-        let node = Node {
+        let mut node = Node {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
                 labels: Some(labels),
@@ -483,6 +494,7 @@ impl Scope {
                 ..NodeStatus::default()
             }),
         };
+        edit(&mut node);
         self.nodes()
             .create(&PostParams::default(), &node)
             .await

@@ -11,9 +11,10 @@
 //! review says `incomplete`), each permission gets a SelfSubjectAccessReview of its own.
 //!
 //! The lists are the chart's RBAC (`charts/rota/templates/rbac.yaml`): for the agent
-//! ([`agent_permissions`]) and for the scheduler ([`scheduler_permissions`]), each the
-//! ClusterRole's rules cluster-wide and the Role's in the rota namespace. The chart's test
-//! checks that each service account is allowed all of its list.
+//! ([`agent_permissions`]), for the FleetLock server ([`fleetlock_permissions`]) and for the
+//! scheduler ([`scheduler_permissions`]), each the ClusterRole's rules cluster-wide and the
+//! Role's in the rota namespace. The chart's tests check that each service account is allowed
+//! all of its list.
 
 use std::fmt;
 
@@ -183,6 +184,20 @@ const NAMESPACED: &[Rule] = &[
     ),
 ];
 
+/// The FleetLock server's Role's rules, in the rota namespace: the Leases of its hosts'
+/// grants read (the fence) and given back, as an agent's, and listed by its start's look at
+/// the fleet (it takes over the windows under way); `rota-config` followed, and created only
+/// by the store's start-up probe (a dry run): the server sets no setting of the fleet.
+const FLEETLOCK_NAMESPACED: &[Rule] = &[
+    rule(
+        "coordination.k8s.io",
+        "leases",
+        None,
+        &["get", "list", "update"],
+    ),
+    rule("", "configmaps", None, &["get", "list", "watch", "create"]),
+];
+
 /// The scheduler's ClusterRole's rules: every RotaNode followed, grants and withdrawals
 /// written by compare-and-swap, and the Event of each withdrawal; the Procedures and the Nodes'
 /// labels followed, and each Procedure's status written by compare-and-swap.
@@ -217,6 +232,13 @@ const SCHEDULER_NAMESPACED: &[Rule] = &[
 pub fn agent_permissions(namespace: &str, drains: bool) -> Vec<Permission> {
     let drain: &'static [Rule] = if drains { DRAIN } else { &[] };
     expand(CLUSTER.iter().chain(drain), NAMESPACED, namespace)
+}
+
+/// Every permission the FleetLock server (`rota fleetlock --store kube`) of the installation
+/// in `namespace` uses: an agent's that drains through the API, for every FleetLock host's
+/// Node, but in the rota namespace the Role of [`FLEETLOCK_NAMESPACED`].
+pub fn fleetlock_permissions(namespace: &str) -> Vec<Permission> {
+    expand(CLUSTER.iter().chain(DRAIN), FLEETLOCK_NAMESPACED, namespace)
 }
 
 /// Every permission the scheduler (`rota scheduler`) of the installation in `namespace` uses.

@@ -26,7 +26,7 @@ use crate::store::{Cluster, StoreLocation};
 /// for wait-completed pods by --drain-wait-completed-timeout, and each fails naming the pods it
 /// still waits for. The agent's bound is the backstop behind both (one that a request hung past
 /// its own timeouts would meet), so that theirs are the ones that fire.
-const KUBE_DRAIN_BACKSTOP: Duration = Duration::from_secs(60);
+pub(crate) const KUBE_DRAIN_BACKSTOP: Duration = Duration::from_secs(60);
 
 /// The agent's bound of a whole drain: --drain-timeout, or with --node-actions kube the
 /// backstop behind the drain's own two bounds (see [`KUBE_DRAIN_BACKSTOP`]).
@@ -249,7 +249,7 @@ async fn actions(
 
 /// The labels of every `flag` given, refusing a key given twice with two values: one of them
 /// would be ignored.
-fn label_map(flag: &str, given: &[NodeLabelArg]) -> Result<BTreeMap<String, String>> {
+pub(crate) fn label_map(flag: &str, given: &[NodeLabelArg]) -> Result<BTreeMap<String, String>> {
     let mut labels = BTreeMap::new();
     for (key, value) in given.iter().flat_map(|arg| &arg.0) {
         if let Some(earlier) = labels.insert(key.clone(), value.clone())

@@ -4,7 +4,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use rota_fleetlock::{CommandPlatform, Config, FileIds, Hosts, Ids, NameIds, Server, Tls};
+use rota_fleetlock::{
+    CommandPlatform, Config, FileIds, Hosts, Ids, NameIds, Platform, Server, Tls,
+};
 use rota_store::StoreExt;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -13,8 +15,12 @@ use tracing::info;
 use crate::cli::FleetlockArgs;
 use crate::store::StoreLocation;
 
+mod kube;
+
 pub async fn run(args: FleetlockArgs) -> Result<()> {
-    let config = config(&args)?;
+    let mut config = config(&args)?;
+    let kube = matches!(args.store.store, StoreLocation::Kube);
+    kube::check_flags(&args, kube)?;
     let tokens = tokens(&args.group_tokens)?;
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(Tls::load(cert, key, args.client_ca.as_deref())?),
@@ -24,12 +30,8 @@ pub async fn run(args: FleetlockArgs) -> Result<()> {
         Some(path) => Arc::new(FileIds::read(path)?),
         None => Arc::new(NameIds),
     };
-    if matches!(args.store.store, StoreLocation::Kube) {
-        bail!(
-            "--store kube: rota fleetlock serves bare-metal stores (sqlite://, postgres://) in this version"
-        );
-    }
-    let store = crate::store::open_for_agent(&args.store, &crate::store::Cluster::new(None))
+    let cluster = crate::store::Cluster::new(args.store.kubeconfig.clone());
+    let store = crate::store::open_for_agent(&args.store, &cluster)
         .await
         .context("opening the store")?;
     if let Some(concurrency) = args.concurrency {
@@ -38,11 +40,16 @@ pub async fn run(args: FleetlockArgs) -> Result<()> {
             .await
             .with_context(|| format!("--concurrency {concurrency}"))?;
     }
-    let platform = Arc::new(CommandPlatform {
-        drain: args.drain_command.clone(),
-        uncordon: args.uncordon_command.clone(),
-        health: args.health_command.clone(),
-    });
+    let (platform, ids): (Arc<dyn Platform>, Arc<dyn Ids>) = if kube {
+        kube::hosts(&args, &cluster, &mut config).await?
+    } else {
+        let platform = Arc::new(CommandPlatform {
+            drain: args.drain_command.clone(),
+            uncordon: args.uncordon_command.clone(),
+            health: args.health_command.clone(),
+        });
+        (platform, ids)
+    };
     let cancel = CancellationToken::new();
     crate::signals::cancel_on_signals(cancel.clone())?;
     let hosts = Hosts::new(store, platform, config, cancel.clone());

@@ -86,6 +86,18 @@ impl Chart {
         format!("{}-scheduler", self.release)
     }
 
+    /// The ServiceAccount of rota's FleetLock server (`rota fleetlock`), in
+    /// [`Chart::namespace`], with `fleetlock.enabled`.
+    pub fn fleetlock_account(&self) -> String {
+        format!("{}-fleetlock", self.release)
+    }
+
+    /// The ValidatingAdmissionPolicy that holds the FleetLock server to its hosts (and its
+    /// binding).
+    pub fn fleetlock_policy(&self) -> String {
+        format!("{}-fleetlock-scoped", self.release)
+    }
+
     /// The agents' DaemonSet pod on `node`, once the Kubernetes scheduler has bound it there:
     /// of this release's pods, an agent's (component `agent`), not one of the replicas of
     /// rota's scheduler (component `scheduler`), which land on the same nodes.

@@ -1,7 +1,8 @@
 //! What the end-to-end tests of Kubernetes mode share: the control plane, a fleet of real
 //! `rota agent` processes on kwok nodes, waiting with the agents' logs at hand, and what the
-//! agents' tests check and set up: the nodes' history, their state, budgets and pods; and the
-//! chart, applied as users apply it (`chart`).
+//! agents' tests check and set up: the nodes' history, their state, budgets and pods; the
+//! chart, applied as users apply it (`chart`); and rota's processes with their service
+//! accounts' tokens, and a FleetLock client (`fleetlock`).
 #![allow(
     dead_code,
     reason = "each test binary uses its own part of the helpers"
@@ -24,6 +25,7 @@ use rota_store::{HistoryEntry, HistoryFilter, NodeRecord, StoreExt};
 use rota_store_kube::KubeStore;
 
 pub mod chart;
+pub mod fleetlock;
 
 pub const ROTA: &str = env!("CARGO_BIN_EXE_rota");
 /// How long any one thing may take to happen. Generous: the machine is small and shared.
