@@ -106,7 +106,13 @@ fn explain(refusal: Refusal, record: &NodeRecord) -> Rejection {
     let node = &record.node;
     let value = match refusal {
         Refusal::WaitingForSlot => format!("node {node} waits for a slot"),
-        Refusal::Draining => format!("node {node} holds a slot and is being drained"),
+        Refusal::Draining => match &record.blocked {
+            Some(held) => format!(
+                "node {node} holds a slot and is being drained; the drain waits: {}",
+                held.reason
+            ),
+            None => format!("node {node} holds a slot and is being drained"),
+        },
         Refusal::OutsideHours => {
             format!("node {node} waits for its maintenance hours")
         }
@@ -355,6 +361,17 @@ impl Inner {
         record: &NodeRecord,
         session: Session,
     ) -> Result<Result<(), Rejection>> {
+        // The rollout's failure budget, as a node's agent enforces it before its slot: at the
+        // budget, the fleet pauses.
+        if let Some(pause) = self.store.enforce_failure_budget().await?.pause {
+            return Ok(Err(refused(
+                Refusal::Paused,
+                format!(
+                    "the fleet is paused: {}; rota resume lifts it",
+                    pause.reason
+                ),
+            )));
+        }
         let seen = *self.store.changes().borrow();
         if let Acquire::Wait { changes } = self.store.try_acquire_slot(&session).await? {
             host.turn_at = Some(seen.saturating_add(changes));

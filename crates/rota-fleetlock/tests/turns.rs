@@ -24,6 +24,7 @@ on_every_store!(
     the_metrics_show_a_fleetlock_host_like_any_other_node,
     an_unlocked_host_is_returned_to_service,
     a_retried_host_is_granted_its_lock_again,
+    a_spent_failure_budget_pauses_the_fleet_for_fleetlock_hosts_too,
 );
 
 const PAUSE: Duration = Duration::from_millis(100);
@@ -402,4 +403,37 @@ async fn a_retried_host_is_granted_its_lock_again(backend: Backend) {
     })
     .await;
     assert_eq!(fixture.log("fcos-1"), ["drain", "uncordon"]);
+}
+
+async fn a_spent_failure_budget_pauses_the_fleet_for_fleetlock_hosts_too(backend: Backend) {
+    let Some(fixture) = failed(backend).await else {
+        return;
+    };
+    fixture.store.set_concurrency(2).await.expect("concurrency");
+    let rollout = rota_core::Rollout {
+        batches: rota_core::Batches::default(),
+        failure_budget: Some(rota_core::FailureBudget::Nodes(
+            std::num::NonZeroU32::new(1).expect("one"),
+        )),
+    };
+    fixture
+        .store
+        .set(rota_store::Setting::Rollout(rollout))
+        .await
+        .expect("rollout");
+    let next = fixture.client("fcos-2");
+    fixture.let_drain("fcos-2");
+    let answer = next.pre_reboot().await;
+    assert_eq!(
+        (answer.status, answer.kind.as_str()),
+        (409, "paused"),
+        "{answer:?}"
+    );
+    assert!(
+        answer.value.contains("failure budget exhausted"),
+        "{answer:?}"
+    );
+    let pause = fixture.store.paused().await.expect("read").expect("paused");
+    assert!(pause.reason.contains("fcos-1"), "{pause:?}");
+    assert!(fixture.log("fcos-2").is_empty(), "nothing drained");
 }
