@@ -57,6 +57,18 @@ pub async fn run(args: FleetlockArgs) -> Result<()> {
         .resume()
         .await
         .context("taking over the FleetLock windows under way")?;
+    if let Some(addr) = args.metrics_addr {
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("listening on --metrics-addr {addr}"))?;
+        info!(metrics = %listener.local_addr()?, "serving /metrics");
+        let metrics = hosts.metrics().serve(listener, cancel.clone());
+        tokio::spawn(async move {
+            if let Err(e) = metrics.await {
+                tracing::warn!(error = %e, "serving /metrics stopped");
+            }
+        });
+    }
     let listener = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on --listen {}", args.listen))?;

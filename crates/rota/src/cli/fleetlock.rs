@@ -51,14 +51,18 @@ pub struct FleetlockArgs {
     #[arg(long, value_name = "N", env = "ROTA_CONCURRENCY")]
     pub concurrency: Option<u32>,
     /// Run with `sh -c` to drain a host (`ROTA_NODE` names it) once it holds a slot.
-    #[arg(long, value_name = "COMMAND")]
+    #[arg(long, value_name = "COMMAND", env = "ROTA_FLEETLOCK_DRAIN_COMMAND")]
     pub drain_command: Option<String>,
     /// Run to return a host to service at the end of its window.
-    #[arg(long, value_name = "COMMAND")]
+    #[arg(long, value_name = "COMMAND", env = "ROTA_FLEETLOCK_UNCORDON_COMMAND")]
     pub uncordon_command: Option<String>,
     /// Must succeed after a host's reboot for its window to end healthy.
-    #[arg(long, value_name = "COMMAND")]
+    #[arg(long, value_name = "COMMAND", env = "ROTA_FLEETLOCK_HEALTH_COMMAND")]
     pub health_command: Option<String>,
+    /// Serve /metrics (Prometheus) on this address, such as 0.0.0.0:9747: the hosts' nodes
+    /// under the agents' metric names, and the answers by kind (default: off).
+    #[arg(long, value_name = "IP:PORT", env = "ROTA_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
     /// A drain that takes longer fails (the node is uncordoned and backs off).
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10m")]
     pub drain_timeout: Duration,
