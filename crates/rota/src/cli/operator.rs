@@ -48,7 +48,7 @@ pub struct HistoryArgs {
     /// Only this node's entries.
     #[arg(value_name = "NODE")]
     pub node: Option<NodeName>,
-    /// Only entries of this process: reboot, maintenance or mop/<name>.
+    /// Only entries of this process: reboot, maintenance, fleetlock or mop/<name>.
     #[arg(long, value_name = "PROCESS")]
     pub process: Option<Process>,
     /// Only entries of this event: started, finished, failed, canceled, released or postponed
