@@ -131,6 +131,15 @@ impl Counted {
             .collect()
     }
 
+    /// Forgets the calls so far.
+    pub fn reset(&self) {
+        for tally in &self.tallies {
+            tally.calls.store(0, Ordering::Relaxed);
+            tally.nanos.store(0, Ordering::Relaxed);
+            tally.max_nanos.store(0, Ordering::Relaxed);
+        }
+    }
+
     async fn timed<T>(&self, call: Call, future: impl Future<Output = T>) -> T {
         let started = Instant::now();
         let answer = future.await;

@@ -7,7 +7,9 @@
 //!
 //! The hosts take their turns in order, `--hosts` of them, each asking every hosts/rate
 //! seconds. A host is drained at once (there is no drain command); with `--reboot-time` a
-//! host answered 200 "reboots", calls `steady-state`, and asks no more.
+//! host answered 200 "reboots", calls `steady-state`, and asks no more. With `--warm-up`, every
+//! host first asks once, a few at a time and unmeasured, and the measured load is the hosts'
+//! later requests.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
@@ -25,7 +27,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::counted::{Call, Counted};
+use super::counted::{Call, Counted, Figures};
 use crate::cli::BenchArgs;
 use crate::output;
 
@@ -224,7 +226,51 @@ struct Sent {
     lag: Duration,
 }
 
-async fn generate(fleet: Arc<Fleet>, schedule: Schedule, length: Duration) -> Result<Sent> {
+/// Requests in flight at once during the warm-up.
+const WARM_UP_REQUESTS: usize = 16;
+
+/// Every host asks once, [`WARM_UP_REQUESTS`] at a time: what the warm-up found.
+struct WarmUp {
+    elapsed: Duration,
+    errors: usize,
+}
+
+async fn warm_up(fleet: &Arc<Fleet>, hosts: usize) -> Result<WarmUp> {
+    let started = Instant::now();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut workers = JoinSet::new();
+    for _ in 0..WARM_UP_REQUESTS {
+        let (fleet, next) = (fleet.clone(), next.clone());
+        workers.spawn(async move {
+            let mut errors = 0;
+            loop {
+                let host = next.fetch_add(1, Ordering::SeqCst);
+                if host >= hosts {
+                    return errors;
+                }
+                if !fleet.ask(Endpoint::PreReboot, host).await.correct() {
+                    errors += 1;
+                }
+            }
+        });
+    }
+    let mut errors = 0;
+    while let Some(done) = workers.join_next().await {
+        errors += done.context("a warm-up task")?;
+    }
+    Ok(WarmUp {
+        elapsed: started.elapsed(),
+        errors,
+    })
+}
+
+/// The load: the schedule's requests from `first` on, for `length`.
+async fn generate(
+    fleet: Arc<Fleet>,
+    schedule: Schedule,
+    first: u64,
+    length: Duration,
+) -> Result<Sent> {
     let start = Instant::now();
     let mut tasks = JoinSet::new();
     let mut sent = Sent {
@@ -232,8 +278,8 @@ async fn generate(fleet: Arc<Fleet>, schedule: Schedule, length: Duration) -> Re
         skipped: 0,
         lag: Duration::ZERO,
     };
-    for i in 0..schedule.requests_within(length) {
-        let due = start + schedule.due(i);
+    for i in first..first + schedule.requests_within(length) {
+        let due = start + schedule.due(i - first);
         tokio::time::sleep_until(due).await;
         sent.lag = sent.lag.max(Instant::now().saturating_duration_since(due));
         while let Some(done) = tasks.try_join_next() {
@@ -362,9 +408,27 @@ pub(super) async fn run(store: Arc<dyn Store>, url: &StoreUrl, args: &BenchArgs)
             None => "no steady-state".to_owned(),
         }
     ))?;
+    let mut first = 0;
+    if args.warm_up {
+        let warm = warm_up(&fleet, args.hosts).await?;
+        output::emit(&format!(
+            "warm-up: each host asked once, {WARM_UP_REQUESTS} at a time: {} requests in {:.1} s \
+             ({:.0} a second), {} errors; not measured\n",
+            args.hosts,
+            warm.elapsed.as_secs_f64(),
+            super::rate(args.hosts, warm.elapsed),
+            warm.errors
+        ))?;
+        output::emit(&format!("{}\n", store_table(&counted.figures(), args.hosts)))?;
+        if warm.errors > 0 {
+            bail!("{} of the warm-up's requests failed", warm.errors);
+        }
+        counted.reset();
+        first = args.hosts as u64;
+    }
     let cpu_before = cpu_time();
     let started = Instant::now();
-    let sent = generate(fleet, schedule, length).await;
+    let sent = generate(fleet, schedule, first, length).await;
     let elapsed = started.elapsed();
     let cpu = cpu_time()
         .zip(cpu_before)
@@ -381,7 +445,7 @@ pub(super) async fn run(store: Arc<dyn Store>, url: &StoreUrl, args: &BenchArgs)
 
 fn report(
     sent: &Sent,
-    figures: &[(Call, super::counted::Figures)],
+    figures: &[(Call, Figures)],
     elapsed: Duration,
     cpu: Option<Duration>,
 ) -> Result<()> {
@@ -435,31 +499,7 @@ fn report(
     ));
     text.push('\n');
 
-    let requests = samples.len().max(1) as f64;
-    let used: Vec<_> = figures.iter().filter(|(_, f)| f.calls > 0).collect();
-    text.push_str(&output::table(
-        &["STORE CALL", "CALLS", "PER REQUEST", "MEAN MS", "MAX MS", "TOTAL S"],
-        used.iter().map(|(call, f)| {
-            vec![
-                call.name().to_owned(),
-                f.calls.to_string(),
-                format!("{:.3}", f.calls as f64 / requests),
-                ms(f.total.checked_div(u32::try_from(f.calls).unwrap_or(u32::MAX)).unwrap_or_default()),
-                ms(f.max),
-                format!("{:.2}", f.total.as_secs_f64()),
-            ]
-        }),
-    ));
-    let writes: u64 = used
-        .iter()
-        .filter(|(call, _)| call.writes())
-        .map(|(_, f)| f.calls)
-        .sum();
-    text.push_str(&format!(
-        "store writes: {writes} ({:.3} per request; try_acquire_slot is a read, and a write \
-         only when a host's turn has come)\n",
-        writes as f64 / requests
-    ));
+    text.push_str(&store_table(figures, samples.len()));
     if let Some(cpu) = cpu {
         text.push_str(&format!(
             "this process's CPU (server and load together): {:.1} s in {:.1} s, {:.2} cores\n",
@@ -501,6 +541,40 @@ fn report(
         );
     }
     Ok(())
+}
+
+/// The store's calls, made for `requests` requests: how many, and the time their callers waited.
+fn store_table(figures: &[(Call, Figures)], requests: usize) -> String {
+    let requests = requests.max(1) as f64;
+    let used: Vec<_> = figures.iter().filter(|(_, f)| f.calls > 0).collect();
+    let mut text = output::table(
+        &["STORE CALL", "CALLS", "PER REQUEST", "MEAN MS", "MAX MS", "TOTAL S"],
+        used.iter().map(|(call, f)| {
+            let mean = f
+                .total
+                .checked_div(u32::try_from(f.calls).unwrap_or(u32::MAX))
+                .unwrap_or_default();
+            vec![
+                call.name().to_owned(),
+                f.calls.to_string(),
+                format!("{:.3}", f.calls as f64 / requests),
+                ms(mean),
+                ms(f.max),
+                format!("{:.2}", f.total.as_secs_f64()),
+            ]
+        }),
+    );
+    let writes: u64 = used
+        .iter()
+        .filter(|(call, _)| call.writes())
+        .map(|(_, f)| f.calls)
+        .sum();
+    text.push_str(&format!(
+        "store writes: {writes} ({:.3} per request; try_acquire_slot is a read, and a write \
+         only when a host's turn has come)\n",
+        writes as f64 / requests
+    ));
+    text
 }
 
 fn cell(kind: Option<&str>) -> String {

@@ -62,6 +62,12 @@ pub struct BenchArgs {
     /// again (the lock is recursive), and the slots stay held.
     #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
     pub reboot_time: Option<Duration>,
+    /// The fleetlock workload: before the measured load, every host asks once, 16 at a time
+    /// (its first request queues its node: two writes), and only the hosts' later requests are
+    /// measured: a fleet that waits and retries. Without it, the measured load starts with every
+    /// host's first request.
+    #[arg(long)]
+    pub warm_up: bool,
     /// The fleetlock workload: a request not answered within this is an error (a timeout).
     #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "10s")]
     pub request_timeout: Duration,
