@@ -28,7 +28,7 @@ use serde_json::json;
 mod kube_common;
 
 use kube_common::chart::Chart;
-use kube_common::fleetlock::{Answer, RotaProcess, Zincati};
+use kube_common::fleetlock::{Answer, RotaProcess, Zincati, kubeconfig_as};
 use kube_common::{PATIENCE, count, create_pdb, env, history, set_min_available, unschedulable};
 
 /// The scheduler's --take-up here: a grant not taken up within it goes to the next node.
@@ -46,6 +46,8 @@ struct Host {
 /// The chart with `fleetlock.enabled`, its scheduler and FleetLock server as processes, and the
 /// store as the admin reads it.
 struct Installation {
+    /// The processes' kubeconfigs.
+    _kubeconfigs: tempfile::TempDir,
     scope: Scope,
     chart: Chart,
     scheduler: RotaProcess,
@@ -102,11 +104,13 @@ impl Installation {
             &chart,
         )
         .await?;
+        let dir = tempfile::tempdir()?;
+        let as_account = |account: String| {
+            let (admin, namespace, dir) = (&admin, &namespace, dir.path());
+            async move { kubeconfig_as(env, admin, namespace, &account, dir).await }
+        };
         let scheduler = RotaProcess::start(
-            env,
-            &admin,
-            &namespace,
-            &chart.scheduler_account(),
+            &as_account(chart.scheduler_account()).await?,
             &[
                 "scheduler".into(),
                 format!("--namespace={namespace}"),
@@ -114,8 +118,7 @@ impl Installation {
                 "--lease-duration=4s".into(),
                 format!("--take-up={}s", TAKE_UP.as_secs()),
             ],
-        )
-        .await?;
+        )?;
         let mut args: Vec<String> = [
             "fleetlock",
             "--store=kube",
@@ -126,8 +129,7 @@ impl Installation {
         .into();
         args.push(format!("--namespace={namespace}"));
         args.extend(server_args.iter().map(|a| a.to_string()));
-        let server =
-            RotaProcess::start(env, &admin, &namespace, &chart.fleetlock_account(), &args).await?;
+        let server = RotaProcess::start(&as_account(chart.fleetlock_account()).await?, &args)?;
         let listen = server.serving().await?;
         let store = KubeStore::connect(
             admin,
@@ -148,6 +150,7 @@ impl Installation {
             })
             .collect::<Result<Vec<_>>>()?;
         let installation = Installation {
+            _kubeconfigs: dir,
             scope,
             chart,
             scheduler,
@@ -277,7 +280,7 @@ fn waiting(answer: &Answer) -> Result<()> {
 /// verified and uncordoned, with `finished` in its history for the process `fleetlock`. No
 /// agent runs on it: the chart's DaemonSet keeps off FleetLock hosts.
 #[tokio::test]
-async fn a_fedora_coreos_host_is_refused_while_drained_then_granted_rebooted_and_verified()
+async fn a_fedora_coreos_host_is_refused_while_a_budget_holds_its_drain_then_granted_rebooted_and_verified()
 -> Result<()> {
     let Some((inst, hosts, plain)) =
         Installation::start("fleetlock-turn", &["127.0.0.2"], 1, &["--drain-force"]).await?

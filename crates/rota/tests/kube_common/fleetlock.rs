@@ -3,7 +3,7 @@
 //! FleetLock client that sends exactly what Zincati sends, from a host's address.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context as _, Result};
@@ -13,25 +13,30 @@ use serde_json::{Value, json};
 
 use super::{PATIENCE, ROTA};
 
-/// A `rota` process with the token of a service account, and its log.
+/// A kubeconfig in `dir` that acts as the service account `namespace/account`.
+pub async fn kubeconfig_as(
+    env: &TestEnv,
+    admin: &Client,
+    namespace: &str,
+    account: &str,
+    dir: &Path,
+) -> Result<PathBuf> {
+    let path = dir.join(format!("{account}.kubeconfig"));
+    env.write_kubeconfig_as(admin, namespace, account, &path)
+        .await?;
+    Ok(path)
+}
+
+/// A `rota` process, and its log.
 pub struct RotaProcess {
     dir: tempfile::TempDir,
     child: Option<Child>,
 }
 
 impl RotaProcess {
-    /// `rota <args> --kubeconfig=…`, as the service account `namespace/account`.
-    pub async fn start(
-        env: &TestEnv,
-        admin: &Client,
-        namespace: &str,
-        account: &str,
-        args: &[String],
-    ) -> Result<RotaProcess> {
+    /// `rota <args> --kubeconfig=<kubeconfig>`.
+    pub fn start(kubeconfig: &Path, args: &[String]) -> Result<RotaProcess> {
         let dir = tempfile::tempdir()?;
-        let kubeconfig = dir.path().join("kubeconfig");
-        env.write_kubeconfig_as(admin, namespace, account, &kubeconfig)
-            .await?;
         let log = std::fs::File::create(dir.path().join("log"))?;
         let child = Command::new(ROTA)
             .args(args)
