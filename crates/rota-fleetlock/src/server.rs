@@ -225,16 +225,16 @@ impl Server {
                 ),
             ));
         }
+        // A server listening on `[::]` sees an IPv4 client as an IPv4-mapped address.
+        let from = peer.addr.ip().to_canonical();
         if let Some(address) = client.address
-            && address != peer.addr.ip()
+            && address.to_canonical() != from
         {
             return Err(Rejection::new(
                 Kind::ForeignId,
                 format!(
                     "client id {:?} is node {}'s, whose requests come from {address}, not {}",
-                    params.id,
-                    client.node,
-                    peer.addr.ip()
+                    params.id, client.node, from
                 ),
             ));
         }

@@ -23,6 +23,7 @@ on_every_store!(
     bad_input_gets_a_4xx_naming_the_problem_and_nothing_is_written,
     an_unknown_id_is_refused_and_nothing_is_written,
     a_request_for_another_hosts_id_is_refused,
+    a_host_is_known_by_its_ipv4_address_on_a_dual_stack_listener,
     a_group_with_a_token_needs_it,
     unknown_paths_and_methods_get_json_errors,
 );
@@ -360,4 +361,23 @@ async fn unknown_paths_and_methods_get_json_errors(backend: Backend) {
     assert_eq!(response.status().as_u16(), 405);
     let error: serde_json::Value = response.json().await.expect("JSON error");
     assert_eq!(error["kind"], "method_not_allowed");
+}
+
+async fn a_host_is_known_by_its_ipv4_address_on_a_dual_stack_listener(backend: Backend) {
+    let ids = FileIds::parse("fcos-1 id-one 127.0.0.2\n").expect("ids");
+    let options = Options {
+        ids: Arc::new(ids),
+        listen: "[::]:0".parse().expect("address"),
+        ..Options::default()
+    };
+    let Some(fixture) = Fixture::start(backend, options).await else {
+        return;
+    };
+    let from = |a: &str| Some(a.parse().expect("address"));
+    let own = Zincati::new(&fixture.base(), "id-one", "default", from("127.0.0.2"));
+    assert_eq!(own.pre_reboot().await.kind, "draining");
+    let impostor = Zincati::new(&fixture.base(), "id-one", "default", from("127.0.0.3"));
+    let answer = impostor.pre_reboot().await;
+    assert_eq!(answer.kind, "foreign_id");
+    assert!(answer.value.ends_with("not 127.0.0.3"), "{answer:?}");
 }

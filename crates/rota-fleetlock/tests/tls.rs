@@ -19,8 +19,8 @@ struct Pki {
 fn pki(dir: &Path) -> Pki {
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("CA key"))
-        .expect("CA");
+    let ca =
+        CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("CA key")).expect("CA");
     let issue = |name: &str| {
         let key = KeyPair::generate().expect("key");
         let cert = CertificateParams::new(vec![name.to_owned()])
@@ -70,7 +70,12 @@ fn client(fixture: &Fixture, pki: &Pki, id: &str, identity: Option<&str>) -> Zin
     if let Some(identity) = identity {
         http = http.identity(reqwest::Identity::from_pem(identity.as_bytes()).expect("identity"));
     }
-    Zincati::with_client(&fixture.base(), id, "default", http.build().expect("client"))
+    Zincati::with_client(
+        &fixture.base(),
+        id,
+        "default",
+        http.build().expect("client"),
+    )
 }
 
 on_every_store!(
@@ -88,16 +93,18 @@ async fn a_client_without_a_certificate_of_the_ca_cannot_connect(backend: Backen
     assert_eq!(fixture.written().await, (0, 0), "nothing was written");
 }
 
-async fn a_client_may_lock_and_unlock_only_for_the_node_its_certificate_names(
-    backend: Backend,
-) {
+async fn a_client_may_lock_and_unlock_only_for_the_node_its_certificate_names(backend: Backend) {
     let Some((fixture, pki, _dir)) = start(backend).await else {
         return;
     };
     let fcos_2 = pki.clients[1].1.as_str();
     let impostor = client(&fixture, &pki, "fcos-1", Some(fcos_2));
     for answer in [impostor.pre_reboot().await, impostor.steady_state().await] {
-        assert_eq!((answer.status, answer.kind.as_str()), (403, "foreign_id"), "{answer:?}");
+        assert_eq!(
+            (answer.status, answer.kind.as_str()),
+            (403, "foreign_id"),
+            "{answer:?}"
+        );
     }
     assert_eq!(fixture.written().await, (0, 0), "nothing was written");
     let fcos_1 = pki.clients[0].1.as_str();

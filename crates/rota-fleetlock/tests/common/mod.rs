@@ -50,6 +50,7 @@ pub struct Fixture {
     ids: Arc<dyn Ids>,
     tokens: HashMap<String, String>,
     tls: Option<Tls>,
+    listen: SocketAddr,
     cancel: CancellationToken,
     tmp: Option<tempfile::TempDir>,
 }
@@ -59,6 +60,8 @@ pub struct Options {
     pub ids: Arc<dyn Ids>,
     pub tokens: HashMap<String, String>,
     pub tls: Option<Tls>,
+    /// Where the server listens (default 127.0.0.1, a free port).
+    pub listen: SocketAddr,
 }
 
 impl Default for Options {
@@ -71,6 +74,7 @@ impl Default for Options {
             ids: Arc::new(NameIds),
             tokens: HashMap::new(),
             tls: None,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         }
     }
 }
@@ -108,8 +112,10 @@ impl Fixture {
         );
         hosts.resume().await.expect("resume");
         let metrics = hosts.metrics();
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
+        let listener = TcpListener::bind(options.listen).await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        // Clients connect over IPv4 loopback, also to a dual-stack listener on [::].
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let server = Arc::new(Server::new(
             hosts,
             options.ids.clone(),
@@ -125,6 +131,7 @@ impl Fixture {
             ids: options.ids,
             tokens: options.tokens,
             tls: options.tls,
+            listen: options.listen,
             cancel,
             tmp: Some(tmp),
         }
@@ -139,6 +146,7 @@ impl Fixture {
             ids: self.ids.clone(),
             tokens: self.tokens.clone(),
             tls: self.tls.clone(),
+            listen: self.listen,
         };
         Fixture::serve(self.store.clone(), tmp, options).await
     }
