@@ -40,11 +40,12 @@ use rota_kube_api::procedure::{
 };
 use rota_kube_api::{CONFIG_MAP, Procedure, RotaNode};
 use rota_kube_client::{is_conflict, is_not_found};
-use rota_store::{Millis, now_millis};
+use rota_store::{Millis, RetryPauses, now_millis};
 use rota_store_kube::{PROCEDURES_KEY, procedures_fingerprint};
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 use tokio::task::AbortHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
@@ -433,6 +434,31 @@ impl Statuses {
     }
 }
 
+/// When an attempt that failed is due again: after growing pauses, whatever wakes the loop
+/// in between. A fingerprint that cannot be published (no `rota-config` yet, which a cluster
+/// of FleetLock hosts only may never have) is then tried every few seconds, not at every
+/// change of a RotaNode.
+#[derive(Default)]
+struct Paced {
+    pauses: RetryPauses,
+    after: Option<Instant>,
+}
+
+impl Paced {
+    fn due(&self, now: Instant) -> bool {
+        self.after.is_none_or(|after| now >= after)
+    }
+
+    fn tried(&mut self, succeeded: bool, now: Instant) {
+        if succeeded {
+            self.pauses.reset();
+            self.after = None;
+        } else {
+            self.after = Some(now + self.pauses.next_pause());
+        }
+    }
+}
+
 /// Keeps every Procedure's status, and their fingerprint in `rota-config` of `namespace`,
 /// while this scheduler leads, until `cancel`.
 pub(crate) fn keep(
@@ -449,6 +475,7 @@ pub(crate) fn keep(
     let statuses = Statuses::follow(client, prefix, changed.clone());
     async move {
         let mut retry = false;
+        let mut publishing = Paced::default();
         loop {
             let wait = if retry {
                 RETRY
@@ -465,9 +492,13 @@ pub(crate) fn keep(
             if !*leading.borrow() || !fleet.ready() || !statuses.ready() {
                 continue;
             }
-            let shown = fleet.config_value(PROCEDURES_KEY);
-            let published = statuses.publish(&config_maps, shown.as_deref()).await;
-            retry = !published;
+            retry = true;
+            if publishing.due(Instant::now()) {
+                let shown = fleet.config_value(PROCEDURES_KEY);
+                let published = statuses.publish(&config_maps, shown.as_deref()).await;
+                publishing.tried(published, Instant::now());
+                retry = !published;
+            }
             if !statuses.any() {
                 continue;
             }
@@ -482,6 +513,27 @@ pub(crate) fn keep(
 #[cfg(test)]
 mod tests {
     use rota_core::NodeState;
+
+    #[test]
+    fn a_failed_publish_is_not_tried_again_before_its_pause_whatever_wakes_the_loop() {
+        let start = tokio::time::Instant::now();
+        let mut paced = super::Paced::default();
+        assert!(paced.due(start));
+        paced.tried(false, start);
+        // Every RotaNode change wakes the loop; none of them within the pause retries.
+        for ms in [0, 10, 100, 500, 900] {
+            assert!(!paced.due(start + Duration::from_millis(ms)), "{ms} ms");
+        }
+        assert!(paced.due(start + Duration::from_secs(2)));
+        let again = start + Duration::from_secs(2);
+        paced.tried(false, again);
+        assert!(
+            !paced.due(again + Duration::from_millis(1900)),
+            "the pause grows"
+        );
+        paced.tried(true, again);
+        assert!(paced.due(again), "a success ends the pauses");
+    }
     use rota_kube_api::crd::{BackoffStatus, RequestStatus};
     use rota_store_kube::record::new_status;
 
