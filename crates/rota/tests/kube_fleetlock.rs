@@ -461,6 +461,44 @@ async fn two_hosts_with_one_slot_one_waits_until_the_others_steady_state() -> Re
     inst.finish().await
 }
 
+/// A host that rebooted but whose Zincati never reports its steady state (it crashed, or was
+/// turned off) is verified by its Node's new boot id, as a node with an agent is, and its
+/// window ends healthy: uncordoned, with `finished` in its history.
+#[tokio::test]
+async fn a_host_that_rebooted_but_never_reports_steady_state_is_verified_by_its_new_boot_id()
+-> Result<()> {
+    let Some((inst, hosts, _)) =
+        Installation::start("fleetlock-silent", &["127.0.0.2"], 0, &[]).await?
+    else {
+        return Ok(());
+    };
+    let host = &hosts[0];
+    let scope = &inst.scope;
+    inst.wait("the host to be granted", || async {
+        let answer = host.zincati.pre_reboot().await?;
+        if answer.ok() {
+            return Ok(Some(()));
+        }
+        waiting(&answer)?;
+        tokio::time::sleep(PAUSE).await;
+        Ok(None)
+    })
+    .await?;
+    ensure!(unschedulable(scope, &host.node).await?, "not cordoned");
+    // It reboots; its kubelet reports a new boot id; its Zincati says nothing.
+    set_boot_id(scope, &host.node, "boot-2").await?;
+    inst.wait(
+        "the host's window to end without a steady-state",
+        || async { Ok(inst.idle(&host.node).await?.then_some(())) },
+    )
+    .await?;
+    ensure!(!unschedulable(scope, &host.node).await?, "left cordoned");
+    let entries = history(&inst.store, &host.node).await?;
+    let finished = count(&entries, &Process::FleetLock, HistoryEvent::Finished);
+    ensure!(finished == 1, "{finished} finished in {entries:?}");
+    inst.finish().await
+}
+
 /// A host may lock and unlock only for its own id: a request for another host's id from a
 /// different address is refused as `foreign_id`, and nothing is written for that host. An id
 /// that is no host's (unknown, or a Node's that is not labelled a FleetLock host) is refused
