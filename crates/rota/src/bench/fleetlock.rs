@@ -315,7 +315,7 @@ fn ms(duration: Duration) -> String {
     format!("{:.1}", duration.as_secs_f64() * 1000.0)
 }
 
-/// A row of the latency table: the requests of `samples` that `which` picks.
+/// A row of the latency table: `samples`, how many, their errors and their latencies.
 fn latency_row(label: &str, samples: &[&Sample]) -> Option<Vec<String>> {
     let mut latencies: Vec<Duration> = samples.iter().map(|s| s.latency).collect();
     latencies.sort_unstable();
