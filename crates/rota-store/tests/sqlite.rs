@@ -145,3 +145,34 @@ async fn a_dropped_store_gives_its_inotify_instance_back() {
         "{held} inotify instances held, {before} before"
     );
 }
+
+/// A caller that gives up drops its store call wherever it is, also inside sqlx's `begin`,
+/// which is not cancel-safe: the connection must not serve the next call from inside a
+/// transaction (every later write on it failed, and its write lock held the others off).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_dropped_halfway_leave_no_connection_inside_a_transaction() {
+    let store = make().await;
+    let node = rota_core::NodeName::new("node-a").expect("name");
+    let session = store
+        .open_session(&node, std::time::Duration::from_secs(60))
+        .await
+        .expect("session");
+    for i in 0..3000u64 {
+        // Deadlines from 0 to 1 ms: some fall inside `begin`, some inside the write.
+        let deadline = std::time::Duration::from_micros((i * 37) % 1000);
+        let _ = tokio::time::timeout(
+            deadline,
+            store.heartbeat(&session, std::time::Duration::from_secs(60)),
+        )
+        .await;
+    }
+    for _ in 0..16 {
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            store.heartbeat(&session, std::time::Duration::from_secs(60)),
+        )
+        .await
+        .expect("a write after the dropped ones is not held off")
+        .expect("a write after the dropped ones succeeds");
+    }
+}

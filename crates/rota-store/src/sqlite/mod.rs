@@ -18,7 +18,7 @@ use rota_core::{NodeName, ProcedureSpec, Write};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{Sqlite, SqliteConnection, Transaction};
+use sqlx::{Database, Sqlite, SqliteConnection, Transaction, TransactionManager};
 use tokio::sync::{Mutex, MutexGuard, watch};
 use tokio_util::task::AbortOnDropHandle;
 
@@ -155,6 +155,18 @@ async fn connect(options: &SqliteConnectOptions, location: &str) -> Result<Sqlit
     let open = || {
         SqlitePoolOptions::new()
             .max_connections(8)
+            // A call dropped halfway (its caller gave up) may leave its connection inside a
+            // transaction: sqlx's begin is not cancel-safe (launchbadge/sqlx#2054). Such a
+            // connection is closed, which rolls the transaction back, instead of serving the
+            // next call with a write lock held.
+            .after_release(|connection, _| {
+                Box::pin(async move {
+                    Ok(
+                        <Sqlite as Database>::TransactionManager::get_transaction_depth(connection)
+                            == 0,
+                    )
+                })
+            })
             .connect_with(options.clone())
     };
     let shortly = ConstantBuilder::new()
