@@ -29,6 +29,7 @@ use std::str::FromStr;
 use jiff::civil::{Date, Time, Weekday};
 use jiff::tz::{AmbiguousOffset, TimeZone};
 use jiff::{SignedDuration, Timestamp};
+use crate::decision::Millis;
 
 /// Day names in Monday-first order, as written in maintenance hours.
 const DAY_NAMES: [&str; 7] = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
@@ -282,6 +283,29 @@ impl MaintenanceHours {
     pub fn ends_at(&self, at: Timestamp) -> Option<Timestamp> {
         ends_at(&self.0, at)
     }
+
+    /// Whether the store time `at` (milliseconds since the epoch) is within the hours.
+    pub fn contains_millis(&self, at: Millis) -> bool {
+        self.contains(timestamp(at))
+    }
+
+    /// When the hours next start after the store time `at`, in store time: `at` itself when
+    /// it is within them.
+    pub fn next_start_millis(&self, at: Millis) -> Option<Millis> {
+        self.next_start(timestamp(at)).map(|t| t.as_millisecond())
+    }
+
+    /// When a node eligible at `at` (its backoff over) may take a slot: at once within the
+    /// hours, else when they next start. A node waiting for its hours is not yet in the queue,
+    /// so that it holds up no node within its hours.
+    pub fn eligible_at(&self, at: Millis) -> Millis {
+        self.next_start_millis(at).map_or(at, |start| start.max(at))
+    }
+}
+
+/// A store time as a timestamp; past the end of time, its end.
+fn timestamp(at: Millis) -> Timestamp {
+    Timestamp::from_millisecond(at).unwrap_or(Timestamp::MAX)
 }
 
 /// The first instant from `at` on that is within none of `hours`, or `None` if `at` is outside
@@ -426,6 +450,21 @@ mod tests {
 
     fn error(text: &str) -> String {
         text.parse::<Hours>().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_node_outside_its_hours_is_eligible_when_they_next_start() {
+        let hours = MaintenanceHours::new(vec![hours("sat 02:00-03:00 UTC")]).unwrap();
+        let ms = |text: &str| ts(text).as_millisecond();
+        let cases = [
+            ("2026-12-05T02:30:00Z", "2026-12-05T02:30:00Z"),
+            ("2026-12-05T03:00:00Z", "2026-12-12T02:00:00Z"),
+            ("2026-12-07T12:00:00Z", "2026-12-12T02:00:00Z"),
+        ];
+        for (at, eligible) in cases {
+            assert_eq!(hours.eligible_at(ms(at)), ms(eligible), "{at}");
+            assert_eq!(hours.contains_millis(ms(at)), at == eligible, "{at}");
+        }
     }
 
     #[test]

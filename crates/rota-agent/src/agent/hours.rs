@@ -14,10 +14,6 @@ pub(super) fn timestamp(at: Millis) -> Timestamp {
     Timestamp::from_millisecond(at).unwrap_or(Timestamp::MAX)
 }
 
-fn millis(at: Timestamp) -> Millis {
-    at.as_millisecond()
-}
-
 impl Agent {
     /// Whether now is within the maintenance hours (always, without configured hours). Tells
     /// the observers each time, and logs only when the answer changes.
@@ -45,15 +41,17 @@ impl Agent {
     /// When the maintenance hours next start, in store time; `None` without configured hours
     /// or when they start past the end of time.
     fn next_hours(&self, after: Millis) -> Option<Millis> {
-        let hours = self.config.hours.as_ref()?;
-        hours.next_start(timestamp(after)).map(millis)
+        self.config.hours.as_ref()?.next_start_millis(after)
     }
 
     /// When a node eligible at `at` (backoff over) may take a slot: at once when `at` is within
     /// the maintenance hours, else when they next start. A node waiting for its hours is not yet
     /// in the queue, so that it holds up no node within its hours.
     pub(super) fn hours_eligible(&self, at: Millis) -> Millis {
-        self.next_hours(at).map_or(at, |start| start.max(at))
+        self.config
+            .hours
+            .as_ref()
+            .map_or(at, |hours| hours.eligible_at(at))
     }
 
     /// A queued node outside its maintenance hours: moves its place in the queue to the next
