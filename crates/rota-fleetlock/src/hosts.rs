@@ -5,6 +5,7 @@
 //! would, with the same lifecycle events (docs/design.md §11).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,7 +14,8 @@ use rota_actions::{ActionError, NodeActions};
 use rota_core::fleetlock::{self, Lock, Look, Refusal, Unlock};
 use rota_core::{BackoffPolicy, Event, MaintenanceHours, NodeName, NodeState, Process};
 use rota_store::{
-    Acquire, Millis, NodeOverview, NodeRecord, Session, Store, StoreExt, Transition, now_millis,
+    Acquire, Millis, NodeOverview, NodeRecord, Pause, Session, Store, StoreExt, Transition,
+    WindowChange, now_millis,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -81,34 +83,60 @@ pub(crate) struct Inner {
     pub(crate) config: Config,
     hosts: Mutex<HashMap<NodeName, Arc<tokio::sync::Mutex<Host>>>>,
     pub(crate) metrics: Arc<Metrics>,
+    /// Whether this server was refused the pause of a spent failure budget (logged once).
+    budget_refused: AtomicBool,
     pub(crate) cancel: CancellationToken,
 }
 
 /// One host, as this server knows it between requests.
 #[derive(Default)]
-struct Host {
+pub(crate) struct Host {
     /// The node's session, and when it runs out as last renewed.
-    session: Option<(Session, Instant)>,
+    pub(crate) session: Option<(Session, Instant)>,
     /// The change count before which another look at the queue would say "wait" again.
-    turn_at: Option<u64>,
+    pub(crate) turn_at: Option<u64>,
     /// The task of the node's window.
-    window: Option<JoinHandle<()>>,
+    pub(crate) window: Option<Window>,
     /// The task that takes the node's slot when its turn comes between its client's requests.
-    waiter: Option<JoinHandle<()>>,
+    pub(crate) waiter: Option<JoinHandle<()>>,
+    /// When the waiter looks again whatever the store says: the end of a backoff, the start of
+    /// the maintenance hours.
+    pub(crate) wake_at: Option<Millis>,
+}
+
+/// The task of a node's window, and how to stop it between two of its store calls: a call
+/// dropped halfway may leave a connection inside a transaction.
+pub(crate) struct Window {
+    task: JoinHandle<()>,
+    stop: CancellationToken,
+}
+
+impl Window {
+    pub(crate) fn running(&self) -> bool {
+        !self.task.is_finished()
+    }
+
+    /// Stops the task at its next wait, and waits for it.
+    async fn stop(self) {
+        self.stop.cancel();
+        if let Err(e) = self.task.await {
+            warn!(error = %e, "a FleetLock window's task ended abnormally");
+        }
+    }
 }
 
 fn refused(refusal: Refusal, value: impl Into<String>) -> Rejection {
     Rejection::new(Kind::Refused(refusal), value)
 }
 
-/// Why `refusal` holds `record`'s node back, in words.
-fn explain(refusal: Refusal, record: &NodeRecord) -> Rejection {
+/// Why `refusal` holds `record`'s node back, in words; `pause` is the fleet's.
+fn explain(refusal: Refusal, record: &NodeRecord, pause: Option<&Pause>) -> Rejection {
     let node = &record.node;
     let value = match refusal {
         Refusal::WaitingForSlot => format!("node {node} waits for a slot"),
         Refusal::Draining => match &record.blocked {
             Some(held) => format!(
-                "node {node} holds a slot and is being drained; the drain waits: {}",
+                "node {node} holds a slot and is being drained: {}",
                 held.reason
             ),
             None => format!("node {node} holds a slot and is being drained"),
@@ -120,7 +148,10 @@ fn explain(refusal: Refusal, record: &NodeRecord) -> Rejection {
             "node {node} is held back: {}",
             record.blocked.as_ref().map_or("", |b| b.reason.as_str())
         ),
-        Refusal::Paused => "the fleet is paused (rota resume lifts it)".to_owned(),
+        Refusal::Paused => format!(
+            "the fleet is paused: {}; rota resume lifts it",
+            pause.map_or("no reason given", |p| p.reason.as_str())
+        ),
         Refusal::BackingOff => format!(
             "node {node} backs off after a failure until {} ms since the epoch",
             record.queued_at.unwrap_or_default()
@@ -155,6 +186,7 @@ impl Hosts {
                 config,
                 hosts: Mutex::new(HashMap::new()),
                 metrics: Arc::new(Metrics::new()),
+                budget_refused: AtomicBool::new(false),
                 cancel,
             }),
         }
@@ -202,7 +234,7 @@ impl Hosts {
 }
 
 impl Inner {
-    fn host(&self, node: &NodeName) -> Arc<tokio::sync::Mutex<Host>> {
+    pub(crate) fn host(&self, node: &NodeName) -> Arc<tokio::sync::Mutex<Host>> {
         let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
         hosts.entry(node.clone()).or_default().clone()
     }
@@ -210,7 +242,7 @@ impl Inner {
     /// The node's session, opened or renewed when half its TTL has passed: a host asking
     /// every few minutes renews it about once per half TTL, and a host that stops asking
     /// loses its place in the queue when it runs out.
-    async fn session(&self, host: &mut Host, node: &NodeName) -> Result<Session> {
+    pub(crate) async fn session(&self, host: &mut Host, node: &NodeName) -> Result<Session> {
         let ttl = self.config.client_ttl;
         if let Some((session, until)) = &host.session {
             if until.saturating_duration_since(Instant::now()) > ttl / 2 {
@@ -227,7 +259,7 @@ impl Inner {
         Ok(session)
     }
 
-    async fn look_up(&self, node: &NodeName) -> Result<(NodeOverview, bool)> {
+    pub(crate) async fn look_up(&self, node: &NodeName) -> Result<(NodeOverview, Option<Pause>)> {
         let (overview, settings) =
             tokio::try_join!(self.store.record(node), self.store.settings())?;
         let overview = overview.unwrap_or_else(|| NodeOverview {
@@ -235,7 +267,7 @@ impl Inner {
             open_requests: Vec::new(),
             backoffs: Vec::new(),
         });
-        Ok((overview, settings.pause.is_some()))
+        Ok((overview, settings.pause))
     }
 
     async fn pre_reboot(
@@ -256,7 +288,7 @@ impl Inner {
         }
         // Each pass moves the node one step on: queued, granted, drained, rebooting.
         for _ in 0..3 {
-            let (overview, paused) = self.look_up(node).await?;
+            let (overview, pause) = self.look_up(node).await?;
             let record = &overview.record;
             // Read before the reboot's start too: the boot id it records is the one a new
             // boot must differ from.
@@ -265,7 +297,7 @@ impl Inner {
             } else {
                 None
             };
-            let look = self.look(&overview, paused, boot_id.as_deref());
+            let look = self.look(&overview, pause.is_some(), boot_id.as_deref());
             match fleetlock::pre_reboot(&look) {
                 Lock::Queue => self.queue(host, &overview, group).await?,
                 Lock::TakeSlot => {
@@ -284,14 +316,17 @@ impl Inner {
                         reason: reason.to_owned(),
                     };
                     self.commit(&session, record, event, false, |_| {}).await?;
-                    return Ok(Err(explain(Refusal::OutsideHours, record)));
+                    return Ok(Err(explain(Refusal::OutsideHours, record, None)));
                 }
                 Lock::Refused(refusal) => {
                     if record.state.holds_slot() {
                         let session = self.session(host, node).await?;
                         self.ensure_window(host, session);
+                    } else if record.state == NodeState::Queued {
+                        self.session(host, node).await?;
+                        self.hold(host, record, refusal).await?;
                     }
-                    return Ok(Err(explain(refusal, record)));
+                    return Ok(Err(explain(refusal, record, pause.as_ref())));
                 }
             }
         }
@@ -301,7 +336,7 @@ impl Inner {
         )))
     }
 
-    fn look<'a>(
+    pub(crate) fn look<'a>(
         &'a self,
         overview: &'a NodeOverview,
         paused: bool,
@@ -339,12 +374,19 @@ impl Inner {
                 .await?;
             return Ok(());
         }
-        let eligible_at = overview
+        let backed_off = overview
             .backoffs
             .iter()
             .filter(|b| b.process == Process::FleetLock)
             .map(|b| b.until)
             .fold(now_millis(), Millis::max);
+        // Outside its hours, a host's place in the queue is their next start, as an agent's
+        // is: it holds up no node within its hours, and no grant comes that nobody takes up.
+        let eligible_at = self
+            .config
+            .hours
+            .as_ref()
+            .map_or(backed_off, |hours| hours.eligible_at(backed_off));
         let event = Event::Requested { eligible_at };
         self.commit(&session, record, event, false, |queue| {
             queue.requests.push((Process::FleetLock, SOURCE.to_owned()));
@@ -355,21 +397,16 @@ impl Inner {
         Ok(())
     }
 
-    async fn take_slot(
+    pub(crate) async fn take_slot(
         self: &Arc<Inner>,
         host: &mut Host,
         record: &NodeRecord,
         session: Session,
     ) -> Result<Result<(), Rejection>> {
-        // The rollout's failure budget, as a node's agent enforces it before its slot: at the
-        // budget, the fleet pauses.
-        if let Some(pause) = self.store.enforce_failure_budget().await?.pause {
+        if let Some(reason) = self.budget_pause().await? {
             return Ok(Err(refused(
                 Refusal::Paused,
-                format!(
-                    "the fleet is paused: {}; rota resume lifts it",
-                    pause.reason
-                ),
+                format!("the fleet is paused: {reason}; rota resume lifts it"),
             )));
         }
         let seen = *self.store.changes().borrow();
@@ -395,7 +432,72 @@ impl Inner {
             .await?;
         info!(node = %record.node, slot = ?granted.slot, "FleetLock host granted a slot; draining");
         self.ensure_window(host, session);
-        Ok(Err(explain(Refusal::Draining, &granted)))
+        Ok(Err(explain(Refusal::Draining, &granted, None)))
+    }
+
+    /// The rollout's failure budget, as a node's agent enforces it before its slot: the
+    /// fleet's pause, or the one a spent budget calls for, set now. Where this server may not
+    /// pause the fleet (on Kubernetes, only operators and agents write settings), a spent
+    /// budget still holds every host back.
+    async fn budget_pause(&self) -> Result<Option<String>> {
+        let budget = self.store.failure_budget().await?;
+        if let Some(pause) = budget.pause {
+            return Ok(Some(pause.reason));
+        }
+        let Some(reason) = budget.spent else {
+            return Ok(None);
+        };
+        match self.store.pause(&reason).await {
+            Ok(_) => {
+                warn!(reason, "paused the fleet");
+                Ok(Some(reason))
+            }
+            Err(e) if e.is_unavailable() => Err(e.into()),
+            Err(e) => {
+                if !self.budget_refused.swap(true, Ordering::Relaxed) {
+                    warn!(reason, error = %e, "the failure budget is spent, but this server may not pause the fleet: it grants nothing until rota resume");
+                }
+                Ok(Some(format!(
+                    "{reason} (this server may not pause the fleet itself: {e})"
+                )))
+            }
+        }
+    }
+
+    /// A queued host held back for now: outside its hours its place in the queue moves to
+    /// their next start, as an agent's does; the waiter then looks again when what holds it
+    /// may have ended (a change of the store, the end of its backoff, the start of its hours).
+    pub(crate) async fn hold(
+        self: &Arc<Inner>,
+        host: &mut Host,
+        record: &NodeRecord,
+        refusal: Refusal,
+    ) -> Result<()> {
+        host.wake_at = match refusal {
+            Refusal::OutsideHours => {
+                let starts = self
+                    .config
+                    .hours
+                    .as_ref()
+                    .and_then(|hours| hours.next_start_millis(now_millis()));
+                if let Some(starts) = starts
+                    && record.queued_at.is_none_or(|at| at < starts)
+                    && let Some((session, _)) = &host.session
+                {
+                    let later = Transition::new(NodeState::Queued, NodeState::Queued).window(
+                        WindowChange::Queue {
+                            queued_at: Some(starts),
+                        },
+                    );
+                    self.store.transition(session, later).await?;
+                }
+                starts
+            }
+            Refusal::BackingOff => record.queued_at,
+            _ => None,
+        };
+        self.ensure_waiter(host, &record.node);
+        Ok(())
     }
 
     /// Records the reboot's start, fenced, right before the answer that lets the host reboot.
@@ -433,15 +535,47 @@ impl Inner {
         host: &mut Host,
         node: &NodeName,
     ) -> Result<Result<(), Rejection>> {
-        let (overview, paused) = self.look_up(node).await?;
-        let record = &overview.record;
-        let boot_id = if record.state == NodeState::Rebooting {
-            self.platform.boot_id(node).await?
-        } else {
-            None
-        };
-        match fleetlock::steady_state(&self.look(&overview, paused, boot_id.as_deref())) {
-            Unlock::Nothing => {}
+        // A second pass only after the window's task stopped, which may have moved the node.
+        for _ in 0..2 {
+            let (overview, paused) = self.look_up(node).await?;
+            let record = &overview.record;
+            let boot_id = if record.state == NodeState::Rebooting {
+                self.platform.boot_id(node).await?
+            } else {
+                None
+            };
+            let look = self.look(&overview, paused.is_some(), boot_id.as_deref());
+            match fleetlock::steady_state(&look) {
+                Unlock::EndWindow => {
+                    if let Some(window) = host.window.take() {
+                        window.stop().await;
+                        continue;
+                    }
+                    let session = self.session(host, node).await?;
+                    let event = Event::Unlock {
+                        reason: "the FleetLock host gave its lock back before it rebooted"
+                            .to_owned(),
+                    };
+                    self.commit(&session, record, event, false, |_| {}).await?;
+                    info!(%node, "FleetLock host gave its lock back before it rebooted; window ended");
+                }
+                unlock => return self.unlock(host, node, record, unlock, boot_id).await,
+            }
+            break;
+        }
+        Ok(Ok(()))
+    }
+
+    async fn unlock(
+        self: &Arc<Inner>,
+        host: &mut Host,
+        node: &NodeName,
+        record: &NodeRecord,
+        unlock: Unlock,
+        boot_id: Option<String>,
+    ) -> Result<Result<(), Rejection>> {
+        match unlock {
+            Unlock::Nothing | Unlock::EndWindow => {}
             Unlock::Withdraw => {
                 let session = self.session(host, node).await?;
                 self.store
@@ -453,17 +587,6 @@ impl Inner {
                 };
                 self.commit(&session, record, event, false, |_| {}).await?;
                 info!(%node, "FleetLock host left the queue (steady-state)");
-            }
-            Unlock::EndWindow => {
-                if let Some(window) = host.window.take() {
-                    window.abort();
-                }
-                let session = self.session(host, node).await?;
-                let event = Event::Unlock {
-                    reason: "the FleetLock host gave its lock back before it rebooted".to_owned(),
-                };
-                self.commit(&session, record, event, false, |_| {}).await?;
-                info!(%node, "FleetLock host gave its lock back before it rebooted; window ended");
             }
             Unlock::BootChanged => {
                 let session = self.session(host, node).await?;
@@ -523,74 +646,14 @@ impl Inner {
 
     /// Starts the task of the node's window unless it runs.
     fn ensure_window(self: &Arc<Inner>, host: &mut Host, session: Session) {
-        if host.window.as_ref().is_some_and(|w| !w.is_finished()) {
+        if host.window.as_ref().is_some_and(Window::running) {
             return;
         }
-        host.window = Some(tokio::spawn(self.clone().window(session)));
-    }
-
-    /// Starts the task that waits for the node's turn unless it runs.
-    fn ensure_waiter(self: &Arc<Inner>, host: &mut Host, node: &NodeName) {
-        if host.waiter.as_ref().is_some_and(|w| !w.is_finished()) {
-            return;
-        }
-        host.waiter = Some(tokio::spawn(self.clone().wait_turn(node.clone())));
-    }
-
-    /// Takes the queued node's slot as soon as its turn comes, between its client's requests:
-    /// on Kubernetes the scheduler withdraws a grant not taken up within its `--take-up` (60 s),
-    /// long before Zincati asks again (every 5 minutes), and on every store the drain starts
-    /// as soon as the slot is free. It looks again at each change of the store, and ends once
-    /// the node no longer waits. It never renews the node's session: a host that stops asking
-    /// still loses its place in the queue when its session runs out.
-    async fn wait_turn(self: Arc<Inner>, node: NodeName) {
-        let mut changes = self.store.changes();
-        loop {
-            tokio::select! {
-                () = self.cancel.cancelled() => return,
-                changed = changes.changed() => if changed.is_err() { return },
-            }
-            let host = self.host(&node);
-            let mut host = host.lock().await;
-            match self.take_turn(&mut host, &node).await {
-                Ok(true) => {}
-                Ok(false) => return,
-                Err(e) => {
-                    warn!(%node, error = %e, "FleetLock host waiting for its turn: looking again");
-                    drop(host);
-                    tokio::time::sleep(self.config.health_interval).await;
-                    changes.mark_changed();
-                }
-            }
-        }
-    }
-
-    /// One look of [`Inner::wait_turn`]: takes the slot if it is the node's turn; whether the
-    /// node still waits.
-    async fn take_turn(self: &Arc<Inner>, host: &mut Host, node: &NodeName) -> Result<bool> {
-        let session = match &host.session {
-            Some((session, until)) if *until > Instant::now() => session.clone(),
-            _ => return Ok(false),
-        };
-        if host
-            .turn_at
-            .is_some_and(|turn| *self.store.changes().borrow() < turn)
-        {
-            return Ok(true);
-        }
-        let (overview, paused) = self.look_up(node).await?;
-        let record = &overview.record;
-        let lock = fleetlock::pre_reboot(&self.look(&overview, paused, None));
-        Ok(match lock {
-            Lock::TakeSlot => {
-                // Its client learns of the grant at its next request: the node drains.
-                let _ = self.take_slot(host, record, session).await?;
-                host.turn_at.is_some()
-            }
-            // Paused, blocked, outside the hours or backing off: that may change.
-            Lock::Refused(_) => record.state == NodeState::Queued,
-            _ => false,
-        })
+        let stop = self.cancel.child_token();
+        host.window = Some(Window {
+            task: tokio::spawn(self.clone().window(session, stop.clone())),
+            stop,
+        });
     }
 }
 

@@ -9,6 +9,7 @@
 //! - `ids`: which node a client id is;
 //! - `commands`: bare metal's platform: shell commands, no boot id;
 //! - `hosts`: the hosts' nodes moved along their lifecycle, as `rota_core::fleetlock` decides;
+//! - `waiter`: the task of a queued host, which takes its slot when its turn comes;
 //! - `window`: the task of a host's window (drain, reboot, verification);
 //! - `metrics`: the hosts' nodes and the answers, for Prometheus;
 //! - `server`: the HTTP endpoints;
@@ -23,6 +24,7 @@ mod metrics;
 pub mod protocol;
 pub mod server;
 mod tls;
+mod waiter;
 mod window;
 
 pub use commands::CommandPlatform;

@@ -238,10 +238,20 @@ impl Server {
                 ),
             ));
         }
-        match endpoint {
-            Endpoint::PreReboot => self.hosts.pre_reboot(&client.node, &params.group).await?,
-            Endpoint::SteadyState => self.hosts.steady_state(&client.node).await?,
-        }
+        // In a task of its own: a client that gives up (its request dropped) must not stop
+        // the host's writes halfway, which may leave a store connection inside a transaction.
+        let hosts = self.hosts.clone();
+        let node = client.node.clone();
+        let group = params.group;
+        let work = tokio::spawn(async move {
+            match endpoint {
+                Endpoint::PreReboot => hosts.pre_reboot(&node, &group).await,
+                Endpoint::SteadyState => hosts.steady_state(&node).await,
+            }
+        });
+        work.await.map_err(|e| {
+            Rejection::new(Kind::Internal, format!("the request's task ended: {e}"))
+        })??;
         Ok(client.node.to_string())
     }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 use rota_core::{Blocked, Event, Failure, NodeState, Process};
 use rota_store::{NodeRecord, Session, StoreExt, Transition, now_millis};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::error::{Error, Result};
@@ -22,11 +23,14 @@ const FAILED_LOOK: Duration = Duration::from_secs(5);
 const DRAIN_HELD_EVERY: Duration = Duration::from_secs(2);
 
 impl Inner {
-    pub(crate) async fn window(self: Arc<Inner>, session: Session) {
+    /// Runs the window's steps until it ends, another session takes the node over, or `stop`
+    /// (the server's shutdown, or the host's steady-state before its reboot); `stop` ends it
+    /// only while it waits, never in the middle of a store call.
+    pub(crate) async fn window(self: Arc<Inner>, session: Session, stop: CancellationToken) {
         let node = session.node.clone();
         let mut renewed = Instant::now();
         loop {
-            if self.cancel.is_cancelled() {
+            if stop.is_cancelled() {
                 return;
             }
             let pass = async {
@@ -47,7 +51,7 @@ impl Inner {
                     return Ok(None);
                 }
                 let pause = match record.state {
-                    NodeState::Draining => self.drain(&session, &record).await?,
+                    NodeState::Draining => self.drain(&session, &record, &stop).await?,
                     NodeState::Maintaining => self.await_lock(&session, &record).await?,
                     NodeState::Rebooting => self.await_boot(&session, &record).await?,
                     NodeState::Verifying => self.verify(&session, &record).await?,
@@ -74,14 +78,19 @@ impl Inner {
                 }
             };
             tokio::select! {
-                () = self.cancel.cancelled() => return,
+                () = stop.cancelled() => return,
                 () = tokio::time::sleep(pause) => {}
             }
         }
     }
 
     /// Drains the node, within the drain timeout and the maintenance hours.
-    async fn drain(&self, session: &Session, record: &NodeRecord) -> Result<Duration> {
+    async fn drain(
+        &self,
+        session: &Session,
+        record: &NodeRecord,
+        stop: &CancellationToken,
+    ) -> Result<Duration> {
         let within_hours = self.config.hours.as_ref().is_none_or(|hours| {
             jiff::Timestamp::from_millisecond(now_millis()).is_ok_and(|now| hours.contains(now))
         });
@@ -108,6 +117,9 @@ impl Inner {
             tokio::time::interval_at(Instant::now() + DRAIN_HELD_EVERY, DRAIN_HELD_EVERY);
         let drained = loop {
             tokio::select! {
+                // The drain (a command killed with it, or API calls) may stop anywhere; the
+                // next drain starts it again.
+                () = stop.cancelled() => return Ok(Duration::ZERO),
                 drained = &mut drain => break drained,
                 _ = look.tick() => {
                     let held = actions.drain_held();

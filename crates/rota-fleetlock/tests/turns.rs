@@ -25,6 +25,7 @@ on_every_store!(
     an_unlocked_host_is_returned_to_service,
     a_retried_host_is_granted_its_lock_again,
     a_spent_failure_budget_pauses_the_fleet_for_fleetlock_hosts_too,
+    a_host_outside_its_hours_waits_with_its_place_at_their_start,
 );
 
 const PAUSE: Duration = Duration::from_millis(100);
@@ -436,4 +437,45 @@ async fn a_spent_failure_budget_pauses_the_fleet_for_fleetlock_hosts_too(backend
     let pause = fixture.store.paused().await.expect("read").expect("paused");
     assert!(pause.reason.contains("fcos-1"), "{pause:?}");
     assert!(fixture.log("fcos-2").is_empty(), "nothing drained");
+}
+
+async fn a_host_outside_its_hours_waits_with_its_place_at_their_start(backend: Backend) {
+    let now = rota_store::now_millis();
+    // Hours that do not hold now, whatever the day.
+    let hours = ["sat 02:00-03:00 UTC", "wed 02:00-03:00 UTC"]
+        .iter()
+        .map(|text| {
+            rota_core::MaintenanceHours::new(vec![text.parse().expect("hours")]).expect("hours")
+        })
+        .find(|hours| !hours.contains_millis(now))
+        .expect("hours outside now");
+    let starts = hours.next_start_millis(now).expect("a next start");
+    let options = Options {
+        config: Config {
+            hours: Some(hours),
+            ..Options::default().config
+        },
+        ..Options::default()
+    };
+    let Some(fixture) = Fixture::start(backend, options).await else {
+        return;
+    };
+    fixture.let_drain("fcos-1");
+    let host = fixture.client("fcos-1");
+    for _ in 0..3 {
+        let answer = host.pre_reboot().await;
+        assert_eq!(
+            (answer.status, answer.kind.as_str()),
+            (409, "outside_hours"),
+            "{answer:?}"
+        );
+    }
+    let record = fixture.record("fcos-1").await;
+    assert_eq!(record.state.to_string(), "queued");
+    assert_eq!(
+        record.queued_at,
+        Some(starts),
+        "its place is the hours' start"
+    );
+    assert!(fixture.log("fcos-1").is_empty(), "nothing drained");
 }

@@ -17,6 +17,8 @@ pub struct BudgetCheck {
     pub pause: Option<Pause>,
     /// With a budget: the nodes that failed since the rollout began, and the budget in nodes.
     pub counted: Option<(u32, u32)>,
+    /// Why the budget is spent, when it is: the reason of the pause it calls for.
+    pub spent: Option<String>,
     /// The reason of the pause this look set, if it set one.
     pub paused_now: Option<String>,
 }
@@ -26,17 +28,18 @@ fn when(at: Option<Millis>) -> String {
         .map_or_else(|| "the beginning".to_owned(), |at| at.to_string())
 }
 
-/// Counts the nodes that failed since the rollout began (the last `rota resume`, or ever) and,
-/// at the budget, pauses the whole fleet (the pause then holds every node back as a blocker).
-/// Several callers may reach the budget at once: the first pause stands.
-pub async fn enforce<S: Store + ?Sized>(store: &S) -> Result<BudgetCheck> {
+/// Counts the nodes that failed since the rollout began (the last `rota resume`, or ever),
+/// writing nothing: whether the budget is spent, and why.
+pub async fn look<S: Store + ?Sized>(store: &S) -> Result<BudgetCheck> {
     let settings = store.settings().await?;
+    let mut check = BudgetCheck {
+        pause: settings.pause,
+        counted: None,
+        spent: None,
+        paused_now: None,
+    };
     let Some(budget) = settings.rollout.failure_budget else {
-        return Ok(BudgetCheck {
-            pause: settings.pause,
-            counted: None,
-            paused_now: None,
-        });
+        return Ok(check);
     };
     let since = settings.resumed_at;
     let filter = HistoryFilter {
@@ -59,29 +62,37 @@ pub async fn enforce<S: Store + ?Sized>(store: &S) -> Result<BudgetCheck> {
         }
     };
     let limit = budget.nodes(fleet);
-    let mut check = BudgetCheck {
-        pause: settings.pause,
-        counted: Some((count, limit)),
-        paused_now: None,
+    check.counted = Some((count, limit));
+    if budget.exhausted(count, fleet) {
+        let names: Vec<String> = failed.into_iter().collect();
+        let of_fleet = match budget {
+            FailureBudget::Nodes(_) => String::new(),
+            FailureBudget::Percent(_) => format!(" ({limit} of {fleet} nodes)"),
+        };
+        check.spent = Some(format!(
+            "failure budget exhausted: {count} node{} failed since {} ({}), budget {budget}{of_fleet}; rota resume continues",
+            if count == 1 { "" } else { "s" },
+            when(since),
+            names.join(", ")
+        ));
+    }
+    Ok(check)
+}
+
+/// [`look`], and at the budget, pauses the whole fleet (the pause then holds every node back
+/// as a blocker). Several callers may reach the budget at once: the first pause stands.
+pub async fn enforce<S: Store + ?Sized>(store: &S) -> Result<BudgetCheck> {
+    let mut check = look(store).await?;
+    let Some(reason) = check.spent.clone() else {
+        return Ok(check);
     };
-    if !budget.exhausted(count, fleet) || check.pause.is_some() {
+    if check.pause.is_some() {
         return Ok(check);
     }
     if let Some(pause) = store.paused().await? {
         check.pause = Some(pause);
         return Ok(check);
     }
-    let names: Vec<String> = failed.into_iter().collect();
-    let of_fleet = match budget {
-        FailureBudget::Nodes(_) => String::new(),
-        FailureBudget::Percent(_) => format!(" ({limit} of {fleet} nodes)"),
-    };
-    let reason = format!(
-        "failure budget exhausted: {count} node{} failed since {} ({}), budget {budget}{of_fleet}; rota resume continues",
-        if count == 1 { "" } else { "s" },
-        when(since),
-        names.join(", ")
-    );
     check.pause = Some(store.pause(&reason).await?);
     check.paused_now = Some(reason);
     Ok(check)

@@ -235,6 +235,11 @@ pub trait StoreExt: Store {
         crate::budget::enforce(self).await
     }
 
+    /// The rollout's failure budget, counted, writing nothing.
+    async fn failure_budget(&self) -> Result<crate::BudgetCheck> {
+        crate::budget::look(self).await
+    }
+
     /// The number of slots (`concurrency`), if it was ever set.
     async fn concurrency(&self) -> Result<Option<u32>> {
         Ok(self.settings().await?.concurrency)

@@ -21,7 +21,7 @@ use rota_e2e::fleetlock::{HostStatus, create_node, machine_id, set_boot_id};
 use rota_e2e::testenv::{Scope, app_labels, wait_for};
 use rota_kube_api::crd::{GrantSpec, Timestamp};
 use rota_kube_api::{RotaNode, RotaNodeSpec};
-use rota_store::{StoreExt, now_millis};
+use rota_store::{Store, StoreExt, now_millis};
 use rota_store_kube::{KubeStore, KubeStoreConfig, NAMESPACE_LABEL};
 use serde_json::json;
 
@@ -496,6 +496,69 @@ async fn a_host_that_rebooted_but_never_reports_steady_state_is_verified_by_its_
     let entries = history(&inst.store, &host.node).await?;
     let finished = count(&entries, &Process::FleetLock, HistoryEvent::Finished);
     ensure!(finished == 1, "{finished} finished in {entries:?}");
+    inst.finish().await
+}
+
+/// A spent failure budget holds every FleetLock host back, though on Kubernetes the server may
+/// not pause the fleet itself (settings are the operators' and the agents'): the next host is
+/// refused `paused`, with the budget's reason, and nothing of it is drained.
+#[tokio::test]
+async fn a_spent_failure_budget_holds_the_hosts_back_though_the_server_may_not_pause_the_fleet()
+-> Result<()> {
+    let Some((inst, hosts, _)) = Installation::start(
+        "fleetlock-budget",
+        &["127.0.0.2", "127.0.0.3"],
+        0,
+        &["--reboot-timeout=2s"],
+    )
+    .await?
+    else {
+        return Ok(());
+    };
+    let (first, second) = (&hosts[0], &hosts[1]);
+    let scope = &inst.scope;
+    inst.store.set_concurrency(2).await?;
+    let rollout = rota_core::Rollout {
+        batches: rota_core::Batches::default(),
+        failure_budget: Some(rota_core::FailureBudget::Nodes(
+            std::num::NonZeroU32::new(1).context("one")?,
+        )),
+    };
+    inst.store
+        .set(rota_store::Setting::Rollout(rollout))
+        .await?;
+    inst.wait("the first host to be granted", || async {
+        let answer = first.zincati.pre_reboot().await?;
+        if answer.ok() {
+            return Ok(Some(()));
+        }
+        waiting(&answer)?;
+        tokio::time::sleep(PAUSE).await;
+        Ok(None)
+    })
+    .await?;
+    // It never comes back: its window fails at the reboot deadline.
+    inst.wait("the first host's window to fail", || async {
+        let record = inst.record(&first.node).await?;
+        Ok(record
+            .is_some_and(|r| r.state == NodeState::Failed)
+            .then_some(()))
+    })
+    .await?;
+    let answer = second.zincati.pre_reboot().await?;
+    ensure!(
+        answer.status == 409 && answer.kind == "paused",
+        "{answer:?}\n{}",
+        inst.logs()
+    );
+    ensure!(
+        answer.value.contains("failure budget exhausted"),
+        "{answer:?}"
+    );
+    ensure!(
+        !unschedulable(scope, &second.node).await?,
+        "the second was cordoned"
+    );
     inst.finish().await
 }
 

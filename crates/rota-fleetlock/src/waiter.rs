@@ -1,0 +1,100 @@
+//! The waiter of a queued FleetLock host: it takes the host's slot as soon as its turn comes,
+//! between the host's requests, so that the drain starts at once.
+
+use std::sync::Arc;
+
+use rota_core::NodeName;
+use rota_core::NodeState;
+use rota_core::fleetlock::{self, Lock};
+use rota_store::{Millis, now_millis};
+use tokio::time::Instant;
+use tracing::warn;
+
+use crate::error::Result;
+use crate::hosts::{Host, Inner, Window};
+
+/// The instant of a store time, from now.
+fn instant_at(at: Millis) -> Instant {
+    let wait = u64::try_from(at.saturating_sub(now_millis())).unwrap_or(0);
+    Instant::now() + std::time::Duration::from_millis(wait)
+}
+
+impl Inner {
+    /// Starts the task that waits for the node's turn unless it runs.
+    pub(crate) fn ensure_waiter(self: &Arc<Inner>, host: &mut Host, node: &NodeName) {
+        if host.waiter.as_ref().is_some_and(|w| !w.is_finished()) {
+            return;
+        }
+        host.waiter = Some(tokio::spawn(self.clone().wait_turn(node.clone())));
+    }
+
+    /// Takes the queued node's slot as soon as its turn comes, between its client's requests:
+    /// on Kubernetes the scheduler withdraws a grant not taken up within its `--take-up` (60 s),
+    /// long before Zincati asks again (every 5 minutes), and on every store the drain starts
+    /// as soon as the slot is free. It looks again at each change of the store, and ends once
+    /// the node no longer waits. It never renews the node's session: a host that stops asking
+    /// still loses its place in the queue when its session runs out.
+    async fn wait_turn(self: Arc<Inner>, node: NodeName) {
+        let mut changes = self.store.changes();
+        loop {
+            let wake_at = self.host(&node).lock().await.wake_at;
+            let timer = async {
+                match wake_at {
+                    Some(at) => tokio::time::sleep_until(instant_at(at)).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = self.cancel.cancelled() => return,
+                changed = changes.changed() => if changed.is_err() { return },
+                () = timer => {}
+            }
+            let host = self.host(&node);
+            let mut host = host.lock().await;
+            match self.take_turn(&mut host, &node).await {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(e) => {
+                    warn!(%node, error = %e, "FleetLock host waiting for its turn: looking again");
+                    drop(host);
+                    tokio::time::sleep(self.config.health_interval).await;
+                    changes.mark_changed();
+                }
+            }
+        }
+    }
+
+    /// One look of [`Inner::wait_turn`]: takes the slot if it is the node's turn; whether the
+    /// node still waits.
+    async fn take_turn(self: &Arc<Inner>, host: &mut Host, node: &NodeName) -> Result<bool> {
+        let session = match &host.session {
+            Some((session, until)) if *until > Instant::now() => session.clone(),
+            _ => return Ok(false),
+        };
+        if host
+            .turn_at
+            .is_some_and(|turn| *self.store.changes().borrow() < turn)
+        {
+            return Ok(true);
+        }
+        let (overview, pause) = self.look_up(node).await?;
+        let record = &overview.record;
+        let lock = fleetlock::pre_reboot(&self.look(&overview, pause.is_some(), None));
+        Ok(match lock {
+            Lock::TakeSlot => {
+                host.wake_at = None;
+                // Its client learns of the grant at its next request: the node drains.
+                let _ = self.take_slot(host, record, session).await?;
+                // Granted, its window's task runs; told to wait (or held by a spent failure
+                // budget), it waits on.
+                !host.window.as_ref().is_some_and(Window::running)
+            }
+            // Paused, blocked, outside the hours or backing off: that may change.
+            Lock::Refused(refusal) if record.state == NodeState::Queued => {
+                self.hold(host, record, refusal).await?;
+                true
+            }
+            _ => false,
+        })
+    }
+}
