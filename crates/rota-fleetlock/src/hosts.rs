@@ -12,10 +12,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rota_actions::{ActionError, NodeActions};
 use rota_core::fleetlock::{self, Lock, Look, Refusal, Unlock};
-use rota_core::{BackoffPolicy, Event, MaintenanceHours, NodeName, NodeState, Process};
+use rota_core::{BackoffPolicy, Batches, Event, MaintenanceHours, NodeName, NodeState, Process};
 use rota_store::{
-    Acquire, Millis, NodeOverview, NodeRecord, Pause, Session, Store, StoreExt, Transition,
-    WindowChange, now_millis,
+    Acquire, Millis, NodeOverview, NodeRecord, Pause, Session, Settings, Store, StoreExt,
+    Transition, WindowChange, now_millis,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -85,6 +85,9 @@ pub(crate) struct Inner {
     pub(crate) metrics: Arc<Metrics>,
     /// Whether this server was refused the pause of a spent failure budget (logged once).
     budget_refused: AtomicBool,
+    /// The last "wait" a waiter was told: the change count it was told at, and the changes
+    /// it must wait for (see [`Inner::behind_a_waiter`]).
+    last_wait: Mutex<Option<(u64, u64)>>,
     pub(crate) cancel: CancellationToken,
 }
 
@@ -187,6 +190,7 @@ impl Hosts {
                 hosts: Mutex::new(HashMap::new()),
                 metrics: Arc::new(Metrics::new()),
                 budget_refused: AtomicBool::new(false),
+                last_wait: Mutex::new(None),
                 cancel,
             }),
         }
@@ -259,7 +263,7 @@ impl Inner {
         Ok(session)
     }
 
-    pub(crate) async fn look_up(&self, node: &NodeName) -> Result<(NodeOverview, Option<Pause>)> {
+    pub(crate) async fn look_up(&self, node: &NodeName) -> Result<(NodeOverview, Settings)> {
         let (overview, settings) =
             tokio::try_join!(self.store.record(node), self.store.settings())?;
         let overview = overview.unwrap_or_else(|| NodeOverview {
@@ -267,7 +271,7 @@ impl Inner {
             open_requests: Vec::new(),
             backoffs: Vec::new(),
         });
-        Ok((overview, settings.pause))
+        Ok((overview, settings))
     }
 
     async fn pre_reboot(
@@ -287,8 +291,10 @@ impl Inner {
             )));
         }
         // Each pass moves the node one step on: queued, granted, drained, rebooting.
+        let mut queued_now = false;
         for _ in 0..3 {
-            let (overview, pause) = self.look_up(node).await?;
+            let (overview, settings) = self.look_up(node).await?;
+            let pause = settings.pause.clone();
             let record = &overview.record;
             // Read before the reboot's start too: the boot id it records is the one a new
             // boot must differ from.
@@ -299,9 +305,18 @@ impl Inner {
             };
             let look = self.look(&overview, pause.is_some(), boot_id.as_deref());
             match fleetlock::pre_reboot(&look) {
-                Lock::Queue => self.queue(host, &overview, group).await?,
+                Lock::Queue => {
+                    self.queue(host, &overview, group).await?;
+                    queued_now = true;
+                }
                 Lock::TakeSlot => {
                     let session = self.session(host, node).await?;
+                    if queued_now && self.behind_a_waiter(host, record, &settings) {
+                        return Ok(Err(refused(
+                            Refusal::WaitingForSlot,
+                            format!("node {node} waits for a slot"),
+                        )));
+                    }
                     return self.take_slot(host, record, session).await;
                 }
                 Lock::StartReboot => {
@@ -412,6 +427,7 @@ impl Inner {
         let seen = *self.store.changes().borrow();
         if let Acquire::Wait { changes } = self.store.try_acquire_slot(&session).await? {
             host.turn_at = Some(seen.saturating_add(changes));
+            *self.last_wait.lock().unwrap_or_else(|e| e.into_inner()) = Some((seen, changes));
             self.ensure_waiter(host, &record.node);
             return Ok(Err(refused(
                 Refusal::WaitingForSlot,
@@ -433,6 +449,32 @@ impl Inner {
         info!(node = %record.node, slot = ?granted.slot, "FleetLock host granted a slot; draining");
         self.ensure_window(host, session);
         Ok(Err(explain(Refusal::Draining, &granted, None)))
+    }
+
+    /// Whether a host that has just queued is behind a waiter told to wait since the store last
+    /// changed: it is then told to wait as long, with no look at the queue, which reads every
+    /// waiter (a fleet of hosts asking for the first time at once would read it once each).
+    /// First come, first served: a host queued later is behind every waiter eligible before it,
+    /// unless group rules or batches choose among the waiters.
+    fn behind_a_waiter(
+        self: &Arc<Inner>,
+        host: &mut Host,
+        record: &NodeRecord,
+        settings: &Settings,
+    ) -> bool {
+        if !settings.groups.is_default() || settings.rollout.batches != Batches::All {
+            return false;
+        }
+        let Some((seen, changes)) = *self.last_wait.lock().unwrap_or_else(|e| e.into_inner())
+        else {
+            return false;
+        };
+        if *self.store.changes().borrow() != seen {
+            return false;
+        }
+        host.turn_at = Some(seen.saturating_add(changes));
+        self.ensure_waiter(host, &record.node);
+        true
     }
 
     /// The rollout's failure budget, as a node's agent enforces it before its slot: the
@@ -537,7 +579,8 @@ impl Inner {
     ) -> Result<Result<(), Rejection>> {
         // A second pass only after the window's task stopped, which may have moved the node.
         for _ in 0..2 {
-            let (overview, paused) = self.look_up(node).await?;
+            let (overview, settings) = self.look_up(node).await?;
+            let paused = settings.pause;
             let record = &overview.record;
             let boot_id = if record.state == NodeState::Rebooting {
                 self.platform.boot_id(node).await?
@@ -578,14 +621,8 @@ impl Inner {
             Unlock::Nothing | Unlock::EndWindow => {}
             Unlock::Withdraw => {
                 let session = self.session(host, node).await?;
-                self.store
-                    .cancel_request(&session, &Process::FleetLock)
-                    .await?;
                 host.turn_at = None;
-                let event = Event::Canceled {
-                    granted: record.slot.is_some(),
-                };
-                self.commit(&session, record, event, false, |_| {}).await?;
+                self.withdraw(&session, record).await?;
                 info!(%node, "FleetLock host left the queue (steady-state)");
             }
             Unlock::BootChanged => {
@@ -606,6 +643,19 @@ impl Inner {
             }
         }
         Ok(Ok(()))
+    }
+
+    /// Withdraws a queued host's request: it leaves the queue, a change that wakes the waiters
+    /// behind it.
+    pub(crate) async fn withdraw(&self, session: &Session, record: &NodeRecord) -> Result<()> {
+        self.store
+            .cancel_request(session, &Process::FleetLock)
+            .await?;
+        let event = Event::Canceled {
+            granted: record.slot.is_some(),
+        };
+        self.commit(session, record, event, false, |_| {}).await?;
+        Ok(())
     }
 
     /// Applies `event` to the node's lifecycle through the core and writes the decision; the

@@ -8,7 +8,7 @@ use rota_core::NodeState;
 use rota_core::fleetlock::{self, Lock};
 use rota_store::{Millis, now_millis};
 use tokio::time::Instant;
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::error::Result;
 use crate::hosts::{Host, Inner, Window};
@@ -33,14 +33,20 @@ impl Inner {
     /// long before Zincati asks again (every 5 minutes), and on every store the drain starts
     /// as soon as the slot is free. It looks again at each change of the store, and ends once
     /// the node no longer waits. It never renews the node's session: a host that stops asking
-    /// still loses its place in the queue when its session runs out.
+    /// leaves the queue when its session runs out, with a write that wakes the waiters behind
+    /// it (an expired session alone changes nothing they would look again for).
     async fn wait_turn(self: Arc<Inner>, node: NodeName) {
         let mut changes = self.store.changes();
         loop {
-            let wake_at = self.host(&node).lock().await.wake_at;
+            let (wake_at, expires) = {
+                let host = self.host(&node);
+                let host = host.lock().await;
+                (host.wake_at, host.session.as_ref().map(|(_, until)| *until))
+            };
             let timer = async {
-                match wake_at {
-                    Some(at) => tokio::time::sleep_until(instant_at(at)).await,
+                let wake = wake_at.map(instant_at);
+                match wake.into_iter().chain(expires).min() {
+                    Some(at) => tokio::time::sleep_until(at).await,
                     None => std::future::pending().await,
                 }
             };
@@ -69,7 +75,10 @@ impl Inner {
     async fn take_turn(self: &Arc<Inner>, host: &mut Host, node: &NodeName) -> Result<bool> {
         let session = match &host.session {
             Some((session, until)) if *until > Instant::now() => session.clone(),
-            _ => return Ok(false),
+            _ => {
+                self.leave(host, node).await?;
+                return Ok(false);
+            }
         };
         if host
             .turn_at
@@ -77,9 +86,9 @@ impl Inner {
         {
             return Ok(true);
         }
-        let (overview, pause) = self.look_up(node).await?;
+        let (overview, settings) = self.look_up(node).await?;
         let record = &overview.record;
-        let lock = fleetlock::pre_reboot(&self.look(&overview, pause.is_some(), None));
+        let lock = fleetlock::pre_reboot(&self.look(&overview, settings.pause.is_some(), None));
         Ok(match lock {
             Lock::TakeSlot => {
                 host.wake_at = None;
@@ -96,5 +105,23 @@ impl Inner {
             }
             _ => false,
         })
+    }
+
+    /// A waiting host whose session ran out (it stopped asking for `--client-ttl`) leaves the
+    /// queue: its request is withdrawn, a change that wakes the waiters behind it.
+    async fn leave(self: &Arc<Inner>, host: &mut Host, node: &NodeName) -> Result<()> {
+        host.session = None;
+        host.turn_at = None;
+        let (overview, _) = self.look_up(node).await?;
+        let record = &overview.record;
+        if record.state != NodeState::Queued {
+            return Ok(());
+        }
+        let session = self.session(host, node).await?;
+        self.withdraw(&session, record).await?;
+        self.store.close_session(&session).await?;
+        host.session = None;
+        info!(%node, "FleetLock host stopped asking: it left the queue");
+        Ok(())
     }
 }

@@ -113,6 +113,7 @@ impl Inner {
         // What holds the drain back, as `rota status` shows it (BLOCKED), written when it
         // changes and cleared when the drain ends: as an agent shows its own.
         let mut shown: Option<String> = None;
+        let mut renewed = Instant::now();
         let mut look =
             tokio::time::interval_at(Instant::now() + DRAIN_HELD_EVERY, DRAIN_HELD_EVERY);
         let drained = loop {
@@ -126,6 +127,12 @@ impl Inner {
                     if held != shown {
                         self.show_held(session, held.as_deref()).await;
                         shown = held;
+                    }
+                    // A drain may outlast the session: it is renewed as the window's steps
+                    // renew it.
+                    if renewed.elapsed() > self.config.client_ttl / 3 {
+                        self.store.heartbeat(session, self.config.client_ttl).await?;
+                        renewed = Instant::now();
                     }
                 }
             }

@@ -26,6 +26,8 @@ on_every_store!(
     a_retried_host_is_granted_its_lock_again,
     a_spent_failure_budget_pauses_the_fleet_for_fleetlock_hosts_too,
     a_host_outside_its_hours_waits_with_its_place_at_their_start,
+    a_waiting_host_that_stops_asking_leaves_the_queue,
+    hosts_take_their_turns_in_the_order_they_first_asked,
 );
 
 const PAUSE: Duration = Duration::from_millis(100);
@@ -478,4 +480,73 @@ async fn a_host_outside_its_hours_waits_with_its_place_at_their_start(backend: B
         "its place is the hours' start"
     );
     assert!(fixture.log("fcos-1").is_empty(), "nothing drained");
+}
+
+async fn a_waiting_host_that_stops_asking_leaves_the_queue(backend: Backend) {
+    let options = Options {
+        config: Config {
+            client_ttl: Duration::from_secs(2),
+            ..Options::default().config
+        },
+        ..Options::default()
+    };
+    let Some(fixture) = Fixture::start(backend, options).await else {
+        return;
+    };
+    // The first holds the slot through a drain that outlasts its session's TTL.
+    let first = fixture.client("fcos-1");
+    assert_eq!(first.pre_reboot().await.kind, "draining");
+    let gone = fixture.client("fcos-2");
+    assert_eq!(gone.pre_reboot().await.kind, "waiting_for_slot");
+    eventually("the host that stopped asking leaves the queue", || async {
+        fixture.record("fcos-2").await.state.to_string() == "idle"
+    })
+    .await;
+    let record = fixture.record("fcos-2").await;
+    let open = fixture
+        .store
+        .open_requests(&record.node)
+        .await
+        .expect("requests");
+    assert!(open.is_empty(), "{open:?}");
+    // The first's window went on: its drain ends, and it takes its lock.
+    fixture.let_drain("fcos-1");
+    first.until_granted(300, PAUSE).await;
+}
+
+async fn hosts_take_their_turns_in_the_order_they_first_asked(backend: Backend) {
+    let Some(fixture) = Fixture::start(backend, Options::default()).await else {
+        return;
+    };
+    let names = ["fcos-1", "fcos-2", "fcos-3", "fcos-4", "fcos-5"];
+    for name in names {
+        fixture.let_drain(name);
+    }
+    // The first takes the slot; the others queue behind it, each asking once.
+    let hosts: Vec<_> = names.iter().map(|name| fixture.client(name)).collect();
+    for (n, host) in hosts.iter().enumerate() {
+        let answer = host.pre_reboot().await;
+        let expected = if n == 0 {
+            "draining"
+        } else {
+            "waiting_for_slot"
+        };
+        assert_eq!(answer.kind, expected, "{}: {answer:?}", names[n]);
+    }
+    for (n, host) in hosts.iter().enumerate() {
+        host.until_granted(300, PAUSE).await;
+        for (later, other) in hosts.iter().enumerate().skip(n + 1) {
+            let answer = other.pre_reboot().await;
+            assert_eq!(
+                answer.kind, "waiting_for_slot",
+                "{} while {} holds the slot",
+                names[later], names[n]
+            );
+        }
+        assert!(host.steady_state().await.ok());
+        eventually("the window ends", || async {
+            fixture.record(names[n]).await.state.to_string() == "idle"
+        })
+        .await;
+    }
 }
