@@ -87,8 +87,15 @@ pub(crate) struct Inner {
     budget_refused: AtomicBool,
     /// The last "wait" a waiter was told: the change count it was told at, and the changes
     /// it must wait for (see [`Inner::behind_a_waiter`]).
-    last_wait: Mutex<Option<(u64, u64)>>,
+    last_wait: Mutex<Option<LastWait>>,
     pub(crate) cancel: CancellationToken,
+}
+
+/// The last waiter of the queue that was told to wait: the change count before which its turn
+/// cannot come, and its place in the queue's order (`queued_at`, then the node's name).
+struct LastWait {
+    turn: u64,
+    place: (Millis, NodeName),
 }
 
 /// One host, as this server knows it between requests.
@@ -427,7 +434,17 @@ impl Inner {
         let seen = *self.store.changes().borrow();
         if let Acquire::Wait { changes } = self.store.try_acquire_slot(&session).await? {
             host.turn_at = Some(seen.saturating_add(changes));
-            *self.last_wait.lock().unwrap_or_else(|e| e.into_inner()) = Some((seen, changes));
+            let mut last = self.last_wait.lock().unwrap_or_else(|e| e.into_inner());
+            // The last waiter in the queue is the one a host queuing next is behind.
+            if let Some(queued_at) = record.queued_at {
+                let place = (queued_at, record.node.clone());
+                if last.as_ref().is_none_or(|l| place >= l.place) {
+                    *last = Some(LastWait {
+                        turn: seen.saturating_add(changes),
+                        place,
+                    });
+                }
+            }
             self.ensure_waiter(host, &record.node);
             return Ok(Err(refused(
                 Refusal::WaitingForSlot,
@@ -451,11 +468,14 @@ impl Inner {
         Ok(Err(explain(Refusal::Draining, &granted, None)))
     }
 
-    /// Whether a host that has just queued is behind a waiter told to wait since the store last
-    /// changed: it is then told to wait as long, with no look at the queue, which reads every
-    /// waiter (a fleet of hosts asking for the first time at once would read it once each).
-    /// First come, first served: a host queued later is behind every waiter eligible before it,
-    /// unless group rules or batches choose among the waiters.
+    /// Whether a host that has just queued is behind the last waiter told to wait: it is then
+    /// one place further back, and its turn cannot come before one change more than that
+    /// waiter's, a bound that the changes since do not make wrong (each moves a waiter at most
+    /// one place). It is told to wait with no look at the queue, which reads every waiter: a
+    /// fleet of hosts asking for the first time at once would read it once each, and all wake
+    /// at the same change. First come, first served, in the order of `rota_core::schedule`
+    /// (`queued_at`, then the node's name): a host later in it is behind. Group rules and
+    /// batches choose among the waiters: with them, every host looks.
     fn behind_a_waiter(
         self: &Arc<Inner>,
         host: &mut Host,
@@ -465,14 +485,18 @@ impl Inner {
         if !settings.groups.is_default() || settings.rollout.batches != Batches::All {
             return false;
         }
-        let Some((seen, changes)) = *self.last_wait.lock().unwrap_or_else(|e| e.into_inner())
-        else {
+        let Some(queued_at) = record.queued_at else {
             return false;
         };
-        if *self.store.changes().borrow() != seen {
+        let place = (queued_at, record.node.clone());
+        let mut last = self.last_wait.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(behind) = last.as_ref().filter(|l| place > l.place) else {
             return false;
-        }
-        host.turn_at = Some(seen.saturating_add(changes));
+        };
+        let turn = behind.turn.saturating_add(1);
+        *last = Some(LastWait { turn, place });
+        drop(last);
+        host.turn_at = Some(turn);
         self.ensure_waiter(host, &record.node);
         true
     }

@@ -34,29 +34,39 @@ impl Inner {
     /// as soon as the slot is free. It looks again at each change of the store, and ends once
     /// the node no longer waits. It never renews the node's session: a host that stops asking
     /// leaves the queue when its session runs out, with a write that wakes the waiters behind
-    /// it (an expired session alone changes nothing they would look again for).
+    /// it (an expired session alone changes nothing they would look again for). The waiter
+    /// next in line also looks every `--health-interval`: a waiter ahead whose session ran out
+    /// elsewhere (an agent's) moves it up with no change to wake it.
     async fn wait_turn(self: Arc<Inner>, node: NodeName) {
         let mut changes = self.store.changes();
         loop {
-            let (wake_at, expires) = {
+            let (wake_at, expires, turn_at) = {
                 let host = self.host(&node);
                 let host = host.lock().await;
-                (host.wake_at, host.session.as_ref().map(|(_, until)| *until))
+                let expires = host.session.as_ref().map(|(_, until)| *until);
+                (host.wake_at, expires, host.turn_at)
             };
+            let next_in_line = turn_at
+                .is_some_and(|turn| turn <= changes.borrow().saturating_add(1))
+                .then(|| Instant::now() + self.config.health_interval);
             let timer = async {
                 let wake = wake_at.map(instant_at);
-                match wake.into_iter().chain(expires).min() {
+                match wake.into_iter().chain(expires).chain(next_in_line).min() {
                     Some(at) => tokio::time::sleep_until(at).await,
                     None => std::future::pending().await,
                 }
             };
-            tokio::select! {
+            let timed_out = tokio::select! {
                 () = self.cancel.cancelled() => return,
-                changed = changes.changed() => if changed.is_err() { return },
-                () = timer => {}
-            }
+                changed = changes.changed() => if changed.is_err() { return } else { false },
+                () = timer => true,
+            };
             let host = self.host(&node);
             let mut host = host.lock().await;
+            if timed_out {
+                // Whatever woke it by time, the next look reads the queue.
+                host.turn_at = None;
+            }
             match self.take_turn(&mut host, &node).await {
                 Ok(true) => {}
                 Ok(false) => return,
