@@ -496,6 +496,24 @@ async fn a_host_that_rebooted_but_never_reports_steady_state_is_verified_by_its_
     let entries = history(&inst.store, &host.node).await?;
     let finished = count(&entries, &Process::FleetLock, HistoryEvent::Finished);
     ensure!(finished == 1, "{finished} finished in {entries:?}");
+    // Its Node's Events tell the window as an agent's would.
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(scope.client(), "default");
+    let selector = format!("regarding.name={}", host.node);
+    inst.wait("the window's Events on the Node", || async {
+        let reasons: Vec<String> = events
+            .list(&ListParams::default().fields(&selector))
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|e| e.reason)
+            .collect();
+        Ok(["SlotAcquired", "MaintenanceFinished"]
+            .iter()
+            .all(|r| reasons.iter().any(|seen| seen == r))
+            .then_some(()))
+    })
+    .await?;
     inst.finish().await
 }
 
