@@ -124,6 +124,11 @@ impl Metrics {
             .inc();
     }
 
+    /// A node's record as read (after a restart, an operator's retry or unlock).
+    pub(crate) fn observed(&self, record: &NodeRecord) {
+        self.written(record, record, &WindowChange::None);
+    }
+
     /// A node's record after a write, and the window change the write made.
     pub(crate) fn written(&self, before: &NodeRecord, after: &NodeRecord, window: &WindowChange) {
         let node = after.node.to_string();

@@ -43,6 +43,7 @@ impl Inner {
                 let Some(record) = self.store.node(&node).await? else {
                     return Ok(None);
                 };
+                self.metrics.observed(&record);
                 if record.state == NodeState::Idle && record.cordoned_by_rota {
                     self.unlocked(&session, &record).await?;
                     return Ok(None);
@@ -162,9 +163,11 @@ impl Inner {
     /// and its cordon is undone here, as a node's agent undoes its own.
     async fn unlocked(&self, session: &Session, record: &NodeRecord) -> Result<()> {
         self.platform.actions(&record.node).uncordon().await?;
-        self.store
+        let returned = self
+            .store
             .transition(session, Transition::new(NodeState::Idle, NodeState::Idle))
             .await?;
+        self.metrics.observed(&returned);
         info!(node = %record.node, "the window was unlocked: node returned to service");
         Ok(())
     }

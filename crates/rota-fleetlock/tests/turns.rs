@@ -390,6 +390,13 @@ async fn an_unlocked_host_is_returned_to_service(backend: Backend) {
         (record.state.to_string(), record.slot),
         ("idle".to_owned(), None)
     );
+    let text = fixture.metrics.encode().expect("encode");
+    for line in [
+        "rota_node_state{node=\"fcos-1\",state=\"idle\"} 1",
+        "rota_node_state{node=\"fcos-1\",state=\"failed\"} 0",
+    ] {
+        assert!(text.contains(line), "{line} in {text}");
+    }
 }
 
 async fn a_retried_host_is_granted_its_lock_again(backend: Backend) {
