@@ -166,6 +166,20 @@ pub struct NodeFields {
     pub group: Option<Option<String>>,
 }
 
+impl NodeFields {
+    /// What a reboot's start records, at `at` on the boot `boot_id`: only a different boot id
+    /// proves that the reboot happened, and none by `deadline` fails it.
+    pub fn reboot_started(boot_id: String, at: Millis, deadline: Millis) -> NodeFields {
+        NodeFields {
+            boot_id: Some(Some(boot_id)),
+            reboot_started_at: Some(Some(at)),
+            reboot_deadline: Some(Some(deadline)),
+            last_reboot_at: Some(at),
+            ..NodeFields::default()
+        }
+    }
+}
+
 /// One transition of the node lifecycle, written atomically, fenced by the writer's session, and
 /// compare-and-swapped on the node's current state.
 #[derive(Clone, Debug, PartialEq)]

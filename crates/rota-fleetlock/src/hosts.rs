@@ -12,7 +12,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rota_actions::{ActionError, NodeActions};
 use rota_core::fleetlock::{self, Lock, Look, Refusal, Unlock};
-use rota_core::{BackoffPolicy, Batches, Event, MaintenanceHours, NodeName, NodeState, Process};
+use rota_core::{
+    BackoffPolicy, Batches, Event, MaintenanceHours, NodeFields, NodeName, NodeState, Process,
+};
 use rota_store::{
     Acquire, Millis, NodeOverview, NodeRecord, Pause, Session, Settings, Store, StoreExt,
     Transition, WindowChange, now_millis,
@@ -584,11 +586,7 @@ impl Inner {
         let deadline = now.saturating_add(ms(self.config.reboot_timeout));
         self.commit(&session, record, Event::RebootStarted, true, |reboot| {
             reboot.process = Some(Process::FleetLock);
-            let fields = &mut reboot.fields;
-            fields.boot_id = Some(Some(boot_id));
-            fields.reboot_started_at = Some(Some(now));
-            fields.reboot_deadline = Some(Some(deadline));
-            fields.last_reboot_at = Some(now);
+            reboot.fields = NodeFields::reboot_started(boot_id, now, deadline);
         })
         .await?;
         info!(node = %record.node, "FleetLock host drained: lock granted, the host reboots");

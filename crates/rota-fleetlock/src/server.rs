@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -65,38 +65,8 @@ impl Server {
     /// The protocol's routes, at the root of the server (Zincati's `base_url`).
     fn router(self: Arc<Server>) -> Router {
         Router::new()
-            .route(
-                "/v1/pre-reboot",
-                post(
-                    |State(server): State<Arc<Server>>,
-                     Extension(peer): Extension<Peer>,
-                     headers: HeaderMap,
-                     body: Body| async move {
-                        server
-                            .answer(Endpoint::PreReboot, &peer, &headers, body)
-                            .await
-                    },
-                ),
-            )
-            .route(
-                "/v1/steady-state",
-                post(
-                    |State(server): State<Arc<Server>>,
-                     Extension(peer): Extension<Peer>,
-                     headers: HeaderMap,
-                     body: Body| async move {
-                        server
-                            .answer(Endpoint::SteadyState, &peer, &headers, body)
-                            .await
-                    },
-                ),
-            )
-            .fallback(|| async {
-                reject(&Rejection::new(
-                    Kind::NotFound,
-                    "FleetLock serves POST /v1/pre-reboot and POST /v1/steady-state",
-                ))
-            })
+            .route("/v1/{operation}", post(operation))
+            .fallback(|| async { not_found() })
             .method_not_allowed_fallback(|| async {
                 reject(&Rejection::new(
                     Kind::MethodNotAllowed,
@@ -278,6 +248,29 @@ impl Server {
             ))
         }
     }
+}
+
+/// The handler of the protocol's operations: `/v1/pre-reboot` and `/v1/steady-state`.
+async fn operation(
+    State(server): State<Arc<Server>>,
+    Path(operation): Path<String>,
+    Extension(peer): Extension<Peer>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let endpoint = match operation.as_str() {
+        "pre-reboot" => Endpoint::PreReboot,
+        "steady-state" => Endpoint::SteadyState,
+        _ => return not_found(),
+    };
+    server.answer(endpoint, &peer, &headers, body).await
+}
+
+fn not_found() -> Response {
+    reject(&Rejection::new(
+        Kind::NotFound,
+        "FleetLock serves POST /v1/pre-reboot and POST /v1/steady-state",
+    ))
 }
 
 fn reject(rejection: &Rejection) -> Response {

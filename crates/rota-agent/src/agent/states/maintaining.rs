@@ -1,7 +1,7 @@
 //! `maintaining`: run the window's procedures and kustodian's maintenance, then start the
 //! reboot when one was requested.
 
-use rota_core::{Event, Process};
+use rota_core::{Event, NodeFields, Process};
 use rota_store::{NodeRecord, RequestRecord, StoreExt, now_millis};
 use tokio::time::Instant;
 use tracing::{info, warn};
@@ -62,11 +62,7 @@ impl Agent {
         let record = self
             .commit_fenced(running, &record, Event::RebootStarted, |reboot| {
                 reboot.process = Some(Process::Reboot);
-                let fields = &mut reboot.fields;
-                fields.boot_id = Some(Some(boot_id));
-                fields.reboot_started_at = Some(Some(now));
-                fields.reboot_deadline = Some(Some(deadline));
-                fields.last_reboot_at = Some(now);
+                reboot.fields = NodeFields::reboot_started(boot_id, now, deadline);
             })
             .await?;
         self.start_reboot(running, &record).await
