@@ -26,10 +26,10 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::decision::Millis;
 use jiff::civil::{Date, Time, Weekday};
 use jiff::tz::{AmbiguousOffset, TimeZone};
 use jiff::{SignedDuration, Timestamp};
-use crate::decision::Millis;
 
 /// Day names in Monday-first order, as written in maintenance hours.
 const DAY_NAMES: [&str; 7] = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];

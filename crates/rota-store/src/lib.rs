@@ -33,8 +33,8 @@ mod url;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use budget::BudgetCheck;
 pub use audit::{AuditRecord, NewAuditRecord, OperatorCommand, UnknownCommand};
+pub use budget::BudgetCheck;
 pub use error::{Error, Result};
 pub use model::{
     Acquire, BackoffRecord, Blocked, Fleet, History, HistoryEntry, HistoryFilter, Millis,

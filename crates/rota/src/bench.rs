@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use rota_core::{BackoffPolicy, HistoryEvent, NodeName, NodeState, Process};
 use rota_store::{
-    Acquire, HistoryEntry, HistoryFilter, NodeFields, Session, Store, StoreExt, Transition,
-    StoreUrl, WindowChange, now_millis,
+    Acquire, HistoryEntry, HistoryFilter, NodeFields, Session, Store, StoreExt, StoreUrl,
+    Transition, WindowChange, now_millis,
 };
 use tokio::task::JoinSet;
 

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use rota_core::{NodeName, ProcedureSpec, Write};
 use rota_store::{
-    Acquire, AuditRecord, Fleet, History, HistoryFilter, NewAuditRecord, NodeOverview, Part,
-    Pause, ProcedureRecord, Result, Session, Setting, Settings, Store, Writer, Written,
+    Acquire, AuditRecord, Fleet, History, HistoryFilter, NewAuditRecord, NodeOverview, Part, Pause,
+    ProcedureRecord, Result, Session, Setting, Settings, Store, Writer, Written,
 };
 use tokio::sync::watch;
 
@@ -175,7 +175,8 @@ impl Store for Counted {
     }
 
     async fn fence(&self, session: &Session, ttl: Duration) -> Result<u32> {
-        self.timed(Call::Fence, self.inner.fence(session, ttl)).await
+        self.timed(Call::Fence, self.inner.fence(session, ttl))
+            .await
     }
 
     async fn write(&self, writer: Writer<'_>, write: Write) -> Result<Written> {

@@ -113,7 +113,13 @@ enum Answer {
 impl Answer {
     /// The protocol's correct answers: 200, or a 409 refusal (the host asks again later).
     fn correct(&self) -> bool {
-        matches!(self, Answer::Http { status: 200 | 409, .. })
+        matches!(
+            self,
+            Answer::Http {
+                status: 200 | 409,
+                ..
+            }
+        )
     }
 }
 
@@ -419,7 +425,10 @@ pub(super) async fn run(store: Arc<dyn Store>, url: &StoreUrl, args: &BenchArgs)
             super::rate(args.hosts, warm.elapsed),
             warm.errors
         ))?;
-        output::emit(&format!("{}\n", store_table(&counted.figures(), args.hosts)))?;
+        output::emit(&format!(
+            "{}\n",
+            store_table(&counted.figures(), args.hosts)
+        ))?;
         if warm.errors > 0 {
             bail!("{} of the warm-up's requests failed", warm.errors);
         }
@@ -479,9 +488,9 @@ fn report(
     }
     text.push_str(&output::table(
         &["ENDPOINT", "STATUS", "KIND", "ANSWERS"],
-        answers
-            .into_iter()
-            .map(|((endpoint, status, kind), n)| vec![endpoint.to_owned(), status, kind, n.to_string()]),
+        answers.into_iter().map(|((endpoint, status, kind), n)| {
+            vec![endpoint.to_owned(), status, kind, n.to_string()]
+        }),
     ));
     text.push('\n');
 
@@ -494,7 +503,15 @@ fn report(
         latency_row("steady-state", &of(Endpoint::SteadyState)),
     ];
     text.push_str(&output::table(
-        &["REQUESTS (LATENCY IN MS)", "SENT", "ERRORS", "P50", "P90", "P99", "MAX"],
+        &[
+            "REQUESTS (LATENCY IN MS)",
+            "SENT",
+            "ERRORS",
+            "P50",
+            "P90",
+            "P99",
+            "MAX",
+        ],
         rows.into_iter().flatten(),
     ));
     text.push('\n');
@@ -548,7 +565,14 @@ fn store_table(figures: &[(Call, Figures)], requests: usize) -> String {
     let requests = requests.max(1) as f64;
     let used: Vec<_> = figures.iter().filter(|(_, f)| f.calls > 0).collect();
     let mut text = output::table(
-        &["STORE CALL", "CALLS", "PER REQUEST", "MEAN MS", "MAX MS", "TOTAL S"],
+        &[
+            "STORE CALL",
+            "CALLS",
+            "PER REQUEST",
+            "MEAN MS",
+            "MAX MS",
+            "TOTAL S",
+        ],
         used.iter().map(|(call, f)| {
             let mean = f
                 .total
@@ -617,7 +641,10 @@ mod tests {
         let times: Vec<Duration> = asks.iter().map(|&i| schedule.due(i)).collect();
         assert_eq!(times[1] - times[0], Duration::from_secs(20));
         assert_eq!(times[2] - times[1], Duration::from_secs(20));
-        assert_eq!(asks.iter().map(|&i| schedule.round(i)).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(
+            asks.iter().map(|&i| schedule.round(i)).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
         // A rate that does not divide a second: 3 a second, 7 s: due at 0, 1/3, …, 20/3 s.
         let odd = Schedule { hosts: 2, rate: 3 };
         assert_eq!(odd.requests_within(Duration::from_secs(7)), 21);
