@@ -84,8 +84,8 @@ pub struct Look<'a> {
 
 impl Look<'_> {
     fn within_hours(&self) -> bool {
-        let now = jiff::Timestamp::from_millisecond(self.now).unwrap_or(jiff::Timestamp::MAX);
-        self.hours.is_none_or(|hours| hours.contains(now))
+        self.hours
+            .is_none_or(|hours| hours.contains_millis(self.now))
     }
 
     /// The node is busy with something else than a FleetLock window.

@@ -55,7 +55,8 @@ pub use priority::{Priority, PriorityError};
 pub use procedure::{BackoffSpec, ConfigMapKey, ProcedureError, ProcedureSpec, sha256_hex};
 pub use record::{
     Applied, BackoffRecord, Blocked, Entry, NewRequest, NodeFields, NodeOverview, NodeRecord,
-    Outcome, RecordError, RequestRecord, RequestState, Transition, Write, window_result,
+    Outcome, RecordError, RequestRecord, RequestState, Transition, Write, eligible_at,
+    window_result,
 };
 pub use rollout::{
     Batches, BatchesError, FailureBudget, FailureBudgetError, Rollout, RolloutError,

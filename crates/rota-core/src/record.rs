@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::backoff::BackoffPolicy;
 use crate::decision::{Decision, Millis, WindowChange};
+use crate::hours::MaintenanceHours;
 use crate::lifecycle::{Lifecycle, NodeState};
 use crate::names::{HistoryEvent, NodeName, Process};
 
@@ -386,6 +387,23 @@ pub fn window_result(window: &WindowChange) -> Option<String> {
         WindowChange::Postpone { reason } => Some(format!("postponed: {reason}")),
         _ => None,
     }
+}
+
+/// When a node may first take a slot for `processes`, asked at `now`: once their backoffs have
+/// run out, and, with maintenance hours, when these next start after that. A node waiting for
+/// its hours is not yet in the queue, so that it holds up no node within its hours.
+pub fn eligible_at(
+    backoffs: &[BackoffRecord],
+    processes: &[&Process],
+    now: Millis,
+    hours: Option<&MaintenanceHours>,
+) -> Millis {
+    let backed_off = backoffs
+        .iter()
+        .filter(|b| processes.contains(&&b.process))
+        .map(|b| b.until)
+        .fold(now, Millis::max);
+    hours.map_or(backed_off, |hours| hours.eligible_at(backed_off))
 }
 
 impl NodeOverview {

@@ -19,6 +19,7 @@
 use std::collections::BTreeMap;
 
 use crate::decision::Millis;
+use crate::groups::GroupRules;
 use crate::names::NodeName;
 use crate::rollout::Batches;
 
@@ -34,6 +35,38 @@ pub struct Waiter {
     pub alive: bool,
     /// The group it belongs to, if any.
     pub group: Option<String>,
+}
+
+impl Waiter {
+    /// Its place in the queue's order.
+    pub fn place_in_order(&self) -> Place<'_> {
+        Place {
+            at: self.place,
+            node: &self.node,
+        }
+    }
+}
+
+/// A place in the queue's order: first come (the time a node became eligible), first served,
+/// then by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Place<'a> {
+    pub at: Millis,
+    pub node: &'a NodeName,
+}
+
+/// Whether the queue goes by place alone: without group rules and with batches that never
+/// narrow the concurrency, a waiter further back never goes before one ahead.
+pub fn by_place_alone(groups: &GroupRules, batches: &Batches) -> bool {
+    groups.is_default() && *batches == Batches::All
+}
+
+/// The turn of a waiter behind another in a queue that goes by place alone: a waiter whose
+/// turn cannot come before change count `turn`, at `ahead`, holds one at `behind` (later in
+/// the order) back one change longer, since each change moves a waiter at most one place
+/// forward. `None` when `behind` is not behind.
+pub fn turn_behind(ahead: Place<'_>, turn: u64, behind: Place<'_>) -> Option<u64> {
+    (behind > ahead).then(|| turn.saturating_add(1))
 }
 
 /// One slot in use, and the group of the node that holds it.
@@ -119,7 +152,7 @@ impl Schedule {
 /// waiter how far its turn is.
 pub fn schedule(queue: &[Waiter], held: &[Held], limits: &Limits, now: Millis) -> Schedule {
     let mut order: Vec<&Waiter> = queue.iter().collect();
-    order.sort_by(|a, b| (a.place, &a.node).cmp(&(b.place, &b.node)));
+    order.sort_by_key(|w| w.place_in_order());
     // Slots held beyond a lowered concurrency count against it: they must go back first.
     let free_at_start =
         i64::from(limits.concurrency) - i64::try_from(held.len()).unwrap_or(i64::MAX);

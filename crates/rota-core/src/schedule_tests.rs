@@ -616,3 +616,33 @@ fn in_a_rollout_that_widens_every_waiter_looks_again_at_each_change() {
     let got = turns(&queue, &[held(0), held(1)], &limits, &["a", "b", "c"]);
     assert_eq!(got, [wait(1), wait(2), wait(3)]);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// `turn_behind` is a lower bound: in a queue that goes by place alone, an eligible waiter
+    /// behind an eligible one told to wait is told to wait at least one change longer.
+    #[test]
+    fn a_waiter_behind_another_waits_at_least_one_change_longer(case in arb_case(false)) {
+        prop_assume!(!case.limits.widens);
+        let turns = schedule(&case.queue, &case.held, &case.limits, NOW);
+        let eligible: Vec<&Waiter> = case
+            .queue
+            .iter()
+            .filter(|w| !w.blocked && w.alive && w.place <= NOW)
+            .collect();
+        for ahead in &eligible {
+            let Some(Turn::Wait { changes }) = turns.turn(&ahead.node) else { continue };
+            for behind in &eligible {
+                let Some(bound) = turn_behind(ahead.place_in_order(), changes, behind.place_in_order())
+                else {
+                    continue;
+                };
+                match turns.turn(&behind.node) {
+                    Some(Turn::Wait { changes }) => prop_assert!(changes >= bound, "{behind:?} behind {ahead:?}"),
+                    other => prop_assert!(false, "{behind:?} behind the waiting {ahead:?}: {other:?}"),
+                }
+            }
+        }
+    }
+}

@@ -12,12 +12,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rota_actions::{ActionError, NodeActions};
 use rota_core::fleetlock::{self, Lock, Look, Refusal, Unlock};
-use rota_core::{
-    BackoffPolicy, Batches, Event, MaintenanceHours, NodeFields, NodeName, NodeState, Process,
-};
+use rota_core::schedule::{Place, by_place_alone, turn_behind};
+use rota_core::{BackoffPolicy, Event, MaintenanceHours, NodeFields, NodeName, NodeState, Process};
 use rota_store::{
     Acquire, Millis, NodeOverview, NodeRecord, Pause, Session, Settings, Store, StoreExt,
-    Transition, WindowChange, now_millis,
+    Transition, WindowChange, millis_of, now_millis,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -94,10 +93,20 @@ pub(crate) struct Inner {
 }
 
 /// The last waiter of the queue that was told to wait: the change count before which its turn
-/// cannot come, and its place in the queue's order (`queued_at`, then the node's name).
+/// cannot come, and its place in the queue (`queued_at`, and the node's name).
 struct LastWait {
     turn: u64,
-    place: (Millis, NodeName),
+    at: Millis,
+    node: NodeName,
+}
+
+impl LastWait {
+    fn place(&self) -> Place<'_> {
+        Place {
+            at: self.at,
+            node: &self.node,
+        }
+    }
 }
 
 /// One host, as this server knows it between requests.
@@ -398,19 +407,14 @@ impl Inner {
                 .await?;
             return Ok(());
         }
-        let backed_off = overview
-            .backoffs
-            .iter()
-            .filter(|b| b.process == Process::FleetLock)
-            .map(|b| b.until)
-            .fold(now_millis(), Millis::max);
         // Outside its hours, a host's place in the queue is their next start, as an agent's
-        // is: it holds up no node within its hours, and no grant comes that nobody takes up.
-        let eligible_at = self
-            .config
-            .hours
-            .as_ref()
-            .map_or(backed_off, |hours| hours.eligible_at(backed_off));
+        // is: no grant comes that nobody takes up.
+        let eligible_at = rota_core::eligible_at(
+            &overview.backoffs,
+            &[&Process::FleetLock],
+            now_millis(),
+            self.config.hours.as_ref(),
+        );
         let event = Event::Requested { eligible_at };
         self.commit(&session, record, event, false, |queue| {
             queue.requests.push((Process::FleetLock, SOURCE.to_owned()));
@@ -438,12 +442,16 @@ impl Inner {
             host.turn_at = Some(seen.saturating_add(changes));
             let mut last = self.last_wait.lock().unwrap_or_else(|e| e.into_inner());
             // The last waiter in the queue is the one a host queuing next is behind.
-            if let Some(queued_at) = record.queued_at {
-                let place = (queued_at, record.node.clone());
-                if last.as_ref().is_none_or(|l| place >= l.place) {
+            if let Some(at) = record.queued_at {
+                let place = Place {
+                    at,
+                    node: &record.node,
+                };
+                if last.as_ref().is_none_or(|l| place >= l.place()) {
                     *last = Some(LastWait {
                         turn: seen.saturating_add(changes),
-                        place,
+                        at,
+                        node: record.node.clone(),
                     });
                 }
             }
@@ -471,32 +479,38 @@ impl Inner {
     }
 
     /// Whether a host that has just queued is behind the last waiter told to wait: it is then
-    /// one place further back, and its turn cannot come before one change more than that
-    /// waiter's, a bound that the changes since do not make wrong (each moves a waiter at most
-    /// one place). It is told to wait with no look at the queue, which reads every waiter: a
-    /// fleet of hosts asking for the first time at once would read it once each, and all wake
-    /// at the same change. First come, first served, in the order of `rota_core::schedule`
-    /// (`queued_at`, then the node's name): a host later in it is behind. Group rules and
-    /// batches choose among the waiters: with them, every host looks.
+    /// told to wait until `rota_core::schedule::turn_behind` of that waiter's turn, with no
+    /// look at the queue, which reads every waiter (a fleet of hosts asking for the first time
+    /// at once would read it once each, and all wake at the same change). Only where the queue
+    /// goes by place alone (`by_place_alone`): else every host looks.
     fn behind_a_waiter(
         self: &Arc<Inner>,
         host: &mut Host,
         record: &NodeRecord,
         settings: &Settings,
     ) -> bool {
-        if !settings.groups.is_default() || settings.rollout.batches != Batches::All {
+        if !by_place_alone(&settings.groups, &settings.rollout.batches) {
             return false;
         }
-        let Some(queued_at) = record.queued_at else {
+        let Some(at) = record.queued_at else {
             return false;
         };
-        let place = (queued_at, record.node.clone());
+        let place = Place {
+            at,
+            node: &record.node,
+        };
         let mut last = self.last_wait.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(behind) = last.as_ref().filter(|l| place > l.place) else {
+        let Some(turn) = last
+            .as_ref()
+            .and_then(|l| turn_behind(l.place(), l.turn, place))
+        else {
             return false;
         };
-        let turn = behind.turn.saturating_add(1);
-        *last = Some(LastWait { turn, place });
+        *last = Some(LastWait {
+            turn,
+            at,
+            node: record.node.clone(),
+        });
         drop(last);
         host.turn_at = Some(turn);
         self.ensure_waiter(host, &record.node);
@@ -583,7 +597,7 @@ impl Inner {
             .await?;
         // Where the platform knows no boot id, the recorded one stands for this boot.
         let boot_id = boot_id.unwrap_or_else(|| format!("fleetlock-{now}"));
-        let deadline = now.saturating_add(ms(self.config.reboot_timeout));
+        let deadline = now.saturating_add(millis_of(self.config.reboot_timeout));
         self.commit(&session, record, Event::RebootStarted, true, |reboot| {
             reboot.process = Some(Process::FleetLock);
             reboot.fields = NodeFields::reboot_started(boot_id, now, deadline);
@@ -727,8 +741,4 @@ impl Inner {
             stop,
         });
     }
-}
-
-pub(crate) fn ms(duration: Duration) -> Millis {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }

@@ -6,18 +6,12 @@ use std::sync::Arc;
 use rota_core::NodeName;
 use rota_core::NodeState;
 use rota_core::fleetlock::{self, Lock};
-use rota_store::{Millis, now_millis};
+use rota_store::instant_at;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::error::Result;
 use crate::hosts::{Host, Inner, Window};
-
-/// The instant of a store time, from now.
-fn instant_at(at: Millis) -> Instant {
-    let wait = u64::try_from(at.saturating_sub(now_millis())).unwrap_or(0);
-    Instant::now() + std::time::Duration::from_millis(wait)
-}
 
 impl Inner {
     /// Starts the task that waits for the node's turn unless it runs.

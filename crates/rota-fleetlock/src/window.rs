@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rota_core::{Blocked, Event, Failure, NodeState, Process};
-use rota_store::{NodeRecord, Session, StoreExt, Transition, now_millis};
+use rota_store::{NodeRecord, Session, StoreExt, Transition, millis_of, now_millis};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::error::{Error, Result};
-use crate::hosts::{Inner, ms};
+use crate::hosts::Inner;
 
 /// Pause after a failed store access or node action.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
@@ -92,9 +92,11 @@ impl Inner {
         record: &NodeRecord,
         stop: &CancellationToken,
     ) -> Result<Duration> {
-        let within_hours = self.config.hours.as_ref().is_none_or(|hours| {
-            jiff::Timestamp::from_millisecond(now_millis()).is_ok_and(|now| hours.contains(now))
-        });
+        let within_hours = self
+            .config
+            .hours
+            .as_ref()
+            .is_none_or(|hours| hours.contains_millis(now_millis()));
         if !within_hours {
             let event = Event::HoursEnded {
                 reason: "the maintenance hours ended before the drain".to_owned(),
@@ -106,7 +108,7 @@ impl Inner {
         self.store.fence(session, self.config.client_ttl).await?;
         let left = record
             .since
-            .saturating_add(ms(self.config.drain_timeout))
+            .saturating_add(millis_of(self.config.drain_timeout))
             .saturating_sub(now_millis());
         let left = Duration::from_millis(u64::try_from(left).unwrap_or(0));
         let drain = tokio::time::timeout(left, actions.drain());
@@ -187,7 +189,9 @@ impl Inner {
     /// Drained: the host takes its lock at its next `pre-reboot`; one that does not come
     /// within `--lock-wait` ends the window, and its node goes back into service.
     async fn await_lock(&self, session: &Session, record: &NodeRecord) -> Result<Duration> {
-        let until = record.since.saturating_add(ms(self.config.lock_wait));
+        let until = record
+            .since
+            .saturating_add(millis_of(self.config.lock_wait));
         let now = now_millis();
         if now < until {
             let left = Duration::from_millis(u64::try_from(until - now).unwrap_or(0));
@@ -242,7 +246,10 @@ impl Inner {
                 Ok(Duration::ZERO)
             }
             Err(e)
-                if now_millis() >= record.since.saturating_add(ms(self.config.verify_timeout)) =>
+                if now_millis()
+                    >= record
+                        .since
+                        .saturating_add(millis_of(self.config.verify_timeout)) =>
             {
                 let cause = format!(
                     "not healthy {}s after its reboot: {e}",

@@ -40,7 +40,8 @@ pub use model::{
     Acquire, BackoffRecord, Blocked, Fleet, History, HistoryEntry, HistoryFilter, Millis,
     NodeFields, NodeOverview, NodeRecord, Outcome, Part, Pause, ProcedureRecord, RequestRecord,
     RequestState, Session, Setting, Settings, SlotHolder, StepRecord, Transition, WindowChange,
-    Writer, Written, decode_setting, groups_setting, now_millis, rollout_setting,
+    Writer, Written, decode_setting, groups_setting, instant_at, millis_of, now_millis,
+    rollout_setting,
 };
 pub use postgres::PostgresStore;
 pub use retry_pauses::{FIRST_RETRY_PAUSE, LONGEST_RETRY_PAUSE, RetryPauses, retry_pauses};

@@ -15,6 +15,17 @@ pub fn now_millis() -> Millis {
     i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// A span of time as [`Millis`].
+pub fn millis_of(duration: std::time::Duration) -> Millis {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The instant at which the clock reads `at` (now, if it is past), to sleep until.
+pub fn instant_at(at: Millis) -> tokio::time::Instant {
+    let wait = u64::try_from(at.saturating_sub(now_millis())).unwrap_or(0);
+    tokio::time::Instant::now() + std::time::Duration::from_millis(wait)
+}
+
 /// A live agent incarnation. Writes through a superseded or expired session are refused.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Session {

@@ -44,16 +44,6 @@ impl Agent {
         self.config.hours.as_ref()?.next_start_millis(after)
     }
 
-    /// When a node eligible at `at` (backoff over) may take a slot: at once when `at` is within
-    /// the maintenance hours, else when they next start. A node waiting for its hours is not yet
-    /// in the queue, so that it holds up no node within its hours.
-    pub(super) fn hours_eligible(&self, at: Millis) -> Millis {
-        self.config
-            .hours
-            .as_ref()
-            .map_or(at, |hours| hours.eligible_at(at))
-    }
-
     /// A queued node outside its maintenance hours: moves its place in the queue to the next
     /// start of the hours (one write each time they end) and waits; nothing else is written and
     /// no slot is taken.

@@ -14,7 +14,8 @@ use rota_core::{NodeState, Process};
 use rota_observer::AgentObserver;
 use rota_sentinel::{SentinelWatcher, Snapshot, WatcherOptions};
 use rota_store::{
-    Millis, NodeRecord, ProcedureRecord, RequestRecord, RetryPauses, Session, Store, now_millis,
+    Millis, NodeRecord, ProcedureRecord, RequestRecord, RetryPauses, Session, Store, instant_at,
+    millis_of as ms,
 };
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
@@ -171,15 +172,6 @@ fn jittered(every: Duration) -> Duration {
 fn millis(time: SystemTime) -> Millis {
     let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
     i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
-}
-
-fn instant_at(at: Millis) -> Instant {
-    let wait = u64::try_from(at.saturating_sub(now_millis())).unwrap_or(0);
-    Instant::now() + Duration::from_millis(wait)
-}
-
-fn ms(duration: Duration) -> Millis {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// Reads the kernel's boot id (or the file standing in for it).

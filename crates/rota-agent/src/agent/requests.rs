@@ -270,12 +270,11 @@ impl Agent {
     /// maintenance hours, when they next start after that.
     pub(super) async fn eligible_at(&self, processes: &[&Process]) -> Result<Millis> {
         let backoffs = self.store.backoffs(&self.config.node).await?;
-        let until = backoffs
-            .iter()
-            .filter(|b| processes.contains(&&b.process))
-            .map(|b| b.until)
-            .max()
-            .unwrap_or(0);
-        Ok(self.hours_eligible(until.max(now_millis())))
+        Ok(rota_core::eligible_at(
+            &backoffs,
+            processes,
+            now_millis(),
+            self.config.hours.as_ref(),
+        ))
     }
 }
