@@ -1,6 +1,5 @@
 //! `rota agent`: one node's agent, with shell commands as its node actions.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,7 +8,7 @@ use backon::Retryable as _;
 use rota_actions::{CommandActions, NodeActions, Reboot};
 use rota_agent::{Agent, AgentConfig, SentinelCommand, WindowMarker};
 use rota_blockers::{AlertFilter, AnnotationBlocker, Blocker, PodBlocker, PrometheusBlocker};
-use rota_kube_actions::{DrainOptions, KubeActions, NodeLabels};
+use rota_kube_actions::{DrainOptions, KubeActions};
 use rota_kube_api::permissions::{self, Permission};
 use rota_kube_api::preflight;
 use rota_metrics::{Metrics, MetricsServer};
@@ -18,32 +17,17 @@ use rota_store::{Store, StoreUrl};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::cli::{AgentArgs, NodeActionsKind, NodeLabelArg, RebootMethod};
+use crate::cli::{AgentArgs, NodeActionsKind, RebootMethod};
 use crate::store::{Cluster, StoreLocation};
 
-/// How much later than the drain's own bounds the agent's bound of a drain through the
-/// Kubernetes API fires. That drain bounds itself: its evictions by --drain-timeout, its wait
-/// for wait-completed pods by --drain-wait-completed-timeout, and each fails naming the pods it
-/// still waits for. The agent's bound is the backstop behind both (one that a request hung past
-/// its own timeouts would meet), so that theirs are the ones that fire.
-pub(crate) const KUBE_DRAIN_BACKSTOP: Duration = Duration::from_secs(60);
-
 /// The agent's bound of a whole drain: --drain-timeout, or with --node-actions kube the
-/// backstop behind the drain's own two bounds (see [`KUBE_DRAIN_BACKSTOP`]).
+/// backstop behind the drain's own two bounds (see [`crate::kube_drain::BACKSTOP`]).
 fn drain_bound(args: &AgentArgs) -> Duration {
     let drain_timeout: Duration = args.timing.drain_timeout.into();
     match args.node_actions {
         NodeActionsKind::Command => drain_timeout,
-        NodeActionsKind::Kube => {
-            drain_timeout.max(wait_completed_timeout(args)) + KUBE_DRAIN_BACKSTOP
-        }
+        NodeActionsKind::Kube => args.kube_drain.bound(drain_timeout),
     }
-}
-
-fn wait_completed_timeout(args: &AgentArgs) -> Duration {
-    args.kube_drain
-        .drain_wait_completed_timeout
-        .unwrap_or(rota_kube_actions::WAIT_COMPLETED_TIMEOUT)
 }
 
 /// The one conversion of the command line into the agent's configuration: every default
@@ -135,7 +119,7 @@ fn config(args: AgentArgs) -> AgentConfig {
 /// The node actions `--node-actions` asks for. An empty command means nothing to do.
 async fn actions(
     args: &AgentArgs,
-    labels: NodeLabels,
+    drain: DrainOptions,
     cluster: &Cluster,
 ) -> Result<Arc<dyn NodeActions>> {
     let command = |c: &Option<String>| c.clone().filter(|c| !c.trim().is_empty());
@@ -145,49 +129,7 @@ async fn actions(
     };
     Ok(match args.node_actions {
         NodeActionsKind::Command => {
-            let kube_only = [
-                (
-                    "--drain-concurrency",
-                    args.kube_drain.drain_concurrency.is_some(),
-                ),
-                ("--drain-force", args.kube_drain.drain_force),
-                (
-                    "--drain-delete-emptydir-data",
-                    args.kube_drain.drain_delete_emptydir_data,
-                ),
-                (
-                    "--drain-grace-period",
-                    args.kube_drain.drain_grace_period.is_some(),
-                ),
-                (
-                    "--drain-skip-wait-for-delete-timeout",
-                    args.kube_drain.drain_skip_wait_for_delete_timeout.is_some(),
-                ),
-                (
-                    "--drain-pod-selector",
-                    args.kube_drain.drain_pod_selector.is_some(),
-                ),
-                (
-                    "--drain-wait-completed-selector",
-                    args.kube_drain.drain_wait_completed_selector.is_some(),
-                ),
-                (
-                    "--drain-wait-completed-timeout",
-                    args.kube_drain.drain_wait_completed_timeout.is_some(),
-                ),
-                ("--health-pdbs", args.kube_drain.health_pdbs),
-                ("--cordon-label", !args.kube_drain.cordon_labels.is_empty()),
-                (
-                    "--uncordon-label",
-                    !args.kube_drain.uncordon_labels.is_empty(),
-                ),
-                (
-                    "--prefer-no-schedule-taint",
-                    args.kube_drain.prefer_no_schedule_taint.is_some(),
-                ),
-                ("--annotate-nodes", args.kube_drain.annotate_nodes),
-            ];
-            if let Some((flag, _)) = kube_only.iter().find(|(_, given)| *given) {
+            if let Some(flag) = args.kube_drain.first_given() {
                 bail!(
                     "{flag} needs --node-actions kube; with --node-actions command rota does \
                      not use the Kubernetes API for the node (the --drain-command drains it)"
@@ -216,25 +158,7 @@ async fn actions(
                 KubeActions::new(
                     client,
                     args.node.clone(),
-                    DrainOptions {
-                        concurrency: args
-                            .kube_drain
-                            .drain_concurrency
-                            .unwrap_or(DrainOptions::default().concurrency),
-                        force: args.kube_drain.drain_force,
-                        delete_emptydir_data: args.kube_drain.drain_delete_emptydir_data,
-                        grace_period: args.kube_drain.drain_grace_period,
-                        skip_wait_for_delete: args.kube_drain.drain_skip_wait_for_delete_timeout,
-                        pod_selector: args.kube_drain.drain_pod_selector.clone(),
-                        timeout: Some(args.timing.drain_timeout.into()),
-                        wait_completed_selector: args
-                            .kube_drain
-                            .drain_wait_completed_selector
-                            .clone(),
-                        wait_completed_timeout: wait_completed_timeout(args),
-                        labels,
-                        ..DrainOptions::default()
-                    },
+                    drain,
                     reboot,
                     command(&args.commands.health_command),
                 )
@@ -245,20 +169,6 @@ async fn actions(
             )
         }
     })
-}
-
-/// The labels of every `flag` given, refusing a key given twice with two values: one of them
-/// would be ignored.
-pub(crate) fn label_map(flag: &str, given: &[NodeLabelArg]) -> Result<BTreeMap<String, String>> {
-    let mut labels = BTreeMap::new();
-    for (key, value) in given.iter().flat_map(|arg| &arg.0) {
-        if let Some(earlier) = labels.insert(key.clone(), value.clone())
-            && earlier != *value
-        {
-            bail!("{flag} gives the label {key} twice, as {earlier:?} and {value:?}; give it once");
-        }
-    }
-    Ok(labels)
 }
 
 /// The blockers the flags ask for, each checked before anything starts: the agent never runs
@@ -440,16 +350,12 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         );
     }
     // Checked before anything connects anywhere.
-    let labels = NodeLabels::new(
-        label_map("--cordon-label", &args.kube_drain.cordon_labels)?,
-        label_map("--uncordon-label", &args.kube_drain.uncordon_labels)?,
-    );
-    if let Some(selector) = &args.kube_drain.drain_pod_selector {
-        rota_blockers::parse_selector_for("--drain-pod-selector", selector)?;
-    }
+    let drain = args
+        .kube_drain
+        .drain_options(args.timing.drain_timeout.into())?;
     let cluster = Cluster::new(args.store.kubeconfig.clone());
     let blockers = blockers(&args, &cluster).await?;
-    let actions = actions(&args, labels, &cluster).await?;
+    let actions = actions(&args, drain, &cluster).await?;
     // Bound before the store is opened: a taken port stops the agent before it does anything.
     let server = match args.metrics_addr {
         Some(addr) => Some(MetricsServer::bind(addr).await?),
@@ -602,7 +508,7 @@ mod tests {
         let hour = Duration::from_secs(3600);
         assert_eq!(
             config(kube(&[])).drain_timeout,
-            hour + KUBE_DRAIN_BACKSTOP,
+            hour + crate::kube_drain::BACKSTOP,
             "the default wait of 1h outlasts the default drain timeout of 10m"
         );
         let long_drain = kube(&[
@@ -613,7 +519,7 @@ mod tests {
         ]);
         assert_eq!(
             config(long_drain).drain_timeout,
-            2 * hour + KUBE_DRAIN_BACKSTOP
+            2 * hour + crate::kube_drain::BACKSTOP
         );
         assert_eq!(
             config(agent_args(&["--drain-wait-completed-timeout", "3h"])).drain_timeout,
@@ -626,7 +532,7 @@ mod tests {
             "--drain-wait-completed-timeout",
             "3h",
         ]);
-        assert_eq!(wait_completed_timeout(&waiting), 3 * hour);
+        assert_eq!(waiting.kube_drain.wait_completed_timeout(), 3 * hour);
         let selector = waiting
             .kube_drain
             .drain_wait_completed_selector

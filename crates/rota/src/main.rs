@@ -7,6 +7,7 @@ mod bench;
 mod cli;
 mod fleetlock;
 mod history;
+mod kube_drain;
 mod mop;
 mod notify;
 mod operator;

@@ -6,12 +6,9 @@ use std::time::Duration;
 
 use clap::Args;
 use rota_core::Hours;
-use rota_kube_actions::Selector;
 
-use super::parse::{
-    NodeLabelArg, duration, hours, node_labels, positive_duration, wait_completed_selector,
-};
-use super::{BackoffArgs, StoreArgs};
+use super::parse::{duration, hours};
+use super::{BackoffArgs, KubeDrainArgs, StoreArgs};
 
 #[derive(Debug, Clone, Args)]
 pub struct FleetlockArgs {
@@ -87,104 +84,7 @@ pub struct FleetlockArgs {
     pub hours: Vec<Hours>,
     #[command(flatten)]
     pub backoff: BackoffArgs,
-    #[command(flatten)]
-    pub kube: FleetlockKubeArgs,
-}
-
-/// How the server cordons, drains and verifies a host's Node through the Kubernetes API: each
-/// flag as `rota agent`'s of the same name with `--node-actions kube`.
-#[derive(Debug, Clone, Args)]
-#[command(next_help_heading = "Kubernetes drain (--store kube)")]
-pub struct FleetlockKubeArgs {
-    /// Evictions in progress at once (default 5).
-    #[arg(long, value_name = "N",
-          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100))]
-    pub drain_concurrency: Option<usize>,
-    /// Also evict pods no controller manages (nothing recreates them).
-    #[arg(long)]
-    pub drain_force: bool,
-    /// Also evict pods with emptyDir volumes (their data is lost).
-    #[arg(long)]
-    pub drain_delete_emptydir_data: bool,
-    /// Override the pods' termination grace period.
-    #[arg(long, value_name = "DURATION", value_parser = duration)]
-    pub drain_grace_period: Option<Duration>,
-    /// A pod still terminating this long after its grace period ended is not waited for
-    /// (default: wait for every pod).
-    #[arg(long, value_name = "DURATION", value_parser = duration)]
-    pub drain_skip_wait_for_delete_timeout: Option<Duration>,
-    /// Only the host's pods matching this label selector are evicted and waited for (default:
-    /// every pod).
-    #[arg(long, value_name = "SELECTOR")]
-    pub drain_pod_selector: Option<String>,
-    /// The host's pods matching this label selector are wait-completed: not evicted; the drain
-    /// waits until they have completed (default: none but those annotated
-    /// rota.dev/drain=wait-completed).
-    #[arg(long, value_name = "SELECTOR", value_parser = wait_completed_selector)]
-    pub drain_wait_completed_selector: Option<Selector>,
-    /// How long the drain waits for its wait-completed pods to complete (default 1h).
-    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
-    pub drain_wait_completed_timeout: Option<Duration>,
-    /// A label set on the Node in rota's cordon, such as rota.dev/maintenance=true
-    /// (repeatable, or several separated by commas).
-    #[arg(long = "cordon-label", value_name = "KEY=VALUE", value_parser = node_labels)]
-    pub cordon_labels: Vec<NodeLabelArg>,
-    /// A label set on the Node in rota's uncordon (repeatable, or several separated by commas).
-    #[arg(long = "uncordon-label", value_name = "KEY=VALUE", value_parser = node_labels)]
-    pub uncordon_labels: Vec<NodeLabelArg>,
-    /// rota's annotations of the reboot on the Node: rota.dev/reboot-in-progress,
-    /// rota.dev/last-reboot-started and rota.dev/last-reboot-finished.
-    #[arg(long)]
-    pub annotate_nodes: bool,
-    /// The node lifecycle conditions of KEP-5683 on the Node through its window (on by
-    /// default; --node-conditions=false turns them off).
-    #[arg(
-        long,
-        value_name = "BOOL",
-        default_value_t = true,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        action = clap::ArgAction::Set
-    )]
-    pub node_conditions: bool,
-    /// Also wait, before the slot goes back, until every PodDisruptionBudget in the cluster is
-    /// satisfied again.
-    #[arg(long)]
-    pub health_pdbs: bool,
-}
-
-impl FleetlockKubeArgs {
-    /// The first of these flags given, if any: each needs --store kube.
-    pub fn first_given(&self) -> Option<&'static str> {
-        [
-            ("--drain-concurrency", self.drain_concurrency.is_some()),
-            ("--drain-force", self.drain_force),
-            (
-                "--drain-delete-emptydir-data",
-                self.drain_delete_emptydir_data,
-            ),
-            ("--drain-grace-period", self.drain_grace_period.is_some()),
-            (
-                "--drain-skip-wait-for-delete-timeout",
-                self.drain_skip_wait_for_delete_timeout.is_some(),
-            ),
-            ("--drain-pod-selector", self.drain_pod_selector.is_some()),
-            (
-                "--drain-wait-completed-selector",
-                self.drain_wait_completed_selector.is_some(),
-            ),
-            (
-                "--drain-wait-completed-timeout",
-                self.drain_wait_completed_timeout.is_some(),
-            ),
-            ("--cordon-label", !self.cordon_labels.is_empty()),
-            ("--uncordon-label", !self.uncordon_labels.is_empty()),
-            ("--annotate-nodes", self.annotate_nodes),
-            ("--node-conditions", !self.node_conditions),
-            ("--health-pdbs", self.health_pdbs),
-        ]
-        .into_iter()
-        .find_map(|(flag, given)| given.then_some(flag))
-    }
+    /// As `rota agent`'s with `--node-actions kube`; without --prefer-no-schedule-taint.
+    #[command(flatten, next_help_heading = "Kubernetes drain (--store kube)")]
+    pub kube: KubeDrainArgs,
 }

@@ -21,6 +21,7 @@ mod agent;
 mod backoff;
 mod bench;
 pub mod fleetlock;
+mod kube_drain;
 mod mop;
 mod operator;
 mod parse;
@@ -31,6 +32,7 @@ pub use agent::{AgentArgs, RebootMethod};
 pub use backoff::BackoffArgs;
 pub use bench::{BenchArgs, Workload};
 pub use fleetlock::FleetlockArgs;
+pub use kube_drain::KubeDrainArgs;
 pub use mop::{MopCommand, MopListArgs, MopSubmitArgs};
 pub use operator::{
     HistoryArgs, PauseArgs, PlanArgs, RequestArgs, ResumeArgs, RetryArgs, StatusArgs, UnlockArgs,

@@ -7,10 +7,8 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use rota_fleetlock::{Config, Ids, Platform};
 use rota_fleetlock_kube::{HOST_SELECTOR, KubePlatform, NodeActionsConfig, NodeIds};
-use rota_kube_actions::{DrainOptions, NodeLabels};
 use tracing::info;
 
-use crate::agent::{KUBE_DRAIN_BACKSTOP, label_map};
 use crate::cli::FleetlockArgs;
 use crate::store::Cluster;
 
@@ -18,10 +16,17 @@ use crate::store::Cluster;
 /// bare-metal ids and commands; without, the drain through the API.
 pub fn check_flags(args: &FleetlockArgs, kube: bool) -> Result<()> {
     if !kube {
-        if let Some(flag) = args.kube.first_given() {
+        let conditions = (!args.kube.node_conditions).then_some("--node-conditions");
+        if let Some(flag) = args.kube.first_given().or(conditions) {
             bail!("{flag} needs --store kube: on bare metal the --drain-command drains a host");
         }
         return Ok(());
+    }
+    if args.kube.prefer_no_schedule_taint.is_some() {
+        bail!(
+            "--prefer-no-schedule-taint: a FleetLock host's Node is not marked while it waits; \
+             the flag is rota agent's"
+        );
     }
     for (flag, given) in [
         ("--ids", args.ids.is_some()),
@@ -47,42 +52,17 @@ pub async fn hosts(
     cluster: &Cluster,
     config: &mut Config,
 ) -> Result<(Arc<dyn Platform>, Arc<dyn Ids>)> {
-    let kube = &args.kube;
-    let labels = NodeLabels::new(
-        label_map("--cordon-label", &kube.cordon_labels)?,
-        label_map("--uncordon-label", &kube.uncordon_labels)?,
-    );
-    if let Some(selector) = &kube.drain_pod_selector {
-        rota_blockers::parse_selector_for("--drain-pod-selector", selector)?;
-    }
-    let wait_completed = kube
-        .drain_wait_completed_timeout
-        .unwrap_or(rota_kube_actions::WAIT_COMPLETED_TIMEOUT);
-    let drain = DrainOptions {
-        concurrency: kube
-            .drain_concurrency
-            .unwrap_or(DrainOptions::default().concurrency),
-        force: kube.drain_force,
-        delete_emptydir_data: kube.drain_delete_emptydir_data,
-        grace_period: kube.drain_grace_period,
-        skip_wait_for_delete: kube.drain_skip_wait_for_delete_timeout,
-        pod_selector: kube.drain_pod_selector.clone(),
-        timeout: Some(args.drain_timeout),
-        wait_completed_selector: kube.drain_wait_completed_selector.clone(),
-        wait_completed_timeout: wait_completed,
-        labels,
-        ..DrainOptions::default()
-    };
-    config.drain_timeout = args.drain_timeout.max(wait_completed) + KUBE_DRAIN_BACKSTOP;
+    let drain = args.kube.drain_options(args.drain_timeout)?;
+    config.drain_timeout = args.kube.bound(args.drain_timeout);
     let client = cluster.client().await?;
     rota_fleetlock_kube::check_permissions(&client, &args.store.namespace).await?;
     let platform = KubePlatform::new(
         client.clone(),
         NodeActionsConfig {
             drain,
-            health_pdbs: kube.health_pdbs,
-            annotate_nodes: kube.annotate_nodes,
-            node_conditions: kube.node_conditions,
+            health_pdbs: args.kube.health_pdbs,
+            annotate_nodes: args.kube.annotate_nodes,
+            node_conditions: args.kube.node_conditions,
             health: args.health_command.clone(),
         },
     );
@@ -137,6 +117,15 @@ mod tests {
             (
                 &["--store", "kube", "--drain-command", "true"],
                 "--drain-command needs a bare-metal store",
+            ),
+            (
+                &[
+                    "--store",
+                    "kube",
+                    "--prefer-no-schedule-taint",
+                    "rota.dev/pending",
+                ],
+                "--prefer-no-schedule-taint: a FleetLock host's Node is not marked",
             ),
         ] {
             let error = refusal(args).await;
