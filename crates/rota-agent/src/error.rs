@@ -29,6 +29,8 @@ pub enum Error {
         "another agent took over node {node} (its session is no longer current); this one stops"
     )]
     Superseded { node: NodeName },
+    #[error("--group-limit {0}")]
+    GroupLimit(#[from] rota_core::GroupLimitAboveConcurrency),
     #[error("the sentinel watcher of node {node} stopped")]
     WatcherStopped { node: NodeName },
 }

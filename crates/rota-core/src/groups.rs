@@ -28,7 +28,39 @@ pub struct GroupRulesError {
     pub problem: String,
 }
 
+/// A group's limit above the fleet's concurrency: the concurrency would always hold its nodes
+/// back first, so the limit is a mistake (a group meant to take every slot needs no limit).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{part} is above the concurrency of {concurrency}: a group's limit is a whole number from 0 \
+     to the concurrency ({concurrency})"
+)]
+pub struct GroupLimitAboveConcurrency {
+    /// The rule as written: `*=5` or `zone-a=5`.
+    pub part: String,
+    pub limit: u32,
+    pub concurrency: u32,
+}
+
 impl GroupRules {
+    /// Refuses a limit above `concurrency`, naming the first such rule.
+    pub fn check(&self, concurrency: u32) -> Result<(), GroupLimitAboveConcurrency> {
+        let each = self.each.map(|limit| ("*", limit));
+        let named = self.limits.iter().map(|(g, l)| (g.as_str(), *l));
+        match each
+            .into_iter()
+            .chain(named)
+            .find(|(_, l)| *l > concurrency)
+        {
+            Some((group, limit)) => Err(GroupLimitAboveConcurrency {
+                part: format!("{group}={limit}"),
+                limit,
+                concurrency,
+            }),
+            None => Ok(()),
+        }
+    }
+
     pub fn is_default(&self) -> bool {
         *self == GroupRules::default()
     }
@@ -140,7 +172,45 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_limit_above_the_concurrency_is_refused_naming_the_rule() {
+        let cases = [
+            ("*=2;zone-a=3", 3, None),
+            ("*=4", 3, Some("*=4 is above the concurrency of 3")),
+            (
+                "*=1;zone-b=5",
+                3,
+                Some("zone-b=5 is above the concurrency of 3"),
+            ),
+            ("in-turn", 1, None),
+            ("zone-a=0", 1, None),
+        ];
+        for (rules, concurrency, refused) in cases {
+            let rules: GroupRules = rules.parse().expect("rules");
+            match (rules.check(concurrency), refused) {
+                (Ok(()), None) => {}
+                (Err(e), Some(start)) => {
+                    let text = e.to_string();
+                    assert!(text.starts_with(start), "{text}");
+                    assert!(text.contains("from 0 to the concurrency (3)"), "{text}");
+                }
+                (got, want) => panic!("{rules}: got {got:?}, wanted a refusal: {want:?}"),
+            }
+        }
+    }
+
     proptest! {
+        #[test]
+        fn no_rule_above_the_concurrency_is_let_through(
+            each in proptest::option::of(0u32..8),
+            limits in proptest::collection::btree_map("[a-z]{1,4}", 0u32..8, 0..4),
+            concurrency in 1u32..6,
+        ) {
+            let rules = GroupRules { each, limits, in_turn: false };
+            let highest = rules.each.into_iter().chain(rules.limits.values().copied()).max();
+            prop_assert_eq!(rules.check(concurrency).is_ok(), highest.is_none_or(|h| h <= concurrency));
+        }
+
         #[test]
         fn rules_written_read_back_alike(
             each in proptest::option::of(0u32..5),

@@ -43,7 +43,7 @@ pub mod schedule;
 
 pub use backoff::BackoffPolicy;
 pub use decision::{Decision, Millis, WindowChange, wakes};
-pub use groups::{GroupRules, GroupRulesError};
+pub use groups::{GroupLimitAboveConcurrency, GroupRules, GroupRulesError};
 pub use hours::{Hours, HoursError, HoursProblem, MaintenanceHours};
 pub use labels::{check_label_key, check_label_value};
 pub use lifecycle::{

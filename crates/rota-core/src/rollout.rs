@@ -96,11 +96,19 @@ impl FromStr for Batches {
             "" => Err(error("empty")),
             other => match other.strip_prefix("linear:") {
                 Some(step) => Ok(Batches::Linear(width(step)?)),
-                None => other
-                    .split(',')
-                    .map(width)
-                    .collect::<Result<Vec<_>, _>>()
-                    .map(Batches::List),
+                None => {
+                    let widths = other.split(',').map(width).collect::<Result<Vec<_>, _>>()?;
+                    // A narrowing list would hold nodes back after healthy windows: a rollout
+                    // that cannot widen is a mistake, not a rule.
+                    if let Some(pair) = widths.windows(2).find(|pair| pair[1] < pair[0]) {
+                        return Err(error(&format!(
+                            "width {} after {}: a rollout only widens, so each width is at least \
+                             the one before it",
+                            pair[1], pair[0]
+                        )));
+                    }
+                    Ok(Batches::List(widths))
+                }
             },
         }
     }

@@ -52,7 +52,9 @@ fn batches_read_as_written_and_bad_ones_say_what_is_allowed() {
         " 1, 2 ".parse::<Batches>(),
         Ok(Batches::List(vec![nz(1), nz(2)]))
     );
-    for bad in ["", "linear:0", "linear:", "1,,2", "0", "-1", "fast", "1.5"] {
+    for bad in [
+        "", "linear:0", "linear:", "1,,2", "0", "-1", "fast", "1.5", "5,2", "1,4,3",
+    ] {
         let error = bad.parse::<Batches>().expect_err(bad).to_string();
         assert!(
             error.contains(&format!("{bad:?}")) && error.contains("`exponential`"),
@@ -81,6 +83,33 @@ fn a_failure_budget_is_nodes_or_a_share_of_the_fleet_rounded_up() {
             error.contains(&format!("{bad:?}")) && error.contains("`10%`"),
             "{error}"
         );
+    }
+}
+
+#[test]
+fn a_list_that_narrows_is_refused_naming_the_width_that_narrows() {
+    let error = "1,4,3,8"
+        .parse::<Batches>()
+        .expect_err("narrows")
+        .to_string();
+    assert!(
+        error.contains("width 3 after 4")
+            && error.contains("each width is at least the one before"),
+        "{error}"
+    );
+    assert_eq!(
+        "2,2,5".parse::<Batches>(),
+        Ok(Batches::List(vec![nz(2), nz(2), nz(5)]))
+    );
+}
+
+proptest! {
+    /// Every list read is one that never narrows.
+    #[test]
+    fn every_list_read_widens_or_holds(widths in prop::collection::vec(1u32..6, 1..5)) {
+        let text = widths.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+        let narrows = widths.windows(2).any(|pair| pair[1] < pair[0]);
+        prop_assert_eq!(text.parse::<Batches>().is_ok(), !narrows);
     }
 }
 

@@ -42,7 +42,7 @@ pub use health_gate::{
     EVICTED_ANNOTATION, Evicted, Workload, check_gate, evicted, unsatisfied_pdbs,
     workloads_not_restored,
 };
-pub use node::{check_ready, cordon, is_cordoned, uncordon};
+pub use node::{any_carries, check_ready, cordon, is_cordoned, labels, uncordon};
 pub use node_labels::{NodeLabels, parse_labels, parse_taint_key};
 pub use selection::{DRAIN_ANNOTATION, MIRROR_ANNOTATION, WAIT_COMPLETED};
 pub use selector::Selector;

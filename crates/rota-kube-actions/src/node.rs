@@ -151,6 +151,15 @@ pub async fn is_cordoned(client: &Client, node: &str) -> Result<bool> {
     Ok(node.spec.and_then(|s| s.unschedulable).unwrap_or(false))
 }
 
+/// Whether any Node carries the label `key`, whatever its value: a list of at most one.
+pub async fn any_carries(client: &Client, key: &str) -> Result<bool> {
+    let listed = Api::<Node>::all(client.clone())
+        .list_metadata(&kube::api::ListParams::default().labels(key).limit(1))
+        .await
+        .map_err(|e| Error::api("list", "nodes", key, e))?;
+    Ok(!listed.items.is_empty())
+}
+
 /// The Node's labels.
 pub async fn labels(
     client: &Client,

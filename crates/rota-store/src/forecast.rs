@@ -12,6 +12,8 @@ use crate::store::{Store, StoreExt};
 /// A plan and what it was made of.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Forecast {
+    /// How many nodes the store knows, whether or not they wait.
+    pub nodes: usize,
     pub plan: Plan,
     pub rules: Rules,
     pub durations: StepDurations,
@@ -40,6 +42,7 @@ pub async fn forecast(store: &dyn Store, now: Millis) -> Result<Forecast> {
         finished: rollout::finished(fleet.nodes.iter().map(|n| &n.record), settings.resumed_at),
     };
     Ok(Forecast {
+        nodes: fleet.nodes.len(),
         plan: plan(&nodes, &rules, &durations, now),
         rules,
         durations,

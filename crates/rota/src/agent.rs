@@ -71,17 +71,7 @@ fn config(args: AgentArgs) -> AgentConfig {
     config.batches = batches;
     config.group = group;
     config.group_by = group_by;
-    config.group_rules = (!group_limit.is_empty() || groups_in_turn).then(|| {
-        let mut rules = rota_core::GroupRules {
-            in_turn: groups_in_turn,
-            ..rota_core::GroupRules::default()
-        };
-        for part in &group_limit {
-            // The flag's parser already refused a part that does not read.
-            let _ = rules.add(part);
-        }
-        rules
-    });
+    config.group_rules = crate::cli::parse::group_rules(&group_limit, groups_in_turn);
     config.blocker_interval = blockers.blocker_interval.into();
     config.host_root = host_root;
     config.reboot_sentinels = sentinels.reboot_sentinels;
@@ -296,6 +286,80 @@ async fn check_cluster(args: &AgentArgs, cluster: &Cluster) -> Result<()> {
     Ok(())
 }
 
+/// A `--group-by` label this node does not carry: refused on bare metal, where its
+/// `--node-label`s are all the labels there are (every node would take its turns in no group,
+/// and the groups' limits would hold nobody); on Kubernetes, the label to look for on the
+/// Nodes ([`check_group_by`]).
+fn group_label_to_look_for(args: &AgentArgs) -> Result<Option<&str>> {
+    let Some(key) = &args.group_by else {
+        return Ok(None);
+    };
+    let own = args.node_labels();
+    if own.contains_key(key) {
+        return Ok(None);
+    }
+    if args.node_actions == NodeActionsKind::Command {
+        bail!(
+            "--group-by {key}: node {node} carries no label {key} (its --node-label labels: \
+             {labels}); give one with --node-label {key}=<group>, or the node's group with --group",
+            node = args.node,
+            labels = described(own.keys()),
+        );
+    }
+    Ok(Some(key))
+}
+
+/// Refuses a `--group-by` label that no Node carries, naming it. A label this Node lacks but
+/// another carries is only warned about, as a fleet may mix pools. Waits while the API server
+/// is unavailable, as the cluster's check does.
+async fn check_group_by(args: &AgentArgs, cluster: &Cluster) -> Result<()> {
+    let Some(key) = group_label_to_look_for(args)? else {
+        return Ok(());
+    };
+    let client = cluster.client().await?;
+    let look = || async {
+        let labels = rota_kube_actions::labels(&client, args.node.as_str()).await?;
+        if labels.contains_key(key) {
+            return Ok(None);
+        }
+        Ok(Some((
+            labels,
+            rota_kube_actions::any_carries(&client, key).await?,
+        )))
+    };
+    let looked = look
+        .retry(rota_store::retry_pauses())
+        .when(|e: &rota_kube_actions::Error| e.is_unavailable())
+        .notify(|e, pause| {
+            warn!(error = %e, pause = ?pause, "the API server is unavailable; looking for the --group-by label again");
+        })
+        .await?;
+    match looked {
+        None => {}
+        Some((labels, false)) => bail!(
+            "--group-by {key}: no Node carries the label {key}; give a label the Nodes carry, \
+             such as topology.kubernetes.io/zone or a node pool's label (node {node}'s labels: \
+             {labels})",
+            node = args.node,
+            labels = described(labels.keys()),
+        ),
+        Some((_, true)) => warn!(
+            label = %key, node = %args.node,
+            "this Node carries no --group-by label: it takes its turns in no group"
+        ),
+    }
+    Ok(())
+}
+
+fn described<'a>(keys: impl Iterator<Item = &'a String>) -> String {
+    let keys: Vec<&str> = keys.map(String::as_str).collect();
+    if keys.is_empty() {
+        "none".to_owned()
+    } else {
+        keys.join(", ")
+    }
+}
+
 /// How long this agent waits before its first request to the store: a random part of
 /// `--start-jitter` (by default 30 s on the shared stores, nothing on SQLite, one host's own),
 /// or nothing when the host records its node in its window: a node back from its own reboot,
@@ -331,8 +395,11 @@ async fn first_contact(
         }
         // A node back in its window from its own reboot passed the check before it took its
         // slot; the check would cost its return four requests and a write.
-        if args.store.store == StoreLocation::Kube && !marker.present() {
-            check_cluster(args, cluster).await?;
+        if !marker.present() {
+            if args.store.store == StoreLocation::Kube {
+                check_cluster(args, cluster).await?;
+            }
+            check_group_by(args, cluster).await?;
         }
         crate::store::open_for_agent(&args.store, cluster).await
     };
@@ -350,6 +417,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         );
     }
     // Checked before anything connects anywhere.
+    group_label_to_look_for(&args)?;
     let drain = args
         .kube_drain
         .drain_options(args.timing.drain_timeout.into())?;

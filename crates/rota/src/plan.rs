@@ -4,7 +4,7 @@
 //! fleet's typical one (the p50 of every recorded drain, maintenance, reboot and verification),
 //! and the nodes held back now.
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use rota_core::plan::{Plan, Rules, StepDurations};
 use rota_core::{NodeName, NodeState};
 use rota_store::forecast::forecast;
@@ -19,6 +19,12 @@ pub async fn run(args: PlanArgs) -> Result<()> {
     let store = crate::open_store(&args.store).await?;
     let now = now_millis();
     let made = forecast(&*store, now).await?;
+    if made.nodes == 0 {
+        bail!(
+            "the store {} holds no nodes: no agent has recorded one, so there is nothing to plan",
+            args.store.store
+        );
+    }
     let forecast = shown(&made.plan, &made.rules, &made.durations, now);
     if svg.is_some() || html.is_some() {
         let timeline = timeline(&forecast, now)?;

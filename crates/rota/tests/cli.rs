@@ -628,6 +628,36 @@ fn a_missing_store_is_not_created() {
     assert!(!path.exists());
 }
 
+/// `rota plan` on a store that holds no nodes, on a missing file and on a database nobody
+/// answers for: one line saying so, and a non-zero exit, with nothing created.
+#[tokio::test]
+async fn a_plan_of_an_empty_or_unreachable_store_says_so_in_one_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let empty = dir.path().join("empty.db");
+    drop(SqliteStore::open(&empty).await.expect("open store"));
+    let url = store_url(&empty);
+    let err = fails(&["plan", "--store", &url], 1);
+    assert!(
+        err.contains(&url) && err.contains("holds no nodes"),
+        "{err}"
+    );
+    let missing = dir.path().join("nothing-here.db");
+    let err = fails(&["plan", "--store", &store_url(&missing)], 1);
+    assert!(err.contains("nothing-here.db"), "{err}");
+    assert!(!missing.exists());
+    // Port 1 on the loopback: nothing listens there.
+    let unreachable = "postgres://rota@127.0.0.1:1/rota";
+    let err = fails(&["plan", "--store", unreachable], 1);
+    assert!(err.contains("127.0.0.1:1"), "{err}");
+    // A store with a waiting node plans it.
+    let planned = ok(&fleet(dir.path()).await, &["plan", "-o", "json"]);
+    let planned: Value = serde_json::from_str(&planned).expect("json");
+    assert!(
+        planned["windows"].as_array().is_some_and(|w| !w.is_empty()),
+        "{planned}"
+    );
+}
+
 #[test]
 fn help_works() {
     let out = rota(&["--help"]);

@@ -5,9 +5,10 @@
 
 mod common;
 
+use std::process::Command;
 use std::time::Duration;
 
-use common::Host;
+use common::{Host, ROTA};
 use rota_core::NodeState;
 use rota_e2e::host::touch;
 use rota_store::{Store, StoreExt};
@@ -89,4 +90,55 @@ async fn a_groups_limit_holds_its_second_node_while_another_group_goes() {
         status.contains("slot groups: *=1") && status.contains("GROUP"),
         "{status}"
     );
+}
+
+/// A group limit above the concurrency, and a `--group-by` label the node does not carry (on
+/// bare metal its `--node-label`s are all its labels), stop the agent at start with one line
+/// naming the flag, the value and what is allowed.
+#[test]
+fn bad_group_flags_are_refused_at_start() {
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["--concurrency", "2", "--group-limit", "3"],
+            "--group-limit *=3 is above the concurrency of 2: a group's limit is a whole number \
+             from 0 to the concurrency (2)",
+        ),
+        (
+            &[
+                "--concurrency",
+                "3",
+                "--group-limit",
+                "1",
+                "--group-limit",
+                "zone-a=4",
+            ],
+            "--group-limit zone-a=4 is above the concurrency of 3",
+        ),
+        (
+            &["--group-by", "zone", "--node-label", "rack=r1"],
+            "--group-by zone: node node-a carries no label zone (its --node-label labels: rack); \
+             give one with --node-label zone=<group>",
+        ),
+        (
+            &["--group-by", "topology.kubernetes.io/zone"],
+            "carries no label topology.kubernetes.io/zone (its --node-label labels: none)",
+        ),
+    ];
+    for (flags, refusal) in cases {
+        let host = Host::new();
+        let output = Command::new(ROTA)
+            .args(["agent", "--store", &host.store_url(), "--node", "node-a"])
+            .arg("--host-root")
+            .arg(host.path("root"))
+            .arg("--boot-id-file")
+            .arg(host.path("boot_id"))
+            .args(flags)
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{flags:?} was accepted");
+        let last = stderr.trim().lines().last().unwrap_or_default();
+        assert!(last.contains(refusal), "{flags:?}: {stderr}");
+        assert!(last.starts_with("error: "), "{flags:?}: {stderr}");
+    }
 }

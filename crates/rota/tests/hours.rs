@@ -155,6 +155,11 @@ fn bad_hours_and_budgets_are_refused_at_start() {
         ("--failure-budget", "0%", "from 1% to 100%"),
         ("--batches", "fast", "`exponential`, `linear:<step>`"),
         ("--batches", "linear:0", "at least 1"),
+        (
+            "--batches",
+            "1,4,3",
+            "width 3 after 4: a rollout only widens",
+        ),
     ];
     for (flag, value, allowed) in cases {
         let output = Command::new(ROTA)

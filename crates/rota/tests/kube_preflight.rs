@@ -328,3 +328,77 @@ async fn an_agent_refused_by_an_api_server_that_is_not_ready_waits_until_it_is()
     );
     scope.cleanup().await
 }
+
+/// A `--group-by` label that no Node carries (a typo, or a label of another cluster) would
+/// put every node in no group, and the groups' limits would hold nobody: the agent stops at
+/// start with one line naming the flag, the label and what is allowed. A label that another
+/// Node carries is only warned about: a fleet may mix pools.
+#[tokio::test]
+async fn a_group_by_label_that_no_node_carries_stops_the_agent_naming_it() -> Result<()> {
+    let Some(env) = env() else {
+        return Ok(());
+    };
+    let scope = env.scope("kube-group-by").await?;
+    rota_e2e::fleet::install_crd(scope.client()).await?;
+    let mut nodes = scope.create_ready_nodes(2).await?;
+    let (node, other) = (nodes.remove(0), nodes.remove(0));
+    let dir = tempfile::tempdir()?;
+    let absent = format!("{}.example/no-such-pool", scope.id());
+    let out = agent(
+        env.kubeconfig(),
+        dir.path(),
+        &node,
+        &["--namespace", scope.namespace(), "--group-by", &absent],
+    )
+    .await?;
+    let line = error_line(&out)?;
+    for expected in [
+        format!("--group-by {absent}: no Node carries the label {absent}"),
+        "give a label the Nodes carry, such as topology.kubernetes.io/zone".to_owned(),
+    ] {
+        ensure!(line.contains(&expected), "no {expected:?} in: {line}");
+    }
+    let written = Api::<RotaNode>::all(scope.client()).get_opt(&node).await?;
+    ensure!(written.is_none(), "the agent wrote its RotaNode");
+
+    // Once another Node carries it, this one's agent starts, in no group.
+    let pool = format!("{}.example/pool", scope.id());
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(scope.client());
+    let label = serde_json::json!({"metadata": {"labels": {&pool: "gpu"}}});
+    nodes
+        .patch(
+            &other,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&label),
+        )
+        .await?;
+    let dir = tempfile::tempdir()?;
+    let (kubeconfig, root) = (path(env.kubeconfig())?, path(dir.path())?);
+    let mut started = tokio::process::Command::new(ROTA)
+        .args(["agent", "--store", "kube", "--node-actions", "kube"])
+        .args([
+            "--kubeconfig",
+            kubeconfig,
+            "--host-root",
+            root,
+            "--node",
+            &node,
+        ])
+        .args(["--start-jitter", "0s", "--namespace", scope.namespace()])
+        .args(["--group-by", &pool])
+        .kill_on_drop(true)
+        .spawn()?;
+    wait_for("the agent's RotaNode", PATIENCE, || async {
+        Ok(Api::<RotaNode>::all(scope.client())
+            .get_opt(&node)
+            .await?
+            .map(|_| ()))
+    })
+    .await?;
+    ensure!(
+        started.try_wait()?.is_none(),
+        "the agent stopped though another Node carries the label"
+    );
+    started.kill().await?;
+    scope.cleanup().await
+}

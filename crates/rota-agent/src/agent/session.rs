@@ -161,6 +161,9 @@ impl Agent {
             warn!(from = %settings.rollout, to = %rollout, "changing the fleet's rollout");
             self.store.set(Setting::Rollout(rollout)).await?;
         }
+        if let Some(groups) = &config.group_rules {
+            groups.check(config.concurrency.or(settings.concurrency).unwrap_or(1))?;
+        }
         if let Some(groups) = &config.group_rules
             && *groups != settings.groups
         {

@@ -24,7 +24,7 @@ pub mod fleetlock;
 mod kube_drain;
 mod mop;
 mod operator;
-mod parse;
+pub(crate) mod parse;
 pub mod scheduler;
 mod simulate;
 

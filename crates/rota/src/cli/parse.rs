@@ -151,6 +151,23 @@ pub(super) fn group_limit(value: &str) -> Result<String, String> {
         .map_err(|e| format!("{e}; as a flag: N for every group or NAME=N, such as 1 or zone-a=2"))
 }
 
+/// The groups' rules of `--group-limit`s (each already read by [`group_limit`]) and
+/// `--groups-in-turn`; `None` when neither is given (the stored rules stand).
+pub(crate) fn group_rules(limits: &[String], in_turn: bool) -> Option<GroupRules> {
+    if limits.is_empty() && !in_turn {
+        return None;
+    }
+    let mut rules = GroupRules {
+        in_turn,
+        ..GroupRules::default()
+    };
+    for part in limits {
+        // The flag's parser already refused a part that does not read.
+        let _ = rules.add(part);
+    }
+    Some(rules)
+}
+
 pub(super) fn batches(value: &str) -> Result<Batches, String> {
     value
         .parse()
