@@ -158,13 +158,16 @@ impl Serialize for RotaNodeStatus {
     }
 }
 
-/// One step of the node's lifecycle: the state it entered, and when.
+/// One step of the node's lifecycle: the state it entered, and when; with what last held the
+/// node back in it, if anything did.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct StepStatus {
     #[schemars(schema_with = "node_state_schema")]
     pub state: NodeState,
     pub at: Timestamp,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]

@@ -118,6 +118,7 @@ pub fn step_record(node: &NodeName, s: &StepStatus) -> StepRecord {
         node: node.clone(),
         state: s.state,
         at: s.at.0,
+        note: s.note.clone(),
     }
 }
 
@@ -166,11 +167,19 @@ pub fn apply(
 ) -> Persisted {
     let record = &applied.after.record;
     let released = status.slot.is_some() && record.slot.is_none();
+    let blocked = record.blocked.as_ref().map(|b| &b.reason);
     if record.state != status.state || record.since != status.since.0 {
         status.steps.push(StepStatus {
             state: record.state,
             at: Timestamp(record.since),
+            note: blocked.cloned(),
         });
+    } else if let Some(reason) = blocked
+        && status.blocked.as_ref().map(|b| &b.reason) != Some(reason)
+        && let Some(step) = status.steps.last_mut()
+    {
+        // As the SQL stores' steps_note: the step keeps what last held the node back in it.
+        step.note = Some(reason.clone());
     }
     set_record(status, record);
     status.requests = applied

@@ -14,7 +14,7 @@ pub(crate) fn history_sql(part: Part, filter: &HistoryFilter) -> Option<String> 
             "id, node, process, event, at, cause, slot, released",
             "history",
         ),
-        Part::Steps => ("node, state, at", "steps"),
+        Part::Steps => ("node, state, at, note", "steps"),
         Part::Audit if filter.event.is_some() => return None,
         Part::Audit => ("at, command, node, process, by, reason", "audit_records"),
         Part::Requests => ("id, node, process, source, created_at, state", "requests"),

@@ -55,6 +55,9 @@ pub struct StepRecord {
     pub node: NodeName,
     pub state: NodeState,
     pub at: Millis,
+    /// What last held the node back in this step, if anything did: a blocker or the pause
+    /// while queued, the pods a drain waits for (the node's `blocked` reason, kept).
+    pub note: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -253,6 +253,7 @@ pub(crate) fn step_record(row: &impl SqlRow) -> Result<StepRecord> {
         node: parse("steps.node", row.column("node")?)?,
         state: parse("steps.state", row.column("state")?)?,
         at: row.column("at")?,
+        note: row.column("note")?,
     })
 }
 

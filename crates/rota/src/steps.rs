@@ -31,6 +31,10 @@ pub struct StepRow {
     pub duration_ms: Option<Millis>,
     /// The node is still in this state (or its agent died in it): no later step is known.
     pub ongoing: bool,
+    /// What last held the node back in this step (a blocker, the pause, pods a drain waited
+    /// for), if anything did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     #[serde(skip)]
     at_millis: Millis,
 }
@@ -131,6 +135,7 @@ pub fn report(records: &[StepRecord], entries: &[HistoryEntry], until: Millis) -
             at: output::rfc3339(record.at),
             duration_ms: next.map(|n| n.at.saturating_sub(record.at)),
             ongoing,
+            note: record.note.clone(),
             at_millis: record.at,
         });
     }
@@ -182,7 +187,7 @@ pub fn render_table(report: &StepsReport) -> String {
         return "no steps match\n".to_owned();
     }
     let steps = output::table(
-        &["AT", "NODE", "STEP", "FOR"],
+        &["AT", "NODE", "STEP", "FOR", "HELD BY"],
         report.steps.iter().map(|s| {
             let stayed = match (s.duration_ms, s.ongoing) {
                 (Some(ms), _) => duration(ms),
@@ -194,6 +199,7 @@ pub fn render_table(report: &StepsReport) -> String {
                 s.node.to_string(),
                 s.state.to_string(),
                 stayed,
+                s.note.clone().unwrap_or_default(),
             ]
         }),
     );
@@ -250,6 +256,7 @@ mod tests {
             node: NodeName::new(node).expect("valid"),
             state,
             at,
+            note: None,
         }
     }
 
@@ -257,7 +264,10 @@ mod tests {
         use NodeState::{Draining, Idle, Maintaining, Queued, Rebooting, Verifying};
         vec![
             step("node-a", Queued, T),
-            step("node-a", Draining, T + 2_000),
+            StepRecord {
+                note: Some("the drain is held: waiting for 1 pod to complete: ci/job-x".into()),
+                ..step("node-a", Draining, T + 2_000)
+            },
             step("node-a", Maintaining, T + 14_000),
             step("node-a", Rebooting, T + 15_000),
             step("node-a", Verifying, T + 95_000),

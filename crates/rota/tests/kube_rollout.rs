@@ -16,10 +16,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use anyhow::{Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::DeleteParams;
-use rota_core::{HistoryEvent, NodeState, Process};
+use rota_core::{HistoryEvent, NodeName, NodeState, Process};
 use rota_e2e::fleet::{DisruptionWatch, Fleet, FleetOptions};
 use rota_e2e::testenv;
-use rota_store::{HistoryEntry, StoreExt, now_millis};
+use rota_store::{HistoryEntry, HistoryFilter, StoreExt, now_millis};
 use rota_store_kube::KubeStore;
 
 mod kube_common;
@@ -223,6 +223,21 @@ async fn a_wait_completed_pod_past_its_timeout_fails_the_window_naming_it() -> R
         record.blocked.is_none(),
         "the wait is still shown after the drain: {:?}",
         record.blocked
+    );
+    // The window's draining step keeps what it waited for (rota history --steps, HELD BY).
+    let steps = store
+        .steps(&HistoryFilter {
+            node: Some(NodeName::new(node.as_str())?),
+            ..HistoryFilter::default()
+        })
+        .await?;
+    let draining = steps
+        .iter()
+        .rfind(|s| s.state == NodeState::Draining)
+        .and_then(|s| s.note.clone());
+    ensure!(
+        draining == Some(format!("the drain is held: {waiting}")),
+        "the draining step's note: {draining:?} in {steps:?}"
     );
     let after = scope.pods().get("ci-0").await?;
     ensure!(

@@ -153,18 +153,21 @@ CREATE TABLE audit_records (
 -- trigger in the same transaction as the state change, so every write that moves a node (a
 -- transition, an operator's unlock or retry, a failed procedure) records its step with no
 -- statement or round trip of its own. Bounded: a node keeps its last 500 steps (about 80
--- windows).
+-- windows). A step's note is what last held the node back in it (`blocked_reason`), kept after
+-- it clears.
 CREATE TABLE steps (
     id    BIGSERIAL PRIMARY KEY,
     node  TEXT   NOT NULL,
     state TEXT   NOT NULL,
-    at    BIGINT NOT NULL
+    at    BIGINT NOT NULL,
+    note  TEXT
 );
 CREATE INDEX steps_node ON steps (node, id);
 
 CREATE FUNCTION rota_record_step() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO steps (node, state, at) VALUES (NEW.node, NEW.state, NEW.since);
+    INSERT INTO steps (node, state, at, note)
+    VALUES (NEW.node, NEW.state, NEW.since, NEW.blocked_reason);
     DELETE FROM steps WHERE node = NEW.node AND id <= (
         SELECT s.id FROM steps s WHERE s.node = NEW.node ORDER BY s.id DESC OFFSET 500 LIMIT 1
     );
@@ -174,3 +177,16 @@ END $$;
 CREATE TRIGGER steps_record AFTER UPDATE OF state ON nodes
 FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state)
 EXECUTE FUNCTION rota_record_step();
+
+CREATE FUNCTION rota_note_step() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE steps SET note = NEW.blocked_reason
+    WHERE id = (SELECT max(s.id) FROM steps s WHERE s.node = NEW.node);
+    RETURN NULL;
+END $$;
+
+-- Disjoint from steps_record (the same state): the two never depend on each other's order.
+CREATE TRIGGER steps_note AFTER UPDATE OF blocked_reason ON nodes
+FOR EACH ROW WHEN (OLD.state IS NOT DISTINCT FROM NEW.state AND NEW.blocked_reason IS NOT NULL
+    AND NEW.blocked_reason IS DISTINCT FROM OLD.blocked_reason)
+EXECUTE FUNCTION rota_note_step();

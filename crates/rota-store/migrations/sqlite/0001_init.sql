@@ -116,19 +116,31 @@ CREATE TABLE audit_records (
 -- trigger in the same transaction as the state change, so every write that moves a node
 -- (an agent's transition, an operator's unlock or retry, a failed procedure) records its step
 -- without a statement of its own. Bounded: a node keeps its last 500 steps (about 80 windows).
+-- A step's note is what last held the node back in it (`blocked_reason`), kept after it clears.
 CREATE TABLE steps (
     id    INTEGER PRIMARY KEY,
     node  TEXT    NOT NULL,
     state TEXT    NOT NULL,
-    at    INTEGER NOT NULL
+    at    INTEGER NOT NULL,
+    note  TEXT
 );
 CREATE INDEX steps_node ON steps (node, id);
 
 CREATE TRIGGER steps_record AFTER UPDATE OF state ON nodes
 WHEN OLD.state IS NOT NEW.state
 BEGIN
-    INSERT INTO steps (node, state, at) VALUES (NEW.node, NEW.state, NEW.since);
+    INSERT INTO steps (node, state, at, note)
+    VALUES (NEW.node, NEW.state, NEW.since, NEW.blocked_reason);
     DELETE FROM steps WHERE node = NEW.node AND id <= (
         SELECT id FROM steps WHERE node = NEW.node ORDER BY id DESC LIMIT 1 OFFSET 500
     );
+END;
+
+-- Disjoint from steps_record (the same state): the two never depend on each other's order.
+CREATE TRIGGER steps_note AFTER UPDATE OF blocked_reason ON nodes
+WHEN OLD.state IS NEW.state AND NEW.blocked_reason IS NOT NULL
+    AND NEW.blocked_reason IS NOT OLD.blocked_reason
+BEGIN
+    UPDATE steps SET note = NEW.blocked_reason
+    WHERE id = (SELECT max(id) FROM steps WHERE node = NEW.node);
 END;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use rota_core::{HistoryEvent, NodeState};
 
 use super::{enqueue, fail_closed, finish_window, node, open_window, session};
-use crate::model::{HistoryFilter, now_millis};
+use crate::model::{Blocked, HistoryFilter, now_millis};
 use crate::store::{Store, StoreExt};
 
 pub async fn history_is_ordered_and_filterable(store: Arc<dyn Store>) {
@@ -165,4 +165,62 @@ pub async fn steps_record_every_state_a_node_enters(store: Arc<dyn Store>) {
         .await
         .expect("filter by time");
     assert!(later.is_empty());
+}
+
+/// A step keeps what last held the node back in it: a blocker while queued, the pods its drain
+/// waited for. Clearing the reason keeps the note; the next step starts without one.
+pub async fn a_step_keeps_what_held_the_node_back(store: Arc<dyn Store>) {
+    store.set_concurrency(1).await.expect("set concurrency");
+    let a = session(&*store, "a").await;
+    enqueue(&*store, &a, now_millis() - 1000).await;
+    let blocked = |reason: &str| Blocked {
+        reason: reason.to_owned(),
+        since: now_millis(),
+    };
+    for reason in ["paused", "blocked by pods: monitoring/prometheus-0"] {
+        store
+            .set_blocked(&a, Some(&blocked(reason)))
+            .await
+            .expect("blocked");
+    }
+    store.set_blocked(&a, None).await.expect("cleared");
+    assert!(
+        store
+            .try_acquire_slot(&a)
+            .await
+            .expect("grant")
+            .slot()
+            .is_some()
+    );
+    open_window(&*store, &a).await;
+    let held = "the drain is held: waiting for 1 pod to complete: ci/job-x";
+    store
+        .set_blocked(&a, Some(&blocked(held)))
+        .await
+        .expect("drain held");
+    store.set_blocked(&a, None).await.expect("drain done");
+    finish_window(&*store, &a).await;
+
+    let steps = store
+        .steps(&HistoryFilter {
+            node: Some(node("a")),
+            ..HistoryFilter::default()
+        })
+        .await
+        .expect("steps");
+    let notes: Vec<(NodeState, Option<&str>)> =
+        steps.iter().map(|s| (s.state, s.note.as_deref())).collect();
+    assert_eq!(
+        notes,
+        [
+            (
+                NodeState::Queued,
+                Some("blocked by pods: monitoring/prometheus-0")
+            ),
+            (NodeState::Draining, Some(held)),
+            (NodeState::Maintaining, None),
+            (NodeState::Verifying, None),
+            (NodeState::Idle, None),
+        ]
+    );
 }

@@ -48,6 +48,7 @@ macro_rules! conformance_tests {
             backoff_follows_the_policy_and_success_clears_it,
             history_is_ordered_and_filterable,
             steps_record_every_state_a_node_enters,
+            a_step_keeps_what_held_the_node_back,
             slots_are_granted_in_queue_order,
             a_new_concurrency_is_obeyed_at_once,
             unlock_frees_a_failed_node,

@@ -35,7 +35,8 @@ pub use self::failures::{
 };
 pub use self::groups::slot_groups_keep_their_limits_and_go_in_turn;
 pub use self::history::{
-    history_is_ordered_and_filterable, steps_record_every_state_a_node_enters,
+    a_step_keeps_what_held_the_node_back, history_is_ordered_and_filterable,
+    steps_record_every_state_a_node_enters,
 };
 pub use self::pause::{
     pause_is_recorded_and_resume_wakes_every_waiter, resume_starts_a_new_rollout,
