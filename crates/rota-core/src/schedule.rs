@@ -86,8 +86,8 @@ pub struct Limits {
     pub each_group: Option<u32>,
     /// One group at a time.
     pub in_turn: bool,
-    /// The concurrency is a rollout's width that widens as windows end: an end may let more
-    /// than one waiter go, so a waiter is told to look again at every change.
+    /// The concurrency is a rollout's width that widens as windows end (see
+    /// [`Limits::counts_handoffs`]).
     pub widens: bool,
 }
 
@@ -98,6 +98,14 @@ impl Limits {
             concurrency,
             ..Limits::default()
         }
+    }
+
+    /// Whether a waiter's turn can be counted in the fleet's handoffs: every end frees one
+    /// slot for the first waiter that may take it. Not when the width widens (an end may let
+    /// several go), nor with groups' rules (an end frees a slot for its own group first, and a
+    /// waiter of another group would sleep through it): waiters then look at every change.
+    pub fn counts_handoffs(&self) -> bool {
+        !self.widens && !self.in_turn && self.groups.is_empty() && self.each_group.is_none()
     }
 
     /// The limit of `group`, if it has one.
@@ -208,7 +216,7 @@ pub fn schedule(queue: &[Waiter], held: &[Held], limits: &Limits, now: Millis) -
                 Turn::Granted(slot)
             }
             _ if group_full => Turn::Wait { changes: 1 },
-            _ if limits.widens => Turn::Wait { changes: 1 },
+            _ if !limits.counts_handoffs() => Turn::Wait { changes: 1 },
             _ => {
                 let granted = i64::try_from(schedule.grants.len()).unwrap_or(i64::MAX);
                 let changes = ahead + granted + 1 - free_at_start;

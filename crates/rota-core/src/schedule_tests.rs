@@ -158,7 +158,7 @@ fn a_full_group_waits_without_holding_up_other_groups() {
             Turn::Granted(1),
             Turn::Granted(2),
             wait(1),
-            wait(2)
+            wait(1)
         ]
     );
     // A group filled by this schedule's own grants.
@@ -178,6 +178,33 @@ fn a_full_group_waits_without_holding_up_other_groups() {
     ];
     let got = turns(&queue, &held, &limits_of(5, "g", 1), &["g1", "h1", "h2"]);
     assert_eq!(got, [wait(1), Turn::Granted(2), Turn::Granted(3)]);
+}
+
+/// With groups' rules a waiter cannot count its turn in the fleet's handoffs: here `w` is third
+/// in line, but the second end goes to it, not to `z0b`, whose group the first end's grant
+/// filled. Told to wait for three changes, it slept through its turn.
+#[test]
+fn with_groups_every_waiter_looks_again_at_each_change() {
+    let queue = [
+        in_group("z0a", 1, "z0"),
+        in_group("z0b", 2, "z0"),
+        waiter("w", 3),
+    ];
+    let limits = limits_of(2, "z0", 1);
+    assert!(!limits.counts_handoffs());
+    let got = turns(&queue, &[held(0), held(1)], &limits, &["z0a", "z0b", "w"]);
+    assert_eq!(got, [wait(1), wait(1), wait(1)]);
+    // After the first end: z0a takes it, and w is next, whatever its count said.
+    let got = turns(
+        &queue[1..],
+        &[held(0), held_in(1, "z0")],
+        &limits,
+        &["z0b", "w"],
+    );
+    assert_eq!(got, [wait(1), wait(1)]);
+    let got = turns(&queue[1..], &[held_in(1, "z0")], &limits, &["z0b", "w"]);
+    assert_eq!(got, [wait(1), Turn::Granted(0)]);
+    assert!(Limits::fleet(2).counts_handoffs());
 }
 
 fn limits_of(concurrency: u32, group: &str, limit: u32) -> Limits {
@@ -584,9 +611,10 @@ fn groups_in_turn_finish_one_group_before_the_next_starts() {
     // name, before zone-a.
     let got = turns(&queue, &[], &limits, &names);
     assert_eq!(got, [wait(1), wait(1), wait(1), wait(1), Turn::Granted(0)]);
-    // zone-a holds a slot: zone-a goes on, zone-b (first in the queue) waits.
+    // zone-a holds a slot: zone-a goes on, zone-b (first in the queue) waits; with groups'
+    // rules every waiter looks again at the next change.
     let got = turns(&queue, &[held_in(0, "zone-a")], &limits, &names);
-    assert_eq!(got, [wait(1), Turn::Granted(1), wait(1), wait(2), wait(1)]);
+    assert_eq!(got, [wait(1), Turn::Granted(1), wait(1), wait(1), wait(1)]);
     // Without the node of no group and nothing held, zone-a starts before zone-b.
     let got = turns(&queue[..4], &[], &limits, &names[..4]);
     assert_eq!(got, [wait(1), Turn::Granted(0), Turn::Granted(1), wait(1)]);
