@@ -77,8 +77,12 @@ impl Cluster {
     }
 
     /// Creates the namespace (which must not exist), the CRD if missing, `nodes` Nodes with a
-    /// pod each, waits until kwok runs them, and connects the store.
-    pub(crate) async fn prepare(&mut self, nodes: usize) -> Result<Fleet> {
+    /// pod each (each labelled with its zone, with `zones`), waits until kwok runs them, and connects the store.
+    pub(crate) async fn prepare(
+        &mut self,
+        nodes: usize,
+        zones: Option<&crate::Zones>,
+    ) -> Result<Fleet> {
         self.create_namespace().await?;
         install_crd(self.client.clone()).await?;
         let width = nodes.to_string().len();
@@ -92,7 +96,8 @@ impl Cluster {
         let this = &*self;
         stream::iter(names.iter().enumerate())
             .map(|(i, name)| async move {
-                this.create_node(name.as_str()).await?;
+                this.create_node(name.as_str(), zones.map(|zones| zones.of(i)))
+                    .await?;
                 this.create_pod(&format!("work-{i:0width$}"), name.as_str())
                     .await
             })
@@ -181,7 +186,7 @@ impl Cluster {
         Ok(())
     }
 
-    async fn create_node(&self, name: &str) -> Result<()> {
+    async fn create_node(&self, name: &str, zone: Option<String>) -> Result<()> {
         let resources = BTreeMap::from([
             ("cpu".to_string(), Quantity("32".into())),
             ("memory".to_string(), Quantity("256Gi".into())),
@@ -190,11 +195,16 @@ impl Cluster {
         let node = Node {
             metadata: ObjectMeta {
                 name: Some(name.to_string()),
-                labels: Some(BTreeMap::from([
-                    (RUN_LABEL.to_string(), self.namespace.clone()),
-                    ("kubernetes.io/hostname".to_string(), name.to_string()),
-                    ("type".to_string(), "kwok".to_string()),
-                ])),
+                labels: Some(
+                    [
+                        (RUN_LABEL.to_string(), self.namespace.clone()),
+                        ("kubernetes.io/hostname".to_string(), name.to_string()),
+                        ("type".to_string(), "kwok".to_string()),
+                    ]
+                    .into_iter()
+                    .chain(zone.map(|zone| (crate::ZONE_LABEL.to_string(), zone)))
+                    .collect(),
+                ),
                 annotations: Some(BTreeMap::from([(
                     KWOK_ANNOTATION.0.to_string(),
                     KWOK_ANNOTATION.1.to_string(),

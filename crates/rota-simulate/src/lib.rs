@@ -22,6 +22,7 @@ pub mod metrics;
 mod plan_check;
 mod postgres_counters;
 mod summary;
+mod zones;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -52,6 +53,7 @@ pub use crate::plan_check::PlanCheck;
 use crate::postgres_counters::{PgObserver, agents_url};
 pub use crate::postgres_counters::{PostgresPhase, PostgresSummary};
 use crate::summary::{Ended, outcome, summarize};
+pub use crate::zones::{ZONE_LABEL, Zones, ideal_rounds};
 
 /// Where simulated host roots go when it exists: like a real host's /run, a tmpfs.
 const TMPFS: &str = "/dev/shm";
@@ -129,6 +131,8 @@ pub struct Options {
     /// The rollout's batches every agent configures (`--batches`); `None`: the whole
     /// concurrency at once.
     pub batches: Option<rota_core::Batches>,
+    /// The nodes spread over zones, each zone a slot group (`--zones`).
+    pub zones: Option<Zones>,
 }
 
 /// The store to run against.
@@ -254,10 +258,27 @@ pub struct Summary {
     /// How the rollout kept to `rota plan`'s forecast (`--plan`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plan: Option<PlanCheck>,
+    /// How the zones went (`--zones`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zones: Option<ZonesSummary>,
+}
+
+/// The zones of a run, from the store's history.
+#[derive(Clone, Debug, Serialize)]
+pub struct ZonesSummary {
+    pub count: u32,
+    /// The groups' rules, as stored (`*=2`, `in-turn`).
+    pub rules: String,
+    /// Each zone's most windows open at once.
+    pub max_concurrent: BTreeMap<String, usize>,
+    /// The most zones with a window open at once.
+    pub max_zones_at_once: usize,
 }
 
 struct Node {
     name: NodeName,
+    /// Its zone, with `--zones`.
+    zone: Option<String>,
     root: PathBuf,
     boots: u32,
     agent: Option<(CancellationToken, JoinHandle<rota_agent::Result<()>>)>,
@@ -269,6 +290,13 @@ fn node_config(node: &Node, options: &Options, fleet: &Fleet) -> AgentConfig {
     config.boot_id_file = node.root.join("boot_id");
     config.concurrency = Some(options.concurrency);
     config.batches.clone_from(&options.batches);
+    if let (Some(zones), Some(zone)) = (&options.zones, &node.zone) {
+        config.group_by = Some(ZONE_LABEL.to_owned());
+        config
+            .node_labels
+            .insert(ZONE_LABEL.to_owned(), zone.clone());
+        config.group_rules = Some(zones.rules.clone());
+    }
     config.reboot_timeout = options.maintenance_time * 10 + Duration::from_secs(60);
     config.store_poll = if options.handle_per_agent {
         fleet.own_handle_store_poll
@@ -353,6 +381,25 @@ pub async fn run(
     if options.concurrency == 0 {
         return Err(Error::Invalid("--concurrency must be at least 1".into()));
     }
+    if let Some(zones) = &options.zones {
+        if zones.count as usize > options.nodes {
+            return Err(Error::Invalid(format!(
+                "--zones {}: more zones than the {} nodes; at most one zone per node",
+                zones.count, options.nodes
+            )));
+        }
+        zones
+            .rules
+            .check(options.concurrency)
+            .map_err(|e| Error::Invalid(format!("--group-limit {e}")))?;
+        if ideal_rounds(options.nodes, options.concurrency, Some(zones)) == usize::MAX {
+            return Err(Error::Invalid(format!(
+                "--group-limit with a limit of 0 holds a zone back for ever ({}); a zone's limit \
+                 in a simulation is at least 1",
+                zones.rules
+            )));
+        }
+    }
     if let Some(url) = &options.etcd_metrics {
         if !matches!(options.store, StoreChoice::Kube(_)) {
             return Err(Error::Invalid(format!(
@@ -407,7 +454,7 @@ pub async fn run(
             // Creating a large fleet takes a while: an interrupted one is deleted as far as
             // it got.
             let prepared = tokio::select! {
-                prepared = cluster.prepare(options.nodes) => prepared,
+                prepared = cluster.prepare(options.nodes, options.zones.as_ref()) => prepared,
                 () = interrupt.cancelled() => Err(Error::Interrupted),
             };
             let result = match prepared {
@@ -463,6 +510,11 @@ async fn simulate(
         .map_err(Error::TempDir)?;
     let store = fleet.store.clone();
     store.set_concurrency(options.concurrency).await?;
+    if let Some(zones) = &options.zones {
+        store
+            .set(rota_store::Setting::Groups(zones.rules.clone()))
+            .await?;
+    }
     let handles = options
         .handle_per_agent
         .then(|| Arc::new(Handles::new(fleet.opener.clone())));
@@ -474,6 +526,7 @@ async fn simulate(
         prepare_root(i, &root)?;
         nodes.push(Node {
             name,
+            zone: options.zones.as_ref().map(|zones| zones.of(i)),
             root,
             boots: 0,
             agent: None,
@@ -503,7 +556,7 @@ async fn simulate(
         };
         node.agent = Some((cancel, tokio::spawn(agent)));
     };
-    let rounds = options.nodes.div_ceil(options.concurrency as usize);
+    let rounds = ideal_rounds(options.nodes, options.concurrency, options.zones.as_ref());
     let ideal = options.maintenance_time * u32::try_from(rounds).unwrap_or(u32::MAX);
     let harness_reads = Arc::new(AtomicU64::new(0));
     let rollout = async {

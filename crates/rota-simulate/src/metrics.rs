@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use rota_core::HistoryEvent;
+use rota_core::{HistoryEvent, NodeName};
 use rota_store::{HistoryEntry, Millis};
 
 /// The most nodes that were inside a maintenance window at once: a window opens at a node's
@@ -21,6 +21,36 @@ pub fn max_concurrent(history: &[HistoryEntry]) -> usize {
         }
     }
     max
+}
+
+/// The most windows open at once in each group (`group_of` a node's group; a node in none is
+/// left out), and the most groups with a window open at once; windows as [`max_concurrent`]
+/// counts them.
+pub fn max_concurrent_by_group(
+    history: &[HistoryEntry],
+    group_of: &BTreeMap<NodeName, String>,
+) -> (BTreeMap<String, usize>, usize) {
+    let mut open: BTreeMap<&str, BTreeSet<&NodeName>> = BTreeMap::new();
+    let mut peaks: BTreeMap<String, usize> = BTreeMap::new();
+    let mut groups_at_once = 0;
+    for entry in history {
+        let Some(group) = group_of.get(&entry.node) else {
+            continue;
+        };
+        let members = open.entry(group).or_default();
+        if entry.event == HistoryEvent::Started {
+            members.insert(&entry.node);
+        }
+        let peak = peaks.entry(group.clone()).or_insert(0);
+        *peak = (*peak).max(members.len());
+        groups_at_once = groups_at_once.max(open.values().filter(|m| !m.is_empty()).count());
+        if entry.released
+            && let Some(members) = open.get_mut(group.as_str())
+        {
+            members.remove(&entry.node);
+        }
+    }
+    (peaks, groups_at_once)
 }
 
 /// Window openings, in time order (a node's first `started` while it has no window open).
@@ -98,6 +128,39 @@ mod tests {
             slot: Some(0),
             released,
         }
+    }
+
+    #[test]
+    fn each_groups_windows_are_counted_apart_and_the_groups_out_together() {
+        use HistoryEvent::{Finished, Started};
+        let group_of: BTreeMap<NodeName, String> = [("a", "z0"), ("b", "z0"), ("c", "z1")]
+            .into_iter()
+            .map(|(n, g)| (NodeName::new(n).expect("name"), g.to_owned()))
+            .collect();
+        let history = vec![
+            entry(1, "a", Started, 0, false),
+            entry(2, "c", Started, 1, false),
+            entry(3, "a", Finished, 2, true),
+            entry(4, "b", Started, 3, false),
+            entry(5, "c", Finished, 4, true),
+            entry(6, "b", Finished, 5, true),
+            // A node in no group is left out.
+            entry(7, "x", Started, 6, false),
+        ];
+        let (peaks, together) = max_concurrent_by_group(&history, &group_of);
+        assert_eq!(
+            peaks,
+            BTreeMap::from([("z0".to_owned(), 1), ("z1".to_owned(), 1)])
+        );
+        assert_eq!(together, 2);
+        let overlapping = vec![
+            entry(1, "a", Started, 0, false),
+            entry(2, "b", Started, 1, false),
+            entry(3, "a", Finished, 2, true),
+        ];
+        let (peaks, together) = max_concurrent_by_group(&overlapping, &group_of);
+        assert_eq!(peaks.get("z0"), Some(&2));
+        assert_eq!(together, 1);
     }
 
     #[test]

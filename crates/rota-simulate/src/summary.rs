@@ -9,7 +9,7 @@ use rota_core::{HistoryEvent, NodeName, NodeState};
 use rota_store::{HistoryFilter, Millis, NodeRecord, Store, StoreExt};
 
 use crate::counters::Counted;
-use crate::{Fleet, Options, Result, Summary, TrafficSummary, metrics};
+use crate::{Fleet, Options, Result, Summary, TrafficSummary, ZonesSummary, metrics};
 
 /// How the rollout ended, as the harness saw it.
 pub(crate) struct Ended {
@@ -120,5 +120,21 @@ pub(crate) async fn summarize(
             .forecast
             .as_ref()
             .map(|(made, forecast)| crate::plan_check::check(started, *made, forecast, &history)),
+        zones: options.zones.as_ref().map(|zones| {
+            let zone_of: BTreeMap<NodeName, String> = fleet
+                .names
+                .iter()
+                .enumerate()
+                .map(|(i, name)| (name.clone(), zones.of(i)))
+                .collect();
+            let (max_concurrent, max_zones_at_once) =
+                metrics::max_concurrent_by_group(&history, &zone_of);
+            ZonesSummary {
+                count: zones.count,
+                rules: zones.rules.to_string(),
+                max_concurrent,
+                max_zones_at_once,
+            }
+        }),
     })
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use rota_simulate::{Options, StoreChoice, run};
+use rota_simulate::{Options, StoreChoice, Zones, run};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -19,6 +19,7 @@ async fn every_node_reboots_once_and_never_more_than_k_at_once() {
             etcd_metrics: None,
             plan: false,
             batches: None,
+            zones: None,
         },
         &CancellationToken::new(),
         |_, _| {},
@@ -63,6 +64,7 @@ async fn zero_nodes_or_zero_concurrency_is_refused() {
                 etcd_metrics: None,
                 plan: false,
                 batches: None,
+                zones: None,
             },
             &CancellationToken::new(),
             |_, _| {},
@@ -70,5 +72,80 @@ async fn zero_nodes_or_zero_concurrency_is_refused() {
         .await
         .expect_err("refused");
         assert!(err.to_string().contains("at least 1"), "{err}");
+    }
+}
+
+fn zoned(nodes: usize, concurrency: u32, zones: u32, rules: &str) -> Options {
+    Options {
+        nodes,
+        concurrency,
+        maintenance_time: Duration::from_millis(300),
+        store: StoreChoice::Temporary,
+        session_ttl: None,
+        handle_per_agent: false,
+        idle: Duration::ZERO,
+        etcd_metrics: None,
+        plan: false,
+        batches: None,
+        zones: Some(Zones {
+            count: zones,
+            rules: rules.parse().expect("rules"),
+        }),
+    }
+}
+
+/// Each zone's limit and the fleet's concurrency hold at every instant of the store's
+/// history, and both are used: zones of three nodes, one out per zone, three zones beside each
+/// other under a concurrency of four.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_zone_keeps_its_limit_and_the_fleet_its_concurrency() {
+    let summary = run(zoned(9, 4, 3, "*=1"), &CancellationToken::new(), |_, _| {})
+        .await
+        .expect("simulation runs");
+    assert_eq!((summary.completed, summary.failed), (9, 0), "{summary:?}");
+    let zones = summary.zones.as_ref().expect("the zones' summary");
+    assert_eq!(zones.rules, "*=1");
+    assert_eq!(
+        zones.max_concurrent.values().copied().collect::<Vec<_>>(),
+        [1, 1, 1],
+        "one node out per zone, in each zone: {summary:?}"
+    );
+    assert_eq!(summary.max_concurrent, 3, "{summary:?}");
+    assert_eq!(zones.max_zones_at_once, 3, "{summary:?}");
+    // Three rounds, each zone's three nodes one after another.
+    assert!((summary.ideal_s - 0.9).abs() < 1e-9, "{summary:?}");
+}
+
+/// Zones in turn: never two zones out at once, and each zone as wide as the concurrency.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zones_in_turn_never_overlap() {
+    let summary = run(
+        zoned(6, 2, 3, "in-turn"),
+        &CancellationToken::new(),
+        |_, _| {},
+    )
+    .await
+    .expect("simulation runs");
+    assert_eq!((summary.completed, summary.failed), (6, 0), "{summary:?}");
+    let zones = summary.zones.as_ref().expect("the zones' summary");
+    assert_eq!(zones.max_zones_at_once, 1, "{summary:?}");
+    assert_eq!(summary.max_concurrent, 2, "{summary:?}");
+}
+
+#[tokio::test]
+async fn zones_that_cannot_be_kept_are_refused_naming_the_flag() {
+    let cases = [
+        (
+            zoned(6, 2, 3, "*=3"),
+            "--group-limit *=3 is above the concurrency of 2",
+        ),
+        (zoned(2, 2, 3, ""), "--zones 3: more zones than the 2 nodes"),
+        (zoned(6, 2, 3, "zone-1=0"), "holds a zone back for ever"),
+    ];
+    for (options, refusal) in cases {
+        let err = run(options, &CancellationToken::new(), |_, _| {})
+            .await
+            .expect_err("refused");
+        assert!(err.to_string().contains(refusal), "{err}");
     }
 }

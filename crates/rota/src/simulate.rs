@@ -53,6 +53,25 @@ pub fn render(summary: &Summary) -> String {
         w50 = summary.window_p50_ms,
         w99 = summary.window_p99_ms,
     );
+    if let Some(zones) = &summary.zones {
+        let each: Vec<String> = zones
+            .max_concurrent
+            .iter()
+            .map(|(zone, max)| format!("{zone} {max}"))
+            .collect();
+        text.push_str(&format!(
+            "\n{count} zones ({rules}): at most out at once in each zone: {each}; at most \
+             {together} zones out at once",
+            count = zones.count,
+            rules = if zones.rules.is_empty() {
+                "no limits"
+            } else {
+                &zones.rules
+            },
+            each = each.join(", "),
+            together = zones.max_zones_at_once,
+        ));
+    }
     if let Some(traffic) = &summary.traffic {
         let phases = traffic
             .idle
@@ -184,6 +203,11 @@ pub async fn run(args: SimulateArgs) -> Result<()> {
             etcd_metrics: args.etcd_metrics,
             plan: args.plan,
             batches: args.batches,
+            zones: args.zones.map(|zones| rota_simulate::Zones {
+                count: zones,
+                rules: crate::cli::parse::group_rules(&args.group_limit, args.groups_in_turn)
+                    .unwrap_or_default(),
+            }),
         },
         &cancel,
         |done, _| bar.set_position(done as u64),

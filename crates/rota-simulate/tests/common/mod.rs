@@ -68,5 +68,6 @@ pub fn options(store: StoreChoice, nodes: usize, concurrency: u32) -> Options {
         etcd_metrics: None,
         plan: false,
         batches: None,
+        zones: None,
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::parse::{concurrency, duration};
+use super::parse::{concurrency, duration, group_limit};
 use crate::store::StoreLocation;
 
 #[derive(Debug, Clone, Args)]
@@ -57,4 +57,17 @@ pub struct SimulateArgs {
     /// The rollout's batches, as `rota agent --batches` takes them (default: all at once).
     #[arg(long, value_name = "BATCHES", value_parser = super::parse::batches)]
     pub batches: Option<rota_core::Batches>,
+    /// Spread the nodes over Z zones, `zone-0` to `zone-<Z-1>` in turn, each node's zone the
+    /// value of its `topology.kubernetes.io/zone` label, which its agent takes as its slot
+    /// group (`rota agent --group-by`). The summary then shows each zone's most nodes out at
+    /// once, from the store's history.
+    #[arg(long, value_name = "Z", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub zones: Option<u32>,
+    /// A limit of the zones (repeatable), as `rota agent --group-limit` takes it: `N` for every
+    /// zone, `NAME=N` for one (needs --zones).
+    #[arg(long, value_name = "[NAME=]N", value_parser = group_limit, requires = "zones")]
+    pub group_limit: Vec<String>,
+    /// One zone at a time, as `rota agent --groups-in-turn` (needs --zones).
+    #[arg(long, requires = "zones")]
+    pub groups_in_turn: bool,
 }
