@@ -331,6 +331,11 @@ impl ProcedureCache {
             .then(|| listed.objects.clone())
     }
 
+    /// Whether a list was made at all: an agent's first look at the procedures is behind it.
+    pub(crate) fn has_listed(&self) -> bool {
+        lock(&self.listed).is_some()
+    }
+
     /// Keeps a list made at `revision`.
     pub(crate) fn keep(&self, revision: u64, objects: Vec<Procedure>) {
         let fingerprint = procedures_fingerprint(&self.prefix, objects.iter().map(|o| &o.metadata));

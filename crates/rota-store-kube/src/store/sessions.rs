@@ -171,10 +171,13 @@ impl KubeStore {
         1 + usize::from(self.inner.own.watching().0)
     }
 
-    /// Whether every watch an idle agent holds has listed its objects and not failed since:
-    /// from then on, the agent's looks are answered without a request.
+    /// Whether every watch an idle agent holds has listed its objects and not failed since,
+    /// and the agent's first look at the procedures is made: from then on, its looks are
+    /// answered without a request.
     pub fn settled(&self) -> bool {
-        self.inner.own.watching().1 && self.inner.settings.ready()
+        self.inner.own.watching().1
+            && self.inner.settings.ready()
+            && self.inner.procedures.cache.has_listed()
     }
 
     /// Whether this handle opened a session: it serves agents, not an operator's command.
