@@ -5,22 +5,27 @@ use std::time::Duration;
 use rota_simulate::{Options, StoreChoice, Zones, run};
 use tokio_util::sync::CancellationToken;
 
+/// `nodes` agents on a temporary SQLite store, `concurrency` at once, each reboot `down` long.
+fn options(nodes: usize, concurrency: u32, down: Duration) -> Options {
+    Options {
+        nodes,
+        concurrency,
+        maintenance_time: down,
+        store: StoreChoice::Temporary,
+        session_ttl: None,
+        handle_per_agent: false,
+        idle: Duration::ZERO,
+        etcd_metrics: None,
+        plan: false,
+        batches: None,
+        zones: None,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_node_reboots_once_and_never_more_than_k_at_once() {
     let summary = run(
-        Options {
-            nodes: 7,
-            concurrency: 2,
-            maintenance_time: Duration::from_millis(300),
-            store: StoreChoice::Temporary,
-            session_ttl: None,
-            handle_per_agent: false,
-            idle: Duration::ZERO,
-            etcd_metrics: None,
-            plan: false,
-            batches: None,
-            zones: None,
-        },
+        options(7, 2, Duration::from_millis(300)),
         &CancellationToken::new(),
         |_, _| {},
     )
@@ -53,19 +58,7 @@ async fn every_node_reboots_once_and_never_more_than_k_at_once() {
 async fn zero_nodes_or_zero_concurrency_is_refused() {
     for (nodes, concurrency) in [(0, 1), (3, 0)] {
         let err = run(
-            Options {
-                nodes,
-                concurrency,
-                maintenance_time: Duration::from_millis(10),
-                store: StoreChoice::Temporary,
-                session_ttl: None,
-                handle_per_agent: false,
-                idle: Duration::ZERO,
-                etcd_metrics: None,
-                plan: false,
-                batches: None,
-                zones: None,
-            },
+            options(nodes, concurrency, Duration::from_millis(10)),
             &CancellationToken::new(),
             |_, _| {},
         )
@@ -77,20 +70,11 @@ async fn zero_nodes_or_zero_concurrency_is_refused() {
 
 fn zoned(nodes: usize, concurrency: u32, zones: u32, rules: &str) -> Options {
     Options {
-        nodes,
-        concurrency,
-        maintenance_time: Duration::from_millis(300),
-        store: StoreChoice::Temporary,
-        session_ttl: None,
-        handle_per_agent: false,
-        idle: Duration::ZERO,
-        etcd_metrics: None,
-        plan: false,
-        batches: None,
         zones: Some(Zones {
             count: zones,
             rules: rules.parse().expect("rules"),
         }),
+        ..options(nodes, concurrency, Duration::from_millis(300))
     }
 }
 
