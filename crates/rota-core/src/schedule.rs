@@ -69,6 +69,9 @@ pub fn turn_behind(ahead: Place<'_>, turn: u64, behind: Place<'_>) -> Option<u64
     (behind > ahead).then(|| turn.saturating_add(1))
 }
 
+/// The fleet's concurrency until one is set: one node at a time.
+pub const DEFAULT_CONCURRENCY: u32 = 1;
+
 /// One slot in use, and the group of the node that holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Held {

@@ -277,11 +277,9 @@ impl Fleet {
                 rollout::finished(&records.collect::<Vec<_>>(), settings.resumed_at)
             }
         };
-        let limits = settings.groups.limits(Limits::rollout(
-            settings.concurrency.unwrap_or(1),
-            batches,
-            finished,
-        ));
+        let limits = settings
+            .groups
+            .limits(Limits::rollout(settings.slots(), batches, finished));
         let take_up = i64::try_from(take_up.as_millis()).unwrap_or(i64::MAX);
         let decided = decide(&nodes, &leases, &limits, now_millis(), take_up);
         Ok((decided, read))

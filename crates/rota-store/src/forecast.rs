@@ -36,7 +36,7 @@ pub async fn forecast(store: &dyn Store, now: Millis) -> Result<Forecast> {
         .filter_map(|node| plan_node(node, &settings, now))
         .collect();
     let rules = Rules {
-        concurrency: settings.concurrency.unwrap_or(1),
+        concurrency: settings.slots(),
         batches: settings.rollout.batches.clone(),
         groups: settings.groups.clone(),
         finished: rollout::finished(fleet.nodes.iter().map(|n| &n.record), settings.resumed_at),

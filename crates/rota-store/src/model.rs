@@ -113,6 +113,14 @@ pub struct Settings {
     pub groups: GroupRules,
 }
 
+impl Settings {
+    /// The number of slots: the concurrency set, or the default one.
+    pub fn slots(&self) -> u32 {
+        self.concurrency
+            .unwrap_or(rota_core::schedule::DEFAULT_CONCURRENCY)
+    }
+}
+
 /// One change of the fleet's settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Setting {

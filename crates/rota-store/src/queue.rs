@@ -80,7 +80,7 @@ pub(crate) fn look(row: Option<impl SqlRow>, session: &Session) -> Result<Look> 
         .column::<Option<String>>("concurrency")?
         .map(|v| concurrency("rota_meta.concurrency", v))
         .transpose()?
-        .unwrap_or(1);
+        .unwrap_or(rota_core::schedule::DEFAULT_CONCURRENCY);
     let held = json_rows("slots", row.column("held")?)?
         .iter()
         .map(|slot| {

@@ -238,7 +238,7 @@ async fn probe_holders(
     store: Arc<dyn Store>,
     stop: Arc<AtomicBool>,
 ) -> Result<(usize, usize, usize)> {
-    let concurrency = store.concurrency().await?.unwrap_or(1);
+    let concurrency = store.settings().await?.slots();
     let (mut samples, mut most, mut faults) = (0, 0, 0);
     while !stop.load(Ordering::Relaxed) {
         let holders = store.slot_holders().await?;

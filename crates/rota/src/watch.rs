@@ -157,7 +157,12 @@ pub async fn run(args: StatusArgs) -> Result<()> {
     let mut rollout = Rollout::new(Windows::of(&history));
     loop {
         let (facts, summary) = gather(&*store).await?;
-        let progress = rollout.update(&facts, summary.concurrency.unwrap_or(1));
+        let progress = rollout.update(
+            &facts,
+            summary
+                .concurrency
+                .unwrap_or(rota_core::schedule::DEFAULT_CONCURRENCY),
+        );
         let now = now_millis();
         let table = render_table(&summary, &rows(&facts, &summary.holders, now), now);
         let frame = format!("{}\n{table}", progress.line());

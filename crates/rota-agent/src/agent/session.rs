@@ -162,7 +162,7 @@ impl Agent {
             self.store.set(Setting::Rollout(rollout)).await?;
         }
         if let Some(groups) = &config.group_rules {
-            groups.check(config.concurrency.or(settings.concurrency).unwrap_or(1))?;
+            groups.check(config.concurrency.unwrap_or(settings.slots()))?;
         }
         if let Some(groups) = &config.group_rules
             && *groups != settings.groups
