@@ -292,6 +292,19 @@ impl Inner {
         Ok((overview, settings))
     }
 
+    /// The node's boot id as its platform reports it, read only while its record is in one
+    /// of `states` (the rule needs it there).
+    async fn boot_id_in(
+        &self,
+        record: &NodeRecord,
+        states: &[NodeState],
+    ) -> Result<Option<String>> {
+        if !states.contains(&record.state) {
+            return Ok(None);
+        }
+        Ok(self.platform.boot_id(&record.node).await?)
+    }
+
     async fn pre_reboot(
         self: &Arc<Inner>,
         host: &mut Host,
@@ -316,11 +329,9 @@ impl Inner {
             let record = &overview.record;
             // Read before the reboot's start too: the boot id it records is the one a new
             // boot must differ from.
-            let boot_id = if matches!(record.state, NodeState::Maintaining | NodeState::Rebooting) {
-                self.platform.boot_id(node).await?
-            } else {
-                None
-            };
+            let boot_id = self
+                .boot_id_in(record, &[NodeState::Maintaining, NodeState::Rebooting])
+                .await?;
             let look = self.look(&overview, pause.is_some(), boot_id.as_deref());
             match fleetlock::pre_reboot(&look) {
                 Lock::Queue => {
@@ -618,11 +629,7 @@ impl Inner {
             let (overview, settings) = self.look_up(node).await?;
             let paused = settings.pause;
             let record = &overview.record;
-            let boot_id = if record.state == NodeState::Rebooting {
-                self.platform.boot_id(node).await?
-            } else {
-                None
-            };
+            let boot_id = self.boot_id_in(record, &[NodeState::Rebooting]).await?;
             let look = self.look(&overview, paused.is_some(), boot_id.as_deref());
             match fleetlock::steady_state(&look) {
                 Unlock::EndWindow => {

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use common::{Backend, Fixture, Options, eventually};
 use rota_core::{HistoryEvent, Process};
-use rota_fleetlock::Config;
 use rota_store::StoreExt;
 
 on_every_store!(
@@ -170,13 +169,7 @@ async fn a_waiting_host_that_reports_steady_state_leaves_the_queue(backend: Back
 }
 
 async fn a_host_that_never_comes_back_fails_closed_at_the_reboot_deadline(backend: Backend) {
-    let options = Options {
-        config: Config {
-            reboot_timeout: Duration::from_secs(1),
-            ..Options::default().config
-        },
-        ..Options::default()
-    };
+    let options = Options::with(|c| c.reboot_timeout = Duration::from_secs(1));
     let Some(fixture) = Fixture::start(backend, options).await else {
         return;
     };
@@ -206,13 +199,7 @@ async fn a_host_that_never_comes_back_fails_closed_at_the_reboot_deadline(backen
 }
 
 async fn a_drained_host_that_never_takes_its_lock_is_returned_to_service(backend: Backend) {
-    let options = Options {
-        config: Config {
-            lock_wait: Duration::from_secs(1),
-            ..Options::default().config
-        },
-        ..Options::default()
-    };
+    let options = Options::with(|c| c.lock_wait = Duration::from_secs(1));
     let Some(fixture) = Fixture::start(backend, options).await else {
         return;
     };
@@ -232,13 +219,7 @@ async fn a_drained_host_that_never_takes_its_lock_is_returned_to_service(backend
 }
 
 async fn an_unhealthy_host_fails_closed_after_its_reboot(backend: Backend) {
-    let options = Options {
-        config: Config {
-            verify_timeout: Duration::from_secs(1),
-            ..Options::default().config
-        },
-        ..Options::default()
-    };
+    let options = Options::with(|c| c.verify_timeout = Duration::from_secs(1));
     let Some(fixture) = Fixture::start(backend, options).await else {
         return;
     };
@@ -352,13 +333,7 @@ async fn the_metrics_show_a_fleetlock_host_like_any_other_node(backend: Backend)
 
 /// A host whose window failed at the reboot deadline (1 s), the slot kept.
 async fn failed(backend: Backend) -> Option<Fixture> {
-    let options = Options {
-        config: Config {
-            reboot_timeout: Duration::from_secs(1),
-            ..Options::default().config
-        },
-        ..Options::default()
-    };
+    let options = Options::with(|c| c.reboot_timeout = Duration::from_secs(1));
     let fixture = Fixture::start(backend, options).await?;
     let host = fixture.client("fcos-1");
     fixture.let_drain("fcos-1");
@@ -459,13 +434,7 @@ async fn a_host_outside_its_hours_waits_with_its_place_at_their_start(backend: B
         .find(|hours| !hours.contains_millis(now))
         .expect("hours outside now");
     let starts = hours.next_start_millis(now).expect("a next start");
-    let options = Options {
-        config: Config {
-            hours: Some(hours),
-            ..Options::default().config
-        },
-        ..Options::default()
-    };
+    let options = Options::with(|c| c.hours = Some(hours));
     let Some(fixture) = Fixture::start(backend, options).await else {
         return;
     };
@@ -490,13 +459,7 @@ async fn a_host_outside_its_hours_waits_with_its_place_at_their_start(backend: B
 }
 
 async fn a_waiting_host_that_stops_asking_leaves_the_queue(backend: Backend) {
-    let options = Options {
-        config: Config {
-            client_ttl: Duration::from_secs(2),
-            ..Options::default().config
-        },
-        ..Options::default()
-    };
+    let options = Options::with(|c| c.client_ttl = Duration::from_secs(2));
     let Some(fixture) = Fixture::start(backend, options).await else {
         return;
     };

@@ -1,31 +1,15 @@
 //! The simulator end to end: real agents, real SQLite, real inotify; only reboots are simulated.
 
-use std::time::Duration;
+mod common;
 
+use common::options;
 use rota_simulate::{Options, StoreChoice, Zones, run};
 use tokio_util::sync::CancellationToken;
-
-/// `nodes` agents on a temporary SQLite store, `concurrency` at once, each reboot `down` long.
-fn options(nodes: usize, concurrency: u32, down: Duration) -> Options {
-    Options {
-        nodes,
-        concurrency,
-        maintenance_time: down,
-        store: StoreChoice::Temporary,
-        session_ttl: None,
-        handle_per_agent: false,
-        idle: Duration::ZERO,
-        etcd_metrics: None,
-        plan: false,
-        batches: None,
-        zones: None,
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_node_reboots_once_and_never_more_than_k_at_once() {
     let summary = run(
-        options(7, 2, Duration::from_millis(300)),
+        options(StoreChoice::Temporary, 7, 2),
         &CancellationToken::new(),
         |_, _| {},
     )
@@ -58,7 +42,7 @@ async fn every_node_reboots_once_and_never_more_than_k_at_once() {
 async fn zero_nodes_or_zero_concurrency_is_refused() {
     for (nodes, concurrency) in [(0, 1), (3, 0)] {
         let err = run(
-            options(nodes, concurrency, Duration::from_millis(10)),
+            options(StoreChoice::Temporary, nodes, concurrency),
             &CancellationToken::new(),
             |_, _| {},
         )
@@ -74,7 +58,7 @@ fn zoned(nodes: usize, concurrency: u32, zones: u32, rules: &str) -> Options {
             count: zones,
             rules: rules.parse().expect("rules"),
         }),
-        ..options(nodes, concurrency, Duration::from_millis(300))
+        ..options(StoreChoice::Temporary, nodes, concurrency)
     }
 }
 

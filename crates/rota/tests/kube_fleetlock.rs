@@ -179,6 +179,21 @@ impl Installation {
             .with_context(|| self.logs())
     }
 
+    /// Asks for `host`'s reboot every `apart` until it is granted; each answer before is a
+    /// refusal while the host waits for its turn.
+    async fn granted(&self, what: &str, host: &Host, apart: Duration) -> Result<()> {
+        self.wait(what, || async {
+            let answer = host.zincati.pre_reboot().await?;
+            if answer.ok() {
+                return Ok(Some(()));
+            }
+            waiting(&answer)?;
+            tokio::time::sleep(apart).await;
+            Ok(None)
+        })
+        .await
+    }
+
     async fn record(&self, node: &str) -> Result<Option<rota_store::NodeRecord>> {
         Ok(self.store.node(&NodeName::new(node)?).await?)
     }
@@ -337,16 +352,7 @@ async fn a_fedora_coreos_host_is_refused_while_a_budget_holds_its_drain_then_gra
     );
     // The budget allows it: the drain ends, and only then is the host granted.
     set_min_available(scope, "workload", 0).await?;
-    inst.wait("the host to be granted", || async {
-        let answer = host.zincati.pre_reboot().await?;
-        if answer.ok() {
-            return Ok(Some(()));
-        }
-        waiting(&answer)?;
-        tokio::time::sleep(PAUSE).await;
-        Ok(None)
-    })
-    .await?;
+    inst.granted("the host to be granted", host, PAUSE).await?;
     ensure!(
         scope.pods().get_opt("workload").await?.is_none(),
         "granted before the workload was evicted"
@@ -401,16 +407,8 @@ async fn two_hosts_with_one_slot_one_waits_until_the_others_steady_state() -> Re
     };
     let (first, second) = (&hosts[0], &hosts[1]);
     let scope = &inst.scope;
-    inst.wait("the first host to be granted", || async {
-        let answer = first.zincati.pre_reboot().await?;
-        if answer.ok() {
-            return Ok(Some(()));
-        }
-        waiting(&answer)?;
-        tokio::time::sleep(PAUSE).await;
-        Ok(None)
-    })
-    .await?;
+    inst.granted("the first host to be granted", first, PAUSE)
+        .await?;
     // The second waits, untouched, however long the first takes.
     let asks_apart = TAKE_UP + Duration::from_secs(3);
     for _ in 0..3 {
@@ -423,16 +421,8 @@ async fn two_hosts_with_one_slot_one_waits_until_the_others_steady_state() -> Re
     set_boot_id(scope, &first.node, "boot-2").await?;
     let back = first.zincati.steady_state().await?;
     ensure!(back.ok(), "{back:?}");
-    inst.wait("the second host to be granted", || async {
-        let answer = second.zincati.pre_reboot().await?;
-        if answer.ok() {
-            return Ok(Some(()));
-        }
-        waiting(&answer)?;
-        tokio::time::sleep(asks_apart).await;
-        Ok(None)
-    })
-    .await?;
+    inst.granted("the second host to be granted", second, asks_apart)
+        .await?;
     // Granted only once the first's window had ended healthy.
     let first_entries = history(&inst.store, &first.node).await?;
     let second_entries = history(&inst.store, &second.node).await?;
@@ -474,16 +464,7 @@ async fn a_host_that_rebooted_but_never_reports_steady_state_is_verified_by_its_
     };
     let host = &hosts[0];
     let scope = &inst.scope;
-    inst.wait("the host to be granted", || async {
-        let answer = host.zincati.pre_reboot().await?;
-        if answer.ok() {
-            return Ok(Some(()));
-        }
-        waiting(&answer)?;
-        tokio::time::sleep(PAUSE).await;
-        Ok(None)
-    })
-    .await?;
+    inst.granted("the host to be granted", host, PAUSE).await?;
     ensure!(unschedulable(scope, &host.node).await?, "not cordoned");
     // It reboots; its kubelet reports a new boot id; its Zincati says nothing.
     set_boot_id(scope, &host.node, "boot-2").await?;
@@ -545,16 +526,8 @@ async fn a_spent_failure_budget_holds_the_hosts_back_though_the_server_may_not_p
     inst.store
         .set(rota_store::Setting::Rollout(rollout))
         .await?;
-    inst.wait("the first host to be granted", || async {
-        let answer = first.zincati.pre_reboot().await?;
-        if answer.ok() {
-            return Ok(Some(()));
-        }
-        waiting(&answer)?;
-        tokio::time::sleep(PAUSE).await;
-        Ok(None)
-    })
-    .await?;
+    inst.granted("the first host to be granted", first, PAUSE)
+        .await?;
     // It never comes back: its window fails at the reboot deadline.
     inst.wait("the first host's window to fail", || async {
         let record = inst.record(&first.node).await?;

@@ -79,6 +79,15 @@ impl Default for Options {
     }
 }
 
+impl Options {
+    /// The default options with `edit` made to their server's configuration.
+    pub fn with(edit: impl FnOnce(&mut Config)) -> Options {
+        let mut options = Options::default();
+        edit(&mut options.config);
+        options
+    }
+}
+
 impl Fixture {
     pub async fn start(backend: Backend, options: Options) -> Option<Fixture> {
         let tmp = tempfile::tempdir().expect("tempdir");

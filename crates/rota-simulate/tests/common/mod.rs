@@ -1,4 +1,5 @@
-//! What the simulator's tests of disrupted rollouts check afterwards.
+//! What the simulator's tests of disrupted rollouts check afterwards, and the options of a run.
+#![allow(dead_code, reason = "each test binary uses a part")]
 
 use std::fmt::Debug;
 use std::future::Future;
